@@ -1,0 +1,185 @@
+#pragma once
+/// \file
+/// \brief Memory accounting per device and per category, and the host caching allocator.
+///
+/// Every tensor's storage is charged to one (device, category) account while it lives, so
+/// the savings of ZeRO, checkpointing and offload are measured in bytes, not claimed.
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "epl/core/error.hpp"
+
+namespace epl {
+inline namespace v0 {
+
+/// \brief Where memory lives: host memory or one CUDA device.
+enum class DeviceKind : std::uint8_t { kCpu, kCuda };
+
+/// \brief A device by kind and index. CPU thread ranks each get their own index, so their
+/// accounts are separate even though they share one host.
+struct DeviceId {
+  DeviceKind kind = DeviceKind::kCpu;
+  int index = 0;
+  friend bool operator==(const DeviceId&, const DeviceId&) = default;
+  friend auto operator<=>(const DeviceId&, const DeviceId&) = default;
+  [[nodiscard]] std::string str() const {
+    return (kind == DeviceKind::kCpu ? "cpu:" : "cuda:") + std::to_string(index);
+  }
+};
+
+/// \brief What a buffer is for; each category is accounted separately.
+enum class MemoryCategory : std::uint8_t {
+  kParameters, kGradients, kOptimizerState, kActivations, kCommunication, kWorkspace
+};
+inline constexpr int kMemoryCategories = 6;
+
+constexpr const char* name_of(MemoryCategory c) {
+  constexpr const char* names[] = {"parameters", "gradients", "optimizer_state",
+                                   "activations", "communication", "workspace"};
+  return names[static_cast<int>(c)];
+}
+
+/// \brief A snapshot of one device's accounting.
+struct MemoryStats {
+  std::array<std::int64_t, kMemoryCategories> current{};
+  std::array<std::int64_t, kMemoryCategories> peak{};
+  std::int64_t total_current = 0;
+  std::int64_t total_peak = 0;
+  std::int64_t reserved = 0;  ///< bytes held by the allocator (live plus cached)
+  [[nodiscard]] std::int64_t current_of(MemoryCategory c) const { return current[static_cast<int>(c)]; }
+  [[nodiscard]] std::int64_t peak_of(MemoryCategory c) const { return peak[static_cast<int>(c)]; }
+};
+
+/// \brief The live counters of one device. Thread-safe; counters only move through charge().
+class MemoryAccount {
+ public:
+  void charge(MemoryCategory c, std::int64_t bytes) noexcept {
+    auto i = static_cast<int>(c);
+    raise_peak(peak_[i], current_[i].fetch_add(bytes) + bytes);
+    raise_peak(total_peak_, total_.fetch_add(bytes) + bytes);
+  }
+  void reserve(std::int64_t bytes) noexcept { reserved_.fetch_add(bytes); }
+  [[nodiscard]] MemoryStats stats() const noexcept {
+    MemoryStats s;
+    for (int i = 0; i < kMemoryCategories; ++i) {
+      s.current[i] = current_[i].load();
+      s.peak[i] = peak_[i].load();
+    }
+    s.total_current = total_.load();
+    s.total_peak = total_peak_.load();
+    s.reserved = reserved_.load();
+    return s;
+  }
+  /// \brief Sets every peak to the current value, so a test can measure one phase.
+  void reset_peaks() noexcept {
+    for (int i = 0; i < kMemoryCategories; ++i) peak_[i].store(current_[i].load());
+    total_peak_.store(total_.load());
+  }
+
+ private:
+  static void raise_peak(std::atomic<std::int64_t>& peak, std::int64_t v) noexcept {
+    auto p = peak.load();
+    while (v > p && !peak.compare_exchange_weak(p, v)) {}
+  }
+  std::array<std::atomic<std::int64_t>, kMemoryCategories> current_{};
+  std::array<std::atomic<std::int64_t>, kMemoryCategories> peak_{};
+  std::atomic<std::int64_t> total_{0}, total_peak_{0}, reserved_{0};
+};
+
+/// \brief The account of a device; accounts live for the whole process.
+inline MemoryAccount& memory_account(DeviceId d) {
+  static std::mutex mutex;
+  static std::map<DeviceId, std::unique_ptr<MemoryAccount>> accounts;
+  std::lock_guard lock(mutex);
+  auto& slot = accounts[d];
+  if (!slot) slot = std::make_unique<MemoryAccount>();
+  return *slot;
+}
+/// \brief The accounting of a device now: current and peak bytes per category.
+inline MemoryStats memory_stats(DeviceId d) { return memory_account(d).stats(); }
+
+/// \brief Something that hands out raw bytes on one device. Implementations: HostAllocator,
+/// the CUDA device allocator (device/cuda).
+class Allocator {
+ public:
+  virtual ~Allocator() = default;
+  virtual void* allocate(std::size_t bytes) = 0;
+  virtual void deallocate(void* p, std::size_t bytes) noexcept = 0;
+  [[nodiscard]] virtual DeviceId device() const noexcept = 0;
+};
+
+/// \brief Host memory, 64-byte aligned, with freed blocks cached by rounded size.
+///
+/// Caching matters: a training step frees and reallocates the same activation sizes every
+/// step, and returning large blocks to the system makes each step page-fault them anew.
+class HostAllocator final : public Allocator {
+ public:
+  explicit HostAllocator(DeviceId d = {}) : device_(d) {}
+  ~HostAllocator() override { release_cached(); }
+  HostAllocator(const HostAllocator&) = delete;
+  HostAllocator& operator=(const HostAllocator&) = delete;
+
+  void* allocate(std::size_t bytes) override {
+    auto size = round(bytes);
+    {
+      std::lock_guard lock(mutex_);
+      auto& list = free_[size];
+      if (!list.empty()) {
+        void* p = list.back();
+        list.pop_back();
+        return p;
+      }
+    }
+    void* p = std::aligned_alloc(kAlign, size);
+    EPL_CHECK(p != nullptr, "host allocation of ", size, " bytes failed on ", device_.str(),
+              "; reduce the batch or model size");
+    memory_account(device_).reserve(static_cast<std::int64_t>(size));
+    return p;
+  }
+  void deallocate(void* p, std::size_t bytes) noexcept override {
+    if (!p) return;
+    std::lock_guard lock(mutex_);
+    try { free_[round(bytes)].push_back(p); } catch (...) { std::free(p); }
+  }
+  [[nodiscard]] DeviceId device() const noexcept override { return device_; }
+  /// \brief Returns cached blocks to the system.
+  void release_cached() noexcept {
+    std::lock_guard lock(mutex_);
+    for (auto& [size, list] : free_) {
+      for (void* p : list) std::free(p);
+      memory_account(device_).reserve(-static_cast<std::int64_t>(size * list.size()));
+      list.clear();
+    }
+  }
+
+ private:
+  static constexpr std::size_t kAlign = 64;
+  static std::size_t round(std::size_t bytes) {
+    std::size_t step = bytes < (1u << 20) ? 256 : (1u << 16);
+    return std::max<std::size_t>(step, (bytes + step - 1) / step * step);
+  }
+  DeviceId device_;
+  std::mutex mutex_;
+  std::map<std::size_t, std::vector<void*>> free_;
+};
+
+/// \brief The process-wide host allocator of a CPU device index.
+inline HostAllocator& host_allocator(int index = 0) {
+  static std::mutex mutex;
+  static std::map<int, std::unique_ptr<HostAllocator>> pools;
+  std::lock_guard lock(mutex);
+  auto& slot = pools[index];
+  if (!slot) slot = std::make_unique<HostAllocator>(DeviceId{DeviceKind::kCpu, index});
+  return *slot;
+}
+
+}  // namespace v0
+}  // namespace epl

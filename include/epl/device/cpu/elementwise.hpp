@@ -1,0 +1,107 @@
+#pragma once
+/// \file
+/// \brief Element-wise and reduction kernels over contiguous arrays (Eigen array maps).
+#include <Eigen/Core>
+#include <cmath>
+#include <cstdint>
+
+#include "epl/device/cpu/parallel.hpp"
+
+namespace epl::detail::cpu {
+inline namespace v0 {
+
+inline constexpr std::int64_t kGrain = 1 << 15;
+
+template <class T> using ArrayMap = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
+template <class T> using ConstArrayMap = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
+
+/// Applies fn(ArrayMap chunk...) to matching chunks of n-element arrays, in parallel.
+template <class Fn>
+void chunked(std::int64_t n, Fn&& fn) {
+  parallel_for(n, kGrain, [&](std::int64_t b, std::int64_t e) { fn(b, e - b); });
+}
+
+template <class T> void fill(T* y, std::int64_t n, T v) {
+  chunked(n, [&](std::int64_t o, std::int64_t len) { ArrayMap<T>(y + o, len).setConstant(v); });
+}
+template <class From, class To> void cast(const From* x, To* y, std::int64_t n) {
+  chunked(n, [&](std::int64_t o, std::int64_t len) {
+    ArrayMap<To>(y + o, len) = ConstArrayMap<From>(x + o, len).template cast<To>();
+  });
+}
+/// out = a + b
+template <class T> void add(const T* a, const T* b, T* out, std::int64_t n) {
+  chunked(n, [&](std::int64_t o, std::int64_t len) {
+    ArrayMap<T>(out + o, len) = ConstArrayMap<T>(a + o, len) + ConstArrayMap<T>(b + o, len);
+  });
+}
+/// out = a * b
+template <class T> void mul(const T* a, const T* b, T* out, std::int64_t n) {
+  chunked(n, [&](std::int64_t o, std::int64_t len) {
+    ArrayMap<T>(out + o, len) = ConstArrayMap<T>(a + o, len) * ConstArrayMap<T>(b + o, len);
+  });
+}
+/// y += alpha * x
+template <class T> void axpy(T alpha, const T* x, T* y, std::int64_t n) {
+  chunked(n, [&](std::int64_t o, std::int64_t len) {
+    ArrayMap<T>(y + o, len) += alpha * ConstArrayMap<T>(x + o, len);
+  });
+}
+/// y *= alpha
+template <class T> void scale(T* y, std::int64_t n, T alpha) {
+  chunked(n, [&](std::int64_t o, std::int64_t len) { ArrayMap<T>(y + o, len) *= alpha; });
+}
+/// y[r, :] += v for every row r of a [rows, cols] array
+template <class T> void add_row_vector(T* y, const T* v, std::int64_t rows, std::int64_t cols) {
+  ConstArrayMap<T> vec(v, cols);
+  parallel_for(rows, std::max<std::int64_t>(1, kGrain / std::max<std::int64_t>(1, cols)), [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t r = b; r < e; ++r) ArrayMap<T>(y + r * cols, cols) += vec;
+  });
+}
+/// out = beta * out + column sums of a [rows, cols] array (the gradient of a broadcast bias)
+template <class T> void sum_rows(const T* x, T* out, std::int64_t rows, std::int64_t cols, T beta) {
+  using Mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  Eigen::Map<const Mat> X(x, rows, cols);
+  Eigen::Map<Eigen::Matrix<T, 1, Eigen::Dynamic>> O(out, cols);
+  if (beta == T(0)) O = X.colwise().sum(); else O = beta * O + X.colwise().sum();
+}
+/// sum of x*x, accumulated in double
+template <class T> double sum_squares(const T* x, std::int64_t n) {
+  double total = 0;
+  for (std::int64_t o = 0; o < n; o += kGrain) {
+    auto len = std::min(kGrain, n - o);
+    total += static_cast<double>(ConstArrayMap<T>(x + o, len).template cast<double>().square().sum());
+  }
+  return total;
+}
+
+// GELU, tanh form (GPT-2, PyTorch's approximate='tanh'):
+//   gelu(x) = 0.5 x (1 + tanh(u)),  u = sqrt(2/pi) (x + 0.044715 x^3)
+template <class T> void gelu(const T* x, T* y, std::int64_t n) {
+  const T c = T(0.7978845608028654), k = T(0.044715);
+  chunked(n, [&](std::int64_t o, std::int64_t len) {
+    ConstArrayMap<T> X(x + o, len);
+    ArrayMap<T>(y + o, len) = T(0.5) * X * (T(1) + (c * (X + k * X.cube())).tanh());
+  });
+}
+template <class T> void gelu_backward(const T* x, const T* dy, T* dx, std::int64_t n) {
+  const T c = T(0.7978845608028654), k = T(0.044715);
+  chunked(n, [&](std::int64_t o, std::int64_t len) {
+    ConstArrayMap<T> X(x + o, len), DY(dy + o, len);
+    auto t = (c * (X + k * X.cube())).tanh().eval();
+    ArrayMap<T>(dx + o, len) =
+        DY * (T(0.5) * (T(1) + t) + T(0.5) * X * (T(1) - t.square()) * c * (T(1) + T(3) * k * X.square()));
+  });
+}
+template <class T> void relu(const T* x, T* y, std::int64_t n) {
+  chunked(n, [&](std::int64_t o, std::int64_t len) { ArrayMap<T>(y + o, len) = ConstArrayMap<T>(x + o, len).max(T(0)); });
+}
+template <class T> void relu_backward(const T* x, const T* dy, T* dx, std::int64_t n) {
+  chunked(n, [&](std::int64_t o, std::int64_t len) {
+    ConstArrayMap<T> X(x + o, len), DY(dy + o, len);
+    ArrayMap<T>(dx + o, len) = (X > T(0)).select(DY, T(0));
+  });
+}
+
+}  // namespace v0
+}  // namespace epl::detail::cpu

@@ -1,0 +1,163 @@
+#pragma once
+/// \file
+/// \brief Kernels of the built-in layers: layer norm, causal softmax, embedding, cross-entropy,
+/// dropout and the head permutation of attention. Inputs are validated by the caller.
+#include <Eigen/Core>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "epl/core/random.hpp"
+#include "epl/device/cpu/elementwise.hpp"
+
+namespace epl::detail::cpu {
+inline namespace v0 {
+
+template <class T> using RowMap = Eigen::Map<Eigen::Array<T, 1, Eigen::Dynamic>>;
+template <class T> using ConstRowMap = Eigen::Map<const Eigen::Array<T, 1, Eigen::Dynamic>>;
+
+inline std::int64_t row_grain(std::int64_t cols) { return std::max<std::int64_t>(1, kGrain / std::max<std::int64_t>(1, cols)); }
+
+/// y = (x - mean) * rstd * gamma + beta per row of [rows, cols]; saves mean and rstd per row.
+template <class T>
+void layer_norm(const T* x, const T* gamma, const T* beta, T* y, T* mean, T* rstd,
+                std::int64_t rows, std::int64_t cols, T eps) {
+  ConstRowMap<T> g(gamma, cols), b(beta, cols);
+  parallel_for(rows, row_grain(cols), [&](std::int64_t r0, std::int64_t r1) {
+    for (std::int64_t r = r0; r < r1; ++r) {
+      ConstRowMap<T> xr(x + r * cols, cols);
+      T mu = xr.mean();
+      T var = (xr - mu).square().mean();
+      T rs = T(1) / std::sqrt(var + eps);
+      mean[r] = mu;
+      rstd[r] = rs;
+      RowMap<T>(y + r * cols, cols) = (xr - mu) * rs * g + b;
+    }
+  });
+}
+/// dx = rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat)), dxhat = dy gamma;
+/// dgamma += sum_r dy xhat, dbeta += sum_r dy.
+template <class T>
+void layer_norm_backward(const T* x, const T* gamma, const T* mean, const T* rstd, const T* dy,
+                         T* dx, T* dgamma, T* dbeta, std::int64_t rows, std::int64_t cols) {
+  ConstRowMap<T> g(gamma, cols);
+  parallel_for(rows, row_grain(cols), [&](std::int64_t r0, std::int64_t r1) {
+    for (std::int64_t r = r0; r < r1; ++r) {
+      auto xhat = ((ConstRowMap<T>(x + r * cols, cols) - mean[r]) * rstd[r]).eval();
+      auto dxhat = (ConstRowMap<T>(dy + r * cols, cols) * g).eval();
+      T m1 = dxhat.mean(), m2 = (dxhat * xhat).mean();
+      RowMap<T>(dx + r * cols, cols) = rstd[r] * (dxhat - m1 - xhat * m2);
+    }
+  });
+  RowMap<T> dg(dgamma, cols), db(dbeta, cols);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    ConstRowMap<T> dyr(dy + r * cols, cols);
+    dg += dyr * ((ConstRowMap<T>(x + r * cols, cols) - mean[r]) * rstd[r]);
+    db += dyr;
+  }
+}
+
+/// Causal softmax over the last dim of [batch, t, t] scores: row i sees columns 0..i.
+/// p = softmax(scale * s) on the visible columns, 0 above the diagonal.
+template <class T>
+void softmax_causal(const T* s, T* p, std::int64_t batch, std::int64_t t, T scale) {
+  parallel_for(batch * t, row_grain(t), [&](std::int64_t r0, std::int64_t r1) {
+    for (std::int64_t r = r0; r < r1; ++r) {
+      std::int64_t i = r % t, n = i + 1;
+      ConstRowMap<T> sr(s + r * t, n);
+      RowMap<T> pr(p + r * t, n);
+      T mx = sr.maxCoeff() * scale;
+      pr = (sr * scale - mx).exp();
+      pr /= pr.sum();
+      if (n < t) RowMap<T>(p + r * t + n, t - n).setZero();
+    }
+  });
+}
+/// ds = scale * p (dp - sum(dp p)) per row (0 above the diagonal).
+template <class T>
+void softmax_causal_backward(const T* p, const T* dp, T* ds, std::int64_t batch, std::int64_t t, T scale) {
+  parallel_for(batch * t, row_grain(t), [&](std::int64_t r0, std::int64_t r1) {
+    for (std::int64_t r = r0; r < r1; ++r) {
+      std::int64_t n = r % t + 1;
+      ConstRowMap<T> pr(p + r * t, n), dpr(dp + r * t, n);
+      T dot = (pr * dpr).sum();
+      RowMap<T>(ds + r * t, n) = scale * pr * (dpr - dot);
+      if (n < t) RowMap<T>(ds + r * t + n, t - n).setZero();
+    }
+  });
+}
+
+/// out[i, :] = table[ids[i], :]
+template <class T, class I>
+void embedding(const I* ids, const T* table, T* out, std::int64_t n, std::int64_t dim) {
+  parallel_for(n, row_grain(dim), [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t i = b; i < e; ++i) RowMap<T>(out + i * dim, dim) = ConstRowMap<T>(table + ids[i] * dim, dim);
+  });
+}
+/// dtable[ids[i], :] += dout[i, :]; serial, since ids repeat.
+template <class T, class I>
+void embedding_backward(const I* ids, const T* dout, T* dtable, std::int64_t n, std::int64_t dim) {
+  for (std::int64_t i = 0; i < n; ++i) RowMap<T>(dtable + ids[i] * dim, dim) += ConstRowMap<T>(dout + i * dim, dim);
+}
+
+/// Sum over rows of -log softmax(logits)[target]; accumulated in double.
+template <class T, class I>
+double cross_entropy(const T* logits, const I* targets, std::int64_t rows, std::int64_t classes) {
+  double total = 0;
+#if defined(_OPENMP)
+#pragma omp parallel for reduction(+ : total) schedule(static) if (rows * classes > kGrain)
+#endif
+  for (std::int64_t r = 0; r < rows; ++r) {
+    ConstRowMap<T> lr(logits + r * classes, classes);
+    T mx = lr.maxCoeff();
+    T lse = mx + std::log((lr - mx).exp().sum());
+    total += static_cast<double>(lse - lr[targets[r]]);
+  }
+  return total;
+}
+/// dlogits = scale * (softmax(logits) - onehot(target))
+template <class T, class I>
+void cross_entropy_backward(const T* logits, const I* targets, T* dlogits, std::int64_t rows,
+                            std::int64_t classes, T scale) {
+  parallel_for(rows, row_grain(classes), [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t r = b; r < e; ++r) {
+      ConstRowMap<T> lr(logits + r * classes, classes);
+      RowMap<T> dr(dlogits + r * classes, classes);
+      T mx = lr.maxCoeff();
+      dr = (lr - mx).exp();
+      dr *= scale / dr.sum();
+      dr[targets[r]] -= scale;
+    }
+  });
+}
+
+/// y = x * keep / (1 - p), keep_i = uniform(key, i) >= p. The mask is a pure function of
+/// (key, i), so backward regenerates it instead of storing it.
+template <class T>
+void dropout(const T* x, T* y, std::int64_t n, double p, std::uint64_t key) {
+  const T keep_scale = T(1.0 / (1.0 - p));
+  parallel_for(n, kGrain, [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t i = b; i < e; ++i)
+      y[i] = uniform01(key, static_cast<std::uint64_t>(i)) >= p ? x[i] * keep_scale : T(0);
+  });
+}
+
+/// Moves heads between the token layout [b, t, row] (head h at columns offset + h*d of a row
+/// of `row` elements) and the head-batched layout [b, h, t, d]. to_heads selects the direction.
+template <class T>
+void permute_heads(T* tokens, T* heads, std::int64_t b, std::int64_t t, std::int64_t h, std::int64_t d,
+                   std::int64_t row, std::int64_t offset, bool to_heads) {
+  parallel_for(b * h, 1, [&](std::int64_t x0, std::int64_t x1) {
+    for (std::int64_t x = x0; x < x1; ++x) {
+      std::int64_t bi = x / h, hi = x % h;
+      for (std::int64_t ti = 0; ti < t; ++ti) {
+        T* tok = tokens + (bi * t + ti) * row + offset + hi * d;
+        T* hd = heads + (x * t + ti) * d;
+        if (to_heads) RowMap<T>(hd, d) = RowMap<T>(tok, d); else RowMap<T>(tok, d) = RowMap<T>(hd, d);
+      }
+    }
+  });
+}
+
+}  // namespace v0
+}  // namespace epl::detail::cpu

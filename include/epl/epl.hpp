@@ -1,0 +1,18 @@
+#pragma once
+/// \file
+/// \brief The CPU-clean umbrella header of epl: everything a host-only program needs. CUDA
+/// lives in epl/device/cuda/*.cuh and is included only from CUDA translation units.
+#include "epl/core/dtype.hpp"
+#include "epl/core/error.hpp"
+#include "epl/core/memory.hpp"
+#include "epl/core/random.hpp"
+#include "epl/core/shape.hpp"
+#include "epl/core/tensor.hpp"
+#include "epl/device/cpu/cpu.hpp"
+#include "epl/device/device.hpp"
+#include "epl/nn/nn.hpp"
+#include "epl/optim/adamw.hpp"
+#include "epl/optim/sgd.hpp"
+#include "epl/runtime/config.hpp"
+#include "epl/runtime/data.hpp"
+#include "epl/runtime/trainer.hpp"

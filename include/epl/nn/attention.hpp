@@ -1,0 +1,116 @@
+#pragma once
+/// \file
+/// \brief nn::CausalSelfAttention (multi-head, GPT-style) and nn::Mlp.
+#include <cmath>
+
+#include "epl/nn/activation.hpp"
+#include "epl/nn/linear.hpp"
+
+namespace epl {
+inline namespace v0 {
+namespace nn {
+
+/// \brief Multi-head causal self-attention over x [batch, t, dim]:
+///   qkv = x Wqkv^T + b  -> q, k, v [batch, heads, t, dim/heads]
+///   o = softmax_causal(q k^T / sqrt(dim/heads)) v;  y = proj(merge heads of o).
+class CausalSelfAttention {
+ public:
+  Linear qkv;   ///< dim -> 3 dim (q, k, v blocks of columns, heads inside each)
+  Linear proj;  ///< dim -> dim
+
+  CausalSelfAttention() = default;
+  CausalSelfAttention(std::int64_t dim, std::int64_t heads)
+      : qkv(dim, 3 * dim), proj(dim, dim), dim_(dim), heads_(heads) {
+    EPL_CHECK(heads > 0 && dim % heads == 0, "CausalSelfAttention(dim ", dim, ", heads ", heads,
+              "): dim must be divisible by heads");
+  }
+  [[nodiscard]] std::int64_t heads() const noexcept { return heads_; }
+
+  template <class V> void visit(V&& v) {
+    v("qkv", qkv);
+    v("proj", proj);
+  }
+
+  template <class Ctx>
+  Tensor forward(Ctx& ctx, const Tensor& x) {
+    EPL_CHECK(x.rank() == 3 && x.dim(2) == dim_, "CausalSelfAttention(dim ", dim_, ") got input ", x.shape(),
+              "; expected [batch, t, ", dim_, "]");
+    const auto& d = ctx.device();
+    const auto b = x.dim(0), t = x.dim(1), hd = dim_ / heads_;
+    Tensor h = qkv.forward(ctx, x);  // [b, t, 3 dim]
+    Tensor q = ctx.empty({b, heads_, t, hd}, x.dtype()), k = ctx.empty_like(q), v = ctx.empty_like(q);
+    d.permute_heads(h, q, 0, true);
+    d.permute_heads(h, k, dim_, true);
+    d.permute_heads(h, v, 2 * dim_, true);
+    const Shape batched{b * heads_, t, hd};
+    Tensor s = ctx.empty({b * heads_, t, t}, x.dtype());
+    d.gemm_batched(q.view(batched), false, k.view(batched), true, s);  // [bh, t, t]
+    Tensor p = ctx.empty_like(s);
+    d.softmax_causal(s, p, scale());
+    Tensor o = ctx.empty(batched, x.dtype());
+    d.gemm_batched(p, false, v.view(batched), false, o);  // [bh, t, hd]
+    Tensor merged = ctx.empty({b, t, dim_}, x.dtype());
+    d.permute_heads(merged, o.view({b, heads_, t, hd}), 0, false);
+    ctx.save(this, {q, k, v, p});
+    return proj.forward(ctx, merged);
+  }
+
+  template <class Ctx>
+  Tensor backward(Ctx& ctx, const Tensor& dy) {
+    Tensor dmerged = proj.backward(ctx, dy);  // [b, t, dim]
+    Saved s = ctx.restore(this);
+    const Tensor &q = s[0], &k = s[1], &v = s[2], &p = s[3];
+    const auto& d = ctx.device();
+    const auto b = q.dim(0), t = q.dim(2), hd = q.dim(3);
+    const Shape batched{b * heads_, t, hd};
+    Tensor dout = ctx.empty(q.shape(), q.dtype());
+    d.permute_heads(dmerged, dout, 0, true);
+    Tensor dp = ctx.empty_like(p);
+    d.gemm_batched(dout.view(batched), false, v.view(batched), true, dp);  // dP = dO V^T
+    Tensor dv = ctx.empty_like(q);
+    d.gemm_batched(p, true, dout.view(batched), false, dv.view(batched));  // dV = P^T dO
+    Tensor ds = ctx.empty_like(p);
+    d.softmax_causal_backward(p, dp, ds, scale());
+    Tensor dq = ctx.empty_like(q), dk = ctx.empty_like(q);
+    d.gemm_batched(ds, false, k.view(batched), false, dq.view(batched));  // dQ = dS K
+    d.gemm_batched(ds, true, q.view(batched), false, dk.view(batched));   // dK = dS^T Q
+    Tensor dh = ctx.empty({b, t, 3 * dim_}, q.dtype());
+    d.permute_heads(dh, dq, 0, false);
+    d.permute_heads(dh, dk, dim_, false);
+    d.permute_heads(dh, dv, 2 * dim_, false);
+    return qkv.backward(ctx, dh);
+  }
+
+ private:
+  [[nodiscard]] double scale() const { return 1.0 / std::sqrt(static_cast<double>(dim_ / heads_)); }
+  std::int64_t dim_ = 0, heads_ = 1;
+};
+
+/// \brief The transformer feed-forward block: proj(GELU(fc(x))), dim -> hidden -> dim.
+class Mlp {
+ public:
+  Linear fc;
+  GELU act;
+  Linear proj;
+
+  Mlp() = default;
+  explicit Mlp(std::int64_t dim, std::int64_t hidden = 0)
+      : fc(dim, hidden ? hidden : 4 * dim), proj(hidden ? hidden : 4 * dim, dim) {}
+
+  template <class V> void visit(V&& v) {
+    v("fc", fc);
+    v("proj", proj);
+  }
+  template <class Ctx>
+  Tensor forward(Ctx& ctx, const Tensor& x) {
+    return proj.forward(ctx, act.forward(ctx, fc.forward(ctx, x)));
+  }
+  template <class Ctx>
+  Tensor backward(Ctx& ctx, const Tensor& dy) {
+    return fc.backward(ctx, act.backward(ctx, proj.backward(ctx, dy)));
+  }
+};
+
+}  // namespace nn
+}  // namespace v0
+}  // namespace epl

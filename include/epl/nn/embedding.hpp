@@ -1,0 +1,75 @@
+#pragma once
+/// \file
+/// \brief nn::Embedding (token ids -> vectors) and nn::PositionEmbedding (adds a learned
+/// vector per position).
+#include "epl/nn/layer.hpp"
+
+namespace epl {
+inline namespace v0 {
+namespace nn {
+
+/// \brief A lookup table [vocab, dim]: ids [...] (i32 or i64) -> [..., dim]. Init N(0, 0.02)
+/// (GPT-2's). Its input has no gradient: backward returns an undefined tensor.
+class Embedding {
+ public:
+  Parameter weight;  ///< [vocab, dim]
+
+  Embedding() = default;
+  Embedding(std::int64_t vocab, std::int64_t dim) : weight(Shape{vocab, dim}, Init::normal(0.02)) {
+    EPL_CHECK(vocab > 0 && dim > 0, "Embedding(", vocab, ", ", dim, "): both sizes must be positive");
+  }
+  template <class V> void visit(V&& v) { v("weight", weight); }
+
+  template <class Ctx>
+  Tensor forward(Ctx& ctx, const Tensor& ids) {
+    Shape out = ids.shape();
+    out.push_back(weight.shape[1]);
+    Tensor y = ctx.empty(out, weight.value.dtype());
+    ctx.device().embedding(ids, weight.value, y);
+    ctx.save(this, {ids});
+    return y;
+  }
+  template <class Ctx>
+  Tensor backward(Ctx& ctx, const Tensor& dy) {
+    Saved s = ctx.restore(this);
+    ctx.device().embedding_backward(s[0], dy, weight.grad);
+    return {};
+  }
+};
+
+/// \brief x [batch, t, dim] + P[0:t] with P [max_len, dim] learned. Init N(0, 0.02).
+class PositionEmbedding {
+ public:
+  Parameter weight;  ///< [max_len, dim]
+
+  PositionEmbedding() = default;
+  PositionEmbedding(std::int64_t max_len, std::int64_t dim) : weight(Shape{max_len, dim}, Init::normal(0.02)) {
+    EPL_CHECK(max_len > 0 && dim > 0, "PositionEmbedding(", max_len, ", ", dim, "): both sizes must be positive");
+  }
+  template <class V> void visit(V&& v) { v("weight", weight); }
+
+  template <class Ctx>
+  Tensor forward(Ctx& ctx, const Tensor& x) {
+    EPL_CHECK(x.rank() == 3 && x.dim(2) == weight.shape[1] && x.dim(1) <= weight.shape[0],
+              "PositionEmbedding(max_len ", weight.shape[0], ", dim ", weight.shape[1], ") got input ", x.shape(),
+              "; expected [batch, t <= ", weight.shape[0], ", ", weight.shape[1], "]");
+    const auto t = x.dim(1), dim = x.dim(2);
+    Tensor y = ctx.empty_like(x);
+    ctx.device().copy(x, y);
+    // [batch, t*dim] rows each plus the flattened table slice [t*dim]
+    ctx.device().add_row_vector(y.view({x.dim(0), t * dim}), weight.value.slice(0, t).view({t * dim}));
+    ctx.save(this, {}, static_cast<std::uint64_t>(t));
+    return y;
+  }
+  template <class Ctx>
+  Tensor backward(Ctx& ctx, const Tensor& dy) {
+    Saved s = ctx.restore(this);
+    const auto t = static_cast<std::int64_t>(s.aux), dim = dy.dim(2);
+    ctx.device().sum_rows(dy.view({dy.dim(0), t * dim}), weight.grad.slice(0, t).view({t * dim}), 1);
+    return dy;
+  }
+};
+
+}  // namespace nn
+}  // namespace v0
+}  // namespace epl

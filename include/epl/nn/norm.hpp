@@ -1,0 +1,51 @@
+#pragma once
+/// \file
+/// \brief nn::LayerNorm over the last dimension.
+#include "epl/nn/layer.hpp"
+
+namespace epl {
+inline namespace v0 {
+namespace nn {
+
+/// \brief y = (x - mean) / sqrt(var + eps) * gamma + beta per row of [..., dim]; gamma = 1,
+/// beta = 0 at init; biased variance (PyTorch's).
+class LayerNorm {
+ public:
+  Parameter gamma;  ///< [dim]
+  Parameter beta;   ///< [dim]
+
+  LayerNorm() = default;
+  explicit LayerNorm(std::int64_t dim, double eps = 1e-5)
+      : gamma(Shape{dim}, Init::ones()), beta(Shape{dim}, Init::zeros()), eps_(eps) {
+    EPL_CHECK(dim > 0, "LayerNorm(", dim, "): the size must be positive");
+  }
+  template <class V> void visit(V&& v) {
+    v("weight", gamma);
+    v("bias", beta);
+  }
+
+  template <class Ctx>
+  Tensor forward(Ctx& ctx, const Tensor& x) {
+    EPL_CHECK(x.shape().back() == gamma.shape[0], "LayerNorm(", gamma.shape[0], ") got input ", x.shape());
+    Tensor y = ctx.empty_like(x);
+    Tensor mean = ctx.empty({x.shape().rows()}, x.dtype());
+    Tensor rstd = ctx.empty({x.shape().rows()}, x.dtype());
+    ctx.device().layer_norm(x, gamma.value, beta.value, y, mean, rstd, eps_);
+    ctx.save(this, {x, mean, rstd});
+    return y;
+  }
+  template <class Ctx>
+  Tensor backward(Ctx& ctx, const Tensor& dy) {
+    Saved s = ctx.restore(this);
+    Tensor dx = ctx.empty_like(s[0]);
+    ctx.device().layer_norm_backward(s[0], gamma.value, s[1], s[2], dy, dx, gamma.grad, beta.grad);
+    return dx;
+  }
+
+ private:
+  double eps_ = 1e-5;
+};
+
+}  // namespace nn
+}  // namespace v0
+}  // namespace epl

@@ -1,0 +1,135 @@
+#pragma once
+/// \file
+/// \brief Token datasets over files, and a deterministic loader of (input, target) windows.
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "epl/core/random.hpp"
+#include "epl/core/tensor.hpp"
+
+namespace epl {
+inline namespace v0 {
+
+/// \brief Inputs and targets of one step; the first dimension is the batch.
+struct Batch {
+  Tensor inputs;
+  Tensor targets;
+};
+
+namespace data {
+
+/// \brief A sequence of token ids in memory: bytes of text files (vocabulary 256), or a
+/// binary file of little-endian int32 ids.
+class TokenDataset {
+ public:
+  /// \brief Byte-level tokens of the concatenated files.
+  static TokenDataset from_text(const std::vector<std::filesystem::path>& files) {
+    EPL_CHECK(!files.empty(), "TokenDataset::from_text: no files given");
+    TokenDataset ds;
+    ds.vocab_ = 256;
+    for (const auto& f : files) {
+      auto bytes = read(f);
+      ds.tokens_.insert(ds.tokens_.end(), bytes.begin(), bytes.end());
+    }
+    return ds;
+  }
+  /// \brief int32 token ids; a size that is not a multiple of 4 or a negative id is a corrupt file.
+  static TokenDataset from_binary(const std::filesystem::path& file) {
+    auto bytes = read(file);
+    EPL_CHECK(bytes.size() % 4 == 0, "token file ", file, " is corrupt: ", bytes.size(),
+              " bytes is not a whole number of int32 ids");
+    TokenDataset ds;
+    ds.tokens_.resize(bytes.size() / 4);
+    for (std::size_t i = 0; i < ds.tokens_.size(); ++i) {
+      auto* b = reinterpret_cast<const unsigned char*>(bytes.data() + 4 * i);
+      auto id = static_cast<std::int32_t>(b[0] | (b[1] << 8) | (b[2] << 16) | (std::uint32_t(b[3]) << 24));
+      EPL_CHECK(id >= 0, "token file ", file, " is corrupt: negative id ", id, " at position ", i);
+      ds.tokens_[i] = id;
+      ds.vocab_ = std::max<std::int64_t>(ds.vocab_, id + 1);
+    }
+    return ds;
+  }
+  /// \brief From ids already in memory.
+  static TokenDataset from_tokens(std::vector<std::int32_t> ids, std::int64_t vocab) {
+    TokenDataset ds;
+    ds.tokens_ = std::move(ids);
+    ds.vocab_ = vocab;
+    return ds;
+  }
+
+  [[nodiscard]] std::int64_t size() const noexcept { return static_cast<std::int64_t>(tokens_.size()); }
+  [[nodiscard]] std::int64_t vocab_size() const noexcept { return vocab_; }
+  [[nodiscard]] const std::vector<std::int32_t>& tokens() const noexcept { return tokens_; }
+
+ private:
+  static std::vector<char> read(const std::filesystem::path& f) {
+    std::ifstream in(f, std::ios::binary);
+    EPL_CHECK(in.good(), "cannot open data file ", f, "; check the path");
+    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  }
+  std::vector<std::int32_t> tokens_;
+  std::int64_t vocab_ = 0;
+};
+
+/// \brief Cuts a dataset into non-overlapping windows of seq_len + 1 tokens (inputs and the
+/// targets shifted by one) and serves them in an order shuffled per epoch from the seed:
+/// every window exactly once per epoch, the same order for the same (seed, epoch).
+class WindowLoader {
+ public:
+  WindowLoader(const TokenDataset& ds, std::int64_t seq_len, std::int64_t batch, std::uint64_t seed)
+      : ds_(&ds), seq_(seq_len), batch_(batch), seed_(seed) {
+    EPL_CHECK(seq_len > 0 && batch > 0, "WindowLoader: seq_len ", seq_len, " and batch ", batch, " must be positive");
+    windows_ = (ds.size() - 1) / seq_len;
+    EPL_CHECK(windows_ >= batch, "dataset of ", ds.size(), " tokens holds ", windows_, " windows of ", seq_len,
+              " tokens, fewer than one batch of ", batch, "; use more data or a smaller batch");
+    shuffle();
+  }
+  [[nodiscard]] std::int64_t windows() const noexcept { return windows_; }
+  [[nodiscard]] std::int64_t epoch() const noexcept { return epoch_; }
+
+  /// \brief The next batch on device d: inputs and targets [batch, seq_len] as int32. An epoch
+  /// ends when fewer than `batch` windows remain (those are dropped for that epoch).
+  template <class D>
+  Batch next(const D& d) {
+    if (cursor_ + batch_ > windows_) {
+      ++epoch_;
+      cursor_ = 0;
+      shuffle();
+    }
+    std::vector<std::int32_t> in(static_cast<std::size_t>(batch_ * seq_)), out(in.size());
+    const auto& t = ds_->tokens();
+    for (std::int64_t b = 0; b < batch_; ++b) {
+      auto start = order_[static_cast<std::size_t>(cursor_ + b)] * seq_;
+      std::copy_n(t.begin() + start, seq_, in.begin() + b * seq_);
+      std::copy_n(t.begin() + start + 1, seq_, out.begin() + b * seq_);
+    }
+    cursor_ += batch_;
+    Batch batch{d.empty({batch_, seq_}, DType::kI32), d.empty({batch_, seq_}, DType::kI32)};
+    d.upload(in.data(), batch.inputs);
+    d.upload(out.data(), batch.targets);
+    return batch;
+  }
+
+ private:
+  void shuffle() {
+    order_.resize(static_cast<std::size_t>(windows_));
+    for (std::int64_t i = 0; i < windows_; ++i) order_[i] = i;
+    auto key = stream_key(seed_, static_cast<std::uint64_t>(epoch_));
+    for (std::int64_t i = windows_ - 1; i > 0; --i) {
+      auto j = static_cast<std::int64_t>(uniform01(key, static_cast<std::uint64_t>(i)) * static_cast<double>(i + 1));
+      std::swap(order_[i], order_[j]);
+    }
+  }
+  const TokenDataset* ds_;
+  std::int64_t seq_, batch_;
+  std::uint64_t seed_;
+  std::int64_t windows_ = 0, cursor_ = 0, epoch_ = 0;
+  std::vector<std::int64_t> order_;
+};
+
+}  // namespace data
+}  // namespace v0
+}  // namespace epl

@@ -1,0 +1,108 @@
+#pragma once
+/// \file
+/// \brief Central finite-difference gradient checks in double precision, for built-in and
+/// user layers alike.
+///
+/// The scalar checked is L(x, θ) = Σ forward(x) ⊙ R for a fixed random R, so backward(R) must
+/// return dL/dx and accumulate dL/dθ. Each checked element is compared as
+/// |analytic − numeric| / max(1, |numeric|) (relative where large, absolute where small).
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "epl/nn/layer.hpp"
+
+namespace epl {
+inline namespace v0 {
+namespace testing {
+
+struct GradcheckOptions {
+  double step = 1e-6;       ///< finite-difference step h
+  double tolerance = 1e-6;  ///< largest accepted error
+  int max_per_tensor = 32;  ///< elements checked per tensor, spread evenly
+  std::uint64_t seed = 7;   ///< projection R, and the pass seed (dropout masks repeat)
+};
+
+struct GradcheckResult {
+  double max_error = 0;
+  std::string worst;  ///< "input[i]" or "<parameter path>[i]" of the largest error
+  int checked = 0;
+  [[nodiscard]] bool ok(double tolerance) const { return checked > 0 && max_error <= tolerance; }
+};
+
+namespace detail {
+inline std::vector<std::int64_t> probe_indices(std::int64_t n, int max) {
+  std::vector<std::int64_t> idx;
+  if (n <= max) for (std::int64_t i = 0; i < n; ++i) idx.push_back(i);
+  else for (int j = 0; j < max; ++j) idx.push_back(j * (n - 1) / (max - 1));
+  return idx;
+}
+/// Checks d(loss)/d(t[i]) against `analytic` for probe indices of a host f64 tensor.
+inline void check_tensor(const Tensor& t, const Tensor& analytic, const std::string& name, const std::function<double()>& loss,
+                         const GradcheckOptions& opt, GradcheckResult& r) {
+  auto v = t.span<double>();
+  auto a = analytic.span<double>();
+  for (auto i : probe_indices(t.numel(), opt.max_per_tensor)) {
+    const double keep = v[i];
+    v[i] = keep + opt.step;
+    const double up = loss();
+    v[i] = keep - opt.step;
+    const double down = loss();
+    v[i] = keep;
+    const double numeric = (up - down) / (2 * opt.step);
+    const double err = std::abs(a[i] - numeric) / std::max(1.0, std::abs(numeric));
+    ++r.checked;
+    if (err > r.max_error) {
+      r.max_error = err;
+      r.worst = name + "[" + std::to_string(i) + "] analytic " + std::to_string(a[i]) + " numeric " + std::to_string(numeric);
+    }
+  }
+}
+}  // namespace detail
+
+/// \brief Checks layer's backward against finite differences at input x (f64, or an index
+/// tensor whose gradient is not checked). The layer must be materialized in f64 on the CPU.
+template <class L>
+GradcheckResult gradcheck(L& layer, const Tensor& x, GradcheckOptions opt = {}) {
+  device::Cpu cpu;
+  const nn::PassOptions pass{true, opt.seed, 0, 0};
+  auto run = [&](nn::CpuContext& ctx) { return nn::forward(layer, ctx, x); };
+  nn::CpuContext probe(cpu, pass);
+  Tensor y0 = run(probe);
+  EPL_CHECK(y0.dtype() == DType::kF64, "gradcheck needs the layer materialized in f64, got ", name_of(y0.dtype()));
+  Tensor proj = cpu.empty(y0.shape(), DType::kF64);
+  auto key = stream_key(opt.seed, 99);
+  for (std::int64_t i = 0; i < proj.numel(); ++i) proj.span<double>()[i] = normal01(key, static_cast<std::uint64_t>(i));
+  auto loss = [&] {
+    nn::CpuContext ctx(cpu, pass);
+    Tensor y = run(ctx);
+    double s = 0;
+    for (std::int64_t i = 0; i < y.numel(); ++i) s += y.span<double>()[i] * proj.span<double>()[i];
+    return s;
+  };
+
+  nn::zero_grad(layer, cpu);
+  nn::CpuContext ctx(cpu, pass);
+  run(ctx);
+  Tensor dx = nn::backward(layer, ctx, proj);
+  EPL_CHECK(ctx.saved_count() == 0, "gradcheck: backward left ", ctx.saved_count(), " saved activation frames behind");
+
+  GradcheckResult r;
+  if (x.dtype() == DType::kF64) {
+    EPL_CHECK(dx.defined() && dx.shape() == x.shape(), "backward returned ", dx.defined() ? dx.shape().str() : "nothing",
+              " for an input of shape ", x.shape());
+    detail::check_tensor(x, dx, "input", loss, opt, r);
+  }
+  nn::visit_parameters(layer, [&](std::string_view name, nn::Parameter& p) {
+    Tensor analytic = cpu.empty(p.shape, DType::kF64);
+    cpu.copy(p.grad, analytic);  // the walk below perturbs values, never gradients
+    detail::check_tensor(p.value, analytic, std::string(name), loss, opt, r);
+  });
+  return r;
+}
+
+}  // namespace testing
+}  // namespace v0
+}  // namespace epl

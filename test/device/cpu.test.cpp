@@ -1,0 +1,227 @@
+// The CPU backend against plain loops written independently here.
+#include "../helpers.hpp"
+
+using namespace epl;
+
+namespace {
+// op(A)[i, k] for A stored row-major as [m, k] or, transposed, [k, m].
+double at(const std::vector<double>& a, bool t, std::int64_t rows, std::int64_t cols, std::int64_t i, std::int64_t k) {
+  return t ? a[k * rows + i] : a[i * cols + k];
+}
+template <class T>
+void check_gemm(bool ta, bool tb) {
+  const std::int64_t m = 5, n = 7, k = 3;
+  Tensor a = test::random<T>(ta ? Shape{k, m} : Shape{m, k}, 1);
+  Tensor b = test::random<T>(tb ? Shape{n, k} : Shape{k, n}, 2);
+  Tensor c = test::random<T>({m, n}, 3);
+  auto av = test::values<T>(a), bv = test::values<T>(b), cv = test::values<T>(c);
+  test::cpu().gemm(a, ta, b, tb, c, 0.5, 2.0);
+  std::vector<double> expect(m * n);
+  for (std::int64_t i = 0; i < m; ++i)
+    for (std::int64_t j = 0; j < n; ++j) {
+      double s = 0;
+      for (std::int64_t p = 0; p < k; ++p) s += at(av, ta, m, k, i, p) * at(bv, tb, k, n, p, j);
+      expect[i * n + j] = 0.5 * s + 2.0 * cv[i * n + j];
+    }
+  CHECK(test::max_rel_diff(test::values<T>(c), expect) < (sizeof(T) == 4 ? 1e-6 : 1e-14));
+}
+}  // namespace
+
+TEST_SUITE("cpu") {
+TEST_CASE("gemm: every transpose combination, f32 and f64, alpha and beta") {
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      CAPTURE(ta);
+      CAPTURE(tb);
+      check_gemm<float>(ta, tb);
+      check_gemm<double>(ta, tb);
+    }
+}
+
+TEST_CASE("gemm: shape mismatch names both operands") {
+  Tensor a = test::random({2, 3}, 1), b = test::random({4, 5}, 2), c = test::random({2, 5}, 3);
+  CHECK_THROWS_WITH_AS(test::cpu().gemm(a, false, b, false, c), doctest::Contains("op(a) is [2, 3], op(b) is [4, 5]"), Error);
+}
+
+TEST_CASE("gemm_batched equals one gemm per block") {
+  auto& d = test::cpu();
+  Tensor a = test::random<double>({4, 3, 5}, 1), b = test::random<double>({4, 6, 5}, 2);
+  Tensor c = d.empty({4, 3, 6}, DType::kF64);
+  d.gemm_batched(a, false, b, true, c);
+  for (std::int64_t i = 0; i < 4; ++i) {
+    Tensor ci = d.empty({3, 6}, DType::kF64);
+    d.gemm(a.slice(i, i + 1).view({3, 5}), false, b.slice(i, i + 1).view({6, 5}), true, ci);
+    CHECK(test::values<double>(c.slice(i, i + 1).view({3, 6})) == test::values<double>(ci));
+  }
+}
+
+TEST_CASE("element-wise: add, mul, axpy, scale, fill, bias broadcast and its gradient") {
+  auto& d = test::cpu();
+  Tensor a = test::tensor({2, 3}, {1, 2, 3, 4, 5, 6}), b = test::tensor({2, 3}, {6, 5, 4, 3, 2, 1});
+  Tensor out = d.empty({2, 3}, DType::kF32);
+  d.add(a, b, out);
+  CHECK(test::values(out) == std::vector<double>(6, 7.0));
+  d.mul(a, b, out);
+  CHECK(test::values(out) == std::vector<double>{6, 10, 12, 12, 10, 6});
+  d.axpy(2.0, a, out);
+  CHECK(test::values(out) == std::vector<double>{8, 14, 18, 20, 20, 18});
+  d.scale(out, 0.5);
+  CHECK(test::values(out) == std::vector<double>{4, 7, 9, 10, 10, 9});
+  d.add_row_vector(out, test::tensor({3}, {1, 0, -1}));
+  CHECK(test::values(out) == std::vector<double>{5, 7, 8, 11, 10, 8});
+  Tensor col = test::tensor({3}, {1, 1, 1});
+  d.sum_rows(out, col, 1.0);
+  CHECK(test::values(col) == std::vector<double>{17, 18, 17});
+  d.fill(out, 2.5);
+  CHECK(test::values(out) == std::vector<double>(6, 2.5));
+  CHECK(d.sum_squares(a) == doctest::Approx(91));
+  CHECK_THROWS_WITH_AS(d.add(a, test::random({4}, 1), out), doctest::Contains("differ in size"), Error);
+}
+
+TEST_CASE("activations: GELU (tanh form) and ReLU with their derivatives") {
+  auto& d = test::cpu();
+  Tensor x = test::tensor<double>({5}, {-3, -0.5, 0, 0.7, 2});
+  Tensor y = d.empty({5}, DType::kF64), dy = test::tensor<double>({5}, {1, 2, 3, 4, 5}), dx = d.empty({5}, DType::kF64);
+  d.gelu(x, y);
+  auto xv = test::values<double>(x);
+  for (int i = 0; i < 5; ++i) {
+    double u = xv[i];
+    double g = 0.5 * u * (1 + std::tanh(std::sqrt(2 / M_PI) * (u + 0.044715 * u * u * u)));
+    CHECK(test::values<double>(y)[i] == doctest::Approx(g).epsilon(1e-14));
+  }
+  d.gelu_backward(x, dy, dx);
+  for (int i = 0; i < 5; ++i) {
+    auto f = [](double u) { return 0.5 * u * (1 + std::tanh(std::sqrt(2 / M_PI) * (u + 0.044715 * u * u * u))); };
+    double num = (f(xv[i] + 1e-6) - f(xv[i] - 1e-6)) / 2e-6;
+    CHECK(test::values<double>(dx)[i] == doctest::Approx((i + 1) * num).epsilon(1e-8));
+  }
+  d.relu(x, y);
+  CHECK(test::values<double>(y) == std::vector<double>{0, 0, 0, 0.7, 2});
+  d.relu_backward(x, dy, dx);
+  CHECK(test::values<double>(dx) == std::vector<double>{0, 0, 0, 4, 5});
+}
+
+TEST_CASE("layer_norm: normalised rows, saved statistics") {
+  auto& d = test::cpu();
+  Tensor x = test::tensor<double>({2, 4}, {1, 2, 3, 4, -1, 0, 1, 6});
+  Tensor g = test::tensor<double>({4}, {1, 2, 1, 1}), b = test::tensor<double>({4}, {0, 0, 1, 0});
+  Tensor y = d.empty({2, 4}, DType::kF64), mean = d.empty({2}, DType::kF64), rstd = d.empty({2}, DType::kF64);
+  d.layer_norm(x, g, b, y, mean, rstd, 1e-5);
+  CHECK(test::values<double>(mean) == std::vector<double>{2.5, 1.5});
+  const double r0 = 1 / std::sqrt(1.25 + 1e-5);
+  CHECK(test::values<double>(rstd)[0] == doctest::Approx(r0).epsilon(1e-14));
+  CHECK(test::values<double>(y)[1] == doctest::Approx(2 * (2 - 2.5) * r0).epsilon(1e-14));
+  CHECK(test::values<double>(y)[2] == doctest::Approx((3 - 2.5) * r0 + 1).epsilon(1e-14));
+}
+
+TEST_CASE("softmax_causal: row i sees columns 0..i and sums to one") {
+  auto& d = test::cpu();
+  Tensor s = test::random<double>({2, 4, 4}, 5), p = d.empty({2, 4, 4}, DType::kF64);
+  d.softmax_causal(s, p, 0.5);
+  auto sv = test::values<double>(s), pv = test::values<double>(p);
+  for (int bt = 0; bt < 8; ++bt) {
+    int i = bt % 4;
+    double z = 0;
+    for (int j = 0; j <= i; ++j) z += std::exp(0.5 * sv[bt * 4 + j]);
+    for (int j = 0; j < 4; ++j) {
+      double expect = j <= i ? std::exp(0.5 * sv[bt * 4 + j]) / z : 0.0;
+      CHECK(pv[bt * 4 + j] == doctest::Approx(expect).epsilon(1e-13));
+    }
+  }
+  CHECK_THROWS_WITH_AS(d.softmax_causal(test::random({2, 3, 4}, 1), test::random({2, 3, 4}, 1), 1.0),
+                       doctest::Contains("needs [batch, t, t]"), Error);
+}
+
+TEST_CASE("embedding: gather, scatter-add with repeated ids, and ids out of range") {
+  auto& d = test::cpu();
+  Tensor table = test::tensor({3, 2}, {0, 1, 10, 11, 20, 21});
+  Tensor ids = d.empty({4}, DType::kI64);
+  std::int64_t idv[] = {2, 0, 2, 1};
+  d.upload(idv, ids);
+  Tensor out = d.empty({4, 2}, DType::kF32);
+  d.embedding(ids, table, out);
+  CHECK(test::values(out) == std::vector<double>{20, 21, 0, 1, 20, 21, 10, 11});
+  Tensor dt = d.zeros({3, 2}, DType::kF32);
+  d.embedding_backward(ids, test::tensor({4, 2}, {1, 1, 2, 2, 3, 3, 4, 4}), dt);
+  CHECK(test::values(dt) == std::vector<double>{2, 2, 4, 4, 4, 4});
+  idv[1] = 3;
+  d.upload(idv, ids);
+  CHECK_THROWS_WITH_AS(d.embedding(ids, table, out), doctest::Contains("id 3 outside [0, 3)"), Error);
+}
+
+TEST_CASE("cross_entropy: loss and gradient against the softmax formula") {
+  auto& d = test::cpu();
+  Tensor logits = test::tensor<double>({2, 3}, {1, 2, 3, 0, 0, 5});
+  Tensor targets = d.empty({2}, DType::kI32);
+  std::int32_t tv[] = {0, 2};
+  d.upload(tv, targets);
+  const double l0 = std::log(std::exp(1) + std::exp(2) + std::exp(3)) - 1;
+  const double l1 = std::log(2 + std::exp(5)) - 5;
+  CHECK(d.cross_entropy(logits, targets) == doctest::Approx(l0 + l1).epsilon(1e-14));
+  Tensor g = d.empty({2, 3}, DType::kF64);
+  d.cross_entropy_backward(logits, targets, g, 0.5);
+  const double z0 = std::exp(1) + std::exp(2) + std::exp(3);
+  CHECK(test::values<double>(g)[0] == doctest::Approx(0.5 * (std::exp(1) / z0 - 1)).epsilon(1e-14));
+  CHECK(test::values<double>(g)[5] == doctest::Approx(0.5 * (std::exp(5) / (2 + std::exp(5)) - 1)).epsilon(1e-14));
+  tv[1] = 7;
+  d.upload(tv, targets);
+  CHECK_THROWS_WITH_AS((void)d.cross_entropy(logits, targets), doctest::Contains("id 7 outside [0, 3)"), Error);
+}
+
+TEST_CASE("dropout: reproducible mask, kept values scaled by 1/(1-p)") {
+  auto& d = test::cpu();
+  Tensor x = d.empty({10000}, DType::kF32);
+  d.fill(x, 1.0);
+  Tensor y1 = d.empty({10000}, DType::kF32), y2 = d.empty({10000}, DType::kF32);
+  d.dropout(x, y1, 0.25, 77);
+  d.dropout(x, y2, 0.25, 77);
+  CHECK(test::values(y1) == test::values(y2));
+  int zeros = 0;
+  for (double v : test::values(y1)) {
+    CHECK((v == 0.0 || v == doctest::Approx(1 / 0.75)));
+    zeros += v == 0.0;
+  }
+  CHECK(zeros > 2300);
+  CHECK(zeros < 2700);
+}
+
+TEST_CASE("permute_heads: token layout to heads and back is the identity") {
+  auto& d = test::cpu();
+  Tensor tok = test::random({2, 3, 12}, 9);  // [b, t, 3 * (h=2 * d=2)]
+  Tensor h = d.empty({2, 2, 3, 2}, DType::kF32);
+  d.permute_heads(tok, h, 4, true);  // the k block
+  // head 1 of batch 0 at time 2 is tokens[0, 2, 4 + 1*2 .. 4 + 1*2 + 2)
+  CHECK(h.span<float>()[((0 * 2 + 1) * 3 + 2) * 2 + 1] == tok.span<float>()[(0 * 3 + 2) * 12 + 4 + 2 + 1]);
+  Tensor back = d.zeros({2, 3, 12}, DType::kF32);
+  d.permute_heads(back, h, 4, false);
+  for (int i = 0; i < 6; ++i)
+    for (int c = 4; c < 8; ++c) CHECK(back.span<float>()[i * 12 + c] == tok.span<float>()[i * 12 + c]);
+}
+
+TEST_CASE("optimizer kernels follow PyTorch's update rules") {
+  auto& d = test::cpu();
+  Tensor p = test::tensor<double>({2}, {1.0, -2.0}), g = test::tensor<double>({2}, {0.5, 0.25});
+  d.sgd_update(p, g, 0.1, 0.01);
+  CHECK(test::values<double>(p)[0] == doctest::Approx(1.0 - 0.1 * (0.5 + 0.01)).epsilon(1e-15));
+  Tensor v = d.zeros({2}, DType::kF64);
+  p = test::tensor<double>({2}, {1.0, -2.0});
+  d.momentum_update(p, g, v, 0.1, 0.9, 0.0, true);
+  // v = g; nesterov: p -= lr (g + mu v) = lr * 1.9 g
+  CHECK(test::values<double>(p)[0] == doctest::Approx(1.0 - 0.1 * 1.9 * 0.5).epsilon(1e-15));
+  Tensor m = d.zeros({2}, DType::kF64), s = d.zeros({2}, DType::kF64);
+  p = test::tensor<double>({2}, {1.0, -2.0});
+  d.adamw_update(p, g, m, s, 0.01, 0.9, 0.999, 1e-8, 0.1, 1);
+  // step 1: mhat = g, vhat = g^2 -> p = p (1 - lr wd) - lr g / (|g| + eps)
+  CHECK(test::values<double>(p)[0] == doctest::Approx(1.0 * (1 - 0.001) - 0.01 * 0.5 / (0.5 + 1e-8)).epsilon(1e-12));
+  CHECK(test::values<double>(p)[1] == doctest::Approx(-2.0 * (1 - 0.001) - 0.01 * 0.25 / (0.25 + 1e-8)).epsilon(1e-12));
+}
+
+TEST_CASE("device concepts: the CPU backend models every refinement") {
+  static_assert(device_memory<device::Cpu>);
+  static_assert(device_blas<device::Cpu>);
+  static_assert(device_math<device::Cpu>);
+  static_assert(device_for_layers<device::Cpu>);
+  static_assert(!device_memory<int>);
+  CHECK(test::cpu().id().kind == DeviceKind::kCpu);
+}
+}

@@ -1,0 +1,52 @@
+#pragma once
+// Small helpers shared by the tests: host tensors from lists and element-wise comparison.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "epl/epl.hpp"
+
+namespace epl::test {
+
+inline device::Cpu& cpu() {
+  static device::Cpu d;
+  return d;
+}
+
+template <class T = float>
+Tensor tensor(Shape s, const std::vector<double>& values, MemoryCategory c = MemoryCategory::kActivations) {
+  Tensor t = cpu().empty(s, dtype_v<T>, c);
+  REQUIRE(static_cast<std::int64_t>(values.size()) == t.numel());
+  for (std::size_t i = 0; i < values.size(); ++i) t.span<T>()[i] = static_cast<T>(values[i]);
+  return t;
+}
+/// Counter-based values in [-1, 1): reproducible inputs.
+template <class T = float>
+Tensor random(Shape s, std::uint64_t seed) {
+  Tensor t = cpu().empty(s, dtype_v<T>);
+  auto key = stream_key(seed, 1);
+  for (std::int64_t i = 0; i < t.numel(); ++i) t.span<T>()[i] = static_cast<T>(2 * uniform01(key, i) - 1);
+  return t;
+}
+inline Tensor ids(Shape s, std::int64_t vocab, std::uint64_t seed) {
+  Tensor t = cpu().empty(s, DType::kI32);
+  auto key = stream_key(seed, 2);
+  for (std::int64_t i = 0; i < t.numel(); ++i) t.span<std::int32_t>()[i] = static_cast<std::int32_t>(uniform01(key, i) * vocab);
+  return t;
+}
+template <class T = float>
+std::vector<double> values(const Tensor& t) {
+  std::vector<double> v;
+  for (auto x : t.span<T>()) v.push_back(static_cast<double>(x));
+  return v;
+}
+/// max |a - b| / max(1, |b|) over all elements.
+inline double max_rel_diff(const std::vector<double>& a, const std::vector<double>& b) {
+  REQUIRE(a.size() == b.size());
+  double m = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) m = std::max(m, std::abs(a[i] - b[i]) / std::max(1.0, std::abs(b[i])));
+  return m;
+}
+
+}  // namespace epl::test

@@ -1,0 +1,133 @@
+// User structs as layers: order of forward and backward, parameter walk, activations in the
+// per-micro-batch context, and clear errors for bad shapes.
+#include "../helpers.hpp"
+
+using namespace epl;
+namespace nn = epl::nn;
+
+namespace {
+struct Recorder {  // records call order, passes data through
+  std::vector<std::string>* log;
+  std::string name;
+  Tensor forward(nn::CpuContext& ctx, const Tensor& x) {
+    log->push_back("f" + name);
+    ctx.save(this, {});
+    return x;
+  }
+  Tensor backward(nn::CpuContext& ctx, const Tensor& dy) {
+    (void)ctx.restore(this);
+    log->push_back("b" + name);
+    return dy;
+  }
+};
+struct Inner { Recorder b; Recorder c; };
+struct Outer { Recorder a; Inner inner; Recorder d; };
+
+struct Net { nn::Linear fc1; nn::ReLU act; nn::Linear fc2; };
+Net net() { return {nn::Linear(4, 8), nn::ReLU{}, nn::Linear(8, 3)}; }
+
+static_assert(nn::layer<Net>);
+static_assert(nn::layer<nn::Linear>);
+static_assert(nn::layer<Outer>);
+static_assert(!nn::layer<int>);
+struct NotALayer { int x; };
+struct HasBadField { nn::Linear ok; NotALayer bad; };
+static_assert(!nn::layer<NotALayer>);
+static_assert(!nn::layer<HasBadField>);
+}  // namespace
+
+TEST_SUITE("cpu") {
+TEST_CASE("aggregate: forward in field order, backward in reverse, recursively") {
+  std::vector<std::string> log;
+  Outer m{{&log, "a"}, {{&log, "b"}, {&log, "c"}}, {&log, "d"}};
+  nn::CpuContext ctx(test::cpu());
+  Tensor y = nn::forward(m, ctx, test::random({2}, 1));
+  nn::backward(m, ctx, y);
+  CHECK(log == std::vector<std::string>{"fa", "fb", "fc", "fd", "bd", "bc", "bb", "ba"});
+  CHECK(ctx.saved_count() == 0);
+}
+
+TEST_CASE("parameters: paths, count, deterministic materialize") {
+  Net m = net();
+  std::vector<std::string> names;
+  nn::visit_parameters(m, [&](std::string_view n, nn::Parameter&) { names.emplace_back(n); });
+  CHECK(names == std::vector<std::string>{"0.weight", "0.bias", "2.weight", "2.bias"});
+  CHECK(nn::parameter_count(m) == 4 * 8 + 8 + 8 * 3 + 3);
+  Net a = net(), b = net(), c = net();
+  nn::materialize(a, test::cpu(), {DType::kF32, 1});
+  nn::materialize(b, test::cpu(), {DType::kF32, 1});
+  nn::materialize(c, test::cpu(), {DType::kF32, 2});
+  CHECK(test::values(a.fc1.weight.value) == test::values(b.fc1.weight.value));
+  CHECK(test::values(a.fc1.weight.value) != test::values(c.fc1.weight.value));
+  for (double w : test::values(a.fc1.weight.value)) CHECK(std::abs(w) <= 0.5);  // U(-1/sqrt(4), 1/sqrt(4))
+  CHECK(a.fc1.weight.value.category() == MemoryCategory::kParameters);
+  CHECK(a.fc1.weight.grad.category() == MemoryCategory::kGradients);
+  nn::CausalSelfAttention attn(8, 2);
+  names.clear();
+  nn::visit_parameters(attn, [&](std::string_view n, nn::Parameter&) { names.emplace_back(n); });
+  CHECK(names == std::vector<std::string>{"qkv.weight", "qkv.bias", "proj.weight", "proj.bias"});
+}
+
+TEST_CASE("activations live in the context: two micro-batches in flight through one model") {
+  Net m = net();
+  nn::materialize(m, test::cpu(), {DType::kF64, 4});
+  Tensor x1 = test::random<double>({3, 4}, 1), x2 = test::random<double>({3, 4}, 2);
+  // sequential reference
+  auto grads = [&] {
+    std::vector<double> g;
+    nn::visit_parameters(m, [&](std::string_view, nn::Parameter& p) {
+      auto v = test::values<double>(p.grad);
+      g.insert(g.end(), v.begin(), v.end());
+    });
+    return g;
+  };
+  nn::zero_grad(m, test::cpu());
+  for (const Tensor* x : {&x1, &x2}) {
+    nn::CpuContext ctx(test::cpu());
+    Tensor y = nn::forward(m, ctx, *x);
+    nn::backward(m, ctx, y);
+  }
+  auto sequential = grads();
+  // interleaved: both forwards first, then both backwards in the other order
+  nn::zero_grad(m, test::cpu());
+  nn::CpuContext c1(test::cpu()), c2(test::cpu());
+  Tensor y1 = nn::forward(m, c1, x1), y2 = nn::forward(m, c2, x2);
+  CHECK(c1.saved_bytes() > 0);
+  nn::backward(m, c2, y2);
+  nn::backward(m, c1, y1);
+  CHECK(test::max_rel_diff(grads(), sequential) < 1e-15);
+}
+
+TEST_CASE("backward out of order or without forward is a clear error") {
+  Net m = net();
+  nn::materialize(m, test::cpu());
+  nn::CpuContext ctx(test::cpu());
+  CHECK_THROWS_WITH_AS(nn::backward(m, ctx, test::random({2, 3}, 1)), doctest::Contains("run forward on this context first"), Error);
+  Tensor h = m.fc1.forward(ctx, test::random({2, 4}, 1));
+  (void)m.act.forward(ctx, h);
+  CHECK_THROWS_WITH_AS(m.fc1.backward(ctx, h), doctest::Contains("backward called out of order"), Error);
+}
+
+TEST_CASE("bad shapes name the layer and the expected shape") {
+  nn::CpuContext ctx(test::cpu());
+  nn::Linear lin(4, 2);
+  nn::materialize(lin, test::cpu());
+  CHECK_THROWS_WITH_AS(lin.forward(ctx, test::random({3, 5}, 1)), doctest::Contains("Linear(4 -> 2) got input [3, 5]"), Error);
+  CHECK_THROWS_WITH_AS(nn::CausalSelfAttention(10, 3), doctest::Contains("dim must be divisible by heads"), Error);
+  nn::PositionEmbedding pos(4, 2);
+  nn::materialize(pos, test::cpu());
+  CHECK_THROWS_WITH_AS(pos.forward(ctx, test::random({1, 6, 2}, 1)), doctest::Contains("t <= 4"), Error);
+  CHECK_THROWS_WITH_AS(nn::Dropout(1.0), doctest::Contains("must be in [0, 1)"), Error);
+}
+
+TEST_CASE("dropout: identity in evaluation, different masks per micro-batch in training") {
+  nn::Dropout drop(0.5);
+  Tensor x = test::random({1000}, 3);
+  nn::CpuContext eval(test::cpu(), {false});
+  CHECK(drop.forward(eval, x).same_as(x));
+  nn::CpuContext m0(test::cpu(), {true, 1, 0, 0}), m1(test::cpu(), {true, 1, 0, 1}), again(test::cpu(), {true, 1, 0, 0});
+  auto a = test::values(drop.forward(m0, x)), b = test::values(drop.forward(m1, x)), c = test::values(drop.forward(again, x));
+  CHECK(a != b);
+  CHECK(a == c);
+}
+}

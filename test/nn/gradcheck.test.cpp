@@ -1,0 +1,100 @@
+// Every layer's backward against central finite differences in double precision.
+#include "../helpers.hpp"
+#include "epl/testing/gradcheck.hpp"
+
+using namespace epl;
+namespace nn = epl::nn;
+
+namespace {
+template <class L>
+void expect_gradients(L layer, const Tensor& x, double tolerance = 1e-6) {
+  nn::materialize(layer, test::cpu(), {DType::kF64, 3});
+  auto r = testing::gradcheck(layer, x);
+  CAPTURE(r.worst);
+  CHECK(r.checked > 0);
+  CHECK(r.max_error <= tolerance);
+}
+struct Block {  // a user struct: an aggregate of layers is a layer
+  nn::Residual<nn::LayerNorm, nn::CausalSelfAttention> attn;
+  nn::Residual<nn::LayerNorm, nn::Mlp> mlp;
+};
+Block block(std::int64_t dim, std::int64_t heads) {
+  return {nn::Residual<nn::LayerNorm, nn::CausalSelfAttention>(nn::LayerNorm(dim), nn::CausalSelfAttention(dim, heads)),
+          nn::Residual<nn::LayerNorm, nn::Mlp>(nn::LayerNorm(dim), nn::Mlp(dim))};
+}
+}  // namespace
+
+TEST_SUITE("cpu") {
+TEST_CASE("gradcheck: Linear, with and without bias") {
+  expect_gradients(nn::Linear(5, 3), test::random<double>({2, 4, 5}, 1));
+  expect_gradients(nn::Linear(4, 6, false), test::random<double>({3, 4}, 2));
+}
+TEST_CASE("gradcheck: Embedding and PositionEmbedding") {
+  expect_gradients(nn::Embedding(7, 4), test::ids({2, 5}, 7, 3));
+  expect_gradients(nn::PositionEmbedding(8, 4), test::random<double>({2, 5, 4}, 4));
+}
+TEST_CASE("gradcheck: LayerNorm") { expect_gradients(nn::LayerNorm(6), test::random<double>({3, 6}, 5)); }
+TEST_CASE("gradcheck: GELU, ReLU") {
+  expect_gradients(nn::GELU{}, test::random<double>({4, 5}, 6));
+  expect_gradients(nn::ReLU{}, test::random<double>({4, 5}, 7));
+}
+TEST_CASE("gradcheck: Dropout (the mask repeats for the same pass)") {
+  expect_gradients(nn::Dropout(0.3), test::random<double>({4, 5}, 8));
+}
+TEST_CASE("gradcheck: CausalSelfAttention") {
+  expect_gradients(nn::CausalSelfAttention(8, 2), test::random<double>({2, 5, 8}, 9));
+}
+TEST_CASE("gradcheck: Mlp, Seq, Residual") {
+  expect_gradients(nn::Mlp(4, 6), test::random<double>({2, 3, 4}, 10));
+  expect_gradients(nn::Seq<nn::Linear, nn::ReLU, nn::Linear>(nn::Linear(3, 5), nn::ReLU{}, nn::Linear(5, 2)),
+                   test::random<double>({4, 3}, 11));
+  expect_gradients(nn::Residual<nn::LayerNorm, nn::Linear>(nn::LayerNorm(4), nn::Linear(4, 4)), test::random<double>({3, 4}, 12));
+}
+TEST_CASE("gradcheck: a user's transformer block struct") { expect_gradients(block(8, 2), test::random<double>({2, 4, 8}, 13)); }
+
+TEST_CASE("gradcheck: SoftmaxCrossEntropy") {
+  auto& d = test::cpu();
+  Tensor logits = test::random<double>({6, 5}, 14);
+  Tensor targets = test::ids({6}, 5, 15);
+  nn::SoftmaxCrossEntropy loss;
+  nn::CpuContext ctx(d);
+  (void)loss.forward(ctx, logits, targets);
+  Tensor g = loss.backward(ctx, 2.0);
+  auto f = [&] {
+    nn::CpuContext c(d);
+    double v = loss.forward(c, logits, targets);
+    (void)c.restore(&loss);
+    return 2.0 * v;
+  };
+  auto lv = logits.span<double>();
+  for (std::int64_t i = 0; i < logits.numel(); ++i) {
+    double keep = lv[i];
+    lv[i] = keep + 1e-6;
+    double up = f();
+    lv[i] = keep - 1e-6;
+    double down = f();
+    lv[i] = keep;
+    CHECK(g.span<double>()[i] == doctest::Approx((up - down) / 2e-6).epsilon(1e-6));
+  }
+}
+
+TEST_CASE("gradcheck detects a wrong backward") {
+  struct WrongScale {  // forward doubles, backward claims it triples
+    Tensor forward(nn::CpuContext& ctx, const Tensor& x) {
+      Tensor y = ctx.empty_like(x);
+      ctx.device().copy(x, y);
+      ctx.device().scale(y, 2.0);
+      return y;
+    }
+    Tensor backward(nn::CpuContext& ctx, const Tensor& dy) {
+      Tensor dx = ctx.empty_like(dy);
+      ctx.device().copy(dy, dx);
+      ctx.device().scale(dx, 3.0);
+      return dx;
+    }
+  } wrong;
+  auto r = testing::gradcheck(wrong, test::random<double>({3}, 1));
+  CHECK(r.max_error > 0.1);
+  CHECK(r.worst.find("input") == 0);
+}
+}

@@ -1,0 +1,91 @@
+// Optimizers over several steps against the update rules written out here, and clipping.
+#include "../helpers.hpp"
+
+using namespace epl;
+namespace nn = epl::nn;
+
+namespace {
+// A one-parameter "model" whose gradient the test sets by hand.
+struct Param1 {
+  nn::Parameter w{Shape{3}, nn::Init::zeros()};
+  template <class V> void visit(V&& v) { v("w", w); }
+};
+std::vector<double> run(auto opt, const std::vector<std::vector<double>>& grads) {
+  Param1 m;
+  nn::materialize(m, test::cpu(), {DType::kF64, 0});
+  double init[] = {1.0, -0.5, 2.0};
+  test::cpu().upload(init, m.w.value);
+  for (const auto& g : grads) {
+    test::cpu().upload(g.data(), m.w.grad);
+    opt.step(m, test::cpu());
+  }
+  return test::values<double>(m.w.value);
+}
+const std::vector<std::vector<double>> kGrads = {{0.1, -0.2, 0.3}, {0.05, 0.1, -0.4}, {-0.3, 0.2, 0.1}};
+}  // namespace
+
+TEST_SUITE("cpu") {
+TEST_CASE("SGD with weight decay") {
+  auto got = run(optim::SGD({.lr = 0.1, .weight_decay = 0.01}), kGrads);
+  std::vector<double> p = {1.0, -0.5, 2.0};
+  for (const auto& g : kGrads)
+    for (int i = 0; i < 3; ++i) p[i] -= 0.1 * (g[i] + 0.01 * p[i]);
+  CHECK(test::max_rel_diff(got, p) < 1e-15);
+}
+TEST_CASE("Momentum, plain and Nesterov") {
+  for (bool nesterov : {false, true}) {
+    auto got = run(optim::Momentum({.lr = 0.1, .momentum = 0.9, .nesterov = nesterov}), kGrads);
+    std::vector<double> p = {1.0, -0.5, 2.0}, v(3, 0.0);
+    for (const auto& g : kGrads)
+      for (int i = 0; i < 3; ++i) {
+        v[i] = 0.9 * v[i] + g[i];
+        p[i] -= 0.1 * (nesterov ? g[i] + 0.9 * v[i] : v[i]);
+      }
+    CAPTURE(nesterov);
+    CHECK(test::max_rel_diff(got, p) < 1e-15);
+  }
+}
+TEST_CASE("AdamW with bias correction and decoupled decay") {
+  auto got = run(optim::AdamW({.lr = 0.01, .beta1 = 0.9, .beta2 = 0.99, .eps = 1e-8, .weight_decay = 0.1}), kGrads);
+  std::vector<double> p = {1.0, -0.5, 2.0}, m(3, 0.0), v(3, 0.0);
+  int t = 0;
+  for (const auto& g : kGrads) {
+    ++t;
+    for (int i = 0; i < 3; ++i) {
+      p[i] *= 1 - 0.01 * 0.1;
+      m[i] = 0.9 * m[i] + 0.1 * g[i];
+      v[i] = 0.99 * v[i] + 0.01 * g[i] * g[i];
+      double mh = m[i] / (1 - std::pow(0.9, t)), vh = v[i] / (1 - std::pow(0.99, t));
+      p[i] -= 0.01 * mh / (std::sqrt(vh) + 1e-8);
+    }
+  }
+  CHECK(test::max_rel_diff(got, p) < 1e-13);
+}
+TEST_CASE("optimizer state is accounted as optimizer state") {
+  device::Cpu dev(30);
+  Param1 m;
+  nn::materialize(m, dev, {DType::kF32, 0});
+  optim::AdamW opt({});
+  opt.step(m, dev);
+  CHECK(memory_stats(dev.id()).current_of(MemoryCategory::kOptimizerState) == 2 * 3 * 4);
+  CHECK(opt.steps() == 1);
+}
+TEST_CASE("clip_grad_norm scales to the max norm and reports the norm before") {
+  Param1 m;
+  nn::materialize(m, test::cpu(), {DType::kF64, 0});
+  double g[] = {3, 0, 4};
+  test::cpu().upload(g, m.w.grad);
+  CHECK(optim::clip_grad_norm(m, test::cpu(), 1.0) == doctest::Approx(5.0));
+  CHECK(test::values<double>(m.w.grad)[2] == doctest::Approx(0.8).epsilon(1e-6));
+  CHECK(optim::clip_grad_norm(m, test::cpu(), 10.0) == doctest::Approx(1.0).epsilon(1e-6));
+  CHECK(test::values<double>(m.w.grad)[2] == doctest::Approx(0.8).epsilon(1e-6));  // unchanged
+  CHECK_THROWS_WITH_AS(optim::clip_grad_norm(m, test::cpu(), 0.0), doctest::Contains("must be positive"), Error);
+}
+TEST_CASE("bad hyper-parameters are rejected with the value") {
+  CHECK_THROWS_WITH_AS(optim::AdamW({.lr = -1}), doctest::Contains("learning rate -1 must be positive"), Error);
+  CHECK_THROWS_WITH_AS(optim::Momentum({.momentum = 1.5}), doctest::Contains("momentum 1.5"), Error);
+  static_assert(optim::optimizer<optim::AdamW>);
+  static_assert(optim::optimizer<optim::SGD>);
+  static_assert(!optim::optimizer<int>);
+}
+}
