@@ -1,1 +1,48 @@
-int main(){}
+// EPL's quick start in epl: a small dense network on random data, trained with the momentum
+// optimizer, printing the loss each iteration.
+//
+//   EPL (TensorFlow)                                   epl (C++)
+//   epl.init(); epl.set_default_strategy(replicate(1))   a bare model trains as Replicate<1, Model>
+//   x: 500 x 20 random ints, labels 0..9, batch 10      the same
+//   dense(2) -> dense(10) -> sparse softmax xent        Net { Linear(20, 2); Linear(2, 10); }
+//   MomentumOptimizer(lr=0.001, momentum=0.9)           optim::Momentum({.lr = 0.001, .momentum = 0.9})
+#include <epl/epl.hpp>
+
+#include <cstdio>
+#include <string>
+
+namespace nn = epl::nn;
+
+struct Net {
+  nn::Linear dense1;
+  nn::Linear dense2;
+};
+
+int main(int argc, char** argv) try {
+  auto cfg = epl::Config::from_args(argc, argv);
+  int epochs = 1;
+  for (const auto& a : cfg.program_args())
+    if (a.rfind("--epochs=", 0) == 0) epochs = std::stoi(a.substr(9));
+
+  epl::device::Cpu cpu;
+  constexpr std::int64_t kSamples = 500, kFeatures = 20, kClasses = 10, kBatch = 10;
+  // Random data as in EPL's example: integer features in [0, 10), labels in [0, 10).
+  auto key = epl::stream_key(2022, 0);
+  epl::Tensor x = cpu.empty({kSamples, kFeatures}, epl::DType::kF32);
+  epl::Tensor y = cpu.empty({kSamples}, epl::DType::kI32);
+  for (std::int64_t i = 0; i < x.numel(); ++i) x.span<float>()[i] = static_cast<float>(static_cast<int>(epl::uniform01(key, i) * 10));
+  for (std::int64_t i = 0; i < kSamples; ++i) y.span<std::int32_t>()[i] = static_cast<std::int32_t>(epl::uniform01(key, 1000000 + i) * kClasses);
+
+  epl::Trainer<Net, epl::optim::Momentum> trainer(cpu, cfg, Net{nn::Linear(kFeatures, 2), nn::Linear(2, kClasses)},
+                                                  epl::optim::Momentum({.lr = 0.001, .momentum = 0.9}));
+  int iteration = 0;
+  for (int e = 0; e < epochs; ++e)
+    for (std::int64_t b = 0; b < kSamples; b += kBatch) {
+      double loss = trainer.step({x.slice(b, b + kBatch), y.slice(b, b + kBatch)});
+      std::printf("Iteration %d, loss: %.6f\n", iteration++, loss);
+    }
+  return 0;
+} catch (const epl::Error& e) {
+  std::fprintf(stderr, "%s\n", e.what());
+  return 2;
+}

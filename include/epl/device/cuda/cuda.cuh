@@ -1,0 +1,232 @@
+#pragma once
+/// \file
+/// \brief device::Cuda — one CUDA device: memory from a caching allocator, work enqueued on
+/// the device's own stream, GEMM through cuBLAS, element-wise kernels of our own.
+///
+/// Models device_math (memory, BLAS, element-wise). The layer kernels of device_for_layers
+/// (norms, softmax, embedding, cross-entropy, optimizer updates) follow in a later step;
+/// docs/architecture.md tracks what each backend models.
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "epl/core/tensor.hpp"
+#include "epl/device/cuda/check.cuh"
+#include "epl/device/cuda/kernels.cuh"
+
+namespace epl {
+inline namespace v0 {
+namespace device {
+
+/// \brief Device memory with freed blocks cached by size (cudaMalloc synchronises the device,
+/// so a training step must not call it per tensor).
+class CudaAllocator final : public Allocator {
+ public:
+  explicit CudaAllocator(int index) : device_{DeviceKind::kCuda, index} {}
+  ~CudaAllocator() override { release_cached(); }
+  void* allocate(std::size_t bytes) override {
+    auto size = round(bytes);
+    {
+      std::lock_guard lock(mutex_);
+      auto& list = free_[size];
+      if (!list.empty()) {
+        void* p = list.back();
+        list.pop_back();
+        return p;
+      }
+    }
+    void* p = nullptr;
+    EPL_CUDA_CHECK(cudaSetDevice(device_.index));
+    EPL_CUDA_CHECK(cudaMalloc(&p, size));
+    memory_account(device_).reserve(static_cast<std::int64_t>(size));
+    return p;
+  }
+  void deallocate(void* p, std::size_t bytes) noexcept override {
+    if (!p) return;
+    std::lock_guard lock(mutex_);
+    try { free_[round(bytes)].push_back(p); } catch (...) { cudaFree(p); }
+  }
+  [[nodiscard]] DeviceId device() const noexcept override { return device_; }
+  void release_cached() noexcept {
+    std::lock_guard lock(mutex_);
+    for (auto& [size, list] : free_) {
+      for (void* p : list) cudaFree(p);
+      memory_account(device_).reserve(-static_cast<std::int64_t>(size * list.size()));
+      list.clear();
+    }
+  }
+
+ private:
+  static std::size_t round(std::size_t bytes) { return (bytes + 511) / 512 * 512; }
+  DeviceId device_;
+  std::mutex mutex_;
+  std::map<std::size_t, std::vector<void*>> free_;
+};
+
+/// \brief One CUDA device and its stream. Operations are asynchronous on the stream;
+/// download() and synchronize() wait for them.
+class Cuda {
+ public:
+  static constexpr DeviceKind kind = DeviceKind::kCuda;
+
+  explicit Cuda(int index = 0) : alloc_(std::make_unique<CudaAllocator>(index)) {
+    int n = cuda_device_count();
+    EPL_CHECK(index >= 0 && index < n, "CUDA device ", index, " requested, ", n, " visible; check CUDA_VISIBLE_DEVICES");
+    EPL_CUDA_CHECK(cudaSetDevice(index));
+    EPL_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    EPL_CUBLAS_CHECK(cublasCreate(&blas_));
+    EPL_CUBLAS_CHECK(cublasSetStream(blas_, stream_));
+  }
+  ~Cuda() {
+    if (blas_) cublasDestroy(blas_);
+    if (stream_) cudaStreamDestroy(stream_);
+  }
+  Cuda(const Cuda&) = delete;
+  Cuda& operator=(const Cuda&) = delete;
+
+  [[nodiscard]] DeviceId id() const noexcept { return alloc_->device(); }
+  [[nodiscard]] Allocator& allocator() const noexcept { return *alloc_; }
+  [[nodiscard]] cudaStream_t stream() const noexcept { return stream_; }
+  void synchronize() const { EPL_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+  // ---- memory ------------------------------------------------------------------------
+  [[nodiscard]] Tensor empty(Shape s, DType t, MemoryCategory c = MemoryCategory::kActivations) const {
+    return Tensor(*alloc_, s, t, c);
+  }
+  [[nodiscard]] Tensor zeros(Shape s, DType t, MemoryCategory c = MemoryCategory::kActivations) const {
+    Tensor x = empty(s, t, c);
+    EPL_CUDA_CHECK(cudaMemsetAsync(x.raw(), 0, x.bytes(), stream_));
+    return x;
+  }
+  void copy(const Tensor& src, const Tensor& dst) const {
+    same(src, dst, "copy");
+    EPL_CUDA_CHECK(cudaMemcpyAsync(dst.raw(), src.raw(), src.bytes(), cudaMemcpyDeviceToDevice, stream_));
+  }
+  /// Host -> device; the host buffer may be reused as soon as this returns.
+  void upload(const void* host, const Tensor& dst) const {
+    EPL_CUDA_CHECK(cudaMemcpyAsync(dst.raw(), host, dst.bytes(), cudaMemcpyHostToDevice, stream_));
+    synchronize();
+  }
+  void download(const Tensor& src, void* host) const {
+    EPL_CUDA_CHECK(cudaMemcpyAsync(host, src.raw(), src.bytes(), cudaMemcpyDeviceToHost, stream_));
+    synchronize();
+  }
+  void fill(const Tensor& x, double v) const {
+    visit_floating(x.dtype(), [&]<class T>() { launch(detail::cuda::fill<N<T>>, x.numel(), ptr<T>(x), x.numel(), v); });
+  }
+  void cast(const Tensor& src, const Tensor& dst) const {
+    EPL_CHECK(src.numel() == dst.numel(), "cast of ", src.shape(), " into ", dst.shape());
+    visit_floating(src.dtype(), [&]<class From>() {
+      visit_floating(dst.dtype(), [&]<class To>() {
+        launch(detail::cuda::cast<N<From>, N<To>>, src.numel(), ptr<From>(src), ptr<To>(dst), src.numel());
+      });
+    });
+  }
+
+  // ---- BLAS (cuBLAS is column-major: row-major C = op(A) op(B) is C^T = op(B)^T op(A)^T) ----
+  void gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& c, double alpha = 1, double beta = 0) const {
+    std::int64_t m = ta ? a.shape().back() : a.shape().rows(), k = ta ? a.shape().rows() : a.shape().back();
+    std::int64_t kb = tb ? b.shape().back() : b.shape().rows(), n = tb ? b.shape().rows() : b.shape().back();
+    EPL_CHECK(k == kb && c.shape().rows() == m && c.shape().back() == n, "gemm: op(a) is [", m, ", ", k, "], op(b) is [", kb,
+              ", ", n, "], c is ", c.shape());
+    gemm_strided(1, ta, tb, m, n, k, alpha, a, 0, b, 0, beta, c, 0);
+  }
+  void gemm_batched(const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& c, double alpha = 1, double beta = 0) const {
+    EPL_CHECK(a.rank() == 3 && b.rank() == 3 && c.rank() == 3 && a.dim(0) == b.dim(0) && a.dim(0) == c.dim(0),
+              "gemm_batched needs rank-3 tensors of one batch: ", a.shape(), b.shape(), c.shape());
+    std::int64_t m = ta ? a.dim(2) : a.dim(1), k = ta ? a.dim(1) : a.dim(2);
+    std::int64_t kb = tb ? b.dim(2) : b.dim(1), n = tb ? b.dim(1) : b.dim(2);
+    EPL_CHECK(k == kb && c.dim(1) == m && c.dim(2) == n, "gemm_batched: shapes ", a.shape(), b.shape(), c.shape());
+    gemm_strided(a.dim(0), ta, tb, m, n, k, alpha, a, m * k, b, k * n, beta, c, m * n);
+  }
+
+  // ---- element-wise ------------------------------------------------------------------
+  void add(const Tensor& a, const Tensor& b, const Tensor& out) const { binary(detail_add(), a, b, out, "add"); }
+  void mul(const Tensor& a, const Tensor& b, const Tensor& out) const { binary(detail_mul(), a, b, out, "mul"); }
+  void axpy(double alpha, const Tensor& x, const Tensor& y) const {
+    same(x, y, "axpy");
+    visit_compute(x.dtype(), [&]<class T>() { launch(detail::cuda::axpy<T>, x.numel(), T(alpha), ptr<T>(x), ptr<T>(y), x.numel()); });
+  }
+  void scale(const Tensor& x, double alpha) const {
+    visit_compute(x.dtype(), [&]<class T>() { launch(detail::cuda::scale<T>, x.numel(), ptr<T>(x), x.numel(), T(alpha)); });
+  }
+  void add_row_vector(const Tensor& y, const Tensor& v) const {
+    EPL_CHECK(v.numel() == y.shape().back(), "add_row_vector: vector ", v.shape(), " for rows of ", y.shape());
+    visit_compute(y.dtype(), [&]<class T>() {
+      launch(detail::cuda::add_row_vector<T>, y.numel(), ptr<T>(y), ptr<T>(v), y.numel(), y.shape().back());
+    });
+  }
+  void gelu(const Tensor& x, const Tensor& y) const {
+    same(x, y, "gelu");
+    visit_compute(x.dtype(), [&]<class T>() { launch(detail::cuda::gelu<T>, x.numel(), ptr<T>(x), ptr<T>(y), x.numel()); });
+  }
+  void relu(const Tensor& x, const Tensor& y) const {
+    same(x, y, "relu");
+    visit_compute(x.dtype(), [&]<class T>() { launch(detail::cuda::relu<T>, x.numel(), ptr<T>(x), ptr<T>(y), x.numel()); });
+  }
+  void gelu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx) const {
+    same(x, dy, "gelu_backward");
+    same(x, dx, "gelu_backward");
+    visit_compute(x.dtype(), [&]<class T>() {
+      launch(detail::cuda::gelu_backward<T>, x.numel(), ptr<T>(x), ptr<T>(dy), ptr<T>(dx), x.numel());
+    });
+  }
+  void relu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx) const {
+    same(x, dy, "relu_backward");
+    same(x, dx, "relu_backward");
+    visit_compute(x.dtype(), [&]<class T>() {
+      launch(detail::cuda::relu_backward<T>, x.numel(), ptr<T>(x), ptr<T>(dy), ptr<T>(dx), x.numel());
+    });
+  }
+
+ private:
+  template <class T> using N = detail::cuda::native_t<T>;
+  template <class T> static N<T>* ptr(const Tensor& t) { return reinterpret_cast<N<T>*>(t.data<T>()); }
+  struct detail_add {};
+  struct detail_mul {};
+
+  template <class... KArgs, class... Args>
+  void launch(void (*kernel)(KArgs...), std::int64_t n, Args... args) const {
+    if (n == 0) return;
+    kernel<<<detail::cuda::blocks_for(n), 256, 0, stream_>>>(args...);
+    EPL_CUDA_CHECK(cudaGetLastError());
+  }
+  template <class Op>
+  void binary(Op, const Tensor& a, const Tensor& b, const Tensor& out, const char* op) const {
+    same(a, b, op);
+    same(a, out, op);
+    visit_floating(a.dtype(), [&]<class T>() {
+      if constexpr (std::is_same_v<Op, detail_add>) launch(detail::cuda::add<N<T>>, a.numel(), ptr<T>(a), ptr<T>(b), ptr<T>(out), a.numel());
+      else launch(detail::cuda::mul<N<T>>, a.numel(), ptr<T>(a), ptr<T>(b), ptr<T>(out), a.numel());
+    });
+  }
+  void gemm_strided(std::int64_t batch, bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, double alpha,
+                    const Tensor& a, std::int64_t sa, const Tensor& b, std::int64_t sb, double beta, const Tensor& c,
+                    std::int64_t sc) const {
+    EPL_CHECK(a.dtype() == b.dtype() && a.dtype() == c.dtype(), "gemm: dtypes ", name_of(a.dtype()), ", ", name_of(b.dtype()),
+              ", ", name_of(c.dtype()), " differ");
+    const std::int64_t lda = ta ? m : k, ldb = tb ? k : n;
+    const auto opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    visit_compute(a.dtype(), [&]<class T>() {
+      const T al = T(alpha), be = T(beta);
+      constexpr auto type = std::is_same_v<T, float> ? CUDA_R_32F : CUDA_R_64F;
+      constexpr auto compute = std::is_same_v<T, float> ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_64F;
+      EPL_CUBLAS_CHECK(cublasGemmStridedBatchedEx(blas_, opb, opa, static_cast<int>(n), static_cast<int>(m), static_cast<int>(k),
+                                                  &al, b.raw(), type, static_cast<int>(ldb), sb, a.raw(), type,
+                                                  static_cast<int>(lda), sa, &be, c.raw(), type, static_cast<int>(n), sc,
+                                                  static_cast<int>(batch), compute, CUBLAS_GEMM_DEFAULT));
+    });
+  }
+  static void same(const Tensor& a, const Tensor& b, const char* op) {
+    EPL_CHECK(a.dtype() == b.dtype() && a.numel() == b.numel(), op, ": ", a.shape(), " ", name_of(a.dtype()), " and ",
+              b.shape(), " ", name_of(b.dtype()), " differ");
+  }
+
+  std::unique_ptr<CudaAllocator> alloc_;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t blas_ = nullptr;
+};
+
+}  // namespace device
+}  // namespace v0
+}  // namespace epl

@@ -1,0 +1,69 @@
+#pragma once
+/// \file
+/// \brief Element-wise CUDA kernels (grid-stride loops), typed like the CPU ones.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+namespace epl::detail::cuda {
+inline namespace v0 {
+
+/// The CUDA type of each epl element type.
+template <class T> struct native { using type = T; };
+template <> struct native<Eigen::half> { using type = __half; };
+template <> struct native<Eigen::bfloat16> { using type = __nv_bfloat16; };
+template <class T> using native_t = typename native<T>::type;
+
+template <class To, class From> __device__ inline To convert(From x) { return static_cast<To>(static_cast<float>(x)); }
+template <> __device__ inline double convert<double, double>(double x) { return x; }
+template <> __device__ inline double convert<double, float>(float x) { return x; }
+template <> __device__ inline __half convert<__half, float>(float x) { return __float2half_rn(x); }
+template <> __device__ inline __half convert<__half, double>(double x) { return __double2half(x); }
+template <> __device__ inline __nv_bfloat16 convert<__nv_bfloat16, float>(float x) { return __float2bfloat16_rn(x); }
+template <> __device__ inline __nv_bfloat16 convert<__nv_bfloat16, double>(double x) { return __double2bfloat16(x); }
+template <> __device__ inline __half convert<__half, __half>(__half x) { return x; }
+template <> __device__ inline __nv_bfloat16 convert<__nv_bfloat16, __nv_bfloat16>(__nv_bfloat16 x) { return x; }
+template <> __device__ inline __half convert<__half, __nv_bfloat16>(__nv_bfloat16 x) { return __float2half_rn(__bfloat162float(x)); }
+template <> __device__ inline __nv_bfloat16 convert<__nv_bfloat16, __half>(__half x) { return __float2bfloat16_rn(__half2float(x)); }
+
+#define EPL_GRID_STRIDE(i, n) \
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < (n); i += static_cast<std::int64_t>(blockDim.x) * gridDim.x)
+
+template <class T> __global__ void fill(T* y, std::int64_t n, double v) { EPL_GRID_STRIDE(i, n) y[i] = convert<T>(v); }
+template <class From, class To> __global__ void cast(const From* x, To* y, std::int64_t n) { EPL_GRID_STRIDE(i, n) y[i] = convert<To>(x[i]); }
+template <class T> __global__ void add(const T* a, const T* b, T* out, std::int64_t n) { EPL_GRID_STRIDE(i, n) out[i] = a[i] + b[i]; }
+template <class T> __global__ void mul(const T* a, const T* b, T* out, std::int64_t n) { EPL_GRID_STRIDE(i, n) out[i] = a[i] * b[i]; }
+template <class T> __global__ void axpy(T alpha, const T* x, T* y, std::int64_t n) { EPL_GRID_STRIDE(i, n) y[i] += alpha * x[i]; }
+template <class T> __global__ void scale(T* y, std::int64_t n, T alpha) { EPL_GRID_STRIDE(i, n) y[i] *= alpha; }
+template <class T> __global__ void add_row_vector(T* y, const T* v, std::int64_t n, std::int64_t cols) {
+  EPL_GRID_STRIDE(i, n) y[i] += v[i % cols];
+}
+// GELU, tanh form, and its derivative (see device/cpu/elementwise.hpp).
+template <class T> __global__ void gelu(const T* x, T* y, std::int64_t n) {
+  EPL_GRID_STRIDE(i, n) {
+    T u = x[i];
+    y[i] = T(0.5) * u * (T(1) + tanh(T(0.7978845608028654) * (u + T(0.044715) * u * u * u)));
+  }
+}
+template <class T> __global__ void gelu_backward(const T* x, const T* dy, T* dx, std::int64_t n) {
+  EPL_GRID_STRIDE(i, n) {
+    T u = x[i], c = T(0.7978845608028654), k = T(0.044715);
+    T t = tanh(c * (u + k * u * u * u));
+    dx[i] = dy[i] * (T(0.5) * (T(1) + t) + T(0.5) * u * (T(1) - t * t) * c * (T(1) + T(3) * k * u * u));
+  }
+}
+template <class T> __global__ void relu(const T* x, T* y, std::int64_t n) { EPL_GRID_STRIDE(i, n) y[i] = x[i] > T(0) ? x[i] : T(0); }
+template <class T> __global__ void relu_backward(const T* x, const T* dy, T* dx, std::int64_t n) {
+  EPL_GRID_STRIDE(i, n) dx[i] = x[i] > T(0) ? dy[i] : T(0);
+}
+#undef EPL_GRID_STRIDE
+
+/// Launch geometry for n elements: 256 threads a block, at most 4096 blocks (grid-stride).
+inline dim3 blocks_for(std::int64_t n) {
+  auto b = (n + 255) / 256;
+  return dim3(static_cast<unsigned>(b < 1 ? 1 : (b > 4096 ? 4096 : b)));
+}
+
+}  // namespace v0
+}  // namespace epl::detail::cuda
