@@ -1,1 +1,87 @@
+// epl against PyTorch: the tiny GPT of tools/torch_reference.py, same parameters, same data;
+// loss, logits and every parameter gradient must agree (both run in double precision).
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
 #include "../helpers.hpp"
+
+using namespace epl;
+namespace nn = epl::nn;
+
+namespace {
+struct Block {
+  nn::Residual<nn::LayerNorm, nn::CausalSelfAttention> attn;
+  nn::Residual<nn::LayerNorm, nn::Mlp> mlp;
+};
+struct TinyGpt {
+  nn::Embedding tok;
+  nn::PositionEmbedding pos;
+  Block block;
+  nn::LayerNorm ln;
+  nn::Linear lm;
+};
+struct Golden {
+  double loss = 0;
+  std::vector<double> logits;
+  std::vector<std::vector<double>> grads;
+};
+Golden read_golden() {
+  std::ifstream in(std::string(EPL_GOLDEN_DIR) + "/gpt_tiny.txt");
+  REQUIRE(in.good());
+  Golden g;
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream s(line);
+    std::string tag;
+    s >> tag;
+    std::vector<double> v;
+    if (tag == "loss") s >> g.loss;
+    else if (tag == "logits") for (double x; s >> x;) g.logits.push_back(x);
+    else if (tag == "grad") {
+      int k;
+      s >> k;
+      for (double x; s >> x;) v.push_back(x);
+      g.grads.push_back(v);
+    }
+  }
+  return g;
+}
+}  // namespace
+
+TEST_SUITE("cpu") {
+TEST_CASE("a tiny GPT matches PyTorch: loss, logits and all gradients") {
+  const std::int64_t V = 11, T = 5, C = 8, H = 2, B = 2;
+  Golden g = read_golden();
+  REQUIRE(g.grads.size() == 18);
+  TinyGpt m{nn::Embedding(V, C), nn::PositionEmbedding(T, C),
+            Block{nn::Residual<nn::LayerNorm, nn::CausalSelfAttention>(nn::LayerNorm(C), nn::CausalSelfAttention(C, H)),
+                  nn::Residual<nn::LayerNorm, nn::Mlp>(nn::LayerNorm(C), nn::Mlp(C))},
+            nn::LayerNorm(C), nn::Linear(C, V)};
+  nn::materialize(m, test::cpu(), {DType::kF64, 0});
+  int k = 0;
+  nn::visit_parameters(m, [&](std::string_view name, nn::Parameter& p) {
+    const bool ln_weight = name.ends_with("weight") && p.shape.rank() == 1;
+    auto v = p.value.span<double>();
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] = 0.3 * std::sin(0.9 * (k + 1) + 0.37 * i) + (ln_weight ? 1.0 : 0.0);
+    ++k;
+  });
+  Tensor ids = test::cpu().empty({B, T}, DType::kI64), targets = test::cpu().empty({B, T}, DType::kI64);
+  for (std::int64_t i = 0; i < B * T; ++i) {
+    ids.span<std::int64_t>()[i] = (3 * i + 1) % V;
+    targets.span<std::int64_t>()[i] = (5 * i + 2) % V;
+  }
+  nn::CpuContext ctx(test::cpu());
+  nn::SoftmaxCrossEntropy xent;
+  Tensor logits = nn::forward(m, ctx, ids);
+  double loss = xent.forward(ctx, logits, targets);
+  nn::backward(m, ctx, xent.backward(ctx));
+  CHECK(loss == doctest::Approx(g.loss).epsilon(1e-12));
+  CHECK(test::max_rel_diff(test::values<double>(logits), g.logits) < 1e-12);
+  k = 0;
+  nn::visit_parameters(m, [&](std::string_view name, nn::Parameter& p) {
+    CAPTURE(name);
+    CHECK(test::max_rel_diff(test::values<double>(p.grad), g.grads[k++]) < 1e-12);
+  });
+}
+}
