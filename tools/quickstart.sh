@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-demo}
-packages=(cmake ninja-build g++ libeigen3-dev libboost1.81-dev doctest-dev fortunes-min fortunes)
+packages=(cmake ninja-build g++ libeigen3-dev libboost1.81-dev doctest-dev libopenmpi-dev openmpi-bin fortunes-min fortunes)
 
 missing=()
 for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
@@ -26,7 +26,7 @@ case "$mode" in
   test)
     cuda=OFF; command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ] && cuda=ON
     export PATH=/usr/local/cuda/bin:$PATH
-    cmake --preset ci -DEPL_ENABLE_CUDA=$cuda
+    cmake --preset ci -DEPL_ENABLE_CUDA=$cuda -DEPL_ENABLE_NCCL=$cuda
     cmake --build --preset ci
     ctest --preset ci
     ;;

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Communication bandwidth on 2 ranks, 4 KiB to 256 MiB: epl's thread backend and MPI backend,
+# a plain MPI_Allreduce loop (run alternately with epl's, in the same job), and PyTorch's gloo.
+# busbw = algbw * 2(n-1)/n for all_reduce. Writes bench/results/comm.json.
+#   bench/run_comm.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cmake --preset cpu-release >/dev/null
+cmake --build --preset cpu-release --target bench_comm_threads bench_comm_mpi >/dev/null
+mkdir -p bench/results
+root=""; [ "$(id -u)" -eq 0 ] && root="--allow-run-as-root"
+./build/cpu-release/bench/bench_comm_threads --ranks=2 > bench/results/comm_threads.json
+OMPI_MCA_btl=self,vader mpirun $root --oversubscribe --bind-to none -np 2 ./build/cpu-release/bench/bench_comm_mpi > bench/results/comm_mpi.json
+py=/usr/bin/python3; [ -x .venv-torch2/bin/python ] && py=.venv-torch2/bin/python
+$py bench/gloo_allreduce.py --ranks 2 > bench/results/comm_gloo.json
+/usr/bin/python3 - <<'PY'
+import json
+t = json.load(open("bench/results/comm_threads.json"))
+m = json.load(open("bench/results/comm_mpi.json"))
+g = json.load(open("bench/results/comm_gloo.json"))
+print(f"all_reduce, 2 ranks, algorithm bandwidth in GB/s (busbw = algbw for 2 ranks); memcpy limit {t['memcpy_gbs']:.1f} GB/s")
+print(f"{'bytes':>11} {'epl threads':>12} {'epl mpi':>9} {'MPI_Allreduce':>14} {'gloo':>7} {'threads/gloo':>13} {'threads/MPI':>12} {'epl mpi/MPI':>12}")
+for tr, mr, gr in zip(t["rows"], m["rows"], g["rows"]):
+    print(f"{tr['bytes']:>11} {tr['algbw_gbs']:>12.2f} {mr['algbw_gbs']:>9.2f} {mr['mpi_allreduce_algbw_gbs']:>14.2f} {gr['algbw_gbs']:>7.2f}"
+          f" {tr['algbw_gbs']/gr['algbw_gbs']:>13.2f} {tr['algbw_gbs']/mr['mpi_allreduce_algbw_gbs']:>12.2f} {mr['ratio']:>12.2f}")
+json.dump({"threads": t, "mpi": m, "gloo": g}, open("bench/results/comm.json", "w"), indent=1)
+PY

@@ -1,0 +1,133 @@
+#pragma once
+/// \file
+/// \brief GradientBuckets — gradient traffic fused into a few buckets, each all-reduced
+/// asynchronously as soon as the backward pass has produced all of its gradients (so the last
+/// layer's gradients leave first and communication overlaps the rest of the backward pass),
+/// optionally compressed to fp16 (EPL's communication.fp16 / fp16_scale). Each bucket's flat
+/// staging buffer is allocated once (MemoryCategory::kCommunication) and reused every step.
+#include <vector>
+
+#include "epl/comm/communicator.hpp"
+#include "epl/device/cpu/cpu.hpp"
+
+namespace epl {
+inline namespace v0 {
+namespace comm {
+
+/// \brief How gradients are fused and reduced (EPL's communication.* keys).
+struct BucketOptions {
+  int max_splits = 5;              ///< at most this many buckets (communication.max_splits)
+  std::int64_t bucket_bytes = 0;   ///< target bytes per bucket; 0: total / max_splits
+  bool fp16 = false;               ///< communication.fp16: reduce in half precision
+  double fp16_scale = 128;         ///< communication.fp16_scale: multiply before the cast
+  ReduceOp op = ReduceOp::kMean;   ///< communication.gradients_reduce_method
+};
+
+/// \brief Fused, overlapped all-reduce of a fixed list of host gradient tensors.
+/// \tparam C models communicator.
+template <communicator C>
+class GradientBuckets {
+ public:
+  /// \param grads the gradients in the order backward produces them (last layer first).
+  GradientBuckets(C& comm, std::vector<Tensor> grads, BucketOptions opt = {}) : comm_(&comm), grads_(std::move(grads)), opt_(opt) {
+    EPL_CHECK(opt.max_splits >= 1, "GradientBuckets: max_splits ", opt.max_splits, " must be at least 1");
+    EPL_CHECK(!opt.fp16 || opt.fp16_scale > 0, "GradientBuckets: fp16_scale ", opt.fp16_scale, " must be positive");
+    std::int64_t total = 0;
+    for (const auto& g : grads_) {
+      EPL_CHECK(g.dtype() == DType::kF32 || g.dtype() == DType::kF64, "GradientBuckets: gradient of dtype ", name_of(g.dtype()),
+                "; gradients are reduced from f32 or f64");
+      EPL_CHECK(g.dtype() == grads_.front().dtype(), "GradientBuckets: gradients of different dtypes in one list");
+      total += static_cast<std::int64_t>(g.bytes());
+    }
+    const std::int64_t target = opt.bucket_bytes > 0 ? opt.bucket_bytes : (total + opt.max_splits - 1) / opt.max_splits;
+    std::int64_t bytes = 0;
+    for (std::size_t i = 0; i < grads_.size(); ++i) {
+      const bool full = !buckets_.empty() && bytes >= target && static_cast<int>(buckets_.size()) < opt.max_splits;
+      if (buckets_.empty() || full) {
+        buckets_.emplace_back();
+        bytes = 0;
+      }
+      buckets_.back().members.push_back(i);
+      buckets_.back().elements += grads_[i].numel();
+      bytes += static_cast<std::int64_t>(grads_[i].bytes());
+      bucket_of_.push_back(buckets_.size() - 1);
+    }
+    for (auto& b : buckets_)  // on the gradients' own device, so its accounts see them
+      b.flat = Tensor(grads_.front().allocator(), {b.elements}, opt.fp16 ? DType::kF16 : grads_.front().dtype(),
+                      MemoryCategory::kCommunication);
+  }
+
+  [[nodiscard]] std::size_t buckets() const noexcept { return buckets_.size(); }
+  [[nodiscard]] std::size_t bucket_of(std::size_t grad) const { return bucket_of_.at(grad); }
+
+  /// \brief Gradient i is final for this step; when it completes its bucket, the bucket's
+  /// all_reduce starts at once (asynchronously).
+  void ready(std::size_t i) {
+    EPL_CHECK(i < grads_.size(), "GradientBuckets::ready(", i, "): there are ", grads_.size(), " gradients");
+    auto& b = buckets_[bucket_of_[i]];
+    if (++b.ready == static_cast<int>(b.members.size())) launch(b);
+  }
+  /// \brief Waits for every bucket and writes the reduced values back into the gradients.
+  /// Gradients never marked ready are an error (they would be silently stale).
+  void finish() {
+    for (std::size_t k = 0; k < buckets_.size(); ++k)
+      EPL_CHECK(buckets_[k].ready == static_cast<int>(buckets_[k].members.size()), "GradientBuckets::finish: bucket ", k,
+                " has ", buckets_[k].ready, " of ", buckets_[k].members.size(), " gradients ready; call ready() for each gradient");
+    device::Cpu cpu;
+    for (auto& b : buckets_) {
+      b.work.wait();
+      std::int64_t offset = 0;
+      for (auto i : b.members) {
+        const Tensor& g = grads_[i];
+        Tensor part = b.flat.slice(offset, offset + g.numel());
+        if (opt_.fp16) {
+          cpu.cast(part, g);
+          double unscale = 1.0 / opt_.fp16_scale;
+          if (opt_.op == ReduceOp::kMean) unscale /= comm_->size();
+          cpu.scale(g, unscale);
+        } else {
+          cpu.copy(part, g);
+        }
+        offset += g.numel();
+      }
+      b.ready = 0;
+    }
+  }
+
+ private:
+  struct Bucket {
+    std::vector<std::size_t> members;
+    std::int64_t elements = 0;
+    int ready = 0;
+    Tensor flat;
+    Work work;
+  };
+  void launch(Bucket& b) {
+    device::Cpu cpu;
+    std::int64_t offset = 0;
+    for (auto i : b.members) {
+      const Tensor& g = grads_[i];
+      Tensor part = b.flat.slice(offset, offset + g.numel());
+      if (opt_.fp16) {
+        cpu.cast(g, part);
+        cpu.scale(part, opt_.fp16_scale);
+      } else {
+        cpu.copy(g, part);
+      }
+      offset += g.numel();
+    }
+    // fp16 sums in half (the wire format) and divides in full precision afterwards
+    const ReduceOp op = opt_.fp16 && opt_.op == ReduceOp::kMean ? ReduceOp::kSum : opt_.op;
+    b.work = comm_->all_reduce_async(b.flat, b.flat, op);
+  }
+
+  C* comm_;
+  std::vector<Tensor> grads_;
+  BucketOptions opt_;
+  std::vector<Bucket> buckets_;
+  std::vector<std::size_t> bucket_of_;
+};
+
+}  // namespace comm
+}  // namespace v0
+}  // namespace epl

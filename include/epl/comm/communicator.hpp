@@ -1,0 +1,128 @@
+#pragma once
+/// \file
+/// \brief The communicator concept: collectives, point-to-point, sub-groups and asynchronous
+/// work handles over host buffers, shared by every backend (threads, MPI, NCCL).
+#include <chrono>
+#include <concepts>
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "epl/core/tensor.hpp"
+
+namespace epl {
+inline namespace v0 {
+namespace comm {
+
+/// \brief How a reduction combines ranks' elements. kMean is kSum divided by the group size.
+enum class ReduceOp : std::uint8_t { kSum, kMean, kMax, kMin };
+
+constexpr const char* name_of(ReduceOp op) {
+  constexpr const char* names[] = {"sum", "mean", "max", "min"};
+  return names[static_cast<int>(op)];
+}
+
+/// \brief A view of elements in memory the communicator can reach: pointer, count, dtype.
+/// Built from a Tensor implicitly, so every operation takes tensors as well.
+struct Buffer {
+  void* data = nullptr;
+  std::int64_t count = 0;
+  DType dtype = DType::kF32;
+
+  Buffer() = default;
+  Buffer(void* d, std::int64_t n, DType t) : data(d), count(n), dtype(t) {}
+  Buffer(const Tensor& t) : data(t.raw()), count(t.numel()), dtype(t.dtype()) {}  // NOLINT: implicit by design
+  [[nodiscard]] std::size_t bytes() const noexcept { return static_cast<std::size_t>(count) * size_of(dtype); }
+  [[nodiscard]] char* byte_ptr(std::int64_t element) const noexcept {
+    return static_cast<char*>(data) + static_cast<std::size_t>(element) * size_of(dtype);
+  }
+};
+
+/// \brief Bytes this rank moved, as the algorithm moves them (what it read from or wrote to
+/// other ranks' memory, or sent and received on the wire), per communicator.
+struct CommStats {
+  std::int64_t bytes_sent = 0;
+  std::int64_t bytes_received = 0;
+  std::int64_t operations = 0;
+};
+
+/// \brief Options every backend shares.
+struct CommOptions {
+  /// A blocking operation that has not completed after this long fails with an epl::Error
+  /// naming the operation, the group, this rank and the ranks that did not arrive.
+  std::chrono::milliseconds timeout{300'000};
+};
+
+/// \brief The handle of an asynchronous operation: wait() blocks until it completes and
+/// rethrows its failure; test() says whether it has completed.
+class Work {
+ public:
+  struct State {
+    std::mutex mutex;
+    std::condition_variable done_cv;
+    bool done = false;
+    std::exception_ptr error;
+    void finish(std::exception_ptr e) {
+      {
+        std::lock_guard lock(mutex);
+        done = true;
+        error = e;
+      }
+      done_cv.notify_all();
+    }
+  };
+
+  Work() = default;
+  explicit Work(std::shared_ptr<State> s) : state_(std::move(s)) {}
+
+  /// \brief True when the operation has completed (successfully or not).
+  [[nodiscard]] bool test() const {
+    if (!state_) return true;
+    std::lock_guard lock(state_->mutex);
+    return state_->done;
+  }
+  /// \brief Blocks until completion; rethrows the operation's error.
+  void wait() const {
+    if (!state_) return;
+    std::unique_lock lock(state_->mutex);
+    state_->done_cv.wait(lock, [&] { return state_->done; });
+    if (state_->error) std::rethrow_exception(state_->error);
+  }
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+/// \brief C satisfies communicator if 1. it names its rank and size, 2. runs every collective
+/// and point-to-point operation on Buffers, blocking and (for the gradient path) asynchronous,
+/// 3. splits into sub-communicators of its own type, and 4. reports the bytes it moved.
+template <class C>
+concept communicator = requires(C& c, const Buffer& b, int r) {
+  { c.rank() } -> std::convertible_to<int>;
+  { c.size() } -> std::convertible_to<int>;
+  c.all_reduce(b, b, ReduceOp::kSum);
+  { c.all_reduce_async(b, b, ReduceOp::kSum) } -> std::same_as<Work>;
+  c.reduce_scatter(b, b, ReduceOp::kSum);
+  c.all_gather(b, b);
+  c.broadcast(b, r);
+  c.reduce(b, b, ReduceOp::kSum, r);
+  c.send(b, r, r);
+  c.recv(b, r, r);
+  c.all_to_all(b, b);
+  c.barrier();
+  { c.split(r, r) } -> std::same_as<C>;
+  { c.stats() } -> std::same_as<CommStats>;
+};
+
+namespace detail {
+/// The shares of `count` elements over `n` ranks: rank r owns [offset(r), offset(r + 1)).
+inline std::int64_t share_offset(std::int64_t count, int n, int r) { return count * r / n; }
+}  // namespace detail
+
+}  // namespace comm
+}  // namespace v0
+}  // namespace epl

@@ -1,0 +1,459 @@
+#pragma once
+/// \file
+/// \brief comm::MpiCommunicator — ranks as MPI processes (OpenMPI), on one machine or many.
+/// The only file of epl that includes <mpi.h>; link epl::mpi.
+///
+/// Every collective first exchanges a small header with each peer (operation, sequence
+/// number, count, dtype, root, reduction) by point-to-point messages on a private duplicate
+/// of the communicator. That detects ranks that disagree, and when the exchange times out, the
+/// peers whose header never came are exactly the ranks that did not arrive. Large all_reduces
+/// run a ring (reduce-scatter then all-gather) through one persistent staging buffer: OpenMPI's
+/// own all_reduce maps and page-faults fresh temporary memory on every call.
+#include <mpi.h>
+
+#include <array>
+#include <chrono>
+#include <thread>
+
+#include "epl/comm/async_queue.hpp"
+#include "epl/comm/reduce.hpp"
+
+#define EPL_MPI_CHECK(call)                                                            \
+  do {                                                                                 \
+    int epl_rc_ = (call);                                                              \
+    if (epl_rc_ != MPI_SUCCESS) {                                                      \
+      char epl_msg_[MPI_MAX_ERROR_STRING];                                             \
+      int epl_len_ = 0;                                                                \
+      MPI_Error_string(epl_rc_, epl_msg_, &epl_len_);                                  \
+      EPL_FAIL(#call, " failed: ", std::string(epl_msg_, static_cast<std::size_t>(epl_len_))); \
+    }                                                                                  \
+  } while (false)
+
+namespace epl {
+inline namespace v0 {
+namespace comm {
+
+/// \brief Initialises MPI (thread-multiple, for asynchronous operations) for its lifetime.
+class MpiEnvironment {
+ public:
+  MpiEnvironment(int* argc, char*** argv) {
+    int ready = 0;
+    MPI_Initialized(&ready);
+    if (ready) return;
+    int provided = 0;
+    EPL_MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
+    owner_ = true;
+    EPL_CHECK(provided >= MPI_THREAD_MULTIPLE, "this MPI library lacks MPI_THREAD_MULTIPLE; asynchronous collectives need it");
+  }
+  ~MpiEnvironment() {
+    if (owner_) MPI_Finalize();
+  }
+  MpiEnvironment(const MpiEnvironment&) = delete;
+  MpiEnvironment& operator=(const MpiEnvironment&) = delete;
+
+ private:
+  bool owner_ = false;
+};
+
+namespace detail {
+/// 16-bit floats have no MPI type: they travel as 2-byte elements with user reductions.
+template <class T, ReduceOp Op>
+void half_op(void* in, void* inout, int* len, MPI_Datatype*) {
+  reduce_into(inout, in, *len, dtype_v<T>, Op);
+}
+struct MpiTypes {
+  MPI_Datatype two_bytes = MPI_DATATYPE_NULL;
+  std::array<std::array<MPI_Op, 4>, 2> half_ops{};  // [f16, bf16][op]
+  MpiTypes() {
+    EPL_MPI_CHECK(MPI_Type_contiguous(2, MPI_BYTE, &two_bytes));
+    EPL_MPI_CHECK(MPI_Type_commit(&two_bytes));
+    make<half>(half_ops[0]);
+    make<bfloat16>(half_ops[1]);
+  }
+  template <class T>
+  static void make(std::array<MPI_Op, 4>& ops) {
+    MPI_Op_create(&half_op<T, ReduceOp::kSum>, 1, &ops[0]);
+    ops[1] = ops[0];  // mean = sum, then divide
+    MPI_Op_create(&half_op<T, ReduceOp::kMax>, 1, &ops[2]);
+    MPI_Op_create(&half_op<T, ReduceOp::kMin>, 1, &ops[3]);
+  }
+  static MpiTypes& get() {
+    static MpiTypes t;
+    return t;
+  }
+};
+inline MPI_Datatype mpi_type(DType t) {
+  switch (t) {
+    case DType::kF32: return MPI_FLOAT;
+    case DType::kF64: return MPI_DOUBLE;
+    case DType::kI32: return MPI_INT32_T;
+    case DType::kI64: return MPI_INT64_T;
+    default: return MpiTypes::get().two_bytes;
+  }
+}
+inline MPI_Op mpi_op(DType t, ReduceOp op) {
+  if (t == DType::kF16) return MpiTypes::get().half_ops[0][static_cast<int>(op)];
+  if (t == DType::kBF16) return MpiTypes::get().half_ops[1][static_cast<int>(op)];
+  switch (op) {
+    case ReduceOp::kMax: return MPI_MAX;
+    case ReduceOp::kMin: return MPI_MIN;
+    default: return MPI_SUM;
+  }
+}
+}  // namespace detail
+
+/// \brief One process's handle on an MPI communicator (the world, or a split of it).
+class MpiCommunicator {
+ public:
+  /// \brief A handle on a duplicate of comm (MPI_COMM_WORLD by default).
+  explicit MpiCommunicator(MPI_Comm comm = MPI_COMM_WORLD, CommOptions opt = {}, std::string name = "world")
+      : st_(std::make_unique<State>()) {
+    st_->opt = opt;
+    st_->name = std::move(name);
+    EPL_MPI_CHECK(MPI_Comm_dup(comm, &st_->data));
+    EPL_MPI_CHECK(MPI_Comm_dup(comm, &st_->control));
+    MPI_Comm_rank(st_->data, &st_->rank);
+    MPI_Comm_size(st_->data, &st_->size);
+  }
+  MpiCommunicator(MpiCommunicator&&) noexcept = default;
+  MpiCommunicator& operator=(MpiCommunicator&&) noexcept = default;
+
+  [[nodiscard]] int rank() const noexcept { return st_->rank; }
+  [[nodiscard]] int size() const noexcept { return st_->size; }
+  [[nodiscard]] const std::string& name() const noexcept { return st_->name; }
+  [[nodiscard]] CommStats stats() const noexcept { return {st_->sent.load(), st_->received.load(), st_->ops.load()}; }
+  [[nodiscard]] MPI_Comm native() const noexcept { return st_->data; }
+
+  void all_reduce(const Buffer& in, const Buffer& out, ReduceOp op) {
+    st_->queue.drain();
+    EPL_CHECK(in.count == out.count && in.dtype == out.dtype, "all_reduce: input ", in.count, " ", name_of(in.dtype),
+              " and output ", out.count, " ", name_of(out.dtype), " differ");
+    handshake(Op::kAllReduce, in.count, in.dtype, 0, op, true);
+    const int n = size();
+    if (n > 1 && in.bytes() >= kRingBytes) {
+      ring_all_reduce(in, out, op);
+    } else {
+      void* src = in.data == out.data ? MPI_IN_PLACE : in.data;
+      if (n > 1) {
+        MPI_Request req = start_all_reduce(src, out, op);
+        complete("all_reduce", req);
+      }
+      else if (in.data != out.data) std::memcpy(out.data, in.data, in.bytes());
+    }
+    if (op == ReduceOp::kMean && n > 1) detail::divide(out.data, out.count, out.dtype, n);
+    account(2 * (n - 1) * static_cast<std::int64_t>(in.bytes()) / n, 2 * (n - 1) * static_cast<std::int64_t>(in.bytes()) / n);
+  }
+  void all_reduce(const Buffer& inout, ReduceOp op) { all_reduce(inout, inout, op); }
+
+  void reduce_scatter(const Buffer& in, const Buffer& out, ReduceOp op) {
+    st_->queue.drain();
+    handshake(Op::kReduceScatter, in.count, in.dtype, 0, op, true);
+    std::vector<int> counts = gather_counts(out.count);
+    std::int64_t total = 0;
+    for (int c : counts) total += c;
+    EPL_CHECK(total == in.count, "reduce_scatter on group '", name(), "': the outputs hold ", total,
+              " elements in all but the input holds ", in.count);
+    MPI_Request req;
+    EPL_MPI_CHECK(MPI_Ireduce_scatter(in.data, out.data, counts.data(), detail::mpi_type(in.dtype), detail::mpi_op(in.dtype, op), st_->data, &req));
+    complete("reduce_scatter", req);
+    if (op == ReduceOp::kMean) detail::divide(out.data, out.count, out.dtype, size());
+    account(static_cast<std::int64_t>(in.bytes() - out.bytes()), (size() - 1) * static_cast<std::int64_t>(out.bytes()));
+  }
+
+  void all_gather(const Buffer& in, const Buffer& out) {
+    st_->queue.drain();
+    handshake(Op::kAllGather, 0, in.dtype, 0, ReduceOp::kSum, false);
+    std::vector<int> counts = gather_counts(in.count), displs(counts.size());
+    std::int64_t total = 0;
+    for (std::size_t q = 0; q < counts.size(); ++q) {
+      displs[q] = static_cast<int>(total);
+      total += counts[q];
+    }
+    EPL_CHECK(total == out.count, "all_gather on group '", name(), "': the inputs hold ", total, " elements, rank ", rank(),
+              "'s output ", out.count);
+    MPI_Request req;
+    EPL_MPI_CHECK(MPI_Iallgatherv(in.data, static_cast<int>(in.count), detail::mpi_type(in.dtype), out.data, counts.data(),
+                                  displs.data(), detail::mpi_type(out.dtype), st_->data, &req));
+    complete("all_gather", req);
+    account((size() - 1) * static_cast<std::int64_t>(in.bytes()), static_cast<std::int64_t>(out.bytes() - in.bytes()));
+  }
+
+  void broadcast(const Buffer& buf, int root) {
+    st_->queue.drain();
+    check_rank(root, "broadcast root");
+    handshake(Op::kBroadcast, buf.count, buf.dtype, root, ReduceOp::kSum, true);
+    MPI_Request req;
+    EPL_MPI_CHECK(MPI_Ibcast(buf.data, static_cast<int>(buf.count), detail::mpi_type(buf.dtype), root, st_->data, &req));
+    complete("broadcast", req);
+    if (rank() == root) account((size() - 1) * static_cast<std::int64_t>(buf.bytes()), 0);
+    else account(0, static_cast<std::int64_t>(buf.bytes()));
+  }
+
+  void reduce(const Buffer& in, const Buffer& out, ReduceOp op, int root) {
+    st_->queue.drain();
+    check_rank(root, "reduce root");
+    handshake(Op::kReduce, in.count, in.dtype, root, op, true);
+    const bool at_root = rank() == root;
+    void* src = at_root && in.data == out.data ? MPI_IN_PLACE : in.data;
+    MPI_Request req;
+    EPL_MPI_CHECK(MPI_Ireduce(src, at_root ? out.data : nullptr, static_cast<int>(in.count), detail::mpi_type(in.dtype),
+                              detail::mpi_op(in.dtype, op), root, st_->data, &req));
+    complete("reduce", req);
+    if (at_root && op == ReduceOp::kMean) detail::divide(out.data, out.count, out.dtype, size());
+    account(static_cast<std::int64_t>(in.bytes()), at_root ? (size() - 1) * static_cast<std::int64_t>(in.bytes()) : 0);
+  }
+
+  void all_to_all(const Buffer& in, const Buffer& out) {
+    EPL_CHECK(in.count == out.count && in.count % size() == 0, "all_to_all on group '", name(), "': input ", in.count,
+              " and output ", out.count, " elements must be equal and divisible by the group size ", size(),
+              "; use all_to_all_v for uneven blocks");
+    std::vector<std::int64_t> counts(static_cast<std::size_t>(size()), in.count / size());
+    all_to_all_v(in, counts, out, counts);
+  }
+  void all_to_all_v(const Buffer& in, const std::vector<std::int64_t>& send_counts, const Buffer& out,
+                    const std::vector<std::int64_t>& recv_counts) {
+    st_->queue.drain();
+    EPL_CHECK(static_cast<int>(send_counts.size()) == size() && static_cast<int>(recv_counts.size()) == size(),
+              "all_to_all_v on group '", name(), "': need one send and one receive count per rank (", size(), ")");
+    handshake(Op::kAllToAll, 0, in.dtype, 0, ReduceOp::kSum, false);
+    std::vector<int> sc(send_counts.begin(), send_counts.end()), rc(recv_counts.begin(), recv_counts.end()), peer(sc.size());
+    MPI_Request req;  // each rank learns what its peers will send it, and checks it
+    EPL_MPI_CHECK(MPI_Ialltoall(sc.data(), 1, MPI_INT, peer.data(), 1, MPI_INT, st_->control, &req));
+    complete("all_to_all", req);
+    for (int q = 0; q < size(); ++q)
+      EPL_CHECK(peer[q] == rc[q], "all_to_all_v on group '", name(), "': rank ", q, " sends ", peer[q], " elements to rank ",
+                rank(), ", which expects ", rc[q]);
+    std::vector<int> sd(sc.size()), rd(rc.size());
+    for (std::size_t q = 1; q < sc.size(); ++q) {
+      sd[q] = sd[q - 1] + sc[q - 1];
+      rd[q] = rd[q - 1] + rc[q - 1];
+    }
+    EPL_MPI_CHECK(MPI_Ialltoallv(in.data, sc.data(), sd.data(), detail::mpi_type(in.dtype), out.data, rc.data(), rd.data(),
+                                 detail::mpi_type(out.dtype), st_->data, &req));
+    complete("all_to_all", req);
+    std::int64_t s = 0, r = 0;
+    for (int q = 0; q < size(); ++q)
+      if (q != rank()) {
+        s += sc[q];
+        r += rc[q];
+      }
+    account(s * static_cast<std::int64_t>(size_of(in.dtype)), r * static_cast<std::int64_t>(size_of(out.dtype)));
+  }
+
+  void send(const Buffer& buf, int dst, int tag) {
+    st_->queue.drain();
+    check_rank(dst, "send destination");
+    MPI_Request req;
+    EPL_MPI_CHECK(MPI_Isend(buf.data, static_cast<int>(buf.bytes()), MPI_BYTE, dst, tag, st_->data, &req));
+    complete("send", req, dst);
+    account(static_cast<std::int64_t>(buf.bytes()), 0);
+  }
+  void recv(const Buffer& buf, int src, int tag) {
+    st_->queue.drain();
+    check_rank(src, "recv source");
+    MPI_Message msg;
+    MPI_Status status;
+    int found = 0;
+    const auto deadline = std::chrono::steady_clock::now() + st_->opt.timeout;
+    while (!found) {
+      EPL_MPI_CHECK(MPI_Improbe(src, tag, st_->data, &found, &msg, &status));
+      if (!found && std::chrono::steady_clock::now() >= deadline)
+        EPL_FAIL("recv on group '", name(), "' at rank ", rank(), " timed out after ", st_->opt.timeout.count(), " ms: rank ", src,
+                 " did not send a message with tag ", tag);
+      if (!found) std::this_thread::yield();
+    }
+    int bytes = 0;
+    MPI_Get_count(&status, MPI_BYTE, &bytes);
+    if (bytes != static_cast<int>(buf.bytes())) {
+      std::vector<char> discard(static_cast<std::size_t>(bytes));
+      MPI_Mrecv(discard.data(), bytes, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
+      EPL_FAIL("recv on group '", name(), "' at rank ", rank(), " from rank ", src, " tag ", tag, ": expected ", buf.bytes(),
+               " bytes (", buf.count, " ", name_of(buf.dtype), "), got ", bytes);
+    }
+    EPL_MPI_CHECK(MPI_Mrecv(buf.data, bytes, MPI_BYTE, &msg, MPI_STATUS_IGNORE));
+    account(0, bytes);
+  }
+
+  void barrier() {
+    st_->queue.drain();
+    handshake(Op::kBarrier, 0, DType::kF32, 0, ReduceOp::kSum, false);
+    ++st_->ops;
+  }
+
+  /// \brief The sub-communicator of the ranks passing the same color, ordered by (key, rank).
+  MpiCommunicator split(int color, int key) {
+    st_->queue.drain();
+    EPL_CHECK(color >= 0, "split: color ", color, " must be non-negative");
+    handshake(Op::kSplit, 0, DType::kF32, 0, ReduceOp::kSum, false);
+    MPI_Comm sub;
+    EPL_MPI_CHECK(MPI_Comm_split(st_->data, color, key, &sub));
+    MpiCommunicator c(sub, st_->opt, name() + "/" + std::to_string(color));
+    MPI_Comm_free(&sub);
+    ++st_->ops;
+    return c;
+  }
+
+  Work all_reduce_async(const Buffer& in, const Buffer& out, ReduceOp op) {
+    return st_->queue.enqueue([this, in, out, op] { all_reduce(in, out, op); });
+  }
+  Work reduce_scatter_async(const Buffer& in, const Buffer& out, ReduceOp op) {
+    return st_->queue.enqueue([this, in, out, op] { reduce_scatter(in, out, op); });
+  }
+  Work all_gather_async(const Buffer& in, const Buffer& out) {
+    return st_->queue.enqueue([this, in, out] { all_gather(in, out); });
+  }
+
+ private:
+  enum class Op : std::int64_t { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kReduce, kAllToAll, kBarrier, kSplit };
+  static const char* op_name(std::int64_t op) {
+    constexpr const char* names[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all", "barrier", "split"};
+    return op >= 0 && op < 8 ? names[op] : "?";
+  }
+  static constexpr std::size_t kRingBytes = 1 << 20;
+  static constexpr int kHeaderTag = 7301, kRingTag = 7302;
+
+  struct State {
+    MPI_Comm data = MPI_COMM_NULL, control = MPI_COMM_NULL;
+    int rank = 0, size = 1;
+    std::string name;
+    CommOptions opt;
+    std::int64_t seq = 0;
+    std::vector<char> staging;
+    std::atomic<std::int64_t> sent{0}, received{0}, ops{0};
+    detail::AsyncQueue queue;
+    ~State() {
+      queue.stop();
+      int finalized = 0;
+      MPI_Finalized(&finalized);
+      if (!finalized) {
+        if (data != MPI_COMM_NULL) MPI_Comm_free(&data);
+        if (control != MPI_COMM_NULL) MPI_Comm_free(&control);
+      }
+    }
+  };
+
+  // Header exchange with every peer; names the ranks that disagree or never arrive.
+  void handshake(Op op, std::int64_t count, DType t, int root, ReduceOp reduce, bool same_count) {
+    const int n = size();
+    const std::array<std::int64_t, 6> mine{static_cast<std::int64_t>(op), st_->seq++, count, static_cast<std::int64_t>(t), root,
+                                           static_cast<std::int64_t>(reduce)};
+    if (n == 1) return;
+    std::vector<std::array<std::int64_t, 6>> theirs(static_cast<std::size_t>(n));
+    std::vector<MPI_Request> reqs;
+    for (int q = 0; q < n; ++q) {
+      if (q == rank()) continue;
+      reqs.emplace_back();
+      MPI_Irecv(theirs[q].data(), 6, MPI_INT64_T, q, kHeaderTag, st_->control, &reqs.back());
+    }
+    const std::size_t receives = reqs.size();
+    for (int q = 0; q < n; ++q) {
+      if (q == rank()) continue;
+      reqs.emplace_back();
+      MPI_Isend(mine.data(), 6, MPI_INT64_T, q, kHeaderTag, st_->control, &reqs.back());
+    }
+    const char* what = op_name(mine[0]);
+    const auto deadline = std::chrono::steady_clock::now() + st_->opt.timeout;
+    int done = 0;
+    while (true) {
+      EPL_MPI_CHECK(MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done, MPI_STATUSES_IGNORE));
+      if (done) break;
+      if (std::chrono::steady_clock::now() >= deadline) {
+        std::string missing;
+        for (std::size_t i = 0, q = 0; i < receives; ++i, ++q) {
+          if (static_cast<int>(q) == rank()) ++q;
+          int got = 0;
+          MPI_Test(&reqs[i], &got, MPI_STATUS_IGNORE);
+          if (!got) missing += (missing.empty() ? "" : ", ") + std::to_string(q);
+        }
+        for (auto& req : reqs)  // leave no request behind for MPI_Finalize to wait on
+          if (req != MPI_REQUEST_NULL) {
+            MPI_Cancel(&req);
+            MPI_Request_free(&req);
+          }
+        EPL_FAIL(what, " on group '", name(), "' (size ", n, ") timed out after ", st_->opt.timeout.count(), " ms at rank ", rank(),
+                 ": ranks ", missing, " did not arrive (a rank died, hangs, or called a different collective)");
+      }
+      std::this_thread::yield();
+    }
+    for (int q = 0; q < n; ++q) {
+      if (q == rank()) continue;
+      const auto& h = theirs[q];
+      EPL_CHECK(h[0] == mine[0] && h[1] == mine[1], what, " on group '", name(), "' at rank ", rank(), ": rank ", q, " called ",
+                op_name(h[0]), " (operation #", h[1], ") while this rank called ", what, " (operation #", mine[1],
+                "); every rank must issue the same collectives in the same order");
+      EPL_CHECK(h[3] == mine[3] && h[4] == mine[4] && h[5] == mine[5], what, " on group '", name(), "': rank ", q, " passes ",
+                name_of(static_cast<DType>(h[3])), " root ", h[4], " op ", name_of(static_cast<ReduceOp>(h[5])), ", rank ", rank(),
+                " passes ", name_of(t), " root ", root, " op ", name_of(reduce));
+      EPL_CHECK(!same_count || h[2] == mine[2], what, " on group '", name(), "': rank ", q, " passes ", h[2], " elements, rank ",
+                rank(), " passes ", count, "; sizes must match");
+    }
+  }
+  std::vector<int> gather_counts(std::int64_t mine) {
+    std::vector<int> counts(static_cast<std::size_t>(size()));
+    int c = static_cast<int>(mine);
+    MPI_Request req;
+    EPL_MPI_CHECK(MPI_Iallgather(&c, 1, MPI_INT, counts.data(), 1, MPI_INT, st_->control, &req));
+    complete("count exchange", req);
+    return counts;
+  }
+  MPI_Request start_all_reduce(void* src, const Buffer& out, ReduceOp op) {
+    MPI_Request req;
+    EPL_MPI_CHECK(MPI_Iallreduce(src, out.data, static_cast<int>(out.count), detail::mpi_type(out.dtype),
+                                 detail::mpi_op(out.dtype, op), st_->data, &req));
+    return req;
+  }
+  // Waits for req until the timeout (the handshake already proved every rank arrived).
+  void complete(const char* what, MPI_Request& req, int peer = -1) {
+    const auto deadline = std::chrono::steady_clock::now() + st_->opt.timeout;
+    int done = 0;
+    while (true) {
+      EPL_MPI_CHECK(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
+      if (done) return;
+      if (std::chrono::steady_clock::now() >= deadline)
+        EPL_FAIL(what, " on group '", name(), "' at rank ", rank(), " timed out after ", st_->opt.timeout.count(), " ms",
+                 peer >= 0 ? " waiting for rank " + std::to_string(peer) : std::string(" in the data transfer"));
+    }
+  }
+  // Ring all_reduce: n-1 reduce-scatter steps, then n-1 all-gather steps, each a sendrecv of
+  // one share with the ring neighbours; received shares land in the persistent staging buffer.
+  void ring_all_reduce(const Buffer& in, const Buffer& out, ReduceOp op) {
+    const int n = size(), r = rank(), next = (r + 1) % n, prev = (r + n - 1) % n;
+    const auto es = static_cast<std::int64_t>(size_of(in.dtype));
+    if (in.data != out.data) std::memcpy(out.data, in.data, in.bytes());
+    std::int64_t largest = 0;
+    for (int s = 0; s < n; ++s) largest = std::max(largest, detail::share_offset(out.count, n, s + 1) - detail::share_offset(out.count, n, s));
+    if (static_cast<std::int64_t>(st_->staging.size()) < largest * es) st_->staging.resize(static_cast<std::size_t>(largest * es));
+    auto exchange = [&](int send_share, int recv_share, void* recv_into) {
+      int ss = ((send_share % n) + n) % n, rs = ((recv_share % n) + n) % n;
+      std::int64_t s0 = detail::share_offset(out.count, n, ss), s1 = detail::share_offset(out.count, n, ss + 1);
+      std::int64_t r0 = detail::share_offset(out.count, n, rs), r1 = detail::share_offset(out.count, n, rs + 1);
+      MPI_Request reqs[2];
+      EPL_MPI_CHECK(MPI_Irecv(recv_into ? recv_into : out.byte_ptr(r0), static_cast<int>((r1 - r0) * es), MPI_BYTE, prev, kRingTag, st_->data, &reqs[0]));
+      EPL_MPI_CHECK(MPI_Isend(out.byte_ptr(s0), static_cast<int>((s1 - s0) * es), MPI_BYTE, next, kRingTag, st_->data, &reqs[1]));
+      complete("all_reduce", reqs[0], prev);
+      complete("all_reduce", reqs[1], next);
+      return std::pair{r0, r1};
+    };
+    for (int step = 0; step < n - 1; ++step) {  // after this, share r+1 is complete here
+      auto [r0, r1] = exchange(r - step, r - step - 1, st_->staging.data());
+      detail::reduce_into(out.byte_ptr(r0), st_->staging.data(), r1 - r0, out.dtype, op);
+    }
+    for (int step = 0; step < n - 1; ++step) exchange(r + 1 - step, r - step, nullptr);
+  }
+  void account(std::int64_t sent, std::int64_t received) {
+    st_->sent += sent;
+    st_->received += received;
+    ++st_->ops;
+  }
+  void check_rank(int r, const char* what) const {
+    EPL_CHECK(r >= 0 && r < size(), what, " ", r, " is not a rank of group '", name(), "' (size ", size(), ")");
+  }
+
+  std::unique_ptr<State> st_;
+};
+
+static_assert(communicator<MpiCommunicator>);
+
+}  // namespace comm
+}  // namespace v0
+}  // namespace epl

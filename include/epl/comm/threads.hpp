@@ -1,0 +1,356 @@
+#pragma once
+/// \file
+/// \brief comm::ThreadCommunicator — N ranks as N threads of one process sharing memory (the
+/// embedded default), and run_threads, the launch helper.
+///
+/// Collectives are parallel shared-memory algorithms: ranks publish their buffers, then each
+/// rank reduces (or copies) its own share of the data from every peer, then gathers the other
+/// shares — so an all_reduce moves 2(n-1)/n of the buffer per rank, like a ring, with every
+/// rank working at once. Bytes read from other ranks count as received, bytes of this rank
+/// read by others as sent.
+#include <cstring>
+#include <thread>
+
+#include "epl/comm/async_queue.hpp"
+#include "epl/comm/reduce.hpp"
+#include "epl/comm/thread_group.hpp"
+#include "epl/device/cpu/parallel.hpp"
+
+namespace epl {
+inline namespace v0 {
+namespace comm {
+
+/// \brief One thread rank's handle on a group of thread ranks. Not to be moved while
+/// asynchronous operations it issued are pending.
+class ThreadCommunicator {
+ public:
+  ThreadCommunicator(std::shared_ptr<detail::ThreadGroup> g, int rank) : group_(std::move(g)), rank_(rank) {}
+  ThreadCommunicator(ThreadCommunicator&&) noexcept = default;
+  ThreadCommunicator& operator=(ThreadCommunicator&&) noexcept = default;
+
+  [[nodiscard]] int rank() const noexcept { return rank_; }
+  [[nodiscard]] int size() const noexcept { return group_->size(); }
+  [[nodiscard]] const std::string& name() const noexcept { return group_->name(); }
+  [[nodiscard]] CommStats stats() const noexcept { return {st_->sent.load(), st_->received.load(), st_->ops.load()}; }
+
+  /// \brief out = op over ranks of in (in == out: in place). Same count and dtype on every rank.
+  void all_reduce(const Buffer& in, const Buffer& out, ReduceOp op) {
+    drain();
+    EPL_CHECK(in.count == out.count && in.dtype == out.dtype, "all_reduce: input ", in.count, " ", name_of(in.dtype),
+              " and output ", out.count, " ", name_of(out.dtype), " differ");
+    auto& me = begin(detail::Op::kAllReduce, in, out, [&](detail::Slot& s) { s.reduce = op; });
+    check_same_count(me);
+    const int n = size();
+    const std::int64_t o0 = detail::share_offset(in.count, n, rank_), o1 = detail::share_offset(in.count, n, rank_ + 1);
+    reduce_share(o0, o1, [&](int q) { return group_->slot(q).in; }, out, o0, op);
+    st_->received += static_cast<std::int64_t>((n - 1) * (o1 - o0) * size_of(in.dtype));
+    st_->sent += static_cast<std::int64_t>((in.count - (o1 - o0)) * size_of(in.dtype));
+    wait("all_reduce");
+    for (int q = 0; q < n; ++q) {  // gather the other shares from their owners' outputs
+      if (q == rank_) continue;
+      std::int64_t q0 = detail::share_offset(in.count, n, q), q1 = detail::share_offset(in.count, n, q + 1);
+      std::memcpy(out.byte_ptr(q0), group_->slot(q).out.byte_ptr(q0), static_cast<std::size_t>(q1 - q0) * size_of(in.dtype));
+      st_->received += static_cast<std::int64_t>((q1 - q0) * size_of(in.dtype));
+    }
+    st_->sent += static_cast<std::int64_t>((n - 1) * (o1 - o0) * size_of(in.dtype));
+    finish("all_reduce");
+  }
+  void all_reduce(const Buffer& inout, ReduceOp op) { all_reduce(inout, inout, op); }
+
+  /// \brief This rank's out = op over ranks of its block of in. Blocks follow rank order, each
+  /// rank's block as long as its out (sizes may differ); in is the same length everywhere.
+  void reduce_scatter(const Buffer& in, const Buffer& out, ReduceOp op) {
+    drain();
+    auto& me = begin(detail::Op::kReduceScatter, in, out, [&](detail::Slot& s) { s.reduce = op; });
+    std::int64_t offset = 0, total = 0;
+    for (int q = 0; q < size(); ++q) {
+      if (q == rank_) offset = total;
+      total += group_->slot(q).out.count;
+      EPL_CHECK(group_->slot(q).in.count == in.count, "reduce_scatter on group '", name(), "': rank ", q, " passes ",
+                group_->slot(q).in.count, " input elements, rank ", rank_, " passes ", in.count);
+    }
+    EPL_CHECK(total == in.count, "reduce_scatter on group '", name(), "': the outputs hold ", total,
+              " elements in all but the input holds ", in.count);
+    (void)me;
+    reduce_share(offset, offset + out.count, [&](int q) { return group_->slot(q).in; }, out, 0, op);
+    st_->received += static_cast<std::int64_t>((size() - 1) * out.bytes());
+    st_->sent += static_cast<std::int64_t>((in.count - out.count) * size_of(in.dtype));
+    finish("reduce_scatter");
+  }
+
+  /// \brief out = the concatenation of every rank's in, in rank order (sizes may differ).
+  void all_gather(const Buffer& in, const Buffer& out) {
+    drain();
+    begin(detail::Op::kAllGather, in, out, [](detail::Slot&) {});
+    std::int64_t total = 0;
+    for (int q = 0; q < size(); ++q) total += group_->slot(q).in.count;
+    EPL_CHECK(total == out.count, "all_gather on group '", name(), "': the inputs hold ", total, " elements, rank ", rank_,
+              "'s output ", out.count);
+    std::int64_t offset = 0;
+    for (int q = 0; q < size(); ++q) {
+      const Buffer& src = group_->slot(q).in;
+      if (src.data != out.byte_ptr(offset)) std::memcpy(out.byte_ptr(offset), src.data, src.bytes());
+      if (q != rank_) st_->received += static_cast<std::int64_t>(src.bytes());
+      offset += src.count;
+    }
+    st_->sent += static_cast<std::int64_t>((size() - 1) * in.bytes());
+    finish("all_gather");
+  }
+
+  /// \brief Every rank's buf = root's buf.
+  void broadcast(const Buffer& buf, int root) {
+    drain();
+    check_rank(root, "broadcast root");
+    auto& me = begin(detail::Op::kBroadcast, buf, buf, [&](detail::Slot& s) { s.root = root; });
+    check_same_count(me);
+    if (rank_ != root) {
+      std::memcpy(buf.data, group_->slot(root).in.data, buf.bytes());
+      st_->received += static_cast<std::int64_t>(buf.bytes());
+    } else {
+      st_->sent += static_cast<std::int64_t>((size() - 1) * buf.bytes());
+    }
+    finish("broadcast");
+  }
+
+  /// \brief root's out = op over ranks of in; each rank reduces its share into root's out.
+  void reduce(const Buffer& in, const Buffer& out, ReduceOp op, int root) {
+    drain();
+    check_rank(root, "reduce root");
+    auto& me = begin(detail::Op::kReduce, in, out, [&](detail::Slot& s) {
+      s.root = root;
+      s.reduce = op;
+    });
+    check_same_count(me);
+    const Buffer& dst = group_->slot(root).out;
+    EPL_CHECK(dst.count == in.count, "reduce on group '", name(), "': root ", root, "'s output holds ", dst.count,
+              " elements for inputs of ", in.count);
+    const int n = size();
+    const std::int64_t o0 = detail::share_offset(in.count, n, rank_), o1 = detail::share_offset(in.count, n, rank_ + 1);
+    reduce_share(o0, o1, [&](int q) { return group_->slot(q).in; }, dst, o0, op);
+    st_->received += static_cast<std::int64_t>((n - 1) * (o1 - o0) * size_of(in.dtype));
+    st_->sent += static_cast<std::int64_t>((in.count - (o1 - o0)) * size_of(in.dtype));
+    finish("reduce");
+  }
+
+  /// \brief Block q of this rank's out = block (this rank) of rank q's in; equal blocks of
+  /// count / size elements.
+  void all_to_all(const Buffer& in, const Buffer& out) {
+    EPL_CHECK(in.count == out.count && in.count % size() == 0, "all_to_all on group '", name(), "': input ", in.count,
+              " and output ", out.count, " elements must be equal and divisible by the group size ", size(),
+              "; use all_to_all_v for uneven blocks");
+    std::vector<std::int64_t> counts(static_cast<std::size_t>(size()), in.count / size());
+    all_to_all_v(in, counts, out, counts);
+  }
+  /// \brief all_to_all with per-destination send counts and per-source receive counts.
+  void all_to_all_v(const Buffer& in, const std::vector<std::int64_t>& send_counts, const Buffer& out,
+                    const std::vector<std::int64_t>& recv_counts) {
+    drain();
+    EPL_CHECK(static_cast<int>(send_counts.size()) == size() && static_cast<int>(recv_counts.size()) == size(),
+              "all_to_all_v on group '", name(), "': need one send and one receive count per rank (", size(), ")");
+    begin(detail::Op::kAllToAll, in, out, [&](detail::Slot& s) {
+      s.send_counts = send_counts.data();
+      s.recv_counts = recv_counts.data();
+    });
+    std::int64_t recv_offset = 0;
+    for (int q = 0; q < size(); ++q) {
+      const auto& peer = group_->slot(q);
+      std::int64_t send_offset = 0;
+      for (int r = 0; r < rank_; ++r) send_offset += peer.send_counts[r];
+      EPL_CHECK(peer.send_counts[rank_] == recv_counts[q], "all_to_all_v on group '", name(), "': rank ", q, " sends ",
+                peer.send_counts[rank_], " elements to rank ", rank_, ", which expects ", recv_counts[q]);
+      std::memcpy(out.byte_ptr(recv_offset), peer.in.byte_ptr(send_offset), static_cast<std::size_t>(recv_counts[q]) * size_of(out.dtype));
+      if (q != rank_) {
+        st_->received += recv_counts[q] * static_cast<std::int64_t>(size_of(out.dtype));
+        st_->sent += send_counts[q] * static_cast<std::int64_t>(size_of(in.dtype));
+      }
+      recv_offset += recv_counts[q];
+    }
+    finish("all_to_all");
+  }
+
+  /// \brief Sends buf to rank dst with a tag; returns once the data is copied (buffered).
+  void send(const Buffer& buf, int dst, int tag) {
+    drain();
+    check_rank(dst, "send destination");
+    const auto* p = static_cast<const char*>(buf.data);
+    group_->post(rank_, dst, tag, {std::vector<char>(p, p + buf.bytes()), buf.count, buf.dtype});
+    st_->sent += static_cast<std::int64_t>(buf.bytes());
+    ++st_->ops;
+  }
+  /// \brief Receives into buf the next message from rank src with this tag.
+  void recv(const Buffer& buf, int src, int tag) {
+    drain();
+    check_rank(src, "recv source");
+    auto m = group_->take(src, rank_, tag);
+    EPL_CHECK(m.count == buf.count && m.dtype == buf.dtype, "recv on group '", name(), "' at rank ", rank_, " from rank ", src,
+              " tag ", tag, ": expected ", buf.count, " ", name_of(buf.dtype), ", got ", m.count, " ", name_of(m.dtype));
+    std::memcpy(buf.data, m.bytes.data(), m.bytes.size());
+    st_->received += static_cast<std::int64_t>(m.bytes.size());
+    ++st_->ops;
+  }
+
+  void barrier() {
+    drain();
+    begin(detail::Op::kBarrier, {}, {}, [](detail::Slot&) {});
+    finish("barrier");
+  }
+
+  /// \brief The sub-group of the ranks that pass the same color, ordered by (key, rank).
+  ThreadCommunicator split(int color, int key) {
+    drain();
+    EPL_CHECK(color >= 0, "split: color ", color, " must be non-negative");
+    begin(detail::Op::kSplit, {}, {}, [&](detail::Slot& s) {
+      s.color = color;
+      s.key = key;
+    });
+    std::vector<std::pair<int, int>> members;  // (key, rank) of my color
+    for (int q = 0; q < size(); ++q)
+      if (group_->slot(q).color == color) members.emplace_back(group_->slot(q).key, q);
+    std::sort(members.begin(), members.end());
+    const int leader = members.front().second;
+    int my_index = 0;
+    for (std::size_t i = 0; i < members.size(); ++i)
+      if (members[i].second == rank_) my_index = static_cast<int>(i);
+    if (rank_ == leader) {
+      std::vector<int> world;
+      for (auto [k, q] : members) world.push_back(group_->world_rank(q));
+      group_->slot(rank_).handoff = std::make_shared<detail::ThreadGroup>(
+          world, group_->abort_flag(), group_->name() + "/" + std::to_string(color), group_->options());
+    }
+    wait("split");
+    auto sub = std::static_pointer_cast<detail::ThreadGroup>(group_->slot(leader).handoff);
+    wait("split");
+    if (rank_ == leader) group_->slot(rank_).handoff.reset();
+    ++st_->ops;
+    return ThreadCommunicator(std::move(sub), my_index);
+  }
+
+  // ---- asynchronous operations: run in issue order on this rank's worker thread ------------
+  Work all_reduce_async(const Buffer& in, const Buffer& out, ReduceOp op) {
+    return enqueue([this, in, out, op] { all_reduce(in, out, op); });
+  }
+  Work reduce_scatter_async(const Buffer& in, const Buffer& out, ReduceOp op) {
+    return enqueue([this, in, out, op] { reduce_scatter(in, out, op); });
+  }
+  Work all_gather_async(const Buffer& in, const Buffer& out) {
+    return enqueue([this, in, out] { all_gather(in, out); });
+  }
+
+ private:
+  // Publishes this rank's slot and waits for every rank; then checks that all ranks called
+  // the same operation (same sequence number, dtype, root and reduction).
+  template <class Fill>
+  detail::Slot& begin(detail::Op op, const Buffer& in, const Buffer& out, Fill&& fill) {
+    auto& me = group_->slot(rank_);
+    me = detail::Slot{};
+    me.op = op;
+    me.seq = st_->seq++;
+    me.in = in;
+    me.out = out;
+    fill(me);
+    wait(detail::name_of(op));
+    for (int q = 0; q < size(); ++q) {
+      const auto& s = group_->slot(q);
+      EPL_CHECK(s.op == op && s.seq == me.seq, detail::name_of(op), " on group '", name(), "' at rank ", rank_, ": rank ", q,
+                " called ", detail::name_of(s.op), " (operation #", s.seq, ") while this rank called ", detail::name_of(op),
+                " (operation #", me.seq, "); every rank must issue the same collectives in the same order");
+      EPL_CHECK(s.in.dtype == in.dtype && s.root == me.root && s.reduce == me.reduce, detail::name_of(op), " on group '",
+                name(), "': rank ", q, " passes ", name_of(s.in.dtype), " root ", s.root, " op ", comm::name_of(s.reduce),
+                ", rank ", rank_, " passes ", name_of(in.dtype), " root ", me.root, " op ", comm::name_of(me.reduce));
+    }
+    return me;
+  }
+  void check_same_count(const detail::Slot& me) {
+    for (int q = 0; q < size(); ++q)
+      EPL_CHECK(group_->slot(q).in.count == me.in.count, detail::name_of(me.op), " on group '", name(), "': rank ", q, " passes ",
+                group_->slot(q).in.count, " elements, rank ", rank_, " passes ", me.in.count, "; sizes must match");
+  }
+  void finish(const char* op) {
+    wait(op);  // nobody leaves while a peer may still read its buffers
+    ++st_->ops;
+  }
+  void wait(const char* op) { group_->arrive_and_wait(rank_, op); }
+  void check_rank(int r, const char* what) const {
+    EPL_CHECK(r >= 0 && r < size(), what, " ", r, " is not a rank of group '", name(), "' (size ", size(), ")");
+  }
+
+  // dst[dst_offset + i] = op over q of src(q)[o0 + i], for i < o1 - o0, accumulated in rank
+  // order through a cache-sized staging block (so the result does not depend on which rank
+  // owns the share, and in-place buffers are read before they are written).
+  template <class Source>
+  void reduce_share(std::int64_t o0, std::int64_t o1, Source&& src, const Buffer& dst, std::int64_t dst_offset, ReduceOp op) {
+    const auto es = static_cast<std::int64_t>(size_of(dst.dtype));
+    const std::int64_t block = std::max<std::int64_t>(1, (256 << 10) / es);
+    auto& staging = st_->staging;  // reused across calls, never allocated per call once grown
+    if (static_cast<std::int64_t>(staging.size()) < block * es) staging.resize(static_cast<std::size_t>(block * es));
+    for (std::int64_t b = o0; b < o1; b += block) {
+      const std::int64_t len = std::min(block, o1 - b);
+      std::memcpy(staging.data(), src(0).byte_ptr(b), static_cast<std::size_t>(len * es));
+      for (int q = 1; q < size(); ++q) detail::reduce_into(staging.data(), src(q).byte_ptr(b), len, dst.dtype, op);
+      if (op == ReduceOp::kMean) detail::divide(staging.data(), len, dst.dtype, size());
+      std::memcpy(dst.byte_ptr(dst_offset + (b - o0)), staging.data(), static_cast<std::size_t>(len * es));
+    }
+  }
+
+
+  Work enqueue(std::function<void()> task) { return st_->queue.enqueue(std::move(task)); }
+  void drain() { st_->queue.drain(); }
+
+  // What one rank's handle owns; behind a pointer so the handle moves (atomics do not).
+  struct RankState {
+    std::uint64_t seq = 0;
+    std::vector<char> staging;
+    std::atomic<std::int64_t> sent{0}, received{0}, ops{0};
+    detail::AsyncQueue queue;  // destroyed first: drains nothing, joins the worker
+  };
+
+  std::shared_ptr<detail::ThreadGroup> group_;
+  int rank_;
+  std::unique_ptr<RankState> st_ = std::make_unique<RankState>();
+};
+
+/// \brief Options of run_threads.
+struct ThreadLaunchOptions {
+  CommOptions comm;
+  int threads_per_rank = 1;  ///< OpenMP threads each rank's kernels use
+};
+
+/// \brief Runs fn(ThreadCommunicator&) on n thread ranks and joins them. If a rank throws, the
+/// others' pending operations fail promptly and the first failure is rethrown here.
+template <class Fn>
+void run_threads(int n, Fn&& fn, ThreadLaunchOptions opt = {}) {
+  EPL_CHECK(n >= 1, "run_threads: the rank count ", n, " must be at least 1");
+  auto abort = std::make_shared<detail::AbortFlag>();
+  std::vector<int> ranks(static_cast<std::size_t>(n));
+  for (int r = 0; r < n; ++r) ranks[r] = r;
+  auto world = std::make_shared<detail::ThreadGroup>(ranks, abort, "world", opt.comm);
+  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(n));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      epl::detail::cpu::set_threads(opt.threads_per_rank);
+      try {
+        ThreadCommunicator comm(world, r);
+        fn(comm);
+      } catch (const std::exception& e) {
+        errors[r] = std::current_exception();
+        abort->raise(r, e.what());
+      } catch (...) {
+        errors[r] = std::current_exception();
+        abort->raise(r, "unknown exception");
+      }
+    });
+  for (auto& t : threads) t.join();
+  if (abort->raised()) {
+    int first = abort->rank();
+    if (first >= 0 && first < n && errors[first]) std::rethrow_exception(errors[first]);
+    for (auto& e : errors)
+      if (e) std::rethrow_exception(e);
+  }
+}
+
+static_assert(communicator<ThreadCommunicator>);
+
+}  // namespace comm
+}  // namespace v0
+}  // namespace epl

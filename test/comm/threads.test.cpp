@@ -1,0 +1,256 @@
+// The thread backend: every operation, world sizes 1-4, sizes that do not divide, every dtype,
+// in place and out of place, sub-groups, asynchronous order, and loud failure.
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "../helpers.hpp"
+#include "epl/comm/threads.hpp"
+
+using namespace epl;
+using comm::Buffer;
+using comm::ReduceOp;
+
+namespace {
+// The value rank r contributes at element i (small integers: exact in every float type).
+double value(int r, std::int64_t i) { return static_cast<double>((r + 1) * (i % 7) - r); }
+
+template <class T>
+std::vector<T> filled(int r, std::int64_t n) {
+  std::vector<T> v(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) v[i] = static_cast<T>(value(r, i));
+  return v;
+}
+double expected(ReduceOp op, int n, std::int64_t i) {
+  double acc = value(0, i);
+  for (int r = 1; r < n; ++r) {
+    double v = value(r, i);
+    acc = op == ReduceOp::kMax ? std::max(acc, v) : op == ReduceOp::kMin ? std::min(acc, v) : acc + v;
+  }
+  return op == ReduceOp::kMean ? acc / n : acc;
+}
+comm::ThreadLaunchOptions quick(int ms = 400) { return {.comm = {.timeout = std::chrono::milliseconds(ms)}}; }
+
+template <class T>
+void check_all_reduce(int n, std::int64_t count, ReduceOp op, bool in_place) {
+  comm::run_threads(n, [&](comm::ThreadCommunicator& c) {
+    auto in = filled<T>(c.rank(), count);
+    std::vector<T> out(in.size());
+    if (in_place) c.all_reduce(Buffer(in.data(), count, dtype_v<T>), op);
+    else c.all_reduce(Buffer(in.data(), count, dtype_v<T>), Buffer(out.data(), count, dtype_v<T>), op);
+    const auto& got = in_place ? in : out;
+    for (std::int64_t i = 0; i < count; ++i) {
+      double e = expected(op, n, i);
+      if constexpr (std::is_integral_v<T>) e = static_cast<double>(static_cast<T>(e));
+      if (static_cast<double>(got[i]) != doctest::Approx(e).epsilon(sizeof(T) == 2 ? 1e-2 : 1e-6)) {
+        CHECK(static_cast<double>(got[i]) == doctest::Approx(e));
+        return;
+      }
+    }
+  });
+}
+}  // namespace
+
+TEST_SUITE("cpu") {
+TEST_CASE("threads: all_reduce, every op, dtype, world size 1-4, uneven sizes, in and out of place") {
+  for (int n = 1; n <= 4; ++n)
+    for (std::int64_t count : {1, 7, 1001})
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMean, ReduceOp::kMax, ReduceOp::kMin})
+        for (bool in_place : {false, true}) {
+          CAPTURE(n);
+          CAPTURE(count);
+          CAPTURE(comm::name_of(op));
+          CAPTURE(in_place);
+          check_all_reduce<float>(n, count, op, in_place);
+          check_all_reduce<double>(n, count, op, in_place);
+          check_all_reduce<std::int32_t>(n, count, op, in_place);
+          check_all_reduce<std::int64_t>(n, count, op, in_place);
+          check_all_reduce<half>(n, count, op, in_place);
+          check_all_reduce<bfloat16>(n, count, op, in_place);
+        }
+}
+
+TEST_CASE("threads: all_reduce of a large buffer moves 2(n-1)/n of it per rank") {
+  for (int n : {2, 3, 4}) {
+    const std::int64_t count = 12 * 100000;  // divisible by 2, 3 and 4
+    comm::run_threads(n, [&](comm::ThreadCommunicator& c) {
+      auto in = filled<float>(c.rank(), count);
+      c.all_reduce(Buffer(in.data(), count, DType::kF32), ReduceOp::kSum);
+      CHECK(in[count - 1] == doctest::Approx(expected(ReduceOp::kSum, n, count - 1)));
+      const std::int64_t bytes = count * 4;
+      CHECK(c.stats().bytes_received == 2 * (n - 1) * bytes / n);
+      CHECK(c.stats().bytes_sent == 2 * (n - 1) * bytes / n);
+      CHECK(c.stats().operations == 1);
+    });
+  }
+}
+
+TEST_CASE("threads: reduce_scatter with equal and uneven shares") {
+  for (int n = 1; n <= 4; ++n) {
+    const std::int64_t count = 10;
+    comm::run_threads(n, [&](comm::ThreadCommunicator& c) {
+      auto in = filled<double>(c.rank(), count);
+      const std::int64_t o0 = count * c.rank() / n, o1 = count * (c.rank() + 1) / n;
+      std::vector<double> out(static_cast<std::size_t>(o1 - o0));
+      c.reduce_scatter(Buffer(in.data(), count, DType::kF64), Buffer(out.data(), o1 - o0, DType::kF64), ReduceOp::kSum);
+      for (std::int64_t i = o0; i < o1; ++i) CHECK(out[i - o0] == expected(ReduceOp::kSum, n, i));
+    });
+  }
+}
+
+TEST_CASE("threads: all_gather of equal and variable sizes") {
+  for (int n = 1; n <= 4; ++n)
+    comm::run_threads(n, [&](comm::ThreadCommunicator& c) {
+      const std::int64_t mine = c.rank() + 2;  // rank r contributes r + 2 elements
+      std::vector<std::int32_t> in(static_cast<std::size_t>(mine), c.rank() * 10);
+      std::int64_t total = 0;
+      for (int q = 0; q < n; ++q) total += q + 2;
+      std::vector<std::int32_t> out(static_cast<std::size_t>(total), -1);
+      c.all_gather(Buffer(in.data(), mine, DType::kI32), Buffer(out.data(), total, DType::kI32));
+      std::size_t at = 0;
+      for (int q = 0; q < n; ++q)
+        for (int j = 0; j < q + 2; ++j) CHECK(out[at++] == q * 10);
+    });
+}
+
+TEST_CASE("threads: broadcast and reduce from every root") {
+  for (int n = 1; n <= 4; ++n)
+    for (int root = 0; root < n; ++root)
+      comm::run_threads(n, [&](comm::ThreadCommunicator& c) {
+        auto buf = filled<float>(c.rank(), 9);
+        c.broadcast(Buffer(buf.data(), 9, DType::kF32), root);
+        for (int i = 0; i < 9; ++i) CHECK(buf[i] == static_cast<float>(value(root, i)));
+        auto in = filled<double>(c.rank(), 9);
+        std::vector<double> out(9, -7);
+        c.reduce(Buffer(in.data(), 9, DType::kF64), Buffer(out.data(), 9, DType::kF64), ReduceOp::kMax, root);
+        for (int i = 0; i < 9; ++i) CHECK(out[i] == (c.rank() == root ? expected(ReduceOp::kMax, n, i) : -7.0));
+      });
+}
+
+TEST_CASE("threads: all_to_all, equal and variable blocks") {
+  for (int n = 1; n <= 4; ++n)
+    comm::run_threads(n, [&](comm::ThreadCommunicator& c) {
+      const int r = c.rank();
+      std::vector<std::int64_t> in(static_cast<std::size_t>(2 * n)), out(in.size());
+      for (int q = 0; q < n; ++q) in[2 * q] = in[2 * q + 1] = 100 * r + q;  // block q goes to rank q
+      c.all_to_all(Buffer(in.data(), 2 * n, DType::kI64), Buffer(out.data(), 2 * n, DType::kI64));
+      for (int q = 0; q < n; ++q) CHECK(out[2 * q] == 100 * q + r);
+      // variable: rank r sends q + 1 elements to rank q, so it receives r + 1 from everyone
+      std::vector<std::int64_t> send_counts, recv_counts(static_cast<std::size_t>(n), r + 1);
+      std::vector<float> vin, vout(static_cast<std::size_t>(n * (r + 1)));
+      for (int q = 0; q < n; ++q) {
+        send_counts.push_back(q + 1);
+        for (int j = 0; j <= q; ++j) vin.push_back(static_cast<float>(10 * r + q));
+      }
+      c.all_to_all_v(Buffer(vin.data(), static_cast<std::int64_t>(vin.size()), DType::kF32), send_counts,
+                     Buffer(vout.data(), static_cast<std::int64_t>(vout.size()), DType::kF32), recv_counts);
+      for (int q = 0; q < n; ++q)
+        for (int j = 0; j <= r; ++j) CHECK(vout[q * (r + 1) + j] == static_cast<float>(10 * q + r));
+    });
+}
+
+TEST_CASE("threads: tagged send and recv around a ring, tags kept apart") {
+  for (int n = 2; n <= 4; ++n)
+    comm::run_threads(n, [&](comm::ThreadCommunicator& c) {
+      const int r = c.rank(), next = (r + 1) % n, prev = (r + n - 1) % n;
+      std::vector<double> a(5, r), b(5, 100 + r), got_a(5), got_b(5);
+      c.send(Buffer(b.data(), 5, DType::kF64), next, 2);
+      c.send(Buffer(a.data(), 5, DType::kF64), next, 1);
+      c.recv(Buffer(got_a.data(), 5, DType::kF64), prev, 1);
+      c.recv(Buffer(got_b.data(), 5, DType::kF64), prev, 2);
+      CHECK(got_a[4] == prev);
+      CHECK(got_b[0] == 100 + prev);
+    });
+}
+
+TEST_CASE("threads: split into data- and tensor-parallel sub-groups of a 2 x 2 mesh") {
+  comm::run_threads(4, [&](comm::ThreadCommunicator& world) {
+    const int r = world.rank();
+    auto tp = world.split(r / 2, r);  // {0, 1}, {2, 3}
+    auto dp = world.split(r % 2, -r);  // {2, 0}, {3, 1}: key orders by descending world rank
+    CHECK(tp.size() == 2);
+    CHECK(tp.rank() == r % 2);
+    CHECK(dp.rank() == (r < 2 ? 1 : 0));
+    double x = r, sum_tp = 0;
+    tp.all_reduce(Buffer(&x, 1, DType::kF64), Buffer(&sum_tp, 1, DType::kF64), ReduceOp::kSum);
+    CHECK(sum_tp == (r < 2 ? 1.0 : 5.0));
+    double sum_dp = 0;
+    dp.all_reduce(Buffer(&x, 1, DType::kF64), Buffer(&sum_dp, 1, DType::kF64), ReduceOp::kSum);
+    CHECK(sum_dp == (r % 2 == 0 ? 2.0 : 4.0));
+    auto again = tp.split(0, 0);  // split of a split
+    CHECK(again.size() == 2);
+  });
+}
+
+TEST_CASE("threads: asynchronous all_reduces complete in issue order and overlap the caller") {
+  comm::run_threads(3, [&](comm::ThreadCommunicator& c) {
+    std::vector<std::vector<float>> bufs;
+    for (int k = 0; k < 6; ++k) bufs.push_back(std::vector<float>(1000, static_cast<float>(c.rank() + k)));
+    std::vector<comm::Work> work;
+    for (auto& b : bufs) work.push_back(c.all_reduce_async(Buffer(b.data(), 1000, DType::kF32), Buffer(b.data(), 1000, DType::kF32), ReduceOp::kSum));
+    double busy = 0;
+    for (int i = 0; i < 1000; ++i) busy += std::sqrt(static_cast<double>(i));  // the caller keeps computing
+    CHECK(busy > 0);
+    for (auto& w : work) w.wait();
+    for (int k = 0; k < 6; ++k) CHECK(bufs[k][999] == static_cast<float>(3 + 3 * k));
+    double one = 1, three = 0;  // a blocking call after async ones runs after them
+    c.all_reduce(Buffer(&one, 1, DType::kF64), Buffer(&three, 1, DType::kF64), ReduceOp::kSum);
+    CHECK(three == 3);
+    CHECK(c.stats().operations == 7);
+  });
+}
+
+TEST_CASE("threads: a rank that never arrives is named after the timeout") {
+  auto start = std::chrono::steady_clock::now();
+  CHECK_THROWS_WITH_AS(comm::run_threads(3, [&](comm::ThreadCommunicator& c) {
+    if (c.rank() == 1) return;  // rank 1 skips the collective
+    float x = 1;
+    c.all_reduce(Buffer(&x, 1, DType::kF32), ReduceOp::kSum);
+  }, quick()), doctest::Contains("all_reduce on group 'world' (size 3) timed out after 400 ms at rank"), Error);
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
+  try {
+    comm::run_threads(3, [&](comm::ThreadCommunicator& c) {
+      if (c.rank() == 1) return;
+      float x = 1;
+      c.all_reduce(Buffer(&x, 1, DType::kF32), ReduceOp::kSum);
+    }, quick());
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("ranks 1 did not arrive") != std::string::npos);
+  }
+}
+
+TEST_CASE("threads: a rank that throws stops the others promptly and its error is rethrown") {
+  auto start = std::chrono::steady_clock::now();
+  CHECK_THROWS_WITH_AS(comm::run_threads(4, [&](comm::ThreadCommunicator& c) {
+    if (c.rank() == 2) throw Error("rank two broke", "here.cpp", 1);
+    float x = 1;
+    c.all_reduce(Buffer(&x, 1, DType::kF32), ReduceOp::kSum);
+  }, quick(60000)), doctest::Contains("rank two broke"), Error);
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));  // not the 60 s timeout
+}
+
+TEST_CASE("threads: different collectives, sizes or dtypes across ranks are reported, not hung") {
+  CHECK_THROWS_WITH_AS(comm::run_threads(2, [&](comm::ThreadCommunicator& c) {
+    std::vector<float> x(c.rank() == 0 ? 4 : 5);
+    c.all_reduce(Buffer(x.data(), static_cast<std::int64_t>(x.size()), DType::kF32), ReduceOp::kSum);
+  }, quick()), doctest::Contains("sizes must match"), Error);
+  CHECK_THROWS_WITH_AS(comm::run_threads(2, [&](comm::ThreadCommunicator& c) {
+    double x = 0;
+    if (c.rank() == 0) c.all_reduce(Buffer(&x, 1, DType::kF64), ReduceOp::kSum);
+    else c.broadcast(Buffer(&x, 1, DType::kF64), 0);
+  }, quick()), doctest::Contains("called broadcast"), Error);
+  CHECK_THROWS_WITH_AS(comm::run_threads(2, [&](comm::ThreadCommunicator& c) {
+    double x = 0;
+    float y = 0;
+    if (c.rank() == 0) c.all_reduce(Buffer(&x, 1, DType::kF64), ReduceOp::kSum);
+    else c.all_reduce(Buffer(&y, 1, DType::kF32), ReduceOp::kSum);
+  }, quick()), doctest::Contains("passes f32"), Error);
+  CHECK_THROWS_WITH_AS(comm::run_threads(2, [&](comm::ThreadCommunicator& c) {
+    std::vector<double> x(3);
+    c.recv(Buffer(x.data(), c.rank() == 0 ? 3 : 2, DType::kF64), 1 - c.rank(), 0);
+  }, quick()), doctest::Contains("did not send a message with tag 0"), Error);
+  CHECK_THROWS_WITH_AS(comm::run_threads(2, [&](comm::ThreadCommunicator& c) { c.broadcast(Buffer{}, 5); }, quick()),
+                       doctest::Contains("broadcast root 5 is not a rank of group 'world' (size 2)"), Error);
+  CHECK_THROWS_WITH_AS(comm::run_threads(0, [](comm::ThreadCommunicator&) {}), doctest::Contains("at least 1"), Error);
+}
+}
