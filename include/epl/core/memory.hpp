@@ -94,12 +94,13 @@ class MemoryAccount {
   std::atomic<std::int64_t> total_{0}, total_peak_{0}, reserved_{0};
 };
 
-/// \brief The account of a device; accounts live for the whole process.
+/// \brief The account of a device. Accounts are never destroyed: a static tensor or allocator
+/// may still charge them while the program's other statics are being destroyed.
 inline MemoryAccount& memory_account(DeviceId d) {
-  static std::mutex mutex;
-  static std::map<DeviceId, std::unique_ptr<MemoryAccount>> accounts;
-  std::lock_guard lock(mutex);
-  auto& slot = accounts[d];
+  static auto* mutex = new std::mutex;
+  static auto* accounts = new std::map<DeviceId, std::unique_ptr<MemoryAccount>>;
+  std::lock_guard lock(*mutex);
+  auto& slot = (*accounts)[d];
   if (!slot) slot = std::make_unique<MemoryAccount>();
   return *slot;
 }
@@ -171,12 +172,13 @@ class HostAllocator final : public Allocator {
   std::map<std::size_t, std::vector<void*>> free_;
 };
 
-/// \brief The process-wide host allocator of a CPU device index.
+/// \brief The process-wide host allocator of a CPU device index (never destroyed, like the
+/// accounts: static tensors may be freed into it at exit).
 inline HostAllocator& host_allocator(int index = 0) {
-  static std::mutex mutex;
-  static std::map<int, std::unique_ptr<HostAllocator>> pools;
-  std::lock_guard lock(mutex);
-  auto& slot = pools[index];
+  static auto* mutex = new std::mutex;
+  static auto* pools = new std::map<int, std::unique_ptr<HostAllocator>>;
+  std::lock_guard lock(*mutex);
+  auto& slot = (*pools)[index];
   if (!slot) slot = std::make_unique<HostAllocator>(DeviceId{DeviceKind::kCpu, index});
   return *slot;
 }

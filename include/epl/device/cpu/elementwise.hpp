@@ -58,14 +58,13 @@ template <class T> void add_row_vector(T* y, const T* v, std::int64_t rows, std:
     for (std::int64_t r = b; r < e; ++r) ArrayMap<T>(y + r * cols, cols) += vec;
   });
 }
-/// out = beta * out + column sums of a [rows, cols] array (the gradient of a broadcast bias)
+/// out = beta * out + column sums of a [rows, cols] array (the gradient of a broadcast bias).
+/// Rows are added whole (contiguous, vectorised); each thread owns a block of columns.
 template <class T> void sum_rows(const T* x, T* out, std::int64_t rows, std::int64_t cols, T beta) {
-  using Mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-  // each thread sums its own block of columns over all rows
   parallel_for(cols, std::max<std::int64_t>(16, kGrain / std::max<std::int64_t>(1, rows)), [&](std::int64_t c0, std::int64_t c1) {
-    Eigen::Map<const Mat, Eigen::Unaligned, Eigen::OuterStride<>> X(x + c0, rows, c1 - c0, Eigen::OuterStride<>(cols));
-    Eigen::Map<Eigen::Matrix<T, 1, Eigen::Dynamic>> O(out + c0, c1 - c0);
-    if (beta == T(0)) O = X.colwise().sum(); else O = beta * O + X.colwise().sum();
+    ArrayMap<T> o(out + c0, c1 - c0);
+    if (beta == T(0)) o.setZero(); else o *= beta;
+    for (std::int64_t r = 0; r < rows; ++r) o += ConstArrayMap<T>(x + r * cols + c0, c1 - c0);
   });
 }
 /// sum of x*x, accumulated in double
