@@ -46,7 +46,7 @@ void check_all_reduce(std::int64_t count, ReduceOp op, bool in_place) {
 
 TEST_SUITE("mpi") {
 TEST_CASE("mpi: all_reduce, every op and dtype, small (MPI) and large (ring) buffers, in and out of place") {
-  for (std::int64_t count : {1, 7, 1001, 300001})  // 300001 floats > 1 MiB: the ring path, uneven shares
+  for (std::int64_t count : {1, 7, 1001, 300001, 1500007})  // > 1 MiB: the ring, uneven shares; 1500007: several chunks a share
     for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMean, ReduceOp::kMax, ReduceOp::kMin})
       for (bool in_place : {false, true}) {
         CAPTURE(count);

@@ -253,4 +253,18 @@ TEST_CASE("threads: different collectives, sizes or dtypes across ranks are repo
                        doctest::Contains("broadcast root 5 is not a rank of group 'world' (size 2)"), Error);
   CHECK_THROWS_WITH_AS(comm::run_threads(0, [](comm::ThreadCommunicator&) {}), doctest::Contains("at least 1"), Error);
 }
+
+TEST_CASE("threads: the rank count comes from EPL_NUM_RANKS when code does not give one") {
+  setenv("EPL_NUM_RANKS", "3", 1);
+  std::atomic<int> seen{0};
+  comm::run_threads([&](comm::ThreadCommunicator& c) {
+    CHECK(c.size() == 3);
+    ++seen;
+  });
+  CHECK(seen == 3);
+  setenv("EPL_NUM_RANKS", "three", 1);
+  CHECK_THROWS_WITH_AS(comm::run_threads([](comm::ThreadCommunicator&) {}), doctest::Contains("EPL_NUM_RANKS=\"three\" is not a rank count"), Error);
+  unsetenv("EPL_NUM_RANKS");
+  CHECK(comm::rank_count_from_env(2) == 2);
+}
 }

@@ -310,6 +310,7 @@ class MpiCommunicator {
     return op >= 0 && op < 8 ? names[op] : "?";
   }
   static constexpr std::size_t kRingBytes = 1 << 20;
+  static constexpr std::int64_t kChunkBytes = 1 << 20;
   static constexpr int kHeaderTag = 7301, kRingTag = 7302;
 
   struct State {
@@ -414,31 +415,43 @@ class MpiCommunicator {
                  peer >= 0 ? " waiting for rank " + std::to_string(peer) : std::string(" in the data transfer"));
     }
   }
-  // Ring all_reduce: n-1 reduce-scatter steps, then n-1 all-gather steps, each a sendrecv of
-  // one share with the ring neighbours; received shares land in the persistent staging buffer.
+  // Ring all_reduce: n-1 reduce-scatter steps, then n-1 all-gather steps, each moving one share
+  // between ring neighbours. A share travels in chunks of kChunkBytes so that the reduction of
+  // chunk c overlaps the arrival of chunk c+1 (two staging halves, allocated once).
   void ring_all_reduce(const Buffer& in, const Buffer& out, ReduceOp op) {
     const int n = size(), r = rank(), next = (r + 1) % n, prev = (r + n - 1) % n;
     const auto es = static_cast<std::int64_t>(size_of(in.dtype));
     if (in.data != out.data) std::memcpy(out.data, in.data, in.bytes());
-    std::int64_t largest = 0;
-    for (int s = 0; s < n; ++s) largest = std::max(largest, detail::share_offset(out.count, n, s + 1) - detail::share_offset(out.count, n, s));
-    if (static_cast<std::int64_t>(st_->staging.size()) < largest * es) st_->staging.resize(static_cast<std::size_t>(largest * es));
-    auto exchange = [&](int send_share, int recv_share, void* recv_into) {
-      int ss = ((send_share % n) + n) % n, rs = ((recv_share % n) + n) % n;
-      std::int64_t s0 = detail::share_offset(out.count, n, ss), s1 = detail::share_offset(out.count, n, ss + 1);
-      std::int64_t r0 = detail::share_offset(out.count, n, rs), r1 = detail::share_offset(out.count, n, rs + 1);
-      MPI_Request reqs[2];
-      EPL_MPI_CHECK(MPI_Irecv(recv_into ? recv_into : out.byte_ptr(r0), static_cast<int>((r1 - r0) * es), MPI_BYTE, prev, kRingTag, st_->data, &reqs[0]));
-      EPL_MPI_CHECK(MPI_Isend(out.byte_ptr(s0), static_cast<int>((s1 - s0) * es), MPI_BYTE, next, kRingTag, st_->data, &reqs[1]));
-      complete("all_reduce", reqs[0], prev);
-      complete("all_reduce", reqs[1], next);
-      return std::pair{r0, r1};
+    const std::int64_t chunk = std::max<std::int64_t>(1, kChunkBytes / es);
+    if (static_cast<std::int64_t>(st_->staging.size()) < 2 * chunk * es) st_->staging.resize(static_cast<std::size_t>(2 * chunk * es));
+    auto share = [&](int s) {
+      s = ((s % n) + n) % n;
+      return std::pair{detail::share_offset(out.count, n, s), detail::share_offset(out.count, n, s + 1)};
     };
-    for (int step = 0; step < n - 1; ++step) {  // after this, share r+1 is complete here
-      auto [r0, r1] = exchange(r - step, r - step - 1, st_->staging.data());
-      detail::reduce_into(out.byte_ptr(r0), st_->staging.data(), r1 - r0, out.dtype, op);
-    }
-    for (int step = 0; step < n - 1; ++step) exchange(r + 1 - step, r - step, nullptr);
+    // Sends share `send_share` to next; receives share `recv_share` from prev, reducing it into
+    // out (reduce) or copying it into place (gather).
+    auto step = [&](int send_share, int recv_share, bool reduce) {
+      auto [s0, s1] = share(send_share);
+      auto [r0, r1] = share(recv_share);
+      std::vector<MPI_Request> sends;
+      for (std::int64_t c = s0; c < s1; c += chunk) {
+        sends.emplace_back();
+        EPL_MPI_CHECK(MPI_Isend(out.byte_ptr(c), static_cast<int>(std::min(chunk, s1 - c) * es), MPI_BYTE, next, kRingTag, st_->data, &sends.back()));
+      }
+      const std::int64_t chunks = (r1 - r0 + chunk - 1) / chunk;
+      auto target = [&](std::int64_t c) { return reduce ? st_->staging.data() + (c % 2) * chunk * es : out.byte_ptr(r0 + c * chunk); };
+      auto length = [&](std::int64_t c) { return static_cast<int>(std::min(chunk, r1 - r0 - c * chunk) * es); };
+      MPI_Request pending[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+      if (chunks > 0) EPL_MPI_CHECK(MPI_Irecv(target(0), length(0), MPI_BYTE, prev, kRingTag, st_->data, &pending[0]));
+      for (std::int64_t c = 0; c < chunks; ++c) {
+        if (c + 1 < chunks) EPL_MPI_CHECK(MPI_Irecv(target(c + 1), length(c + 1), MPI_BYTE, prev, kRingTag, st_->data, &pending[(c + 1) % 2]));
+        complete("all_reduce", pending[c % 2], prev);
+        if (reduce) detail::reduce_into(out.byte_ptr(r0 + c * chunk), target(c), length(c) / es, out.dtype, op);
+      }
+      for (auto& req : sends) complete("all_reduce", req, next);
+    };
+    for (int k = 0; k < n - 1; ++k) step(r - k, r - k - 1, true);       // then share r+1 is complete here
+    for (int k = 0; k < n - 1; ++k) step(r + 1 - k, r - k, false);      // circulate the complete shares
   }
   void account(std::int64_t sent, std::int64_t received) {
     st_->sent += sent;

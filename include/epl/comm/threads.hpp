@@ -8,6 +8,7 @@
 /// shares — so an all_reduce moves 2(n-1)/n of the buffer per rank, like a ring, with every
 /// rank working at once. Bytes read from other ranks count as received, bytes of this rank
 /// read by others as sent.
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -347,6 +348,22 @@ void run_threads(int n, Fn&& fn, ThreadLaunchOptions opt = {}) {
     for (auto& e : errors)
       if (e) std::rethrow_exception(e);
   }
+}
+
+/// \brief The rank count from EPL_NUM_RANKS, or `fallback` when it is unset.
+inline int rank_count_from_env(int fallback = 1) {
+  const char* s = std::getenv("EPL_NUM_RANKS");
+  if (!s || !*s) return fallback;
+  char* end = nullptr;
+  long n = std::strtol(s, &end, 10);
+  EPL_CHECK(*end == '\0' && n >= 1 && n <= 4096, "EPL_NUM_RANKS=\"", s, "\" is not a rank count; set a whole number from 1 to 4096");
+  return static_cast<int>(n);
+}
+
+/// \brief run_threads on EPL_NUM_RANKS ranks (1 when unset).
+template <class Fn>
+void run_threads(Fn&& fn, ThreadLaunchOptions opt = {}) {
+  run_threads(rank_count_from_env(1), std::forward<Fn>(fn), opt);
 }
 
 static_assert(communicator<ThreadCommunicator>);
