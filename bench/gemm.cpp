@@ -55,7 +55,10 @@ int main(int argc, char** argv) {
                         {2048, 384, 1536, false, false, "gpt-mini mlp dx (dy W)"},
                         {1536, 384, 2048, true, false, "gpt-mini mlp dW (dy^T x)"},
                         {2048, 4096, 384, false, true, "gpt-mini lm head"}};
-  std::printf("{\"impl\": \"epl/eigen\", \"threads\": %d, \"peak_gflops\": %.1f, \"cases\": [", threads, peak);
+#ifndef BENCH_IMPL
+#define BENCH_IMPL "epl"
+#endif
+  std::printf("{\"impl\": \"" BENCH_IMPL "\", \"threads\": %d, \"peak_gflops\": %.1f, \"cases\": [", threads, peak);
   for (std::size_t c = 0; c < std::size(cases); ++c) {
     const auto& k = cases[c];
     auto a = cpu.zeros(k.ta ? epl::Shape{k.k, k.m} : epl::Shape{k.m, k.k}, epl::DType::kF32);

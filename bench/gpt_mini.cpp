@@ -36,7 +36,10 @@ int main(int argc, char** argv) {
   const double median = secs[secs.size() / 2];
   const auto params = epl::nn::parameter_count(trainer.model());
   const double tps = static_cast<double>(batch * shape.context) / median;
-  std::printf("{\"impl\": \"epl\", \"threads\": %d, \"params\": %lld, \"tokens_per_s\": %.1f, \"gflops\": %.1f, "
+#ifndef BENCH_IMPL
+#define BENCH_IMPL "epl"
+#endif
+  std::printf("{\"impl\": \"" BENCH_IMPL "\", \"threads\": %d, \"params\": %lld, \"tokens_per_s\": %.1f, \"gflops\": %.1f, "
               "\"step_s\": %.4f, \"loss\": %.4f, \"peak_mib\": %.1f}\n",
               threads, static_cast<long long>(params), tps, tps * gpt::flops_per_token(shape, params) / 1e9, median, loss,
               static_cast<double>(epl::memory_stats(cpu.id()).total_peak) / 1048576.0);

@@ -119,6 +119,27 @@ TEST_CASE("window loader: every window once per epoch, deterministic per seed") 
   CHECK(a.epoch() == 1);
 }
 
+TEST_CASE("window loader shards: R ranks together read exactly the single-device batches") {
+  std::vector<std::int32_t> t(401);
+  for (int i = 0; i < 401; ++i) t[i] = i;
+  auto ds = data::TokenDataset::from_tokens(t, 401);
+  data::WindowLoader whole(ds, 10, 4, 5);
+  std::vector<data::WindowLoader> parts;
+  for (int r = 0; r < 4; ++r) parts.emplace_back(ds, 10, 4, 5, data::Shard{r, 4});
+  for (int step = 0; step < 25; ++step) {  // 40 windows: two and a half epochs
+    auto all = test::values<std::int32_t>(whole.next(test::cpu()).inputs);
+    std::vector<double> joined;
+    for (auto& p : parts) {
+      auto v = test::values<std::int32_t>(p.next(test::cpu()).inputs);
+      joined.insert(joined.end(), v.begin(), v.end());
+    }
+    CHECK(joined == all);
+  }
+  CHECK_THROWS_WITH_AS(data::WindowLoader(ds, 10, 6, 5, data::Shard{0, 4}),
+                       doctest::Contains("global batch of 6 windows does not divide among 4 data-parallel ranks"), Error);
+  CHECK_THROWS_WITH_AS(data::WindowLoader(ds, 10, 4, 5, data::Shard{4, 4}), doctest::Contains("rank 4 of 4 ranks is not valid"), Error);
+}
+
 TEST_CASE("data files: text bytes, binary ids, corrupt and missing files") {
   auto dir = std::filesystem::temp_directory_path() / "epl_data_test";
   std::filesystem::create_directories(dir);

@@ -69,6 +69,21 @@ struct MpiTypes {
     EPL_MPI_CHECK(MPI_Type_commit(&two_bytes));
     make<half>(half_ops[0]);
     make<bfloat16>(half_ops[1]);
+    // MPI_Finalize deletes MPI_COMM_SELF's attributes first: free the types and ops there.
+    int key = MPI_KEYVAL_INVALID;
+    MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, &release, &key, this);
+    MPI_Comm_set_attr(MPI_COMM_SELF, key, this);
+  }
+  static int release(MPI_Comm, int key, void* attr, void*) {
+    auto* t = static_cast<MpiTypes*>(attr);
+    MPI_Type_free(&t->two_bytes);
+    for (auto& ops : t->half_ops) {
+      MPI_Op_free(&ops[0]);
+      MPI_Op_free(&ops[2]);
+      MPI_Op_free(&ops[3]);
+    }
+    MPI_Comm_free_keyval(&key);
+    return MPI_SUCCESS;
   }
   template <class T>
   static void make(std::array<MPI_Op, 4>& ops) {

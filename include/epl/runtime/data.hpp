@@ -74,14 +74,27 @@ class TokenDataset {
   std::int64_t vocab_ = 0;
 };
 
+/// \brief Which part of every global batch this rank reads: rank r of `ranks` data-parallel
+/// ranks takes rows [r B / ranks, (r + 1) B / ranks) of each global batch of B windows.
+struct Shard {
+  int rank = 0;
+  int ranks = 1;
+};
+
 /// \brief Cuts a dataset into non-overlapping windows of seq_len + 1 tokens (inputs and the
 /// targets shifted by one) and serves them in an order shuffled per epoch from the seed:
-/// every window exactly once per epoch, the same order for the same (seed, epoch).
+/// every window exactly once per epoch, the same order for the same (seed, epoch). With a
+/// Shard, every rank walks the same global order and serves only its rows of each global
+/// batch, so R ranks together read exactly what one device reads.
 class WindowLoader {
  public:
-  WindowLoader(const TokenDataset& ds, std::int64_t seq_len, std::int64_t batch, std::uint64_t seed)
-      : ds_(&ds), seq_(seq_len), batch_(batch), seed_(seed) {
+  WindowLoader(const TokenDataset& ds, std::int64_t seq_len, std::int64_t batch, std::uint64_t seed, Shard shard = {})
+      : ds_(&ds), seq_(seq_len), batch_(batch), seed_(seed), shard_(shard) {
     EPL_CHECK(seq_len > 0 && batch > 0, "WindowLoader: seq_len ", seq_len, " and batch ", batch, " must be positive");
+    EPL_CHECK(shard.ranks >= 1 && shard.rank >= 0 && shard.rank < shard.ranks, "WindowLoader: rank ", shard.rank, " of ",
+              shard.ranks, " ranks is not valid");
+    EPL_CHECK(batch % shard.ranks == 0, "global batch of ", batch, " windows does not divide among ", shard.ranks,
+              " data-parallel ranks; make the batch a multiple of ", shard.ranks);
     windows_ = (ds.size() - 1) / seq_len;
     EPL_CHECK(windows_ >= batch, "dataset of ", ds.size(), " tokens holds ", windows_, " windows of ", seq_len,
               " tokens, fewer than one batch of ", batch, "; use more data or a smaller batch");
@@ -90,8 +103,9 @@ class WindowLoader {
   [[nodiscard]] std::int64_t windows() const noexcept { return windows_; }
   [[nodiscard]] std::int64_t epoch() const noexcept { return epoch_; }
 
-  /// \brief The next batch on device d: inputs and targets [batch, seq_len] as int32. An epoch
-  /// ends when fewer than `batch` windows remain (those are dropped for that epoch).
+  /// \brief This rank's rows of the next global batch on device d: inputs and targets
+  /// [batch / ranks, seq_len] as int32. An epoch ends when fewer than `batch` windows remain
+  /// (those are dropped for that epoch, on every rank alike).
   template <class D>
   Batch next(const D& d) {
     if (cursor_ + batch_ > windows_) {
@@ -99,15 +113,16 @@ class WindowLoader {
       cursor_ = 0;
       shuffle();
     }
-    std::vector<std::int32_t> in(static_cast<std::size_t>(batch_ * seq_)), out(in.size());
+    const std::int64_t rows = batch_ / shard_.ranks, first = cursor_ + shard_.rank * rows;
+    std::vector<std::int32_t> in(static_cast<std::size_t>(rows * seq_)), out(in.size());
     const auto& t = ds_->tokens();
-    for (std::int64_t b = 0; b < batch_; ++b) {
-      auto start = order_[static_cast<std::size_t>(cursor_ + b)] * seq_;
+    for (std::int64_t b = 0; b < rows; ++b) {
+      auto start = order_[static_cast<std::size_t>(first + b)] * seq_;
       std::copy_n(t.begin() + start, seq_, in.begin() + b * seq_);
       std::copy_n(t.begin() + start + 1, seq_, out.begin() + b * seq_);
     }
     cursor_ += batch_;
-    Batch batch{d.empty({batch_, seq_}, DType::kI32), d.empty({batch_, seq_}, DType::kI32)};
+    Batch batch{d.empty({rows, seq_}, DType::kI32), d.empty({rows, seq_}, DType::kI32)};
     d.upload(in.data(), batch.inputs);
     d.upload(out.data(), batch.targets);
     return batch;
@@ -126,6 +141,7 @@ class WindowLoader {
   const TokenDataset* ds_;
   std::int64_t seq_, batch_;
   std::uint64_t seed_;
+  Shard shard_;
   std::int64_t windows_ = 0, cursor_ = 0, epoch_ = 0;
   std::vector<std::int64_t> order_;
 };

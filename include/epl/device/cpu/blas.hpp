@@ -3,16 +3,25 @@
 /// \brief Row-major GEMM over Eigen, single and batched.
 #include <Eigen/Core>
 #include <cstdint>
+#include <type_traits>
 
 #include "epl/device/cpu/parallel.hpp"
+#include "epl/device/cpu/sgemm_avx512.hpp"
 
 namespace epl::detail::cpu {
 inline namespace v0 {
 
-/// One GEMM on the calling thread (Eigen runs serially inside a parallel region).
+/// One GEMM on the calling thread (Eigen runs serially inside a parallel region). f32 on an
+/// AVX-512 target uses epl's packed kernel (sgemm_avx512.hpp); everything else Eigen's.
 template <class T>
 void gemm_serial(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, T alpha,
                  const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc) {
+#if defined(__AVX512F__) && !defined(EPL_EIGEN_SGEMM)
+  if constexpr (std::is_same_v<T, float>) {
+    sgemm::gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
+#endif
   using Mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   using In = Eigen::Map<const Mat, Eigen::Unaligned, Eigen::OuterStride<>>;
   using Out = Eigen::Map<Mat, Eigen::Unaligned, Eigen::OuterStride<>>;
