@@ -5,6 +5,7 @@
 /// layer's gradients leave first and communication overlaps the rest of the backward pass),
 /// optionally compressed to fp16 (EPL's communication.fp16 / fp16_scale). Each bucket's flat
 /// staging buffer is allocated once (MemoryCategory::kCommunication) and reused every step.
+#include <algorithm>
 #include <vector>
 
 #include "epl/comm/communicator.hpp"
@@ -52,6 +53,7 @@ class GradientBuckets {
       bytes += static_cast<std::int64_t>(grads_[i].bytes());
       bucket_of_.push_back(buckets_.size() - 1);
     }
+    marked_.assign(grads_.size(), 0);
     for (auto& b : buckets_)  // on the gradients' own device, so its accounts see them
       b.flat = Tensor(grads_.front().allocator(), {b.elements}, opt.fp16 ? DType::kF16 : grads_.front().dtype(),
                       MemoryCategory::kCommunication);
@@ -64,6 +66,8 @@ class GradientBuckets {
   /// all_reduce starts at once (asynchronously).
   void ready(std::size_t i) {
     EPL_CHECK(i < grads_.size(), "GradientBuckets::ready(", i, "): there are ", grads_.size(), " gradients");
+    if (marked_[i]) return;  // announced before in this step
+    marked_[i] = 1;
     auto& b = buckets_[bucket_of_[i]];
     if (++b.ready == static_cast<int>(b.members.size())) launch(b);
   }
@@ -92,6 +96,7 @@ class GradientBuckets {
       }
       b.ready = 0;
     }
+    std::fill(marked_.begin(), marked_.end(), 0);
   }
 
  private:
@@ -126,6 +131,7 @@ class GradientBuckets {
   BucketOptions opt_;
   std::vector<Bucket> buckets_;
   std::vector<std::size_t> bucket_of_;
+  std::vector<char> marked_;
 };
 
 }  // namespace comm

@@ -6,6 +6,7 @@
 /// Saved activations live here and not in the layers, so several micro-batches can be in
 /// flight through one layer (a pipeline) and a checkpoint can drop and recompute them.
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <vector>
 
@@ -25,6 +26,8 @@ struct Saved {
 };
 
 /// \brief Options of one pass: training mode, and the coordinates that seed its randomness.
+struct Parameter;
+
 struct PassOptions {
   bool training = true;
   std::uint64_t seed = 0;
@@ -71,6 +74,15 @@ class Context {
     return n;
   }
 
+  /// \brief Asks to be told, during backward, when a parameter's gradient is final for this
+  /// pass (data parallelism starts reducing it then). Called possibly more than once per
+  /// parameter; the listener ignores repeats.
+  void on_gradient_ready(std::function<void(Parameter&)> fn) { grad_ready_ = std::move(fn); }
+  [[nodiscard]] bool wants_gradients() const noexcept { return static_cast<bool>(grad_ready_); }
+  void gradient_ready(Parameter& p) const {
+    if (grad_ready_) grad_ready_(p);
+  }
+
   /// \brief A fresh random key for this pass: a function of (seed, step, micro-batch, call).
   [[nodiscard]] std::uint64_t next_random_key() {
     return stream_key(opt_.seed, mix64(opt_.step * 0x10001ull + opt_.micro_batch) ^ random_calls_++);
@@ -81,6 +93,7 @@ class Context {
   PassOptions opt_;
   std::vector<Saved> stack_;
   std::uint64_t random_calls_ = 0;
+  std::function<void(Parameter&)> grad_ready_;
 };
 
 }  // namespace nn

@@ -96,12 +96,19 @@ Tensor forward(L& l, Ctx& ctx, const Tensor& x) {
   }
 }
 
+template <class L, class Fn>
+void visit_parameters(L& l, Fn&& fn, const std::string& prefix);
+
 /// \brief Runs layer l backward: accumulates parameter gradients, returns the input gradient.
+/// When the context listens, a leaf layer's parameters are announced as final once its
+/// backward returns.
 template <class L, class Ctx>
 Tensor backward(L& l, Ctx& ctx, const Tensor& dy) {
   require_layer<L>();
   if constexpr (leaf_layer<L>) {
-    return l.backward(ctx, dy);
+    Tensor dx = l.backward(ctx, dy);
+    if (ctx.wants_gradients()) nn::visit_parameters(l, [&](std::string_view, Parameter& p) { ctx.gradient_ready(p); }, "");
+    return dx;
   } else {
     Tensor g = dy;
     reflect::for_each_field_reverse(l, [&](auto& field, auto) { g = nn::backward(field, ctx, g); });
@@ -113,7 +120,7 @@ Tensor backward(L& l, Ctx& ctx, const Tensor& dy) {
 /// list their members through `visit(v)`, calling v(name, member) for parameters and
 /// sub-layers alike; aggregates are walked field by field (paths use field indices).
 template <class L, class Fn>
-void visit_parameters(L& l, Fn&& fn, const std::string& prefix = "") {
+void visit_parameters(L& l, Fn&& fn, const std::string& prefix) {
   if constexpr (std::is_same_v<std::remove_cvref_t<L>, Parameter>) {
     fn(std::string_view(prefix.empty() ? prefix : prefix.substr(0, prefix.size() - 1)), l);
   } else if constexpr (requires { l.visit([](std::string_view, auto&) {}); }) {
@@ -125,6 +132,11 @@ void visit_parameters(L& l, Fn&& fn, const std::string& prefix = "") {
       nn::visit_parameters(field, fn, prefix + std::to_string(decltype(index)::value) + ".");
     });
   }
+}
+
+template <class L, class Fn>
+void visit_parameters(L& l, Fn&& fn) {
+  visit_parameters(l, std::forward<Fn>(fn), std::string());
 }
 
 /// \brief The number of scalar parameters of l.

@@ -1,0 +1,165 @@
+// Replicate: data parallel on thread ranks trains exactly like one device with the same global
+// batch — losses at every step and parameters after several — for examples/gpt's model and the
+// quick-start network, with and without accumulation, mean and sum, fp16, 1 and several
+// buckets; the bytes sent per step are the ring volume; bad setups are clear errors.
+#include "../../examples/gpt/gpt.hpp"
+#include "../helpers.hpp"
+#include "epl/comm/threads.hpp"
+
+using namespace epl;
+
+namespace {
+gpt::Shape tiny() { return {.vocab = 32, .context = 8, .layers = 2, .heads = 2, .dim = 16}; }
+data::TokenDataset corpus() {
+  std::vector<std::int32_t> t(4000);
+  for (std::size_t i = 0; i < t.size(); ++i) t[i] = static_cast<std::int32_t>((i * i + 3 * i) % 29);
+  return data::TokenDataset::from_tokens(t, 32);
+}
+template <class M>
+std::vector<double> flat_params(M& m) {
+  std::vector<double> v;
+  nn::visit_parameters(m, [&](std::string_view, nn::Parameter& p) {
+    auto x = test::values(p.value);
+    v.insert(v.end(), x.begin(), x.end());
+  });
+  return v;
+}
+struct Run {
+  std::vector<double> losses, params;
+  std::int64_t grad_bytes_sent = 0, grad_bytes = 0;
+};
+constexpr int kSteps = 5;
+constexpr std::int64_t kGlobalBatch = 8;
+
+Config config(std::int64_t micro, const char* method = "mean", int splits = 5, bool fp16 = false) {
+  Config c;
+  c.set("pipeline.num_micro_batch", micro);
+  c.set("communication.gradients_reduce_method", method);
+  c.set("communication.max_splits", splits);
+  c.set("communication.fp16", fp16);
+  return c;
+}
+// One device, the global batch.
+Run single(const Config& cfg, double lr = 0.05, double clip = 0.5) {
+  Trainer<gpt::Gpt, optim::Momentum> t(test::cpu(), cfg, gpt::make_gpt(tiny()), optim::Momentum({.lr = lr}), {.seed = 3, .clip_norm = clip});
+  auto ds = corpus();
+  data::WindowLoader loader(ds, 8, kGlobalBatch, 17);
+  Run r;
+  for (int s = 0; s < kSteps; ++s) r.losses.push_back(t.step(loader.next(test::cpu())));
+  r.params = flat_params(t.model());
+  return r;
+}
+// n thread ranks, each its shard of the same global batches.
+std::vector<Run> parallel(int n, const Config& cfg, double lr = 0.05, double clip = 0.5) {
+  std::vector<Run> runs(static_cast<std::size_t>(n));
+  comm::run_threads(n, [&](comm::ThreadCommunicator& c) {
+    device::Cpu dev(100 + c.rank());
+    Trainer<gpt::Gpt, optim::Momentum, nn::SoftmaxCrossEntropy, device::Cpu, comm::ThreadCommunicator> t(
+        dev, c, cfg, gpt::make_gpt(tiny()), optim::Momentum({.lr = lr}), {.seed = 3, .clip_norm = clip, .check_replicas_every = 1});
+    auto ds = corpus();
+    data::WindowLoader loader(ds, 8, kGlobalBatch, 17, data::Shard{c.rank(), n});
+    Run& r = runs[c.rank()];
+    for (int s = 0; s < kSteps; ++s) {
+      auto before = c.stats().bytes_sent;
+      r.losses.push_back(t.step(loader.next(dev)));
+      r.grad_bytes_sent = c.stats().bytes_sent - before;
+    }
+    r.params = flat_params(t.model());
+    r.grad_bytes = 4 * nn::parameter_count(t.model());
+  });
+  return runs;
+}
+void expect_equal(const std::vector<Run>& runs, const Run& ref, double tol) {
+  for (std::size_t r = 0; r < runs.size(); ++r) {
+    CAPTURE(r);
+    CHECK(test::max_rel_diff(runs[r].losses, ref.losses) < tol);
+    CHECK(test::max_rel_diff(runs[r].params, ref.params) < tol);
+  }
+}
+}  // namespace
+
+TEST_SUITE("cpu") {
+TEST_CASE("replicate: 2 and 4 thread ranks equal one device, with and without accumulation, 1 and 5 buckets") {
+  for (std::int64_t micro : {1, 2}) {
+    const Run ref = single(config(micro));
+    for (int n : {2, 4})
+      for (int splits : {1, 5}) {
+        CAPTURE(micro);
+        CAPTURE(n);
+        CAPTURE(splits);
+        if (micro * n > kGlobalBatch) continue;
+        expect_equal(parallel(n, config(micro, "mean", splits)), ref, 1e-5);
+      }
+  }
+}
+
+TEST_CASE("replicate: sum reduction equals one device with the learning rate times the replicas") {
+  // without clipping: clipping a summed gradient is not clipping the mean one
+  const Run ref = single(config(1), 0.05 * 2, 0);
+  expect_equal(parallel(2, config(1, "sum"), 0.05, 0), ref, 1e-5);
+}
+
+TEST_CASE("replicate: EPL's per-replica clipping (clip_after_allreduce=false) differs from clipping the average") {
+  Config per_replica = config(1);
+  per_replica.set("communication.clip_after_allreduce", false);
+  auto epl_style = parallel(2, per_replica, 0.05, 0.05);
+  auto ours = parallel(2, config(1), 0.05, 0.05);
+  CHECK(test::max_rel_diff(ours[0].params, single(config(1), 0.05, 0.05).params) < 1e-5);
+  CHECK(test::max_rel_diff(epl_style[0].params, ours[0].params) > 1e-5);
+  CHECK(epl_style[0].params == epl_style[1].params);  // still identical replicas
+}
+
+TEST_CASE("replicate: fp16 gradient compression stays within half precision of one device") {
+  const Run ref = single(config(1));
+  auto runs = parallel(2, config(1, "mean", 3, true));
+  CHECK(test::max_rel_diff(runs[0].losses, ref.losses) < 2e-3);
+  CHECK(test::max_rel_diff(runs[0].params, ref.params) < 2e-3);
+  CHECK(runs[0].params == runs[1].params);  // the replicas agree exactly with each other
+}
+
+TEST_CASE("replicate: each rank sends exactly the ring volume of the gradients per step") {
+  auto two = parallel(2, config(1));
+  for (const auto& r : two) CHECK(r.grad_bytes_sent == r.grad_bytes);  // 2(n-1)/n = 1 for n = 2
+  auto four = parallel(4, config(1));
+  std::int64_t total = 0;
+  for (const auto& r : four) total += r.grad_bytes_sent;
+  CHECK(total == 4 * 2 * 3 * four[0].grad_bytes / 4);  // n ranks x 2(n-1)/n x bytes
+}
+
+TEST_CASE("replicate: the quick-start network on 3 ranks equals one device") {
+  struct Net {
+    nn::Linear dense1;
+    nn::Linear dense2;
+  };
+  auto make = [] { return Net{nn::Linear(20, 2), nn::Linear(2, 10)}; };
+  Tensor x = test::random({12, 20}, 9), y = test::ids({12}, 10, 10);
+  Trainer<Net, optim::Momentum> one(test::cpu(), Config{}, make(), optim::Momentum({.lr = 0.01}), {.seed = 1});
+  std::vector<double> ref_losses;
+  for (int s = 0; s < kSteps; ++s) ref_losses.push_back(one.step({x, y}));
+  auto ref_params = flat_params(one.model());
+  comm::run_threads(3, [&](comm::ThreadCommunicator& c) {
+    device::Cpu dev(110 + c.rank());
+    Trainer<Replicate<1, Net>, optim::Momentum, nn::SoftmaxCrossEntropy, device::Cpu, comm::ThreadCommunicator> t(
+        dev, c, Config{}, Replicate<1, Net>(make()), optim::Momentum({.lr = 0.01}), {.seed = 1});
+    std::vector<double> losses;
+    for (int s = 0; s < kSteps; ++s) losses.push_back(t.step({x.slice(4 * c.rank(), 4 * c.rank() + 4), y.slice(4 * c.rank(), 4 * c.rank() + 4)}));
+    CHECK(test::max_rel_diff(losses, ref_losses) < 1e-5);
+    CHECK(test::max_rel_diff(flat_params(t.model()), ref_params) < 1e-5);
+  });
+}
+
+TEST_CASE("replicate: a world size the strategy cannot use, and ranks that built different models") {
+  struct Net {
+    nn::Linear fc;
+  };
+  CHECK_THROWS_WITH_AS(comm::run_threads(4, [&](comm::ThreadCommunicator& c) {
+    Trainer<Replicate<3, Net>, optim::SGD, nn::SoftmaxCrossEntropy, device::Cpu, comm::ThreadCommunicator> t(
+        test::cpu(), c, Config{}, Replicate<3, Net>(Net{nn::Linear(2, 2)}), optim::SGD({}));
+  }), doctest::Contains("world size 4 cannot hold replicas of 3 devices each"), Error);
+  CHECK_THROWS_WITH_AS(comm::run_threads(2, [&](comm::ThreadCommunicator& c) {
+    device::Cpu dev(120 + c.rank());
+    Trainer<Net, optim::SGD, nn::SoftmaxCrossEntropy, device::Cpu, comm::ThreadCommunicator> t(
+        dev, c, Config{}, Net{nn::Linear(2, c.rank() == 0 ? 2 : 3)}, optim::SGD({}));
+  }), doctest::Contains("rank 1 built a model with 9 parameters, rank 0 one with 6"), Error);
+}
+}
