@@ -71,7 +71,7 @@ TEST_CASE("a feature this version does not have is rejected, not ignored") {
   Config c;
   CHECK_THROWS_WITH_AS(c.set("zero.level", "v1"), doctest::Contains("zero.level = \"v1\" is not supported yet"), Error);
   CHECK_THROWS_WITH_AS(c.set("amp.level", "O1"), doctest::Contains("not supported yet"), Error);
-  CHECK_THROWS_WITH_AS(c.set("io.slicing", true), doctest::Contains("leave it at its default false"), Error);
+  CHECK_THROWS_WITH_AS(c.set("auto.auto_parallel", true), doctest::Contains("leave it at its default false"), Error);
   CHECK_NOTHROW(c.set("zero.level", ""));            // the default is always accepted
   CHECK_NOTHROW(c.set("pipeline.strategy", "PreferBackward"));
 }

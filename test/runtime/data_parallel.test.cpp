@@ -6,6 +6,8 @@
 #include "../helpers.hpp"
 #include "epl/comm/threads.hpp"
 
+#include <set>
+
 using namespace epl;
 
 namespace {
@@ -161,5 +163,33 @@ TEST_CASE("replicate: a world size the strategy cannot use, and ranks that built
     Trainer<Net, optim::SGD, nn::SoftmaxCrossEntropy, device::Cpu, comm::ThreadCommunicator> t(
         dev, c, Config{}, Net{nn::Linear(2, c.rank() == 0 ? 2 : 3)}, optim::SGD({}));
   }), doctest::Contains("rank 1 built a model with 9 parameters, rank 0 one with 6"), Error);
+}
+
+TEST_CASE("io.slicing: files divided among ranks, balanced, dropped or uneven, and too few files") {
+  std::vector<std::filesystem::path> files;
+  for (int i = 0; i < 10; ++i) files.emplace_back("part-" + std::to_string(i));
+  Config off;
+  CHECK(data::slice_files(files, {1, 4}, off).size() == 10);  // no slicing: every rank every file
+  Config on;
+  on.set("io.slicing", true);
+  CHECK(data::slice_files(files, {1, 5}, on) == std::vector<std::filesystem::path>{"part-1", "part-6"});
+  CHECK_THROWS_WITH_AS(data::slice_files(files, {0, 4}, on),
+                       doctest::Contains("10 files do not divide among 4 data-parallel ranks; set io.drop_last_files=true to drop the last 2"), Error);
+  Config drop = on;
+  drop.set("io.drop_last_files", true);
+  std::set<std::string> seen;
+  for (int r = 0; r < 4; ++r) {
+    auto mine = data::slice_files(files, {r, 4}, drop);
+    CHECK(mine.size() == 2);
+    for (auto& f : mine) CHECK(seen.insert(f.string()).second);  // no file read twice
+  }
+  CHECK(seen.size() == 8);
+  Config uneven = on;
+  uneven.set("io.unbalanced_io_slicing", true);
+  std::size_t total = 0;
+  for (int r = 0; r < 4; ++r) total += data::slice_files(files, {r, 4}, uneven).size();
+  CHECK(total == 10);  // none skipped
+  CHECK(data::slice_files(files, {0, 4}, uneven).size() == 3);
+  CHECK_THROWS_WITH_AS(data::slice_files({"a", "b"}, {0, 3}, on), doctest::Contains("2 files for 3 data-parallel ranks"), Error);
 }
 }

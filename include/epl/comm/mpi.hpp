@@ -428,6 +428,7 @@ class MpiCommunicator {
       if (std::chrono::steady_clock::now() >= deadline)
         EPL_FAIL(what, " on group '", name(), "' at rank ", rank(), " timed out after ", st_->opt.timeout.count(), " ms",
                  peer >= 0 ? " waiting for rank " + std::to_string(peer) : std::string(" in the data transfer"));
+      std::this_thread::yield();  // oversubscribed ranks must let their peers run
     }
   }
   // Ring all_reduce: n-1 reduce-scatter steps, then n-1 all-gather steps, each moving one share

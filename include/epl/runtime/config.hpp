@@ -65,9 +65,9 @@ inline const std::vector<ConfigKey>& config_keys() {
       {"communication.fp16_scale", I{128}, {}, 1, true, "scale applied before the fp16 cast"},
       {"communication.clip_after_allreduce", true, {}, 0, true, "clip the averaged gradient (true) or per replica (false)"},
       {"communication.gradients_reduce_method", S{"mean"}, {"mean", "sum"}, 0, true, "how replicas' gradients combine"},
-      {"io.slicing", false, {}, 0, false, "divide input files among data-parallel ranks"},
-      {"io.unbalanced_io_slicing", false, {}, 0, false, "allow uneven file shares"},
-      {"io.drop_last_files", false, {}, 0, false, "drop files that do not divide evenly"},
+      {"io.slicing", false, {}, 0, true, "divide input files among data-parallel ranks"},
+      {"io.unbalanced_io_slicing", false, {}, 0, true, "allow uneven file shares"},
+      {"io.drop_last_files", false, {}, 0, true, "drop files that do not divide evenly"},
       {"auto.auto_parallel", false, {}, 0, false, "search the parallel strategy automatically"},
   };
   return keys;

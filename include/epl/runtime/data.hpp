@@ -9,6 +9,7 @@
 
 #include "epl/core/random.hpp"
 #include "epl/core/tensor.hpp"
+#include "epl/runtime/config.hpp"
 
 namespace epl {
 inline namespace v0 {
@@ -81,6 +82,27 @@ struct Shard {
   int ranks = 1;
 };
 
+/// \brief The files this data-parallel rank reads (EPL's io.slicing). Without io.slicing every
+/// rank reads every file (and WindowLoader's Shard divides the samples). With it, rank r of R
+/// reads files r, r + R, ...; a count that does not divide is an error unless
+/// io.drop_last_files (drop the remainder, every rank the same count) or
+/// io.unbalanced_io_slicing (uneven shares) says otherwise.
+inline std::vector<std::filesystem::path> slice_files(const std::vector<std::filesystem::path>& files, Shard shard,
+                                                      const Config& cfg) {
+  if (!cfg.get<bool>("io.slicing")) return files;
+  const auto n = static_cast<std::int64_t>(files.size()), ranks = static_cast<std::int64_t>(shard.ranks);
+  EPL_CHECK(n >= ranks, "io.slicing: ", n, " files for ", ranks, " data-parallel ranks; give at least one file per rank or set io.slicing=false");
+  std::int64_t used = n;
+  if (n % ranks != 0) {
+    if (cfg.get<bool>("io.drop_last_files")) used = n - n % ranks;
+    else EPL_CHECK(cfg.get<bool>("io.unbalanced_io_slicing"), "io.slicing: ", n, " files do not divide among ", ranks,
+                   " data-parallel ranks; set io.drop_last_files=true to drop the last ", n % ranks,
+                   ", or io.unbalanced_io_slicing=true to allow uneven shares");
+  }
+  std::vector<std::filesystem::path> mine;
+  for (std::int64_t i = shard.rank; i < used; i += ranks) mine.push_back(files[static_cast<std::size_t>(i)]);
+  return mine;
+}
 /// \brief Cuts a dataset into non-overlapping windows of seq_len + 1 tokens (inputs and the
 /// targets shifted by one) and serves them in an order shuffled per epoch from the seed:
 /// every window exactly once per epoch, the same order for the same (seed, epoch). With a
