@@ -7,6 +7,7 @@
 //   dense(2) -> dense(10) -> sparse softmax xent        Net { Linear(20, 2); Linear(2, 10); }
 //   MomentumOptimizer(lr=0.001, momentum=0.9)           optim::Momentum({.lr = 0.001, .momentum = 0.9})
 #include <epl/epl.hpp>
+#include <epl/runtime/launch.hpp>
 
 #include <cstdio>
 #include <string>
@@ -24,23 +25,33 @@ int main(int argc, char** argv) try {
   for (const auto& a : cfg.program_args())
     if (a.rfind("--epochs=", 0) == 0) epochs = std::stoi(a.substr(9));
 
-  epl::device::Cpu cpu;
-  constexpr std::int64_t kSamples = 500, kFeatures = 20, kClasses = 10, kBatch = 10;
-  // Random data as in EPL's example: integer features in [0, 10), labels in [0, 10).
-  auto key = epl::stream_key(2022, 0);
-  epl::Tensor x = cpu.empty({kSamples, kFeatures}, epl::DType::kF32);
-  epl::Tensor y = cpu.empty({kSamples}, epl::DType::kI32);
-  for (std::int64_t i = 0; i < x.numel(); ++i) x.span<float>()[i] = static_cast<float>(static_cast<int>(epl::uniform01(key, i) * 10));
-  for (std::int64_t i = 0; i < kSamples; ++i) y.span<std::int32_t>()[i] = static_cast<std::int32_t>(epl::uniform01(key, 1000000 + i) * kClasses);
+  // Data parallel out of the box: EPL_NUM_RANKS thread ranks, or MPI processes under
+  // epl-launch; the global batch of 10 is divided among the ranks.
+  epl::launch(argc, argv, [&](auto& comm) {
+    using Comm = std::remove_cvref_t<decltype(comm)>;
+    epl::device::Cpu cpu(comm.rank());
+    constexpr std::int64_t kSamples = 500, kFeatures = 20, kClasses = 10, kBatch = 10;
+    EPL_CHECK(kBatch % comm.size() == 0, "the quick start's batch of ", kBatch, " does not divide among ", comm.size(), " ranks");
+    // Random data as in EPL's example: integer features in [0, 10), labels in [0, 10).
+    auto key = epl::stream_key(2022, 0);
+    epl::Tensor x = cpu.empty({kSamples, kFeatures}, epl::DType::kF32);
+    epl::Tensor y = cpu.empty({kSamples}, epl::DType::kI32);
+    for (std::int64_t i = 0; i < x.numel(); ++i) x.span<float>()[i] = static_cast<float>(static_cast<int>(epl::uniform01(key, i) * 10));
+    for (std::int64_t i = 0; i < kSamples; ++i) y.span<std::int32_t>()[i] = static_cast<std::int32_t>(epl::uniform01(key, 1000000 + i) * kClasses);
 
-  epl::Trainer<Net, epl::optim::Momentum> trainer(cpu, cfg, Net{nn::Linear(kFeatures, 2), nn::Linear(2, kClasses)},
-                                                  epl::optim::Momentum({.lr = 0.001, .momentum = 0.9}));
-  int iteration = 0;
-  for (int e = 0; e < epochs; ++e)
-    for (std::int64_t b = 0; b < kSamples; b += kBatch) {
-      double loss = trainer.step({x.slice(b, b + kBatch), y.slice(b, b + kBatch)});
-      std::printf("Iteration %d, loss: %.6f\n", iteration++, loss);
-    }
+    epl::Trainer<epl::Replicate<1, Net>, epl::optim::Momentum, epl::nn::SoftmaxCrossEntropy, epl::device::Cpu, Comm> trainer(
+        cpu, comm, cfg, epl::Replicate<1, Net>(Net{nn::Linear(kFeatures, 2), nn::Linear(2, kClasses)}),
+        epl::optim::Momentum({.lr = 0.001, .momentum = 0.9}));
+    const std::int64_t per = kBatch / comm.size();
+    int iteration = 0;
+    for (int e = 0; e < epochs; ++e)
+      for (std::int64_t b = 0; b < kSamples; b += kBatch) {
+        const std::int64_t lo = b + comm.rank() * per;
+        double loss = trainer.step({x.slice(lo, lo + per), y.slice(lo, lo + per)});
+        if (comm.rank() == 0) std::printf("Iteration %d, loss: %.6f\n", iteration, loss);
+        ++iteration;
+      }
+  });
   return 0;
 } catch (const epl::Error& e) {
   std::fprintf(stderr, "%s\n", e.what());
