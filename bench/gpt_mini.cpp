@@ -1,46 +1,94 @@
-// Single-device training throughput of gpt-mini (vocab 4096, context 256, 6 layers, 6 heads,
-// width 384, batch 8, fp32, AdamW) on random tokens. Prints one JSON line:
-//   bench_gpt_mini [--threads=N] [--steps=N] [--warmup=N]
+// Training throughput of gpt-mini (vocab 4096, context 256, 6 layers, 6 heads, width 384,
+// global batch 8, fp32, AdamW) on random tokens, on one device or data parallel over thread
+// ranks. Prints one JSON line:
+//   bench_gpt_mini [--threads=N] [--ranks=R] [--steps=N] [--warmup=N]
+// With R > 1, each rank has N threads and 8/R of the batch; "overlap" is the median fraction of
+// gradient all-reduce time hidden behind the backward pass.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <string>
 
 #include "../examples/gpt/gpt.hpp"
+#include "epl/comm/threads.hpp"
 
-int main(int argc, char** argv) {
-  int threads = 1, steps = 6, warmup = 2;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a.rfind("--threads=", 0) == 0) threads = std::stoi(a.substr(10));
-    if (a.rfind("--steps=", 0) == 0) steps = std::stoi(a.substr(8));
-    if (a.rfind("--warmup=", 0) == 0) warmup = std::stoi(a.substr(9));
-  }
-  const gpt::Shape shape{.vocab = 4096, .context = 256, .layers = 6, .heads = 6, .dim = 384};
-  const std::int64_t batch = 8;
-  epl::device::Cpu cpu(0, threads);
-  epl::Trainer<gpt::Gpt, epl::optim::AdamW> trainer(cpu, epl::Config{}, gpt::make_gpt(shape), epl::optim::AdamW({.lr = 1e-4}));
-  std::vector<std::int32_t> tokens(1 << 20);
-  for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<std::int32_t>(epl::uniform01(7, i) * 4096);
-  auto ds = epl::data::TokenDataset::from_tokens(tokens, 4096);
-  epl::data::WindowLoader loader(ds, shape.context, batch, 3);
-  std::vector<double> secs;
-  double loss = 0;
-  for (int s = 0; s < warmup + steps; ++s) {
-    auto b = loader.next(cpu);
-    auto t0 = std::chrono::steady_clock::now();
-    loss = trainer.step(b);
-    if (s >= warmup) secs.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
-  std::sort(secs.begin(), secs.end());
-  const double median = secs[secs.size() / 2];
-  const auto params = epl::nn::parameter_count(trainer.model());
-  const double tps = static_cast<double>(batch * shape.context) / median;
 #ifndef BENCH_IMPL
 #define BENCH_IMPL "epl"
 #endif
-  std::printf("{\"impl\": \"" BENCH_IMPL "\", \"threads\": %d, \"params\": %lld, \"tokens_per_s\": %.1f, \"gflops\": %.1f, "
-              "\"step_s\": %.4f, \"loss\": %.4f, \"peak_mib\": %.1f}\n",
-              threads, static_cast<long long>(params), tps, tps * gpt::flops_per_token(shape, params) / 1e9, median, loss,
-              static_cast<double>(epl::memory_stats(cpu.id()).total_peak) / 1048576.0);
+
+namespace {
+const gpt::Shape kShape{.vocab = 4096, .context = 256, .layers = 6, .heads = 6, .dim = 384};
+constexpr std::int64_t kBatch = 8;
+epl::data::TokenDataset random_tokens() {
+  std::vector<std::int32_t> tokens(1 << 20);
+  for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<std::int32_t>(epl::uniform01(7, i) * 4096);
+  return epl::data::TokenDataset::from_tokens(tokens, 4096);
+}
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+// Runs warmup + steps with trainer and loader; returns the timed step seconds (and overlaps).
+template <class T, class L, class Sync>
+std::vector<double> run(T& trainer, L& loader, const epl::device::Cpu& cpu, int warmup, int steps, double& loss, Sync&& sync,
+                        std::vector<double>* overlaps = nullptr) {
+  std::vector<double> secs;
+  for (int s = 0; s < warmup + steps; ++s) {
+    auto b = loader.next(cpu);
+    sync();
+    auto t0 = std::chrono::steady_clock::now();
+    loss = trainer.step(b);
+    if (s >= warmup) secs.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    if constexpr (requires { trainer.last_overlap(); })
+      if (overlaps && s >= warmup) overlaps->push_back(trainer.last_overlap());
+  }
+  return secs;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  int threads = 1, ranks = 1, steps = 6, warmup = 2;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a.rfind("--threads=", 0) == 0) threads = std::stoi(a.substr(10));
+    if (a.rfind("--ranks=", 0) == 0) ranks = std::stoi(a.substr(8));
+    if (a.rfind("--steps=", 0) == 0) steps = std::stoi(a.substr(8));
+    if (a.rfind("--warmup=", 0) == 0) warmup = std::stoi(a.substr(9));
+  }
+  auto ds = random_tokens();
+  double loss = 0, step_s = 0, overlap = -1;
+  std::int64_t params = 0;
+  double peak = 0;
+  if (ranks == 1) {
+    epl::device::Cpu cpu(0, threads);
+    epl::Trainer<gpt::Gpt, epl::optim::AdamW> trainer(cpu, epl::Config{}, gpt::make_gpt(kShape), epl::optim::AdamW({.lr = 1e-4}));
+    epl::data::WindowLoader loader(ds, kShape.context, kBatch, 3);
+    step_s = median(run(trainer, loader, cpu, warmup, steps, loss, [] {}));
+    params = epl::nn::parameter_count(trainer.model());
+    peak = static_cast<double>(epl::memory_stats(cpu.id()).total_peak);
+  } else {
+    epl::comm::run_threads(ranks, [&](epl::comm::ThreadCommunicator& c) {
+      epl::device::Cpu cpu(c.rank(), threads);
+      using Comm = epl::comm::ThreadCommunicator;
+      epl::Trainer<gpt::Gpt, epl::optim::AdamW, epl::nn::SoftmaxCrossEntropy, epl::device::Cpu, Comm> trainer(
+          cpu, c, epl::Config{}, gpt::make_gpt(kShape), epl::optim::AdamW({.lr = 1e-4}));
+      epl::data::WindowLoader loader(ds, kShape.context, kBatch, 3, {c.rank(), c.size()});
+      std::vector<double> overlaps;
+      double l = 0;
+      auto secs = run(trainer, loader, cpu, warmup, steps, l, [&] { c.barrier(); }, &overlaps);
+      if (c.rank() == 0) {
+        step_s = median(secs);
+        overlap = median(overlaps);
+        loss = l;
+        params = epl::nn::parameter_count(trainer.model());
+        peak = static_cast<double>(epl::memory_stats(cpu.id()).total_peak);
+      }
+    }, {.threads_per_rank = threads});
+  }
+  const double tps = static_cast<double>(kBatch * kShape.context) / step_s;
+  const std::string impl = ranks == 1 ? BENCH_IMPL : std::string(BENCH_IMPL) + " dp " + std::to_string(ranks) + "x" + std::to_string(threads);
+  std::printf("{\"impl\": \"%s\", \"threads\": %d, \"ranks\": %d, \"params\": %lld, \"tokens_per_s\": %.1f, \"gflops\": %.1f, "
+              "\"step_s\": %.4f, \"loss\": %.4f, \"peak_mib\": %.1f, \"overlap\": %.3f}\n",
+              impl.c_str(), threads, ranks, static_cast<long long>(params), tps, tps * gpt::flops_per_token(kShape, params) / 1e9, step_s,
+              loss, peak / 1048576.0, overlap);
 }

@@ -13,6 +13,7 @@ p = argparse.ArgumentParser()
 p.add_argument("--threads", type=int, default=1)
 p.add_argument("--steps", type=int, default=6)
 p.add_argument("--warmup", type=int, default=2)
+p.add_argument("--define-only", action="store_true", help="define the model and stop (imported by the DDP peer)")
 a = p.parse_args()
 torch.set_num_threads(a.threads)
 V, T, L, H, C, B = 4096, 256, 6, 6, 384, 8
@@ -23,7 +24,7 @@ class Block(nn.Module):
         super().__init__()
         s.ln1, s.qkv, s.proj = nn.LayerNorm(C), nn.Linear(C, 3 * C), nn.Linear(C, C)
         s.ln2, s.fc, s.out = nn.LayerNorm(C), nn.Linear(C, 4 * C), nn.Linear(4 * C, C)
-        s.register_buffer("mask", torch.triu(torch.ones(T, T, dtype=torch.bool), 1))
+        s.mask = torch.triu(torch.ones(T, T, dtype=torch.bool), 1)  # a constant, not a buffer DDP would broadcast
 
     def forward(s, x):
         q, k, v = s.qkv(s.ln1(x)).split(C, 2)
@@ -48,24 +49,29 @@ class Gpt(nn.Module):
         return s.head(s.ln(x))
 
 
-torch.manual_seed(0)
-m = Gpt()
-opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
-params = sum(p.numel() for p in m.parameters())
-times = []
-for s in range(a.warmup + a.steps):
-    idx, tgt = torch.randint(0, V, (B, T)), torch.randint(0, V, (B, T))
-    t0 = time.perf_counter()
-    opt.zero_grad(set_to_none=True)
-    loss = F.cross_entropy(m(idx).view(-1, V), tgt.view(-1))
-    loss.backward()
-    opt.step()
-    if s >= a.warmup:
-        times.append(time.perf_counter() - t0)
-times.sort()
-med = times[len(times) // 2]
-tps = B * T / med
-flops = 6 * params + 12 * L * T * C
-print(json.dumps({"impl": f"torch {torch.__version__}", "threads": a.threads, "params": params, "tokens_per_s": round(tps, 1),
-                  "gflops": round(tps * flops / 1e9, 1), "step_s": round(med, 4), "loss": round(loss.item(), 4),
-                  "blas": torch.__config__.show().split("BLAS_INFO=")[-1].split(",")[0]}))
+def main():
+    torch.manual_seed(0)
+    m = Gpt()
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
+    params = sum(p.numel() for p in m.parameters())
+    times = []
+    for s in range(a.warmup + a.steps):
+        idx, tgt = torch.randint(0, V, (B, T)), torch.randint(0, V, (B, T))
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(m(idx).view(-1, V), tgt.view(-1))
+        loss.backward()
+        opt.step()
+        if s >= a.warmup:
+            times.append(time.perf_counter() - t0)
+    times.sort()
+    med = times[len(times) // 2]
+    tps = B * T / med
+    flops = 6 * params + 12 * L * T * C
+    print(json.dumps({"impl": f"torch {torch.__version__}", "threads": a.threads, "params": params, "tokens_per_s": round(tps, 1),
+                      "gflops": round(tps * flops / 1e9, 1), "step_s": round(med, 4), "loss": round(loss.item(), 4),
+                      "blas": torch.__config__.show().split("BLAS_INFO=")[-1].split(",")[0]}))
+
+
+if not a.define_only:
+    main()

@@ -49,4 +49,20 @@ inline double max_rel_diff(const std::vector<double>& a, const std::vector<doubl
   return m;
 }
 
+/// Learnable token ids, (i^2 + 3i) mod 29, over a vocabulary of 32.
+inline data::TokenDataset token_corpus(std::size_t n) {
+  std::vector<std::int32_t> t(n);
+  for (std::size_t i = 0; i < t.size(); ++i) t[i] = static_cast<std::int32_t>((i * i + 3 * i) % 29);
+  return data::TokenDataset::from_tokens(t, 32);
+}
+/// Every f32 parameter value of a model, in visiting order.
+template <class M>
+std::vector<double> flat_params(M& m) {
+  std::vector<double> v;
+  nn::visit_parameters(m, [&](std::string_view, nn::Parameter& p) {
+    for (float x : p.value.span<float>()) v.push_back(x);
+  });
+  return v;
+}
+
 }  // namespace epl::test

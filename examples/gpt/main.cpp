@@ -64,6 +64,8 @@ int main(int argc, char** argv) try {
     epl::Trainer<epl::Replicate<1, gpt::Gpt>, epl::optim::AdamW, epl::nn::SoftmaxCrossEntropy, epl::device::Cpu, Comm> trainer(
         cpu, comm, cfg, epl::Replicate<1, gpt::Gpt>(gpt::make_gpt(shape)), epl::optim::AdamW({.lr = 2e-3, .weight_decay = 0.0}),
         {.seed = 42, .clip_norm = 1.0});
+    epl::log_rank(comm.rank(), "of ", comm.size(), ": ", cpu.id().str(), ", ", cpu.threads(), " thread(s), ", files_here.size(),
+                  " file(s), ", batch / comm.size(), " of each batch's ", batch, " windows");
     if (comm.rank() == 0)
       std::printf("gpt: %lld parameters, %lld layers, dim %lld, context %lld, global batch %lld on %d rank(s) x %d thread(s), "
                   "%lld MiB of text in %zu files\n",

@@ -43,6 +43,7 @@ int main(int argc, char** argv) try {
         cpu, comm, cfg, epl::Replicate<1, Net>(Net{nn::Linear(kFeatures, 2), nn::Linear(2, kClasses)}),
         epl::optim::Momentum({.lr = 0.001, .momentum = 0.9}));
     const std::int64_t per = kBatch / comm.size();
+    epl::log_rank(comm.rank(), "of ", comm.size(), ": ", per, " of each batch's ", kBatch, " samples");
     int iteration = 0;
     for (int e = 0; e < epochs; ++e)
       for (std::int64_t b = 0; b < kSamples; b += kBatch) {

@@ -6,23 +6,16 @@
 #include <vector>
 
 #include "epl/comm/mpi.hpp"
+#include "reference.hpp"
 
 using namespace epl;
 using comm::Buffer;
 using comm::ReduceOp;
+using test::expected;
+using test::value;
 
-namespace {
-double value(int r, std::int64_t i) { return static_cast<double>((r + 1) * (i % 7) - r); }
-double expected(ReduceOp op, int n, std::int64_t i) {
-  double acc = value(0, i);
-  for (int r = 1; r < n; ++r) {
-    double v = value(r, i);
-    acc = op == ReduceOp::kMax ? std::max(acc, v) : op == ReduceOp::kMin ? std::min(acc, v) : acc + v;
-  }
-  return op == ReduceOp::kMean ? acc / n : acc;
-}
-}  // namespace
 extern epl::comm::MpiCommunicator* g_world;  // owned by mpi_main.cpp
+
 namespace {
 comm::MpiCommunicator& world() { return *g_world; }
 template <class T>

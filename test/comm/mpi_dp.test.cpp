@@ -1,33 +1,12 @@
 // Replicate over MPI processes: the GPT trained on the processes of this mpirun equals the same
 // run on one device with the same global batch (each process also runs the reference itself).
-#include <doctest/doctest.h>
-
 #include "../../examples/gpt/gpt.hpp"
+#include "../helpers.hpp"
 #include "epl/comm/mpi.hpp"
 
 using namespace epl;
 extern epl::comm::MpiCommunicator* g_world;
 
-namespace {
-data::TokenDataset corpus() {
-  std::vector<std::int32_t> t(4000);
-  for (std::size_t i = 0; i < t.size(); ++i) t[i] = static_cast<std::int32_t>((i * i + 3 * i) % 29);
-  return data::TokenDataset::from_tokens(t, 32);
-}
-template <class M>
-std::vector<double> flat(M& m) {
-  std::vector<double> v;
-  nn::visit_parameters(m, [&](std::string_view, nn::Parameter& p) {
-    for (float x : p.value.span<float>()) v.push_back(x);
-  });
-  return v;
-}
-double max_rel(const std::vector<double>& a, const std::vector<double>& b) {
-  double m = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) m = std::max(m, std::abs(a[i] - b[i]) / std::max(1.0, std::abs(b[i])));
-  return m;
-}
-}  // namespace
 
 TEST_SUITE("mpi") {
 TEST_CASE("mpi: Replicate over MPI processes equals one device, with accumulation and fp16") {
@@ -39,7 +18,7 @@ TEST_CASE("mpi: Replicate over MPI processes equals one device, with accumulatio
     Config cfg;
     cfg.set("pipeline.num_micro_batch", micro);
     device::Cpu cpu;
-    auto ds = corpus();
+    auto ds = test::token_corpus(4000);
     Trainer<gpt::Gpt, optim::Momentum> one(cpu, cfg, gpt::make_gpt(shape), optim::Momentum({.lr = 0.05}), {.seed = 3, .clip_norm = 0.5});
     data::WindowLoader whole(ds, 8, global_batch, 17);
     Trainer<gpt::Gpt, optim::Momentum, nn::SoftmaxCrossEntropy, device::Cpu, comm::MpiCommunicator> dp(
@@ -50,7 +29,7 @@ TEST_CASE("mpi: Replicate over MPI processes equals one device, with accumulatio
       CHECK(b == doctest::Approx(a).epsilon(1e-5));
     }
     CAPTURE(micro);
-    CHECK(max_rel(flat(dp.model()), flat(one.model())) < 1e-5);
+    CHECK(test::max_rel_diff(test::flat_params(dp.model()), test::flat_params(one.model())) < 1e-5);
   }
 }
 }

@@ -6,28 +6,21 @@
 
 #include "../helpers.hpp"
 #include "epl/comm/threads.hpp"
+#include "reference.hpp"
 
 using namespace epl;
 using comm::Buffer;
 using comm::ReduceOp;
+using test::expected;
+using test::value;
 
 namespace {
-// The value rank r contributes at element i (small integers: exact in every float type).
-double value(int r, std::int64_t i) { return static_cast<double>((r + 1) * (i % 7) - r); }
 
 template <class T>
 std::vector<T> filled(int r, std::int64_t n) {
   std::vector<T> v(static_cast<std::size_t>(n));
   for (std::int64_t i = 0; i < n; ++i) v[i] = static_cast<T>(value(r, i));
   return v;
-}
-double expected(ReduceOp op, int n, std::int64_t i) {
-  double acc = value(0, i);
-  for (int r = 1; r < n; ++r) {
-    double v = value(r, i);
-    acc = op == ReduceOp::kMax ? std::max(acc, v) : op == ReduceOp::kMin ? std::min(acc, v) : acc + v;
-  }
-  return op == ReduceOp::kMean ? acc / n : acc;
 }
 comm::ThreadLaunchOptions quick(int ms = 400) { return {.comm = {.timeout = std::chrono::milliseconds(ms)}}; }
 

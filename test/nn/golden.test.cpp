@@ -4,20 +4,17 @@
 #include <fstream>
 #include <sstream>
 
+#include "../../examples/gpt/gpt.hpp"
 #include "../helpers.hpp"
 
 using namespace epl;
 namespace nn = epl::nn;
 
 namespace {
-struct Block {
-  nn::Residual<nn::LayerNorm, nn::CausalSelfAttention> attn;
-  nn::Residual<nn::LayerNorm, nn::Mlp> mlp;
-};
-struct TinyGpt {
+struct TinyGpt {  // examples/gpt's block between embeddings and head, as in the PyTorch script
   nn::Embedding tok;
   nn::PositionEmbedding pos;
-  Block block;
+  gpt::Block block;
   nn::LayerNorm ln;
   nn::Linear lm;
 };
@@ -55,8 +52,7 @@ TEST_CASE("a tiny GPT matches PyTorch: loss, logits and all gradients") {
   Golden g = read_golden();
   REQUIRE(g.grads.size() == 18);
   TinyGpt m{nn::Embedding(V, C), nn::PositionEmbedding(T, C),
-            Block{nn::Residual<nn::LayerNorm, nn::CausalSelfAttention>(nn::LayerNorm(C), nn::CausalSelfAttention(C, H)),
-                  nn::Residual<nn::LayerNorm, nn::Mlp>(nn::LayerNorm(C), nn::Mlp(C))},
+            gpt::make_block({.vocab = V, .context = T, .layers = 1, .heads = H, .dim = C}),
             nn::LayerNorm(C), nn::Linear(C, V)};
   nn::materialize(m, test::cpu(), {DType::kF64, 0});
   int k = 0;

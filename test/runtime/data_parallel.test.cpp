@@ -12,20 +12,6 @@ using namespace epl;
 
 namespace {
 gpt::Shape tiny() { return {.vocab = 32, .context = 8, .layers = 2, .heads = 2, .dim = 16}; }
-data::TokenDataset corpus() {
-  std::vector<std::int32_t> t(4000);
-  for (std::size_t i = 0; i < t.size(); ++i) t[i] = static_cast<std::int32_t>((i * i + 3 * i) % 29);
-  return data::TokenDataset::from_tokens(t, 32);
-}
-template <class M>
-std::vector<double> flat_params(M& m) {
-  std::vector<double> v;
-  nn::visit_parameters(m, [&](std::string_view, nn::Parameter& p) {
-    auto x = test::values(p.value);
-    v.insert(v.end(), x.begin(), x.end());
-  });
-  return v;
-}
 struct Run {
   std::vector<double> losses, params;
   std::int64_t grad_bytes_sent = 0, grad_bytes = 0;
@@ -44,11 +30,11 @@ Config config(std::int64_t micro, const char* method = "mean", int splits = 5, b
 // One device, the global batch.
 Run single(const Config& cfg, double lr = 0.05, double clip = 0.5) {
   Trainer<gpt::Gpt, optim::Momentum> t(test::cpu(), cfg, gpt::make_gpt(tiny()), optim::Momentum({.lr = lr}), {.seed = 3, .clip_norm = clip});
-  auto ds = corpus();
+  auto ds = test::token_corpus(4000);
   data::WindowLoader loader(ds, 8, kGlobalBatch, 17);
   Run r;
   for (int s = 0; s < kSteps; ++s) r.losses.push_back(t.step(loader.next(test::cpu())));
-  r.params = flat_params(t.model());
+  r.params = test::flat_params(t.model());
   return r;
 }
 // n thread ranks, each its shard of the same global batches.
@@ -58,7 +44,7 @@ std::vector<Run> parallel(int n, const Config& cfg, double lr = 0.05, double cli
     device::Cpu dev(100 + c.rank());
     Trainer<gpt::Gpt, optim::Momentum, nn::SoftmaxCrossEntropy, device::Cpu, comm::ThreadCommunicator> t(
         dev, c, cfg, gpt::make_gpt(tiny()), optim::Momentum({.lr = lr}), {.seed = 3, .clip_norm = clip, .check_replicas_every = 1});
-    auto ds = corpus();
+    auto ds = test::token_corpus(4000);
     data::WindowLoader loader(ds, 8, kGlobalBatch, 17, data::Shard{c.rank(), n});
     Run& r = runs[c.rank()];
     for (int s = 0; s < kSteps; ++s) {
@@ -66,7 +52,7 @@ std::vector<Run> parallel(int n, const Config& cfg, double lr = 0.05, double cli
       r.losses.push_back(t.step(loader.next(dev)));
       r.grad_bytes_sent = c.stats().bytes_sent - before;
     }
-    r.params = flat_params(t.model());
+    r.params = test::flat_params(t.model());
     r.grad_bytes = 4 * nn::parameter_count(t.model());
   });
   return runs;
@@ -138,7 +124,7 @@ TEST_CASE("replicate: the quick-start network on 3 ranks equals one device") {
   Trainer<Net, optim::Momentum> one(test::cpu(), Config{}, make(), optim::Momentum({.lr = 0.01}), {.seed = 1});
   std::vector<double> ref_losses;
   for (int s = 0; s < kSteps; ++s) ref_losses.push_back(one.step({x, y}));
-  auto ref_params = flat_params(one.model());
+  auto ref_params = test::flat_params(one.model());
   comm::run_threads(3, [&](comm::ThreadCommunicator& c) {
     device::Cpu dev(110 + c.rank());
     Trainer<Replicate<1, Net>, optim::Momentum, nn::SoftmaxCrossEntropy, device::Cpu, comm::ThreadCommunicator> t(
@@ -146,7 +132,7 @@ TEST_CASE("replicate: the quick-start network on 3 ranks equals one device") {
     std::vector<double> losses;
     for (int s = 0; s < kSteps; ++s) losses.push_back(t.step({x.slice(4 * c.rank(), 4 * c.rank() + 4), y.slice(4 * c.rank(), 4 * c.rank() + 4)}));
     CHECK(test::max_rel_diff(losses, ref_losses) < 1e-5);
-    CHECK(test::max_rel_diff(flat_params(t.model()), ref_params) < 1e-5);
+    CHECK(test::max_rel_diff(test::flat_params(t.model()), ref_params) < 1e-5);
   });
 }
 

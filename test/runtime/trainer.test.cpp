@@ -10,19 +10,6 @@ using namespace epl;
 
 namespace {
 gpt::Shape tiny() { return {.vocab = 32, .context = 8, .layers = 2, .heads = 2, .dim = 16}; }
-data::TokenDataset corpus() {
-  std::vector<std::int32_t> t(3000);
-  for (std::size_t i = 0; i < t.size(); ++i) t[i] = static_cast<std::int32_t>((i * i + 3 * i) % 29);
-  return data::TokenDataset::from_tokens(t, 32);
-}
-std::vector<double> flat_params(gpt::Gpt& m) {
-  std::vector<double> v;
-  nn::visit_parameters(m, [&](std::string_view, nn::Parameter& p) {
-    auto x = test::values(p.value);
-    v.insert(v.end(), x.begin(), x.end());
-  });
-  return v;
-}
 struct Run {
   std::vector<double> losses;
   std::vector<double> params;
@@ -32,11 +19,11 @@ Run train(std::int64_t micro_batches, int steps, double clip = 0, Optimizer opt 
   Config cfg;
   cfg.set("pipeline.num_micro_batch", micro_batches);
   Trainer<gpt::Gpt, Optimizer> t(test::cpu(), cfg, gpt::make_gpt(tiny()), opt, {.seed = 5, .clip_norm = clip});
-  auto ds = corpus();
+  auto ds = test::token_corpus(3000);
   data::WindowLoader loader(ds, 8, 8, 11);
   Run r;
   for (int s = 0; s < steps; ++s) r.losses.push_back(t.step(loader.next(test::cpu())));
-  r.params = flat_params(t.model());
+  r.params = test::flat_params(t.model());
   return r;
 }
 }  // namespace
@@ -77,7 +64,7 @@ TEST_CASE("a batch that does not divide into micro-batches names both numbers") 
   Config cfg;
   cfg.set("pipeline.num_micro_batch", 3);
   Trainer<gpt::Gpt, optim::SGD> t(test::cpu(), cfg, gpt::make_gpt(tiny()), optim::SGD({}));
-  auto ds = corpus();
+  auto ds = test::token_corpus(3000);
   data::WindowLoader loader(ds, 8, 8, 1);
   CHECK_THROWS_WITH_AS(t.step(loader.next(test::cpu())),
                        doctest::Contains("batch of 8 samples does not divide into pipeline.num_micro_batch = 3"), Error);
@@ -85,12 +72,12 @@ TEST_CASE("a batch that does not divide into micro-batches names both numbers") 
 
 TEST_CASE("evaluation leaves parameters unchanged and matches the training loss without dropout") {
   Trainer<gpt::Gpt, optim::SGD> t(test::cpu(), Config{}, gpt::make_gpt(tiny()), optim::SGD({.lr = 0.1}));
-  auto ds = corpus();
+  auto ds = test::token_corpus(3000);
   data::WindowLoader loader(ds, 8, 4, 2);
   Batch b = loader.next(test::cpu());
-  auto before = flat_params(t.model());
+  auto before = test::flat_params(t.model());
   double e = t.evaluate(b);
-  CHECK(flat_params(t.model()) == before);
+  CHECK(test::flat_params(t.model()) == before);
   CHECK(t.step(b) == doctest::Approx(e).epsilon(1e-6));
 }
 

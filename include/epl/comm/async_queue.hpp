@@ -31,6 +31,7 @@ class AsyncQueue {
     {
       std::lock_guard lock(mutex_);
       queue_.push_back([task = std::move(task), state] {
+        state->start();
         try {
           task();
           state->finish(nullptr);

@@ -6,6 +6,7 @@
 /// optionally compressed to fp16 (EPL's communication.fp16 / fp16_scale). Each bucket's flat
 /// staging buffer is allocated once (MemoryCategory::kCommunication) and reused every step.
 #include <algorithm>
+#include <chrono>
 #include <vector>
 
 #include "epl/comm/communicator.hpp"
@@ -60,6 +61,11 @@ class GradientBuckets {
   }
 
   [[nodiscard]] std::size_t buckets() const noexcept { return buckets_.size(); }
+  /// \brief Of the last step's all-reduce time, the fraction that ran while the caller was
+  /// still computing (1: fully overlapped; 0: the optimizer waited for all of it).
+  [[nodiscard]] double last_overlap() const noexcept {
+    return last_comm_ > 0 ? std::clamp(1.0 - last_exposed_ / last_comm_, 0.0, 1.0) : 0.0;
+  }
   [[nodiscard]] std::size_t bucket_of(std::size_t grad) const { return bucket_of_.at(grad); }
 
   /// \brief Gradient i is final for this step; when it completes its bucket, the bucket's
@@ -78,22 +84,22 @@ class GradientBuckets {
       EPL_CHECK(buckets_[k].ready == static_cast<int>(buckets_[k].members.size()), "GradientBuckets::finish: bucket ", k,
                 " has ", buckets_[k].ready, " of ", buckets_[k].members.size(), " gradients ready; call ready() for each gradient");
     device::Cpu cpu;
+    const auto wait_start = std::chrono::steady_clock::now();
+    for (auto& b : buckets_) b.work.wait();
+    last_exposed_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - wait_start).count();
+    last_comm_ = 0;
+    for (auto& b : buckets_) last_comm_ += b.work.seconds();
+    double unscale = 1.0 / opt_.fp16_scale;
+    if (opt_.op == ReduceOp::kMean) unscale /= comm_->size();
     for (auto& b : buckets_) {
-      b.work.wait();
-      std::int64_t offset = 0;
-      for (auto i : b.members) {
-        const Tensor& g = grads_[i];
-        Tensor part = b.flat.slice(offset, offset + g.numel());
+      for_each_part(b, [&](const Tensor& g, const Tensor& part) {
         if (opt_.fp16) {
           cpu.cast(part, g);
-          double unscale = 1.0 / opt_.fp16_scale;
-          if (opt_.op == ReduceOp::kMean) unscale /= comm_->size();
           cpu.scale(g, unscale);
         } else {
           cpu.copy(part, g);
         }
-        offset += g.numel();
-      }
+      });
       b.ready = 0;
     }
     std::fill(marked_.begin(), marked_.end(), 0);
@@ -107,20 +113,26 @@ class GradientBuckets {
     Tensor flat;
     Work work;
   };
-  void launch(Bucket& b) {
-    device::Cpu cpu;
+  // fn(gradient, its slice of the bucket's flat buffer) for each gradient of bucket b
+  template <class Fn>
+  void for_each_part(Bucket& b, Fn&& fn) {
     std::int64_t offset = 0;
     for (auto i : b.members) {
       const Tensor& g = grads_[i];
-      Tensor part = b.flat.slice(offset, offset + g.numel());
+      fn(g, b.flat.slice(offset, offset + g.numel()));
+      offset += g.numel();
+    }
+  }
+  void launch(Bucket& b) {
+    device::Cpu cpu;
+    for_each_part(b, [&](const Tensor& g, const Tensor& part) {
       if (opt_.fp16) {
         cpu.cast(g, part);
         cpu.scale(part, opt_.fp16_scale);
       } else {
         cpu.copy(g, part);
       }
-      offset += g.numel();
-    }
+    });
     // fp16 sums in half (the wire format) and divides in full precision afterwards
     const ReduceOp op = opt_.fp16 && opt_.op == ReduceOp::kMean ? ReduceOp::kSum : opt_.op;
     b.work = comm_->all_reduce_async(b.flat, b.flat, op);
@@ -132,6 +144,7 @@ class GradientBuckets {
   std::vector<Bucket> buckets_;
   std::vector<std::size_t> bucket_of_;
   std::vector<char> marked_;
+  double last_exposed_ = 0, last_comm_ = 0;
 };
 
 }  // namespace comm

@@ -66,11 +66,17 @@ class Work {
     std::condition_variable done_cv;
     bool done = false;
     std::exception_ptr error;
+    std::chrono::steady_clock::time_point started{}, finished{};
+    void start() {
+      std::lock_guard lock(mutex);
+      started = std::chrono::steady_clock::now();
+    }
     void finish(std::exception_ptr e) {
       {
         std::lock_guard lock(mutex);
         done = true;
         error = e;
+        finished = std::chrono::steady_clock::now();
       }
       done_cv.notify_all();
     }
@@ -84,6 +90,13 @@ class Work {
     if (!state_) return true;
     std::lock_guard lock(state_->mutex);
     return state_->done;
+  }
+  /// \brief Seconds the operation ran (0 until it completed, or when its start is unknown).
+  [[nodiscard]] double seconds() const {
+    if (!state_) return 0;
+    std::lock_guard lock(state_->mutex);
+    if (!state_->done || state_->started == std::chrono::steady_clock::time_point{}) return 0;
+    return std::chrono::duration<double>(state_->finished - state_->started).count();
   }
   /// \brief Blocks until completion; rethrows the operation's error.
   void wait() const {
@@ -121,6 +134,13 @@ concept communicator = requires(C& c, const Buffer& b, int r) {
 namespace detail {
 /// The shares of `count` elements over `n` ranks: rank r owns [offset(r), offset(r + 1)).
 inline std::int64_t share_offset(std::int64_t count, int n, int r) { return count * r / n; }
+
+/// The per-rank counts of an all_to_all with equal blocks, after checking that it has them.
+inline std::vector<std::int64_t> equal_blocks(const Buffer& in, const Buffer& out, int n, const std::string& group) {
+  EPL_CHECK(in.count == out.count && in.count % n == 0, "all_to_all on group '", group, "': input ", in.count, " and output ",
+            out.count, " elements must be equal and divisible by the group size ", n, "; use all_to_all_v for uneven blocks");
+  return std::vector<std::int64_t>(static_cast<std::size_t>(n), in.count / n);
+}
 }  // namespace detail
 
 }  // namespace comm

@@ -219,10 +219,7 @@ class MpiCommunicator {
   }
 
   void all_to_all(const Buffer& in, const Buffer& out) {
-    EPL_CHECK(in.count == out.count && in.count % size() == 0, "all_to_all on group '", name(), "': input ", in.count,
-              " and output ", out.count, " elements must be equal and divisible by the group size ", size(),
-              "; use all_to_all_v for uneven blocks");
-    std::vector<std::int64_t> counts(static_cast<std::size_t>(size()), in.count / size());
+    auto counts = detail::equal_blocks(in, out, size(), name());
     all_to_all_v(in, counts, out, counts);
   }
   void all_to_all_v(const Buffer& in, const std::vector<std::int64_t>& send_counts, const Buffer& out,

@@ -148,7 +148,7 @@ class NcclCommunicator {
     wait("all_to_all");
   }
   void barrier() {
-    if (!one_) one_ = gpu_->zeros({1}, DType::kF32, MemoryCategory::kCommunication);
+    if (!one_.defined()) one_ = gpu_->zeros({1}, DType::kF32, MemoryCategory::kCommunication);
     all_reduce(one_, ReduceOp::kSum);
   }
   /// \brief The sub-communicator of the ranks with the same color (ncclCommSplit).

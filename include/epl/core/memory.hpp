@@ -117,16 +117,18 @@ class Allocator {
   [[nodiscard]] virtual DeviceId device() const noexcept = 0;
 };
 
-/// \brief Host memory, 64-byte aligned, with freed blocks cached by rounded size.
-///
-/// Caching matters: a training step frees and reallocates the same activation sizes every
-/// step, and returning large blocks to the system makes each step page-fault them anew.
-class HostAllocator final : public Allocator {
+/// \brief An Allocator that caches freed blocks by rounded size and hands them out again, over
+/// raw allocate/release functions of one device. Caching matters: a training step frees and
+/// reallocates the same sizes every step; host memory returned to the system is page-faulted
+/// anew, and cudaMalloc synchronises the device.
+/// \tparam Raw has static void* allocate(DeviceId, std::size_t) and void release(void*) noexcept
+template <class Raw>
+class CachingAllocator final : public Allocator {
  public:
-  explicit HostAllocator(DeviceId d = {}) : device_(d) {}
-  ~HostAllocator() override { release_cached(); }
-  HostAllocator(const HostAllocator&) = delete;
-  HostAllocator& operator=(const HostAllocator&) = delete;
+  explicit CachingAllocator(DeviceId d) : device_(d) {}
+  ~CachingAllocator() override { release_cached(); }
+  CachingAllocator(const CachingAllocator&) = delete;
+  CachingAllocator& operator=(const CachingAllocator&) = delete;
 
   void* allocate(std::size_t bytes) override {
     auto size = round(bytes);
@@ -139,30 +141,27 @@ class HostAllocator final : public Allocator {
         return p;
       }
     }
-    void* p = std::aligned_alloc(kAlign, size);
-    EPL_CHECK(p != nullptr, "host allocation of ", size, " bytes failed on ", device_.str(),
-              "; reduce the batch or model size");
+    void* p = Raw::allocate(device_, size);
     memory_account(device_).reserve(static_cast<std::int64_t>(size));
     return p;
   }
   void deallocate(void* p, std::size_t bytes) noexcept override {
     if (!p) return;
     std::lock_guard lock(mutex_);
-    try { free_[round(bytes)].push_back(p); } catch (...) { std::free(p); }
+    try { free_[round(bytes)].push_back(p); } catch (...) { Raw::release(p); }
   }
   [[nodiscard]] DeviceId device() const noexcept override { return device_; }
-  /// \brief Returns cached blocks to the system.
+  /// \brief Returns cached blocks to the device.
   void release_cached() noexcept {
     std::lock_guard lock(mutex_);
     for (auto& [size, list] : free_) {
-      for (void* p : list) std::free(p);
+      for (void* p : list) Raw::release(p);
       memory_account(device_).reserve(-static_cast<std::int64_t>(size * list.size()));
       list.clear();
     }
   }
 
  private:
-  static constexpr std::size_t kAlign = 64;
   static std::size_t round(std::size_t bytes) {
     std::size_t step = bytes < (1u << 20) ? 256 : (1u << 16);
     return std::max<std::size_t>(step, (bytes + step - 1) / step * step);
@@ -171,6 +170,21 @@ class HostAllocator final : public Allocator {
   std::mutex mutex_;
   std::map<std::size_t, std::vector<void*>> free_;
 };
+
+namespace detail {
+/// Host memory, 64-byte aligned.
+struct HostMemory {
+  static void* allocate(DeviceId d, std::size_t size) {
+    void* p = std::aligned_alloc(64, size);
+    EPL_CHECK(p != nullptr, "host allocation of ", size, " bytes failed on ", d.str(), "; reduce the batch or model size");
+    return p;
+  }
+  static void release(void* p) noexcept { std::free(p); }
+};
+}  // namespace detail
+
+/// \brief Host memory, 64-byte aligned, freed blocks cached by rounded size.
+using HostAllocator = CachingAllocator<detail::HostMemory>;
 
 /// \brief The process-wide host allocator of a CPU device index (never destroyed, like the
 /// accounts: static tensors may be freed into it at exit).

@@ -174,6 +174,13 @@ class Trainer {
   [[nodiscard]] std::int64_t steps() const noexcept { return steps_; }
   [[nodiscard]] std::int64_t micro_batches() const noexcept { return micro_batches_; }
   [[nodiscard]] double last_grad_norm() const noexcept { return last_grad_norm_; }
+  /// \brief Data parallel: the fraction of the last step's gradient all-reduce time hidden
+  /// behind the backward pass.
+  [[nodiscard]] double last_overlap() const
+    requires(kParallel)
+  {
+    return dp_.buckets->last_overlap();
+  }
   /// \brief Data parallel: the gradient buckets' count.
   [[nodiscard]] std::size_t gradient_buckets() const
     requires(kParallel)

@@ -18,50 +18,20 @@ namespace epl {
 inline namespace v0 {
 namespace device {
 
-/// \brief Device memory with freed blocks cached by size (cudaMalloc synchronises the device,
-/// so a training step must not call it per tensor).
-class CudaAllocator final : public Allocator {
- public:
-  explicit CudaAllocator(int index) : device_{DeviceKind::kCuda, index} {}
-  ~CudaAllocator() override { release_cached(); }
-  void* allocate(std::size_t bytes) override {
-    auto size = round(bytes);
-    {
-      std::lock_guard lock(mutex_);
-      auto& list = free_[size];
-      if (!list.empty()) {
-        void* p = list.back();
-        list.pop_back();
-        return p;
-      }
-    }
+/// \brief Device memory of one GPU through cudaMalloc (cached by CachingAllocator: cudaMalloc
+/// synchronises the device, so a training step must not call it per tensor).
+struct CudaMemory {
+  static void* allocate(DeviceId d, std::size_t size) {
     void* p = nullptr;
-    EPL_CUDA_CHECK(cudaSetDevice(device_.index));
+    EPL_CUDA_CHECK(cudaSetDevice(d.index));
     EPL_CUDA_CHECK(cudaMalloc(&p, size));
-    memory_account(device_).reserve(static_cast<std::int64_t>(size));
     return p;
   }
-  void deallocate(void* p, std::size_t bytes) noexcept override {
-    if (!p) return;
-    std::lock_guard lock(mutex_);
-    try { free_[round(bytes)].push_back(p); } catch (...) { cudaFree(p); }
-  }
-  [[nodiscard]] DeviceId device() const noexcept override { return device_; }
-  void release_cached() noexcept {
-    std::lock_guard lock(mutex_);
-    for (auto& [size, list] : free_) {
-      for (void* p : list) cudaFree(p);
-      memory_account(device_).reserve(-static_cast<std::int64_t>(size * list.size()));
-      list.clear();
-    }
-  }
-
- private:
-  static std::size_t round(std::size_t bytes) { return (bytes + 511) / 512 * 512; }
-  DeviceId device_;
-  std::mutex mutex_;
-  std::map<std::size_t, std::vector<void*>> free_;
+  static void release(void* p) noexcept { cudaFree(p); }
 };
+
+/// \brief Device memory with freed blocks cached by size.
+using CudaAllocator = CachingAllocator<CudaMemory>;
 
 /// \brief One CUDA device and its stream. Operations are asynchronous on the stream;
 /// download() and synchronize() wait for them.
@@ -69,7 +39,7 @@ class Cuda {
  public:
   static constexpr DeviceKind kind = DeviceKind::kCuda;
 
-  explicit Cuda(int index = 0) : alloc_(std::make_unique<CudaAllocator>(index)) {
+  explicit Cuda(int index = 0) : alloc_(std::make_unique<CudaAllocator>(DeviceId{DeviceKind::kCuda, index})) {
     int n = cuda_device_count();
     EPL_CHECK(index >= 0 && index < n, "CUDA device ", index, " requested, ", n, " visible; check CUDA_VISIBLE_DEVICES");
     EPL_CUDA_CHECK(cudaSetDevice(index));
