@@ -114,7 +114,7 @@ TEST_CASE("replicate: each rank sends exactly the ring volume of the gradients p
   CHECK(total == 4 * 2 * 3 * four[0].grad_bytes / 4);  // n ranks x 2(n-1)/n x bytes
 }
 
-TEST_CASE("replicate: the quick-start network on 3 ranks equals one device") {
+TEST_CASE("replicate: the quick-start network on 2, 3 and 4 ranks equals one device") {
   struct Net {
     nn::Linear dense1;
     nn::Linear dense2;
@@ -125,15 +125,18 @@ TEST_CASE("replicate: the quick-start network on 3 ranks equals one device") {
   std::vector<double> ref_losses;
   for (int s = 0; s < kSteps; ++s) ref_losses.push_back(one.step({x, y}));
   auto ref_params = test::flat_params(one.model());
-  comm::run_threads(3, [&](comm::ThreadCommunicator& c) {
-    device::Cpu dev(110 + c.rank());
-    Trainer<Replicate<1, Net>, optim::Momentum, nn::SoftmaxCrossEntropy, device::Cpu, comm::ThreadCommunicator> t(
-        dev, c, Config{}, Replicate<1, Net>(make()), optim::Momentum({.lr = 0.01}), {.seed = 1});
-    std::vector<double> losses;
-    for (int s = 0; s < kSteps; ++s) losses.push_back(t.step({x.slice(4 * c.rank(), 4 * c.rank() + 4), y.slice(4 * c.rank(), 4 * c.rank() + 4)}));
-    CHECK(test::max_rel_diff(losses, ref_losses) < 1e-5);
-    CHECK(test::max_rel_diff(test::flat_params(t.model()), ref_params) < 1e-5);
-  });
+  for (int n : {2, 3, 4})
+    comm::run_threads(n, [&](comm::ThreadCommunicator& c) {
+      device::Cpu dev(110 + c.rank());
+      Trainer<Replicate<1, Net>, optim::Momentum, nn::SoftmaxCrossEntropy, device::Cpu, comm::ThreadCommunicator> t(
+          dev, c, Config{}, Replicate<1, Net>(make()), optim::Momentum({.lr = 0.01}), {.seed = 1});
+      const std::int64_t per = 12 / n, lo = per * c.rank();
+      std::vector<double> losses;
+      for (int s = 0; s < kSteps; ++s) losses.push_back(t.step({x.slice(lo, lo + per), y.slice(lo, lo + per)}));
+      CAPTURE(n);
+      CHECK(test::max_rel_diff(losses, ref_losses) < 1e-5);
+      CHECK(test::max_rel_diff(test::flat_params(t.model()), ref_params) < 1e-5);
+    });
 }
 
 TEST_CASE("replicate: a world size the strategy cannot use, and ranks that built different models") {
