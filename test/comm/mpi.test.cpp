@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "epl/comm/mpi.hpp"
+#include "epl/comm/store.hpp"
 #include "reference.hpp"
 
 using namespace epl;
@@ -123,6 +124,19 @@ TEST_CASE("mpi: split into sub-groups, asynchronous order, byte counts") {
   c.all_reduce(Buffer(big.data(), 1 << 20, DType::kF32), ReduceOp::kSum);
   CHECK(c.stats().bytes_sent - before.bytes_sent == 2 * (n - 1) * (4 << 20) / n);
 }
+TEST_CASE("mpi: a store over MPI carries the root's value to every rank (NCCL's bootstrap)") {
+  static_assert(comm::store<comm::MpiStore>);
+  auto& c = world();
+  comm::MpiStore store(c);
+  const std::vector<char> id = {'n', 'c', 'c', 'l', '-', 'i', 'd'};  // odd length on purpose
+  std::vector<char> got = id;
+  if (c.rank() == 0) store.set("nccl/world/id", id);
+  else got = store.get("nccl/world/id");
+  CHECK(got == id);
+  if (c.rank() == 0) CHECK_THROWS_WITH_AS(store.get("x"), doctest::Contains("the root sets the value"), Error);
+  else CHECK_THROWS_WITH_AS(store.set("x", id), doctest::Contains("only the root (rank 0) sets"), Error);
+}
+
 TEST_CASE("mpi: ranks that disagree on the size, dtype or collective are reported") {
   auto& c = world();
   std::vector<float> x(c.rank() == 0 ? 4 : 5);
