@@ -9,18 +9,18 @@ double at(const std::vector<double>& a, bool t, std::int64_t rows, std::int64_t 
   return t ? a[k * rows + i] : a[i * cols + k];
 }
 template <class T>
-void check_gemm(bool ta, bool tb, std::int64_t m = 5, std::int64_t n = 7, std::int64_t k = 3) {
+void check_gemm(bool ta, bool tb, std::int64_t m = 5, std::int64_t n = 7, std::int64_t k = 3, double beta = 2.0) {
   Tensor a = test::random<T>(ta ? Shape{k, m} : Shape{m, k}, 1);
   Tensor b = test::random<T>(tb ? Shape{n, k} : Shape{k, n}, 2);
   Tensor c = test::random<T>({m, n}, 3);
   auto av = test::values<T>(a), bv = test::values<T>(b), cv = test::values<T>(c);
-  test::cpu().gemm(a, ta, b, tb, c, 0.5, 2.0);
+  test::cpu().gemm(a, ta, b, tb, c, 0.5, beta);
   std::vector<double> expect(m * n);
   for (std::int64_t i = 0; i < m; ++i)
     for (std::int64_t j = 0; j < n; ++j) {
       double s = 0;
       for (std::int64_t p = 0; p < k; ++p) s += at(av, ta, m, k, i, p) * at(bv, tb, k, n, p, j);
-      expect[i * n + j] = 0.5 * s + 2.0 * cv[i * n + j];
+      expect[i * n + j] = 0.5 * s + (beta == 0 ? 0.0 : beta * cv[i * n + j]);
     }
   CHECK(test::max_rel_diff(test::values<T>(c), expect) < (sizeof(T) == 4 ? 1e-5 : 1e-13));
 }
@@ -35,6 +35,21 @@ TEST_CASE("gemm: every transpose combination, f32 and f64, alpha and beta") {
       check_gemm<float>(ta, tb);
       check_gemm<double>(ta, tb);
     }
+}
+
+// epl's AVX-512 kernel packs 14-row and 32-column panels from 16 x 16 transposed blocks, in
+// blocks of 504 rows and 384 along k: these shapes end mid-panel, mid-block and mid-transpose.
+TEST_CASE("gemm: f32 shapes that end inside every block of the packed kernel, beta 0 and 2") {
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (double beta : {0.0, 2.0}) {
+        CAPTURE(ta);
+        CAPTURE(tb);
+        CAPTURE(beta);
+        check_gemm<float>(ta, tb, 521, 70, 400, beta);
+        check_gemm<float>(ta, tb, 15, 33, 17, beta);
+        check_gemm<float>(ta, tb, 1, 1, 1, beta);
+      }
 }
 
 TEST_CASE("gemm: large enough to be split across threads, by rows and by columns") {

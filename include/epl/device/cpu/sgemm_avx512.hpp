@@ -40,66 +40,111 @@ struct Workspace {
   }
 };
 
+// Transposes the 16 x 16 block r (r[i] = row i) in registers, so that r[j] holds column j:
+// 32-bit then 64-bit interleaves within 128-bit lanes, then two rounds of lane shuffles.
+inline void transpose16(__m512 r[16]) {
+  __m512 t[16];
+#pragma GCC unroll 8
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+  }
+  // u[4g + c], lane L: rows 4g..4g+3 of column 4L + c
+  __m512 u[16];
+#pragma GCC unroll 4
+  for (int g = 0; g < 16; g += 4) {
+    const __m512d t0 = _mm512_castps_pd(t[g]), t1 = _mm512_castps_pd(t[g + 1]);
+    const __m512d t2 = _mm512_castps_pd(t[g + 2]), t3 = _mm512_castps_pd(t[g + 3]);
+    u[g] = _mm512_castpd_ps(_mm512_unpacklo_pd(t0, t2));
+    u[g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(t0, t2));
+    u[g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(t1, t3));
+    u[g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(t1, t3));
+  }
+#pragma GCC unroll 4
+  for (int c = 0; c < 4; ++c) {
+    const __m512 v02 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88), v13 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xDD);
+    const __m512 w02 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88), w13 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xDD);
+    r[c] = _mm512_shuffle_f32x4(v02, w02, 0x88);
+    r[8 + c] = _mm512_shuffle_f32x4(v02, w02, 0xDD);
+    r[4 + c] = _mm512_shuffle_f32x4(v13, w13, 0x88);
+    r[12 + c] = _mm512_shuffle_f32x4(v13, w13, 0xDD);
+  }
+}
+
+inline __mmask16 first_lanes(std::int64_t count) {
+  return count >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << count) - 1);
+}
+
+// Copies the [rows, kc] block at src (rows <= 16 strided by ld, the rest zero) transposed:
+// dst[p * stride + i] = src[i * ld + p] for i < lanes, p < kc.
+inline void pack_transposed(const float* src, std::int64_t ld, std::int64_t rows, std::int64_t kc, float* dst,
+                            std::int64_t stride, __mmask16 lanes) {
+  __m512 r[16];
+  for (std::int64_t p = 0; p < kc; p += 16) {
+    const std::int64_t w = std::min<std::int64_t>(16, kc - p);
+    const __mmask16 cols = first_lanes(w);
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i) r[i] = i < rows ? _mm512_maskz_loadu_ps(cols, src + i * ld + p) : _mm512_setzero_ps();
+    transpose16(r);
+    if (w == 16) {
+#pragma GCC unroll 16
+      for (int j = 0; j < 16; ++j) _mm512_mask_storeu_ps(dst + (p + j) * stride, lanes, r[j]);
+    } else {
+      for (std::int64_t j = 0; j < w; ++j) _mm512_mask_storeu_ps(dst + (p + j) * stride, lanes, r[j]);
+    }
+  }
+}
+
+// Copies rows p < kc of the [kc, width] block at src (rows ld apart) into panels of `panel`
+// columns, kc * panel floats apart: dst[(j / panel) * kc * panel + p * panel + j % panel],
+// zero past width. Walks each source row once, front to back, for the hardware prefetcher:
+// the source rows are often far apart (a weight gradient's rows are a whole activation row).
+template <int kPanel>
+inline void pack_rows(const float* src, std::int64_t ld, std::int64_t width, std::int64_t kc, float* dst) {
+  constexpr __mmask16 kLanes = static_cast<__mmask16>(kPanel >= 16 ? 0xFFFF : (1u << kPanel) - 1);
+  for (std::int64_t p = 0; p < kc; ++p) {
+    const float* row = src + p * ld;
+    float* out = dst + p * kPanel;
+    for (std::int64_t j = 0; j < width; j += kPanel, out += kc * kPanel)
+      for (int h = 0; h < kPanel; h += 16) {
+        const __mmask16 valid = first_lanes(std::max<std::int64_t>(0, width - j - h)) & kLanes;
+        _mm512_mask_storeu_ps(out + h, kLanes, _mm512_maskz_loadu_ps(valid, row + j + h));
+      }
+  }
+}
+
 // op(A)[i0 + i, p0 + p] for i < mc, p < kc, into panels of kMR rows: panel r holds, for each p,
 // the kMR values of rows r*kMR.. (zero-padded past mc).
 inline void pack_a(bool ta, const float* a, std::int64_t lda, std::int64_t i0, std::int64_t mc, std::int64_t p0,
                    std::int64_t kc, float* dst) {
-  for (std::int64_t ir = 0; ir < mc; ir += kMR) {
-    const std::int64_t rows = std::min<std::int64_t>(kMR, mc - ir);
-    float* panel = dst + ir * kc;
-    if (ta) {  // A stored [k, m]: row p of the panel is contiguous in memory
-      for (std::int64_t p = 0; p < kc; ++p) {
-        const float* src = a + (p0 + p) * lda + i0 + ir;
-        float* out = panel + p * kMR;
-        std::int64_t i = 0;
-        for (; i < rows; ++i) out[i] = src[i];
-        for (; i < kMR; ++i) out[i] = 0.f;
-      }
-    } else {  // A stored [m, k]: walk each row along k
-      for (std::int64_t i = 0; i < rows; ++i) {
-        const float* src = a + (i0 + ir + i) * lda + p0;
-        for (std::int64_t p = 0; p < kc; ++p) panel[p * kMR + i] = src[p];
-      }
-      for (std::int64_t i = rows; i < kMR; ++i)
-        for (std::int64_t p = 0; p < kc; ++p) panel[p * kMR + i] = 0.f;
-    }
-  }
+  if (ta)  // A stored [k, m]: each p is a contiguous run of rows
+    return pack_rows<kMR>(a + p0 * lda + i0, lda, mc, kc, dst);
+  for (std::int64_t ir = 0; ir < mc; ir += kMR)  // A stored [m, k]: transpose 16 x 16 blocks
+    pack_transposed(a + (i0 + ir) * lda + p0, lda, std::min<std::int64_t>(kMR, mc - ir), kc, dst + ir * kc, kMR,
+                    (1u << kMR) - 1);
 }
 
 // op(B)[p0 + p, j0 + j] for p < kc, j < nc, into panels of kNR columns: panel c holds, for
 // each p, the kNR values of columns c*kNR.. (zero-padded past nc).
 inline void pack_b(bool tb, const float* b, std::int64_t ldb, std::int64_t p0, std::int64_t kc, std::int64_t j0,
                    std::int64_t nc, float* dst) {
-  for (std::int64_t jr = 0; jr < nc; jr += kNR) {
-    const std::int64_t cols = std::min<std::int64_t>(kNR, nc - jr);
-    float* panel = dst + jr * kc;
-    if (!tb) {  // B stored [k, n]: each p is a contiguous run of columns
-      for (std::int64_t p = 0; p < kc; ++p) {
-        const float* src = b + (p0 + p) * ldb + j0 + jr;
-        float* out = panel + p * kNR;
-        if (cols == kNR) {
-          _mm512_store_ps(out, _mm512_loadu_ps(src));
-          _mm512_store_ps(out + 16, _mm512_loadu_ps(src + 16));
-        } else {
-          std::int64_t j = 0;
-          for (; j < cols; ++j) out[j] = src[j];
-          for (; j < kNR; ++j) out[j] = 0.f;
-        }
-      }
-    } else {  // B stored [n, k]: walk each column along k
-      for (std::int64_t j = 0; j < cols; ++j) {
-        const float* src = b + (j0 + jr + j) * ldb + p0;
-        for (std::int64_t p = 0; p < kc; ++p) panel[p * kNR + j] = src[p];
-      }
-      for (std::int64_t j = cols; j < kNR; ++j)
-        for (std::int64_t p = 0; p < kc; ++p) panel[p * kNR + j] = 0.f;
-    }
-  }
+  if (!tb)  // B stored [k, n]: each p is a contiguous run of columns
+    return pack_rows<kNR>(b + p0 * ldb + j0, ldb, nc, kc, dst);
+  for (std::int64_t jr = 0; jr < nc; jr += kNR)  // B stored [n, k]: transpose 16 x 16 blocks
+    for (std::int64_t h = 0; h < kNR; h += 16)
+      pack_transposed(b + (j0 + jr + h) * ldb + p0, ldb, std::clamp<std::int64_t>(nc - jr - h, 0, 16), kc,
+                      dst + jr * kc + h, kNR, 0xFFFF);
 }
 
 // C[0:mr, 0:nr] (= or +=) alpha * Apanel * Bpanel over kc. The full tile lives in registers.
 inline void kernel(std::int64_t kc, const float* __restrict a, const float* __restrict b, float* c, std::int64_t ldc, int mr,
                    int nr, float alpha, bool accumulate) {
+  // The tile of C is usually a cache miss (rows ldc apart, in memory): start fetching it for
+  // writing now, so it arrives while the k loop runs.
+  for (int i = 0; i < mr; ++i) {
+    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc), _MM_HINT_ET0);
+    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + nr - 1), _MM_HINT_ET0);
+  }
   __m512 acc[kMR][2];
 #pragma GCC unroll 14
   for (int i = 0; i < kMR; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
