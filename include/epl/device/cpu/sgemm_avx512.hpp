@@ -2,8 +2,9 @@
 /// \file
 /// \brief Single-precision GEMM for AVX-512: BLIS-style blocking with packed panels and a
 /// 14 x 32 register tile (28 zmm accumulators). Eigen 3.4's AVX-512 kernel keeps a 48 x 4 tile
-/// (12 accumulators) and reaches ~80% of this machine's FMA peak on a GPT's GEMM shapes; this
-/// kernel exists because that gap is most of a training step's time (docs/benchmarks.md).
+/// (12 accumulators) and reaches 50-60% of this machine's FMA peak on a GPT's GEMM shapes, this
+/// one 65-75% (bench_gemm, in one process); GEMMs are three quarters of a training step
+/// (docs/benchmarks.md). Packing transposes 16 x 16 blocks in registers.
 /// Only compiled where the target has AVX-512F; blas.hpp falls back to Eigen elsewhere.
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -139,16 +140,10 @@ inline void pack_b(bool tb, const float* b, std::int64_t ldb, std::int64_t p0, s
 // C[0:mr, 0:nr] (= or +=) alpha * Apanel * Bpanel over kc. The full tile lives in registers.
 inline void kernel(std::int64_t kc, const float* __restrict a, const float* __restrict b, float* c, std::int64_t ldc, int mr,
                    int nr, float alpha, bool accumulate) {
-  // The tile of C is usually a cache miss (rows ldc apart, in memory): start fetching it for
-  // writing now, so it arrives while the k loop runs.
-  for (int i = 0; i < mr; ++i) {
-    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc), _MM_HINT_ET0);
-    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + nr - 1), _MM_HINT_ET0);
-  }
   __m512 acc[kMR][2];
 #pragma GCC unroll 14
   for (int i = 0; i < kMR; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
-  for (std::int64_t p = 0; p < kc; ++p) {
+  auto step = [&] {
     const __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
 #pragma GCC unroll 14
     for (int i = 0; i < kMR; ++i) {
@@ -158,7 +153,16 @@ inline void kernel(std::int64_t kc, const float* __restrict a, const float* __re
     }
     a += kMR;
     b += kNR;
+  };
+  // The tile of C is usually a cache miss (rows ldc apart, in memory): fetch it for writing
+  // one row a step while the first k steps run, so it arrives before the stores.
+  std::int64_t p = 0;
+  for (; p < kc && p < mr; ++p) {
+    _mm_prefetch(reinterpret_cast<const char*>(c + p * ldc), _MM_HINT_ET0);
+    _mm_prefetch(reinterpret_cast<const char*>(c + p * ldc + nr - 1), _MM_HINT_ET0);
+    step();
   }
+  for (; p < kc; ++p) step();
   const __m512 va = _mm512_set1_ps(alpha);
   if (mr == kMR && nr == kNR) {
 #pragma GCC unroll 14
