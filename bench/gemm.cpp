@@ -1,8 +1,13 @@
-// SGEMM GFLOP/s of the CPU backend (Eigen) against the machine's peak, measured here with a
-// register-resident FMA loop (the physical limit of one core's vector units). One JSON line.
+// SGEMM GFLOP/s of the CPU backend against the machine's peak and against Eigen, in one process.
+// Each case alternates three timings seven times: epl's gemm (its AVX-512 kernel), Eigen's own
+// product on the same threads, and a register-resident FMA loop on every thread (the physical
+// limit of the vector units). The medians are reported, and each GEMM's share of the peak is
+// the median of its ratio to the peak timed beside it: this machine's speed drifts by tens of
+// percent within a minute, so a peak measured once is not a fair denominator. One JSON line.
 //   bench_gemm [--threads=N]
 #include <immintrin.h>
 
+#include <Eigen/Core>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -10,13 +15,21 @@
 #include <vector>
 
 #include <epl/epl.hpp>
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
 
 namespace {
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
-// 12 independent accumulator chains hide FMA latency; 16 (AVX-512) or 8 lanes of fp32, 2 FLOP each.
-double fma_peak_gflops() {
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+// One thread's FMA throughput: 12 independent accumulator chains hide the FMA latency; 16
+// (AVX-512) or 8 lanes of fp32, 2 FLOP each.
+double fma_loop_gflops(long iters) {
 #if defined(__AVX512F__)
   using V = __m512;
   auto fma = [](V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); };
@@ -31,15 +44,23 @@ double fma_peak_gflops() {
   V acc[12];
   for (auto& a : acc) a = set(0.f);
   const V x = set(0.999999f), y = set(1e-7f);
-  const long iters = 50'000'000;
   auto t0 = std::chrono::steady_clock::now();
   for (long i = 0; i < iters; ++i)
     for (auto& a : acc) a = fma(a, x, y);
-  double s = seconds_since(t0);
-  float sink = 0;
-  for (auto& a : acc) sink += reinterpret_cast<float*>(&a)[0];
-  std::fprintf(stderr, "(sink %g)\n", sink);
-  return 12.0 * lanes * 2.0 * iters / s / 1e9;
+  const double s = seconds_since(t0);
+  volatile float sink = 0;
+  for (auto& a : acc) sink = sink + reinterpret_cast<float*>(&a)[0];
+  return 12.0 * lanes * 2.0 * static_cast<double>(iters) / s / 1e9;
+}
+// The FMA loop on every thread at once (the machine's peak for `threads` cores).
+double peak_gflops(int threads) {
+  double total = 0;
+#if defined(_OPENMP)
+#pragma omp parallel num_threads(threads) reduction(+ : total)
+#endif
+  total += fma_loop_gflops(5'000'000);
+  (void)threads;
+  return total;
 }
 }  // namespace
 
@@ -48,17 +69,16 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i)
     if (std::string(argv[i]).rfind("--threads=", 0) == 0) threads = std::stoi(std::string(argv[i]).substr(10));
   epl::device::Cpu cpu(0, threads);
-  const double peak = fma_peak_gflops() * threads;
+  Eigen::setNbThreads(threads);
   struct Case { std::int64_t m, n, k; bool ta, tb; const char* what; };
   const Case cases[] = {{1024, 1024, 1024, false, false, "square 1024"},
                         {2048, 1152, 384, false, true, "gpt-mini qkv forward (x W^T)"},
                         {2048, 384, 1536, false, false, "gpt-mini mlp dx (dy W)"},
                         {1536, 384, 2048, true, false, "gpt-mini mlp dW (dy^T x)"},
                         {2048, 4096, 384, false, true, "gpt-mini lm head"}};
-#ifndef BENCH_IMPL
-#define BENCH_IMPL "epl"
-#endif
-  std::printf("{\"impl\": \"" BENCH_IMPL "\", \"threads\": %d, \"peak_gflops\": %.1f, \"cases\": [", threads, peak);
+  using Mat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  std::vector<double> peaks;
+  std::printf("{\"threads\": %d, \"cases\": [", threads);
   for (std::size_t c = 0; c < std::size(cases); ++c) {
     const auto& k = cases[c];
     auto a = cpu.zeros(k.ta ? epl::Shape{k.k, k.m} : epl::Shape{k.m, k.k}, epl::DType::kF32);
@@ -66,16 +86,34 @@ int main(int argc, char** argv) {
     auto out = cpu.zeros({k.m, k.n}, epl::DType::kF32);
     cpu.fill(a, 0.5);
     cpu.fill(b, 0.25);
-    std::vector<double> times;
+    const Eigen::Map<const Mat> ea(a.data<float>(), a.dim(0), a.dim(1)), eb(b.data<float>(), b.dim(0), b.dim(1));
+    Eigen::Map<Mat> ec(out.data<float>(), k.m, k.n);
+    auto eigen = [&] {
+      if (!k.ta && !k.tb) ec.noalias() = ea * eb;
+      else if (!k.ta) ec.noalias() = ea * eb.transpose();
+      else if (!k.tb) ec.noalias() = ea.transpose() * eb;
+      else ec.noalias() = ea.transpose() * eb.transpose();
+    };
+    const double flop = 2.0 * static_cast<double>(k.m * k.n * k.k) / 1e9;
+    std::vector<double> epl_gf, eigen_gf, epl_share, eigen_share;
     for (int r = 0; r < 7; ++r) {
       auto t0 = std::chrono::steady_clock::now();
       cpu.gemm(a, k.ta, b, k.tb, out);
-      times.push_back(seconds_since(t0));
+      const double e = flop / seconds_since(t0);
+      t0 = std::chrono::steady_clock::now();
+      eigen();
+      const double g = flop / seconds_since(t0);
+      const double p = peak_gflops(threads);
+      epl_gf.push_back(e);
+      eigen_gf.push_back(g);
+      epl_share.push_back(e / p);
+      eigen_share.push_back(g / p);
+      peaks.push_back(p);
     }
-    std::sort(times.begin(), times.end());
-    double gf = 2.0 * k.m * k.n * k.k / times[3] / 1e9;
-    std::printf("%s{\"case\": \"%s\", \"m\": %lld, \"n\": %lld, \"k\": %lld, \"gflops\": %.1f, \"of_peak\": %.3f}", c ? ", " : "",
-                k.what, (long long)k.m, (long long)k.n, (long long)k.k, gf, gf / peak);
+    std::printf("%s{\"case\": \"%s\", \"m\": %lld, \"n\": %lld, \"k\": %lld, \"gflops\": %.1f, \"of_peak\": %.3f, "
+                "\"eigen_gflops\": %.1f, \"eigen_of_peak\": %.3f}",
+                c ? ", " : "", k.what, (long long)k.m, (long long)k.n, (long long)k.k, median(epl_gf), median(epl_share),
+                median(eigen_gf), median(eigen_share));
   }
-  std::printf("]}\n");
+  std::printf("], \"peak_gflops\": %.1f}\n", median(peaks));
 }

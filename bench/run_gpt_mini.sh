@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 threads=${1:-1}; rounds=${2:-5}
 steps="--steps=4 --warmup=1"; pysteps="--steps 4 --warmup 1"  # 5 steps a run, 4 timed
 cmake --preset cpu-release >/dev/null
-cmake --build --preset cpu-release --target bench_gpt_mini bench_gpt_mini_eigen bench_gemm bench_gemm_eigen >/dev/null
+cmake --build --preset cpu-release --target bench_gpt_mini bench_gpt_mini_eigen bench_gemm >/dev/null
 mkdir -p bench/results
 export OPENBLAS_CORETYPE=SkylakeX ATEN_CPU_CAPABILITY=avx512 OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=$threads
 peers=("/usr/bin/python3")
@@ -21,7 +21,6 @@ for r in $(seq "$rounds"); do
   for py in "${peers[@]}"; do "$py" bench/torch_gpt_mini.py --threads "$threads" $pysteps | tee -a "$log"; done
 done
 ./build/cpu-release/bench/bench_gemm --threads="$threads" 2>/dev/null > bench/results/gemm.json
-./build/cpu-release/bench/bench_gemm_eigen --threads="$threads" 2>/dev/null > bench/results/gemm_eigen.json
 /usr/bin/python3 - "$log" "$threads" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
@@ -30,16 +29,15 @@ for r in rows: by.setdefault(r["impl"], []).append(r)
 med = {k: statistics.median(x["tokens_per_s"] for x in v) for k, v in by.items()}
 best_peer = max((v for k, v in med.items() if not k.startswith("epl")), default=float("nan"))
 gemm = json.load(open("bench/results/gemm.json"))
-gemm_eigen = json.load(open("bench/results/gemm_eigen.json"))
 print(f"\ngpt-mini training, {sys.argv[2]} thread(s), medians of {len(by['epl'])} alternating runs")
 print(f"{'implementation':<24}{'tokens/s':>10}{'GFLOP/s':>10}{'vs epl':>8}   runs (tokens/s)")
 for k, v in by.items():
     print(f"{k:<24}{med[k]:>10.1f}{statistics.median(x['gflops'] for x in v):>10.1f}{med['epl']/med[k]:>8.2f}   " + " ".join(f"{x['tokens_per_s']:.0f}" for x in v))
 print(f"epl / fastest peer: {med['epl']/best_peer:.2f}")
-print(f"\nSGEMM, peak {gemm['peak_gflops']:.0f} GFLOP/s measured by an FMA loop: epl's kernel, then Eigen's")
-for c, e in zip(gemm["cases"], gemm_eigen["cases"]):
-    p = gemm['peak_gflops']  # one peak for both: the FMA loop's run in the same script
-    print(f"  {c['case']:<32}{c['gflops']:>8.1f} GFLOP/s {100*c['gflops']/p:5.1f}%   eigen {e['gflops']:>6.1f} GFLOP/s {100*e['gflops']/p:5.1f}%")
+print(f"\nSGEMM in one process, medians of 7 alternations with an FMA loop (peak, median {gemm['peak_gflops']:.0f} GFLOP/s):")
+print(f"  {'case':<32}{'epl GFLOP/s':>12}{'of peak':>9}{'Eigen':>8}{'of peak':>9}")
+for c in gemm["cases"]:
+    print(f"  {c['case']:<32}{c['gflops']:>12.1f}{100*c['of_peak']:>8.1f}%{c['eigen_gflops']:>8.1f}{100*c['eigen_of_peak']:>8.1f}%")
 json.dump({"threads": int(sys.argv[2]), "median_tokens_per_s": med, "ratio_vs_fastest_peer": med["epl"]/best_peer,
-           "runs": rows, "gemm": gemm, "gemm_eigen": gemm_eigen}, open("bench/results/gpt_mini.json", "w"), indent=1)
+           "runs": rows, "gemm": gemm}, open("bench/results/gpt_mini.json", "w"), indent=1)
 PY
