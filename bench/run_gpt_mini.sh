@@ -21,6 +21,8 @@ for r in $(seq "$rounds"); do
   for py in "${peers[@]}"; do "$py" bench/torch_gpt_mini.py --threads "$threads" $pysteps | tee -a "$log"; done
 done
 ./build/cpu-release/bench/bench_gemm --threads="$threads" 2>/dev/null > bench/results/gemm.json
+# Debian's torch reports its BLAS as "generic": libblas.so.3, which the alternatives system points at.
+export DEBIAN_LIBBLAS=$(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3 2>/dev/null || echo none)
 /usr/bin/python3 - "$log" "$threads" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
@@ -34,6 +36,10 @@ print(f"{'implementation':<24}{'tokens/s':>10}{'GFLOP/s':>10}{'vs epl':>8}   run
 for k, v in by.items():
     print(f"{k:<24}{med[k]:>10.1f}{statistics.median(x['gflops'] for x in v):>10.1f}{med['epl']/med[k]:>8.2f}   " + " ".join(f"{x['tokens_per_s']:.0f}" for x in v))
 print(f"epl / fastest peer: {med['epl']/best_peer:.2f}")
+import os
+print("peer settings: " + " ".join(f"{k}={os.environ.get(k, '')}" for k in
+      ("OPENBLAS_CORETYPE", "ATEN_CPU_CAPABILITY", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "DEBIAN_LIBBLAS")) +
+      "; BLAS: " + ", ".join(f"{k}: {v[0].get('blas', '?')}" for k, v in by.items() if not k.startswith("epl")))
 print(f"\nSGEMM in one process, medians of 7 alternations with an FMA loop (peak, median {gemm['peak_gflops']:.0f} GFLOP/s):")
 print(f"  {'case':<32}{'epl GFLOP/s':>12}{'of peak':>9}{'Eigen':>8}{'of peak':>9}")
 for c in gemm["cases"]:
