@@ -511,9 +511,14 @@ class MpiStore {
     EPL_CHECK(header[0] == mine, "MpiStore: rank ", comm_->rank(), " asked for key \"", key,
               "\" while the root published another key; set and get must pair up in the same order");
     // the bytes travel as whole int32 words (MPI collectives here take typed elements)
+    // (memcpy only with bytes to copy: an empty vector's data() may be null)
     std::vector<std::int32_t> words(static_cast<std::size_t>((header[1] + 3) / 4));
-    std::memcpy(words.data(), value.data(), value.size());
-    if (!words.empty()) comm_->broadcast(Buffer(words.data(), static_cast<std::int64_t>(words.size()), DType::kI32), root_);
+    if (words.empty()) {
+      value.clear();
+      return;
+    }
+    if (!value.empty()) std::memcpy(words.data(), value.data(), value.size());
+    comm_->broadcast(Buffer(words.data(), static_cast<std::int64_t>(words.size()), DType::kI32), root_);
     value.resize(static_cast<std::size_t>(header[1]));
     std::memcpy(value.data(), words.data(), value.size());
   }

@@ -200,12 +200,13 @@ class Trainer {
   void check_same_model()
     requires(kParallel)
   {
-    std::int64_t count = 0, shape_hash = 7;
+    std::int64_t count = 0;
+    std::uint64_t shape_hash = 7;  // unsigned: the hash wraps by design
     nn::visit_parameters(model_, [&](std::string_view, nn::Parameter& p) {
       count += p.numel();
-      for (int i = 0; i < p.shape.rank(); ++i) shape_hash = shape_hash * 31 + p.shape[i];
+      for (int i = 0; i < p.shape.rank(); ++i) shape_hash = shape_hash * 31 + static_cast<std::uint64_t>(p.shape[i]);
     });
-    auto counts = gather_all(count), shapes = gather_all(shape_hash);
+    auto counts = gather_all(count), shapes = gather_all(static_cast<std::int64_t>(shape_hash));
     for (std::size_t r = 1; r < counts.size(); ++r)
       EPL_CHECK(counts[r] == counts[0] && shapes[r] == shapes[0], "rank ", r, " built a model with ", counts[r],
                 " parameters, rank 0 one with ", counts[0], counts[r] == counts[0] ? " (of other shapes)" : "",
