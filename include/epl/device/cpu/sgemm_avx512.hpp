@@ -2,8 +2,8 @@
 /// \file
 /// \brief Single-precision GEMM for AVX-512: BLIS-style blocking with packed panels and a
 /// 14 x 32 register tile (28 zmm accumulators). Eigen 3.4's AVX-512 kernel keeps a 48 x 4 tile
-/// (12 accumulators) and reaches 50-60% of this machine's FMA peak on a GPT's GEMM shapes, this
-/// one 65-75% (bench_gemm, in one process); GEMMs are three quarters of a training step
+/// (12 accumulators) and reaches 50-75% of this machine's FMA peak on a GPT's GEMM shapes, this
+/// one 66-83% (bench_gemm, one and two threads); GEMMs are three quarters of a training step
 /// (docs/benchmarks.md). Packing transposes 16 x 16 blocks in registers.
 /// Only compiled where the target has AVX-512F; blas.hpp falls back to Eigen elsewhere.
 #if defined(__AVX512F__)
