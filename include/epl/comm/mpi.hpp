@@ -510,8 +510,8 @@ class MpiStore {
     comm_->broadcast(Buffer(header, 2, DType::kI64), root_);
     EPL_CHECK(header[0] == mine, "MpiStore: rank ", comm_->rank(), " asked for key \"", key,
               "\" while the root published another key; set and get must pair up in the same order");
-    // the bytes travel as whole int32 words (MPI collectives here take typed elements)
-    // (memcpy only with bytes to copy: an empty vector's data() may be null)
+    // The bytes travel as whole int32 words (MPI collectives here take typed elements); memcpy
+    // only when there are bytes to copy, since an empty vector's data() may be null.
     std::vector<std::int32_t> words(static_cast<std::size_t>((header[1] + 3) / 4));
     if (words.empty()) {
       value.clear();
