@@ -72,8 +72,9 @@ inline void transpose16(__m512 r[16]) {
   }
 }
 
-inline __mmask16 first_lanes(std::int64_t count) {
-  return count >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << count) - 1);
+// The mask of the first count lanes of 16 (count <= 0: none).
+constexpr __mmask16 first_lanes(std::int64_t count) {
+  return count >= 16 ? __mmask16(0xFFFF) : count <= 0 ? __mmask16(0) : static_cast<__mmask16>((1u << count) - 1);
 }
 
 // Copies the [rows, kc] block at src (rows <= 16 strided by ld, the rest zero) transposed:
@@ -102,13 +103,13 @@ inline void pack_transposed(const float* src, std::int64_t ld, std::int64_t rows
 // the source rows are often far apart (a weight gradient's rows are a whole activation row).
 template <int kPanel>
 inline void pack_rows(const float* src, std::int64_t ld, std::int64_t width, std::int64_t kc, float* dst) {
-  constexpr __mmask16 kLanes = static_cast<__mmask16>(kPanel >= 16 ? 0xFFFF : (1u << kPanel) - 1);
+  constexpr __mmask16 kLanes = first_lanes(kPanel);
   for (std::int64_t p = 0; p < kc; ++p) {
     const float* row = src + p * ld;
     float* out = dst + p * kPanel;
     for (std::int64_t j = 0; j < width; j += kPanel, out += kc * kPanel)
       for (int h = 0; h < kPanel; h += 16) {
-        const __mmask16 valid = first_lanes(std::max<std::int64_t>(0, width - j - h)) & kLanes;
+        const __mmask16 valid = first_lanes(width - j - h) & kLanes;
         _mm512_mask_storeu_ps(out + h, kLanes, _mm512_maskz_loadu_ps(valid, row + j + h));
       }
   }
@@ -122,7 +123,7 @@ inline void pack_a(bool ta, const float* a, std::int64_t lda, std::int64_t i0, s
     return pack_rows<kMR>(a + p0 * lda + i0, lda, mc, kc, dst);
   for (std::int64_t ir = 0; ir < mc; ir += kMR)  // A stored [m, k]: transpose 16 x 16 blocks
     pack_transposed(a + (i0 + ir) * lda + p0, lda, std::min<std::int64_t>(kMR, mc - ir), kc, dst + ir * kc, kMR,
-                    (1u << kMR) - 1);
+                    first_lanes(kMR));
 }
 
 // op(B)[p0 + p, j0 + j] for p < kc, j < nc, into panels of kNR columns: panel c holds, for
@@ -179,8 +180,7 @@ inline void kernel(std::int64_t kc, const float* __restrict a, const float* __re
     return;
   }
   // edge tile: masked columns, only the valid rows
-  const __mmask16 m0 = static_cast<__mmask16>(nr >= 16 ? 0xFFFF : (1u << nr) - 1);
-  const __mmask16 m1 = static_cast<__mmask16>(nr >= 32 ? 0xFFFF : nr > 16 ? (1u << (nr - 16)) - 1 : 0);
+  const __mmask16 m0 = first_lanes(nr), m1 = first_lanes(nr - 16);
 #pragma GCC unroll 14
   for (int i = 0; i < kMR; ++i) {
     if (i >= mr) break;
