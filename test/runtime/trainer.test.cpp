@@ -81,6 +81,33 @@ TEST_CASE("evaluation leaves parameters unchanged and matches the training loss 
   CHECK(t.step(b) == doctest::Approx(e).epsilon(1e-6));
 }
 
+// Text is bytes: every one of the 256 byte values is an id in [0, 256), and a GPT with a
+// vocabulary of 256 trains on them (bytes >= 128 once became negative ids through a signed char).
+TEST_CASE("text of all 256 byte values: ids 0..255, and a byte-level GPT trains on it") {
+  auto path = std::filesystem::temp_directory_path() / "epl_all_bytes.txt";
+  {
+    std::ofstream f(path, std::ios::binary);
+    for (int rep = 0; rep < 8; ++rep)
+      for (int b = 0; b < 256; ++b) f.put(static_cast<char>((b * 37 + rep) % 256));
+  }
+  auto text = data::TokenDataset::from_text({path});
+  REQUIRE(text.size() == 8 * 256);
+  std::vector<int> count(256);
+  for (auto id : text.tokens()) {
+    REQUIRE(id >= 0);
+    REQUIRE(id < 256);
+    ++count[static_cast<std::size_t>(id)];
+  }
+  CHECK(std::count(count.begin(), count.end(), 8) == 256);  // each byte value exactly 8 times
+  CHECK(text.tokens()[1] == 37);
+  CHECK(text.tokens()[7] == 259 % 256);
+  gpt::Shape s{.vocab = 256, .context = 16, .layers = 1, .heads = 2, .dim = 16};
+  Trainer<gpt::Gpt, optim::SGD> t(test::cpu(), Config{}, gpt::make_gpt(s), optim::SGD({.lr = 0.1}));
+  data::WindowLoader loader(text, 16, 8, 3);
+  for (int step = 0; step < 20; ++step) CHECK(std::isfinite(t.step(loader.next(test::cpu()))));  // 20 steps: > 1 epoch
+  std::filesystem::remove(path);
+}
+
 TEST_CASE("window loader: every window once per epoch, deterministic per seed") {
   std::vector<std::int32_t> t(101);
   for (int i = 0; i < 101; ++i) t[i] = i;
@@ -142,6 +169,9 @@ TEST_CASE("data files: text bytes, binary ids, corrupt and missing files") {
   { std::ofstream(dir / "bad.bin", std::ios::binary) << "abcde"; }
   CHECK_THROWS_WITH_AS(data::TokenDataset::from_binary(dir / "bad.bin"), doctest::Contains("is corrupt: 5 bytes"), Error);
   CHECK_THROWS_WITH_AS(data::TokenDataset::from_text({dir / "missing.txt"}), doctest::Contains("cannot open data file"), Error);
+  CHECK_THROWS_WITH_AS(data::TokenDataset::from_text({dir}), doctest::Contains("is a directory; name the files inside it"), Error);
+  CHECK_THROWS_WITH_AS(data::TokenDataset::from_binary(dir), doctest::Contains("is a directory"), Error);
+  CHECK_THROWS_WITH_AS(data::TokenDataset::from_text({"/dev/null/x"}), doctest::Contains("data file"), Error);
   CHECK_THROWS_WITH_AS(data::WindowLoader(text, 4, 2, 0), doctest::Contains("fewer than one batch of 2"), Error);
   std::filesystem::remove_all(dir);
 }

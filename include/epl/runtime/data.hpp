@@ -1,10 +1,14 @@
 #pragma once
 /// \file
 /// \brief Token datasets over files, and a deterministic loader of (input, target) windows.
+#include <cerrno>
 #include <cstdint>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
-#include <fstream>
+#include <memory>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "epl/core/random.hpp"
@@ -26,14 +30,16 @@ namespace data {
 /// binary file of little-endian int32 ids.
 class TokenDataset {
  public:
-  /// \brief Byte-level tokens of the concatenated files.
+  /// \brief Byte-level tokens of the concatenated files: every byte is one id in [0, 256)
+  /// (UTF-8 text becomes its bytes, so "é" is the two ids 195 169).
   static TokenDataset from_text(const std::vector<std::filesystem::path>& files) {
     EPL_CHECK(!files.empty(), "TokenDataset::from_text: no files given");
     TokenDataset ds;
     ds.vocab_ = 256;
     for (const auto& f : files) {
       auto bytes = read(f);
-      ds.tokens_.insert(ds.tokens_.end(), bytes.begin(), bytes.end());
+      // through unsigned char: a plain char is signed here, and byte 0xC3 would become id -61
+      for (char b : bytes) ds.tokens_.push_back(static_cast<std::int32_t>(static_cast<unsigned char>(b)));
     }
     return ds;
   }
@@ -66,10 +72,22 @@ class TokenDataset {
   [[nodiscard]] const std::vector<std::int32_t>& tokens() const noexcept { return tokens_; }
 
  private:
+  // Reads a whole regular file. Every failure is an epl::Error naming the file: a missing
+  // path, a directory, a device, or a read error (no std::ios_base::failure escapes).
   static std::vector<char> read(const std::filesystem::path& f) {
-    std::ifstream in(f, std::ios::binary);
-    EPL_CHECK(in.good(), "cannot open data file ", f, "; check the path");
-    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    std::error_code ec;
+    const auto st = std::filesystem::status(f, ec);
+    EPL_CHECK(st.type() != std::filesystem::file_type::not_found, "cannot open data file ", f, ": it does not exist; check the path");
+    EPL_CHECK(st.type() != std::filesystem::file_type::directory, "data file ", f,
+              " is a directory; name the files inside it (for example --data=", (f / "FILE").string(), ")");
+    EPL_CHECK(st.type() == std::filesystem::file_type::regular, "data file ", f, " is not a regular file; name a file of text or token ids");
+    std::unique_ptr<std::FILE, int (*)(std::FILE*)> in(std::fopen(f.c_str(), "rb"), &std::fclose);
+    EPL_CHECK(in != nullptr, "cannot open data file ", f, ": ", std::strerror(errno));
+    std::vector<char> bytes;
+    char block[1 << 16];
+    for (std::size_t n; (n = std::fread(block, 1, sizeof block, in.get())) > 0;) bytes.insert(bytes.end(), block, block + n);
+    EPL_CHECK(!std::ferror(in.get()), "reading data file ", f, " failed: ", std::strerror(errno));
+    return bytes;
   }
   std::vector<std::int32_t> tokens_;
   std::int64_t vocab_ = 0;
