@@ -1,6 +1,7 @@
 # FindCUDNN: cuDNN headers and library, in the CUDA toolkit or the system.
 # Defines CUDNN_FOUND, CUDNN_VERSION and the imported target CUDNN::cudnn.
-find_package(CUDAToolkit QUIET)
+include(${CMAKE_CURRENT_LIST_DIR}/eplFindCUDAToolkit.cmake)
+epl_find_cuda_toolkit(QUIET)
 find_path(CUDNN_INCLUDE_DIR cudnn_version.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include)
 find_library(CUDNN_LIBRARY cudnn HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib64)
 if(CUDNN_INCLUDE_DIR)

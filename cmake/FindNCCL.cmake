@@ -1,6 +1,7 @@
 # FindNCCL: NCCL headers and library, in the CUDA toolkit or the system.
 # Defines NCCL_FOUND, NCCL_VERSION and the imported target NCCL::nccl.
-find_package(CUDAToolkit QUIET)
+include(${CMAKE_CURRENT_LIST_DIR}/eplFindCUDAToolkit.cmake)
+epl_find_cuda_toolkit(QUIET)
 find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include)
 find_library(NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib64 /usr/local/cuda/lib)
 if(NCCL_INCLUDE_DIR)
