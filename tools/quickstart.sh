@@ -1,34 +1,47 @@
 #!/usr/bin/env bash
 # The two commands of the README's quick start, for a fresh Debian 12 machine:
 #   tools/quickstart.sh demo   install what is missing, build, train the flagship GPT example
-#   tools/quickstart.sh test   install what is missing, build everything, run the whole test suite
+#   tools/quickstart.sh test   install what is missing, build everything with g++ 12 and with
+#                              clang 14, run the whole test suite with each
 # Debian packages are installed with apt-get (as root, or through sudo) only when missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-demo}
-packages=(cmake ninja-build g++ libeigen3-dev libboost1.81-dev doctest-dev libopenmpi-dev openmpi-bin fortunes-min fortunes)
+demo_packages=(cmake ninja-build g++ libeigen3-dev libboost1.81-dev libopenmpi-dev openmpi-bin fortunes-min fortunes)
+test_packages=("${demo_packages[@]}" doctest-dev clang libomp-dev)
 
-missing=()
-for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "epl: installing ${missing[*]}"
-  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
-fi
+install_missing() {
+  local missing=()
+  for p in "$@"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "epl: installing ${missing[*]}"
+    local sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  fi
+}
 
 case "$mode" in
   demo)
+    install_missing "${demo_packages[@]}"
     cmake --preset cpu-release >/dev/null
     cmake --build --preset cpu-release --target gpt
     ./build/cpu-release/examples/gpt/gpt --steps=100
     ;;
   test)
-    cuda=OFF; command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ] && cuda=ON
+    install_missing "${test_packages[@]}"
+    cuda=OFF
+    if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then cuda=ON; fi
     export PATH=/usr/local/cuda/bin:$PATH
+    # g++ 12 (with the CUDA backend when nvcc is there), then clang 14: a header-only library is
+    # compiled by its users' compilers, so the whole tree must build and pass with both.
     cmake --preset ci -DEPL_ENABLE_CUDA=$cuda -DEPL_ENABLE_NCCL=$cuda
     cmake --build --preset ci
     ctest --preset ci
+    cmake --preset ci-clang
+    cmake --build --preset ci-clang
+    ctest --preset ci-clang
     ;;
   *) echo "usage: tools/quickstart.sh demo|test" >&2; exit 2 ;;
 esac

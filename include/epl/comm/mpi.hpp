@@ -445,8 +445,9 @@ class MpiCommunicator {
     // Sends share `send_share` to next; receives share `recv_share` from prev, reducing it into
     // out (reduce) or copying it into place (gather).
     auto step = [&](int send_share, int recv_share, bool reduce) {
-      auto [s0, s1] = share(send_share);
-      auto [r0, r1] = share(recv_share);
+      // plain variables, not structured bindings: lambdas below capture them (clang < 16 cannot)
+      const std::int64_t s0 = share(send_share).first, s1 = share(send_share).second;
+      const std::int64_t r0 = share(recv_share).first, r1 = share(recv_share).second;
       std::vector<MPI_Request> sends;
       for (std::int64_t c = s0; c < s1; c += chunk) {
         sends.emplace_back();

@@ -65,8 +65,9 @@ class Cpu {
   /// c = alpha op(a) op(b) + beta c on the 2-D views [rows, last] of a, b and c.
   void gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& c,
             double alpha = 1, double beta = 0) const {
-    auto [m, k] = dims2(a, ta);
-    auto [kb, n] = dims2(b, tb);
+    // plain variables, not structured bindings: lambdas below capture them (clang < 16 cannot)
+    const std::int64_t m = ta ? a.shape().back() : a.shape().rows(), k = ta ? a.shape().rows() : a.shape().back();
+    const std::int64_t kb = tb ? b.shape().back() : b.shape().rows(), n = tb ? b.shape().rows() : b.shape().back();
     EPL_CHECK(k == kb && c.shape().rows() == m && c.shape().back() == n, "gemm: op(a) is [", m, ", ", k,
               "], op(b) is [", kb, ", ", n, "], c is ", c.shape());
     same_dtype(a, b, "gemm");
@@ -253,10 +254,6 @@ class Cpu {
   }
 
  private:
-  static std::pair<std::int64_t, std::int64_t> dims2(const Tensor& t, bool transposed) {
-    auto r = t.shape().rows(), c = t.shape().back();
-    return transposed ? std::pair{c, r} : std::pair{r, c};
-  }
   static void same_dtype(const Tensor& a, const Tensor& b, const char* op) {
     EPL_CHECK(a.dtype() == b.dtype(), op, ": dtypes ", name_of(a.dtype()), " and ", name_of(b.dtype()), " differ");
   }
