@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "epl/comm/threads.hpp"
+#include "epl/comm/run_threads.hpp"
 
 namespace {
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }

@@ -20,14 +20,17 @@ struct Net {
 };
 
 int main(int argc, char** argv) try {
-  auto cfg = epl::Config::from_args(argc, argv);
-  int epochs = 1;
-  for (const auto& a : cfg.program_args())
-    if (a.rfind("--epochs=", 0) == 0) epochs = std::stoi(a.substr(9));
+  const epl::Flag<std::int64_t> epochs_flag{"epochs", 1, "passes over the 500 samples", {.min = 1, .max = 1000000}};
+  auto cfg = epl::Config::from_args(argc, argv, epochs_flag);
+  if (cfg.help_requested()) {
+    std::fputs(cfg.usage("quickstart", "EPL's quick start: a dense network on random data.").c_str(), stdout);
+    return 0;
+  }
+  const std::int64_t epochs = cfg.get(epochs_flag);
 
   // Data parallel out of the box: EPL_NUM_RANKS thread ranks, or MPI processes under
   // epl-launch; the global batch of 10 is divided among the ranks.
-  epl::launch(argc, argv, [&](auto& comm) {
+  return epl::launch(cfg, [&](auto& comm) {
     using Comm = std::remove_cvref_t<decltype(comm)>;
     epl::device::Cpu cpu(comm.rank());
     constexpr std::int64_t kSamples = 500, kFeatures = 20, kClasses = 10, kBatch = 10;
@@ -45,7 +48,7 @@ int main(int argc, char** argv) try {
     const std::int64_t per = kBatch / comm.size();
     epl::log_rank(comm.rank(), "of ", comm.size(), ": ", per, " of each batch's ", kBatch, " samples");
     int iteration = 0;
-    for (int e = 0; e < epochs; ++e)
+    for (std::int64_t e = 0; e < epochs; ++e)
       for (std::int64_t b = 0; b < kSamples; b += kBatch) {
         const std::int64_t lo = b + comm.rank() * per;
         double loss = trainer.step({x.slice(lo, lo + per), y.slice(lo, lo + per)});
@@ -53,8 +56,7 @@ int main(int argc, char** argv) try {
         ++iteration;
       }
   });
-  return 0;
-} catch (const epl::Error& e) {
+} catch (const std::exception& e) {
   std::fprintf(stderr, "%s\n", e.what());
   return 2;
 }

@@ -1,8 +1,10 @@
 // Fused gradient all-reduce: equal to a plain mean, bucket limits kept, fp16 within its
 // precision, staging allocated once, incomplete buckets reported.
+#include <optional>
+
 #include "../helpers.hpp"
 #include "epl/comm/buckets.hpp"
-#include "epl/comm/threads.hpp"
+#include "epl/comm/run_threads.hpp"
 
 using namespace epl;
 
@@ -32,13 +34,17 @@ TEST_CASE("buckets: fused mean and sum equal the element-wise reduction, for 1 a
         comm::run_threads(n, [&](comm::ThreadCommunicator& c) {
           device::Cpu d(40 + c.rank());
           auto g = grads_of(c.rank(), sizes, d);
-          comm::GradientBuckets<comm::ThreadCommunicator> b(c, g, {.max_splits = splits, .op = op});
-          CHECK(b.buckets() <= static_cast<std::size_t>(splits));
-          CHECK(b.bucket_of(0) == 0);  // the first gradient produced leaves in the first bucket
+          std::optional<comm::GradientBuckets<comm::ThreadCommunicator>> b;
+          b.emplace(c, g, comm::BucketOptions{.max_splits = splits, .op = op});
+          CHECK(b->buckets() <= static_cast<std::size_t>(splits));
+          CHECK(b->bucket_of(0) == 0);  // the first gradient produced leaves in the first bucket
           for (int step = 0; step < 2; ++step) {
-            if (step == 1) g = grads_of(c.rank(), sizes, d), b = comm::GradientBuckets<comm::ThreadCommunicator>(c, g, {.max_splits = splits, .op = op});
-            for (std::size_t k = 0; k < g.size(); ++k) b.ready(k);
-            b.finish();
+            if (step == 1) {
+              g = grads_of(c.rank(), sizes, d);
+              b.emplace(c, g, comm::BucketOptions{.max_splits = splits, .op = op});
+            }
+            for (std::size_t k = 0; k < g.size(); ++k) b->ready(k);
+            b->finish();
             for (std::size_t k = 0; k < g.size(); ++k)
               for (std::int64_t i : {std::int64_t{0}, sizes[k] / 2, sizes[k] - 1}) {
                 double want = mean_value(n, k, i) * (op == comm::ReduceOp::kSum ? n : 1);

@@ -5,7 +5,7 @@
 #include <thread>
 
 #include "../helpers.hpp"
-#include "epl/comm/threads.hpp"
+#include "epl/comm/run_threads.hpp"
 #include "reference.hpp"
 
 using namespace epl;
@@ -220,6 +220,72 @@ TEST_CASE("threads: a rank that throws stops the others promptly and its error i
     c.all_reduce(Buffer(&x, 1, DType::kF32), ReduceOp::kSum);
   }, quick(60000)), doctest::Contains("rank two broke"), Error);
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));  // not the 60 s timeout
+}
+
+// Rank 1 times out waiting for rank 0, unwinds and frees its buffer; rank 0 arrives 1.5 s
+// later. Rank 0 must not pass the barrier that rank 1 was once counted in and reduce from the
+// freed buffer (ASan reported a heap-use-after-free here; without it, a segfault).
+TEST_CASE("threads: a rank arriving after a peer timed out fails and never reads the peer's freed buffer") {
+  std::atomic<bool> rank0_reduced{false};
+  try {
+    comm::run_threads(2, [&](comm::ThreadCommunicator& c) {
+      auto buf = std::make_unique<std::vector<float>>(1 << 16, 1.0f);  // freed when rank 1 unwinds
+      if (c.rank() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+      c.all_reduce(Buffer(buf->data(), static_cast<std::int64_t>(buf->size()), DType::kF32), ReduceOp::kSum);
+      if (c.rank() == 0) rank0_reduced = true;
+    }, quick(500));
+    FAIL("a rank that timed out did not fail the run");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("timed out after 500 ms at rank 1: ranks 0 did not arrive") != std::string::npos);
+    CHECK(e.rank() == 1);
+  }
+  CHECK_FALSE(rank0_reduced.load());
+}
+
+// A failed rank's queued asynchronous operations are cancelled, not run: they no longer count
+// as arrivals, so the peer gets the real failure, not "rank 1 called barrier" (a false
+// mismatch), and nobody waits one more timeout per queued operation.
+TEST_CASE("threads: a failing rank's queued asynchronous operations are cancelled, not run against its peers") {
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::string> errors(2);
+  try {
+    comm::run_threads(2, [&](comm::ThreadCommunicator& c) {
+      std::vector<float> grads(1 << 16, 1.0f);
+      try {
+        if (c.rank() == 1) {
+          for (int b = 0; b < 3; ++b) (void)c.all_reduce_async(Buffer(grads.data(), 1 << 16, DType::kF32), Buffer(grads.data(), 1 << 16, DType::kF32), ReduceOp::kSum);
+          throw Error("rank one failed in backward", "here.cpp", 1);
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        c.barrier();
+      } catch (const std::exception& e) {
+        errors[c.rank()] = e.what();
+        throw;
+      }
+    }, quick(10000));
+    FAIL("the failure was not reported");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("rank one failed in backward") != std::string::npos);
+  }
+  CHECK(errors[0].find("rank 1 failed") != std::string::npos);
+  CHECK(errors[0].find("called") == std::string::npos);  // not a mismatch with the cancelled all_reduces
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));  // not the 10 s timeout, let alone 3 of them
+}
+
+// Validation judges all ranks' arguments alike, so a mismatch that only one rank's arguments
+// show (its all_gather output is too small) fails every rank, before any buffer is read.
+TEST_CASE("threads: a mismatch in one rank's arguments fails every rank the same way") {
+  std::vector<std::string> errors(3);
+  CHECK_THROWS_AS(comm::run_threads(3, [&](comm::ThreadCommunicator& c) {
+    std::vector<float> in(4, 1.0f), out(c.rank() == 2 ? 8 : 12);
+    try {
+      c.all_gather(Buffer(in.data(), 4, DType::kF32), Buffer(out.data(), static_cast<std::int64_t>(out.size()), DType::kF32));
+    } catch (const Error& e) {
+      errors[c.rank()] = e.detail();
+      throw;
+    }
+  }, quick()), Error);
+  for (const auto& e : errors) CHECK(e == "all_gather on group 'world' (size 3): the inputs hold 12 elements, rank 2's output 8");
 }
 
 TEST_CASE("threads: different collectives, sizes or dtypes across ranks are reported, not hung") {

@@ -2,6 +2,7 @@
 #include <cstdlib>
 
 #include "../helpers.hpp"
+#include "epl/comm/run_threads.hpp"
 
 using namespace epl;
 
@@ -17,7 +18,9 @@ TEST_CASE("defaults are EPL's") {
   CHECK(c.get<std::string>("amp.loss_scale") == "dynamic");
   CHECK(c.get<bool>("cluster.device_place_prefer_intra_node") == true);
   CHECK(c.get<std::string>("zero.level").empty());
-  CHECK(Config::keys().size() == 26);
+  CHECK(Config::keys().size() == 27);
+  CHECK(c.get(keys::max_splits) == 5);  // typed: a std::int64_t
+  CHECK(c.get(keys::timeout) == 300.0);
   CHECK(c.source("zero.level") == Config::Source::kDefault);
 }
 
@@ -43,8 +46,8 @@ TEST_CASE("command line, environment and code, in that order of precedence") {
 TEST_CASE("unknown key names the key and its category's keys") {
   Config c;
   CHECK_THROWS_WITH_AS(c.set("pipeline.num_microbatch", 2),
-                       doctest::Contains("unknown config key \"pipeline.num_microbatch\"; keys of that category: "
-                                         "pipeline.num_micro_batch, pipeline.num_stages, pipeline.strategy"),
+                       doctest::Contains("unknown config key \"pipeline.num_microbatch\"; did you mean pipeline.num_micro_batch? "
+                                         "keys of that category: pipeline.num_micro_batch, pipeline.num_stages, pipeline.strategy"),
                        Error);
   CHECK_THROWS_WITH_AS(c.set("bogus.key", 1), doctest::Contains("see docs/config.md"), Error);
   const char* argv[] = {"prog", "--zero.levle=v1"};
@@ -74,5 +77,94 @@ TEST_CASE("a feature this version does not have is rejected, not ignored") {
   CHECK_THROWS_WITH_AS(c.set("auto.auto_parallel", true), doctest::Contains("leave it at its default false"), Error);
   CHECK_NOTHROW(c.set("zero.level", ""));            // the default is always accepted
   CHECK_NOTHROW(c.set("pipeline.strategy", "PreferBackward"));
+}
+
+TEST_CASE("unknown EPL_* variables are refused naming the nearest key; rank counts are plain digits") {
+  for (const char* typo : {"EPL_PIPELINE_NUM_MICRO_BACH", "EPL_ZERO_LEVL", "EPL_NUM_RANK"}) {
+    CAPTURE(typo);
+    setenv(typo, "2", 1);
+    const char* argv[] = {"prog"};
+    const std::string want = std::string("unknown environment variable ") + typo;
+    CHECK_THROWS_WITH_AS(Config::from_args(1, argv), doctest::Contains(want.c_str()), Error);
+    unsetenv(typo);
+  }
+  setenv("EPL_ZERO_LEVL", "v1", 1);
+  const char* argv[] = {"prog"};
+  CHECK_THROWS_WITH_AS(Config::from_args(1, argv), doctest::Contains("did you mean EPL_ZERO_LEVEL (zero.level)?"), Error);
+  unsetenv("EPL_ZERO_LEVL");
+  setenv("EPL_NUM_RANK", "3", 1);
+  CHECK_THROWS_WITH_AS(Config::from_args(1, argv), doctest::Contains("did you mean EPL_NUM_RANKS?"), Error);
+  unsetenv("EPL_NUM_RANK");
+  setenv("EPL_NUM_RANKS", "2", 1);  // a library variable, not a key: accepted
+  CHECK_NOTHROW(Config::from_args(1, argv));
+  for (const char* bad : {" 2", "+2", "2x", "", "0", "-1", "99999"}) {
+    CAPTURE(bad);
+    setenv("EPL_NUM_RANKS", bad, 1);
+    CHECK_THROWS_WITH_AS(comm::rank_count_from_env(1), doctest::Contains("is not a rank count"), Error);
+  }
+  unsetenv("EPL_NUM_RANKS");
+  setenv("EPL_PIPELINE_NUM_MICRO_BATCH", " 2", 1);
+  CHECK_THROWS_WITH_AS(Config::from_args(1, argv), doctest::Contains("takes an integer, got \" 2\""), Error);
+  setenv("EPL_PIPELINE_NUM_MICRO_BATCH", "+2", 1);
+  CHECK_THROWS_WITH_AS(Config::from_args(1, argv), doctest::Contains("takes an integer, got \"+2\""), Error);
+  unsetenv("EPL_PIPELINE_NUM_MICRO_BATCH");
+}
+
+TEST_CASE("a megabyte of bad value is cut in the message, not repeated whole") {
+  std::string huge(1 << 20, 'x');
+  Config c;
+  try {
+    c.set_text("pipeline.num_micro_batch", huge);
+    FAIL("accepted a megabyte of x as an integer");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).size() < 400);
+    CHECK(std::string(e.what()).find("(1048576 characters)") != std::string::npos);
+  }
+  CHECK_THROWS_WITH_AS(c.set("pipeline.strategy", huge), doctest::Contains("(1048576 characters) is not valid"), Error);
+}
+
+// A program's own flags: typed, validated like the EPL keys, --name=value or --name value.
+TEST_CASE("program flags: typed values, spaces or '=', lists, booleans, --help") {
+  const Flag<std::int64_t> steps{"steps", 200, "steps to run", {.min = 1}};
+  const Flag<std::vector<std::string>> data{"data", {}, "files"};
+  const Flag<bool> verbose{"verbose", false, "talk"};
+  const Flag<double> lr{"lr", 0.1, "learning rate", {.min = 0}};
+  const Flag<std::string> mode{"mode", "fast", "how", {.choices = {"fast", "slow"}}};
+  const char* argv[] = {"prog", "--steps", "3", "--data=a.txt", "--verbose", "--data", "b.txt", "--lr=0.5",
+                        "--pipeline.num_micro_batch", "2", "--mode=slow"};
+  Config c = Config::from_args(11, argv, steps, data, verbose, lr, mode);
+  CHECK(c.get(steps) == 3);
+  CHECK(c.get(data) == std::vector<std::string>{"a.txt", "b.txt"});
+  CHECK(c.get(verbose));
+  CHECK(c.get(lr) == 0.5);
+  CHECK(c.get(mode) == "slow");
+  CHECK(c.get(keys::num_micro_batch) == 2);
+  CHECK_FALSE(c.help_requested());
+  const char* help[] = {"prog", "--help"};
+  Config h = Config::from_args(2, help, steps, data);
+  CHECK(h.help_requested());
+  CHECK(h.usage("prog").find("--steps (an integer, default 200)  steps to run") != std::string::npos);
+  const char* defaults[] = {"prog"};
+  CHECK(Config::from_args(1, defaults, steps, data).get(steps) == 200);
+}
+
+TEST_CASE("program flags: every bad input is an error naming the option") {
+  const Flag<std::int64_t> steps{"steps", 200, "steps to run", {.min = 1}};
+  const Flag<std::int64_t> layers{"layers", 2, "blocks", {.min = 1, .max = 64}};
+  auto parse = [&](std::vector<const char*> args) {
+    args.insert(args.begin(), "prog");
+    return Config::from_args(static_cast<int>(args.size()), args.data(), steps, layers);
+  };
+  CHECK_THROWS_WITH_AS(parse({"--steps=abc"}), doctest::Contains("option --steps takes an integer, got \"abc\""), Error);
+  CHECK_THROWS_WITH_AS(parse({"--steps=3x"}), doctest::Contains("option --steps takes an integer, got \"3x\""), Error);
+  CHECK_THROWS_WITH_AS(parse({"--layers=-1"}), doctest::Contains("option --layers = -1 is out of range; it must be at least 1"), Error);
+  CHECK_THROWS_WITH_AS(parse({"--layers=65"}), doctest::Contains("it must be at most 64"), Error);
+  CHECK_THROWS_WITH_AS(parse({"--stpes=3"}), doctest::Contains("unknown option \"--stpes\"; did you mean --steps?"), Error);
+  CHECK_THROWS_WITH_AS(parse({"--epochs", "3"}), doctest::Contains("unknown option \"--epochs\""), Error);
+  CHECK_THROWS_WITH_AS(parse({"--steps"}), doctest::Contains("option --steps needs a value"), Error);
+  CHECK_THROWS_WITH_AS(parse({"--steps", "--layers=2"}), doctest::Contains("option --steps needs a value"), Error);
+  CHECK_THROWS_WITH_AS(parse({"data.txt"}), doctest::Contains("unexpected argument \"data.txt\""), Error);
+  CHECK_THROWS_WITH_AS(Flag<std::int64_t>("a.b", 1, ""), doctest::Contains("must be non-empty and contain neither '.'"), Error);
+  CHECK(parse({"--layers", "7"}).get(layers) == 7);
 }
 }

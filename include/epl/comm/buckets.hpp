@@ -60,6 +60,24 @@ class GradientBuckets {
                       MemoryCategory::kCommunication);
   }
 
+  GradientBuckets(const GradientBuckets&) = delete;
+  GradientBuckets& operator=(const GradientBuckets&) = delete;
+  /// Destroyed in the middle of a step (its rank is unwinding from an exception), it cancels
+  /// the communicator's outstanding work and waits for it, so no all-reduce is left running on
+  /// the staging buffers it frees, and none waits a timeout for peers this rank will not meet.
+  ~GradientBuckets() {
+    bool outstanding = false;
+    for (auto& b : buckets_) outstanding |= !b.work.test();
+    if (!outstanding) return;
+    comm_->cancel("the gradient buckets were destroyed in the middle of a step");
+    for (auto& b : buckets_) {
+      try {
+        b.work.wait();
+      } catch (...) {  // the step failed; its error is already on its way up
+      }
+    }
+  }
+
   [[nodiscard]] std::size_t buckets() const noexcept { return buckets_.size(); }
   /// \brief Of the last step's all-reduce time, the fraction that ran while the caller was
   /// still computing (1: fully overlapped; 0: the optimizer waited for all of it).

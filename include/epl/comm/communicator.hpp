@@ -112,7 +112,8 @@ class Work {
 
 /// \brief C satisfies communicator if 1. it names its rank and size, 2. runs every collective
 /// and point-to-point operation on Buffers, blocking and (for the gradient path) asynchronous,
-/// 3. splits into sub-communicators of its own type, and 4. reports the bytes it moved.
+/// 3. splits into sub-communicators of its own type, 4. reports the bytes it moved, and
+/// 5. cancels its outstanding asynchronous work (a failing rank's way out).
 template <class C>
 concept communicator = requires(C& c, const Buffer& b, int r) {
   { c.rank() } -> std::convertible_to<int>;
@@ -129,6 +130,7 @@ concept communicator = requires(C& c, const Buffer& b, int r) {
   c.barrier();
   { c.split(r, r) } -> std::same_as<C>;
   { c.stats() } -> std::same_as<CommStats>;
+  c.cancel(std::string());
 };
 
 namespace detail {
@@ -140,6 +142,24 @@ inline std::vector<std::int64_t> equal_blocks(const Buffer& in, const Buffer& ou
   EPL_CHECK(in.count == out.count && in.count % n == 0, "all_to_all on group '", group, "': input ", in.count, " and output ",
             out.count, " elements must be equal and divisible by the group size ", n, "; use all_to_all_v for uneven blocks");
   return std::vector<std::int64_t>(static_cast<std::size_t>(n), in.count / n);
+}
+
+/// The local checks of an all_to_all_v, before any rank waits for another: one send and one
+/// receive count per rank, none negative, and each side's counts fitting its buffer.
+inline void check_all_to_all_counts(const Buffer& in, const std::vector<std::int64_t>& send_counts, const Buffer& out,
+                                    const std::vector<std::int64_t>& recv_counts, int n, const std::string& group) {
+  EPL_CHECK(static_cast<int>(send_counts.size()) == n && static_cast<int>(recv_counts.size()) == n, "all_to_all_v on group '",
+            group, "': need one send and one receive count per rank (", n, "), got ", send_counts.size(), " and ", recv_counts.size());
+  std::int64_t sent = 0, received = 0;
+  for (int q = 0; q < n; ++q) {
+    EPL_CHECK(send_counts[q] >= 0 && recv_counts[q] >= 0, "all_to_all_v on group '", group, "': negative count for rank ", q);
+    sent += send_counts[q];
+    received += recv_counts[q];
+  }
+  EPL_CHECK(sent <= in.count && received <= out.count, "all_to_all_v on group '", group, "': sends ", sent, " of an input of ",
+            in.count, " elements and receives ", received, " into an output of ", out.count);
+  EPL_CHECK(in.dtype == out.dtype, "all_to_all_v on group '", group, "': input ", name_of(in.dtype), " and output ",
+            name_of(out.dtype), " differ");
 }
 }  // namespace detail
 

@@ -1,8 +1,21 @@
 #pragma once
 /// \file
-/// \brief The shared state of a group of thread ranks: a barrier that times out and names the
-/// ranks that did not arrive, the per-rank slots through which ranks publish their buffers, a
-/// mailbox for point-to-point messages, and the world-wide abort flag.
+/// \brief The shared state of a group of thread ranks: the two barriers of an operation, the
+/// per-rank slots through which ranks publish their buffers, a mailbox for point-to-point
+/// messages, and the world-wide abort flag.
+///
+/// Every collective is one protocol, which is what keeps a failing rank from leaving a peer
+/// reading freed memory:
+///   1. enter(): the entry barrier. It is the only wait that gives up: on the timeout or once
+///      the world is aborted, the rank withdraws its arrival and throws, so no rank can pass an
+///      entry barrier that a failed rank was counted in, and no rank passes one after an abort.
+///   2. validation: every rank checks the same facts about all slots (operation, sizes, dtypes,
+///      roots), so all ranks reach the same verdict and, on a mismatch, all throw together,
+///      before any rank has read another rank's buffer.
+///   3. the data phase: ranks read and write each other's buffers between sync() barriers that
+///      never throw and never time out. Nothing in the data phase can fail, so every rank that
+///      passed the entry barrier reaches the last sync(), and no rank leaves (and frees its
+///      buffers) while a peer may still read them.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -24,12 +37,15 @@ namespace detail {
 /// Set once, by the first rank that fails; every waiting rank of every group then fails too.
 class AbortFlag {
  public:
-  void raise(int world_rank, std::string reason) {
+  /// Records the first failure; returns true for that one (the root cause), false afterwards.
+  bool raise(int world_rank, std::string reason) {
     std::lock_guard lock(mutex_);
-    if (raised_.load()) return;
+    if (raised_.load()) return false;
     rank_ = world_rank;
     reason_ = std::move(reason);
+    when_ = std::chrono::steady_clock::now();
     raised_.store(true);
+    return true;
   }
   [[nodiscard]] bool raised() const noexcept { return raised_.load(); }
   [[nodiscard]] std::string reason() const {
@@ -40,12 +56,17 @@ class AbortFlag {
     std::lock_guard lock(mutex_);
     return rank_;
   }
+  [[nodiscard]] std::chrono::steady_clock::time_point when() const {
+    std::lock_guard lock(mutex_);
+    return when_;
+  }
 
  private:
   mutable std::mutex mutex_;
   std::atomic<bool> raised_{false};
   int rank_ = -1;
   std::string reason_;
+  std::chrono::steady_clock::time_point when_{};
 };
 
 enum class Op : std::uint8_t { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kReduce, kAllToAll, kBarrier, kSplit };
@@ -81,32 +102,50 @@ class ThreadGroup {
   [[nodiscard]] int world_rank(int r) const { return world_ranks_[r]; }
   Slot& slot(int r) { return slots_[r]; }
 
-  /// Waits until every rank of the group arrives. Fails, naming the operation, the group,
-  /// this rank and the missing ranks, when the timeout passes or another rank failed.
-  void arrive_and_wait(int rank, const char* op) {
+  /// The entry barrier of an operation: waits until every rank of the group arrives. Throws,
+  /// naming the operation, the group, this rank and the missing ranks, when the timeout passes;
+  /// throws when the world was aborted, before arriving or while waiting. A rank that throws has
+  /// withdrawn its arrival, so the others can never pass this barrier with it counted.
+  /// `cancelled` is the calling handle's flag (ThreadCommunicator::cancel): it stops this wait too.
+  void enter(int rank, const char* op, const std::atomic<bool>& cancelled) {
     std::unique_lock lock(mutex_);
+    if (abort_->raised()) EPL_FAIL(op, " on group '", name_, "' at rank ", rank, " not started: ", abort_->reason());
+    EPL_CHECK(!cancelled.load(), op, " on group '", name_, "' at rank ", rank, " not started: this rank's communicator was cancelled");
     const std::uint64_t my = generation_;
     arrived_[rank] = my + 1;
     if (++count_ == size()) {
-      count_ = 0;
-      ++generation_;
-      cv_.notify_all();
+      release();
       return;
     }
     const auto deadline = std::chrono::steady_clock::now() + opt_.timeout;
     while (generation_ == my) {
-      if (abort_->raised())
+      if (abort_->raised()) {
+        withdraw(rank);
         EPL_FAIL(op, " on group '", name_, "' at rank ", rank, " stopped: ", abort_->reason());
-      cv_.wait_for(lock, std::chrono::milliseconds(20));
-      if (generation_ == my && std::chrono::steady_clock::now() >= deadline) {
-        std::string missing;
-        for (int r = 0; r < size(); ++r)
-          if (arrived_[r] != my + 1) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
-        std::string what = detail_timeout(op, rank, missing);
+      }
+      if (cancelled.load()) {
+        withdraw(rank);
+        EPL_FAIL(op, " on group '", name_, "' at rank ", rank, " stopped: this rank's communicator was cancelled");
+      }
+      if (std::chrono::steady_clock::now() >= deadline) {
+        std::string what = timeout_message(op, rank, my);
+        withdraw(rank);
         abort_->raise(world_ranks_[rank], what);
         EPL_FAIL(what);
       }
+      cv_.wait_for(lock, std::chrono::milliseconds(20));
     }
+  }
+  /// A barrier inside the data phase: every rank that entered will arrive (nothing between
+  /// enter() and the last sync() can fail), so it neither times out nor aborts.
+  void sync() noexcept {
+    std::unique_lock lock(mutex_);
+    const std::uint64_t my = generation_;
+    if (++count_ == size()) {
+      release();
+      return;
+    }
+    cv_.wait(lock, [&] { return generation_ != my; });
   }
 
   // ---- point-to-point mailbox (buffered sends) ------------------------------------------
@@ -146,10 +185,23 @@ class ThreadGroup {
   }
 
  private:
-  std::string detail_timeout(const char* op, int rank, const std::string& missing) const {
+  void release() {
+    count_ = 0;
+    ++generation_;
+    cv_.notify_all();
+  }
+  void withdraw(int rank) {
+    --count_;
+    arrived_[rank] = 0;
+  }
+  std::string timeout_message(const char* op, int rank, std::uint64_t my) const {
+    std::string missing;
+    for (int r = 0; r < size(); ++r)
+      if (arrived_[r] != my + 1) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
     return std::string(op) + " on group '" + name_ + "' (size " + std::to_string(size()) + ") timed out after " +
            std::to_string(opt_.timeout.count()) + " ms at rank " + std::to_string(rank) + ": ranks " + missing +
-           " did not arrive (a rank died, hangs, or called a different collective)";
+           " did not arrive (a rank died, hangs, or called a different collective; the timeout is the key "
+           "communication.timeout)";
   }
 
   std::vector<int> world_ranks_;

@@ -1,7 +1,7 @@
 #pragma once
 /// \file
 /// \brief comm::ThreadCommunicator — N ranks as N threads of one process sharing memory (the
-/// embedded default), and run_threads, the launch helper.
+/// embedded default). comm/run_threads.hpp starts such ranks.
 ///
 /// Collectives are parallel shared-memory algorithms: ranks publish their buffers, then each
 /// rank reduces (or copies) its own share of the data from every peer, then gathers the other
@@ -28,7 +28,19 @@ class ThreadCommunicator {
   ThreadCommunicator(std::shared_ptr<detail::ThreadGroup> g, int rank) : group_(std::move(g)), rank_(rank) {}
   ThreadCommunicator(ThreadCommunicator&&) noexcept = default;
   ThreadCommunicator& operator=(ThreadCommunicator&&) noexcept = default;
+  /// A handle destroyed with asynchronous work outstanding (its rank is unwinding from an
+  /// exception, typically) cancels it rather than wait for peers on buffers that are going away.
+  ~ThreadCommunicator() {
+    if (st_ && st_->queue.busy()) cancel("its communicator was destroyed");
+  }
 
+  /// \brief Ends this handle's use: asynchronous operations not yet started fail without running,
+  /// one waiting at its entry barrier stops within 20 ms, and later operations fail at once. Owners
+  /// of asynchronous work call it when they are destroyed with work outstanding.
+  void cancel(const std::string& reason) noexcept {
+    st_->cancelled.store(true);
+    st_->queue.cancel_pending(reason);
+  }
   [[nodiscard]] int rank() const noexcept { return rank_; }
   [[nodiscard]] int size() const noexcept { return group_->size(); }
   [[nodiscard]] const std::string& name() const noexcept { return group_->name(); }
@@ -39,14 +51,14 @@ class ThreadCommunicator {
     drain();
     EPL_CHECK(in.count == out.count && in.dtype == out.dtype, "all_reduce: input ", in.count, " ", name_of(in.dtype),
               " and output ", out.count, " ", name_of(out.dtype), " differ");
-    auto& me = begin(detail::Op::kAllReduce, in, out, [&](detail::Slot& s) { s.reduce = op; });
-    check_same_count(me);
+    prepare_staging(in.dtype);
+    begin(detail::Op::kAllReduce, in, out, [&](detail::Slot& s) { s.reduce = op; }, [&] { return same_count(); });
     const int n = size();
     const std::int64_t o0 = detail::share_offset(in.count, n, rank_), o1 = detail::share_offset(in.count, n, rank_ + 1);
     reduce_share(o0, o1, [&](int q) { return group_->slot(q).in; }, out, o0, op);
     st_->received += static_cast<std::int64_t>((n - 1) * (o1 - o0) * size_of(in.dtype));
     st_->sent += static_cast<std::int64_t>((in.count - (o1 - o0)) * size_of(in.dtype));
-    wait("all_reduce");
+    group_->sync();
     for (int q = 0; q < n; ++q) {  // gather the other shares from their owners' outputs
       if (q == rank_) continue;
       std::int64_t q0 = detail::share_offset(in.count, n, q), q1 = detail::share_offset(in.count, n, q + 1);
@@ -54,7 +66,7 @@ class ThreadCommunicator {
       st_->received += static_cast<std::int64_t>((q1 - q0) * size_of(in.dtype));
     }
     st_->sent += static_cast<std::int64_t>((n - 1) * (o1 - o0) * size_of(in.dtype));
-    finish("all_reduce");
+    finish();
   }
   void all_reduce(const Buffer& inout, ReduceOp op) { all_reduce(inout, inout, op); }
 
@@ -62,31 +74,38 @@ class ThreadCommunicator {
   /// rank's block as long as its out (sizes may differ); in is the same length everywhere.
   void reduce_scatter(const Buffer& in, const Buffer& out, ReduceOp op) {
     drain();
-    auto& me = begin(detail::Op::kReduceScatter, in, out, [&](detail::Slot& s) { s.reduce = op; });
-    std::int64_t offset = 0, total = 0;
-    for (int q = 0; q < size(); ++q) {
-      if (q == rank_) offset = total;
-      total += group_->slot(q).out.count;
-      EPL_CHECK(group_->slot(q).in.count == in.count, "reduce_scatter on group '", name(), "': rank ", q, " passes ",
-                group_->slot(q).in.count, " input elements, rank ", rank_, " passes ", in.count);
-    }
-    EPL_CHECK(total == in.count, "reduce_scatter on group '", name(), "': the outputs hold ", total,
-              " elements in all but the input holds ", in.count);
-    (void)me;
+    prepare_staging(in.dtype);
+    begin(detail::Op::kReduceScatter, in, out, [&](detail::Slot& s) { s.reduce = op; }, [&]() -> std::string {
+      std::int64_t total = 0;
+      for (int q = 0; q < size(); ++q) {
+        total += group_->slot(q).out.count;
+        if (group_->slot(q).in.count != group_->slot(0).in.count)
+          return epl::detail::concat("rank ", q, " passes ", group_->slot(q).in.count, " input elements, rank 0 passes ",
+                                group_->slot(0).in.count);
+      }
+      if (total != group_->slot(0).in.count)
+        return epl::detail::concat("the outputs hold ", total, " elements in all but the input holds ", group_->slot(0).in.count);
+      return {};
+    });
+    std::int64_t offset = 0;
+    for (int q = 0; q < rank_; ++q) offset += group_->slot(q).out.count;
     reduce_share(offset, offset + out.count, [&](int q) { return group_->slot(q).in; }, out, 0, op);
     st_->received += static_cast<std::int64_t>((size() - 1) * out.bytes());
     st_->sent += static_cast<std::int64_t>((in.count - out.count) * size_of(in.dtype));
-    finish("reduce_scatter");
+    finish();
   }
 
   /// \brief out = the concatenation of every rank's in, in rank order (sizes may differ).
   void all_gather(const Buffer& in, const Buffer& out) {
     drain();
-    begin(detail::Op::kAllGather, in, out, [](detail::Slot&) {});
-    std::int64_t total = 0;
-    for (int q = 0; q < size(); ++q) total += group_->slot(q).in.count;
-    EPL_CHECK(total == out.count, "all_gather on group '", name(), "': the inputs hold ", total, " elements, rank ", rank_,
-              "'s output ", out.count);
+    begin(detail::Op::kAllGather, in, out, [](detail::Slot&) {}, [&]() -> std::string {
+      std::int64_t total = 0;
+      for (int q = 0; q < size(); ++q) total += group_->slot(q).in.count;
+      for (int q = 0; q < size(); ++q)
+        if (group_->slot(q).out.count != total)
+          return epl::detail::concat("the inputs hold ", total, " elements, rank ", q, "'s output ", group_->slot(q).out.count);
+      return {};
+    });
     std::int64_t offset = 0;
     for (int q = 0; q < size(); ++q) {
       const Buffer& src = group_->slot(q).in;
@@ -95,42 +114,46 @@ class ThreadCommunicator {
       offset += src.count;
     }
     st_->sent += static_cast<std::int64_t>((size() - 1) * in.bytes());
-    finish("all_gather");
+    finish();
   }
 
   /// \brief Every rank's buf = root's buf.
   void broadcast(const Buffer& buf, int root) {
     drain();
     check_rank(root, "broadcast root");
-    auto& me = begin(detail::Op::kBroadcast, buf, buf, [&](detail::Slot& s) { s.root = root; });
-    check_same_count(me);
+    begin(detail::Op::kBroadcast, buf, buf, [&](detail::Slot& s) { s.root = root; }, [&] { return same_count(); });
     if (rank_ != root) {
       std::memcpy(buf.data, group_->slot(root).in.data, buf.bytes());
       st_->received += static_cast<std::int64_t>(buf.bytes());
     } else {
       st_->sent += static_cast<std::int64_t>((size() - 1) * buf.bytes());
     }
-    finish("broadcast");
+    finish();
   }
 
   /// \brief root's out = op over ranks of in; each rank reduces its share into root's out.
   void reduce(const Buffer& in, const Buffer& out, ReduceOp op, int root) {
     drain();
     check_rank(root, "reduce root");
-    auto& me = begin(detail::Op::kReduce, in, out, [&](detail::Slot& s) {
+    prepare_staging(in.dtype);
+    begin(detail::Op::kReduce, in, out, [&](detail::Slot& s) {
       s.root = root;
       s.reduce = op;
+    }, [&]() -> std::string {
+      if (auto e = same_count(); !e.empty()) return e;
+      const Buffer& dst = group_->slot(root).out;
+      if (dst.count != in.count || dst.dtype != in.dtype)
+        return epl::detail::concat("root ", root, "'s output holds ", dst.count, " ", name_of(dst.dtype), " for inputs of ", in.count, " ",
+                              name_of(in.dtype));
+      return {};
     });
-    check_same_count(me);
     const Buffer& dst = group_->slot(root).out;
-    EPL_CHECK(dst.count == in.count, "reduce on group '", name(), "': root ", root, "'s output holds ", dst.count,
-              " elements for inputs of ", in.count);
     const int n = size();
     const std::int64_t o0 = detail::share_offset(in.count, n, rank_), o1 = detail::share_offset(in.count, n, rank_ + 1);
     reduce_share(o0, o1, [&](int q) { return group_->slot(q).in; }, dst, o0, op);
     st_->received += static_cast<std::int64_t>((n - 1) * (o1 - o0) * size_of(in.dtype));
     st_->sent += static_cast<std::int64_t>((in.count - (o1 - o0)) * size_of(in.dtype));
-    finish("reduce");
+    finish();
   }
 
   /// \brief Block q of this rank's out = block (this rank) of rank q's in; equal blocks of
@@ -143,19 +166,23 @@ class ThreadCommunicator {
   void all_to_all_v(const Buffer& in, const std::vector<std::int64_t>& send_counts, const Buffer& out,
                     const std::vector<std::int64_t>& recv_counts) {
     drain();
-    EPL_CHECK(static_cast<int>(send_counts.size()) == size() && static_cast<int>(recv_counts.size()) == size(),
-              "all_to_all_v on group '", name(), "': need one send and one receive count per rank (", size(), ")");
+    detail::check_all_to_all_counts(in, send_counts, out, recv_counts, size(), name());
     begin(detail::Op::kAllToAll, in, out, [&](detail::Slot& s) {
       s.send_counts = send_counts.data();
       s.recv_counts = recv_counts.data();
+    }, [&]() -> std::string {
+      for (int q = 0; q < size(); ++q)
+        for (int r = 0; r < size(); ++r)
+          if (group_->slot(q).send_counts[r] != group_->slot(r).recv_counts[q])
+            return epl::detail::concat("rank ", q, " sends ", group_->slot(q).send_counts[r], " elements to rank ", r, ", which expects ",
+                                  group_->slot(r).recv_counts[q]);
+      return {};
     });
     std::int64_t recv_offset = 0;
     for (int q = 0; q < size(); ++q) {
       const auto& peer = group_->slot(q);
       std::int64_t send_offset = 0;
       for (int r = 0; r < rank_; ++r) send_offset += peer.send_counts[r];
-      EPL_CHECK(peer.send_counts[rank_] == recv_counts[q], "all_to_all_v on group '", name(), "': rank ", q, " sends ",
-                peer.send_counts[rank_], " elements to rank ", rank_, ", which expects ", recv_counts[q]);
       std::memcpy(out.byte_ptr(recv_offset), peer.in.byte_ptr(send_offset), static_cast<std::size_t>(recv_counts[q]) * size_of(out.dtype));
       if (q != rank_) {
         st_->received += recv_counts[q] * static_cast<std::int64_t>(size_of(out.dtype));
@@ -163,7 +190,7 @@ class ThreadCommunicator {
       }
       recv_offset += recv_counts[q];
     }
-    finish("all_to_all");
+    finish();
   }
 
   /// \brief Sends buf to rank dst with a tag; returns once the data is copied (buffered).
@@ -189,8 +216,8 @@ class ThreadCommunicator {
 
   void barrier() {
     drain();
-    begin(detail::Op::kBarrier, {}, {}, [](detail::Slot&) {});
-    finish("barrier");
+    begin(detail::Op::kBarrier, {}, {}, [](detail::Slot&) {}, [] { return std::string(); });
+    finish();
   }
 
   /// \brief The sub-group of the ranks that pass the same color, ordered by (key, rank).
@@ -200,7 +227,7 @@ class ThreadCommunicator {
     begin(detail::Op::kSplit, {}, {}, [&](detail::Slot& s) {
       s.color = color;
       s.key = key;
-    });
+    }, [] { return std::string(); });
     std::vector<std::pair<int, int>> members;  // (key, rank) of my color
     for (int q = 0; q < size(); ++q)
       if (group_->slot(q).color == color) members.emplace_back(group_->slot(q).key, q);
@@ -211,15 +238,15 @@ class ThreadCommunicator {
       if (members[i].second == rank_) my_index = static_cast<int>(i);
     if (rank_ == leader) {
       std::vector<int> world;
-      for (auto [k, q] : members) world.push_back(group_->world_rank(q));
+      for (const auto& member : members) world.push_back(group_->world_rank(member.second));
       group_->slot(rank_).handoff = std::make_shared<detail::ThreadGroup>(
           world, group_->abort_flag(), group_->name() + "/" + std::to_string(color), group_->options());
     }
-    wait("split");
+    group_->sync();
     auto sub = std::static_pointer_cast<detail::ThreadGroup>(group_->slot(leader).handoff);
-    wait("split");
+    group_->sync();
     if (rank_ == leader) group_->slot(rank_).handoff.reset();
-    ++st_->ops;
+    finish();
     return ThreadCommunicator(std::move(sub), my_index);
   }
 
@@ -235,10 +262,13 @@ class ThreadCommunicator {
   }
 
  private:
-  // Publishes this rank's slot and waits for every rank; then checks that all ranks called
-  // the same operation (same sequence number, dtype, root and reduction).
-  template <class Fill>
-  detail::Slot& begin(detail::Op op, const Buffer& in, const Buffer& out, Fill&& fill) {
+  // The first two steps of every collective (see thread_group.hpp): publish this rank's slot
+  // and pass the entry barrier (which may throw), then validate. `check` returns what is wrong
+  // (empty when nothing is) from the slots of all ranks, judged the same way on every rank, so
+  // on a mismatch every rank throws the same error after one more sync, before any rank reads a
+  // peer's buffer.
+  template <class Fill, class Check>
+  void begin(detail::Op op, const Buffer& in, const Buffer& out, Fill&& fill, Check&& check) {
     auto& me = group_->slot(rank_);
     me = detail::Slot{};
     me.op = op;
@@ -246,30 +276,47 @@ class ThreadCommunicator {
     me.in = in;
     me.out = out;
     fill(me);
-    wait(detail::name_of(op));
-    for (int q = 0; q < size(); ++q) {
-      const auto& s = group_->slot(q);
-      EPL_CHECK(s.op == op && s.seq == me.seq, detail::name_of(op), " on group '", name(), "' at rank ", rank_, ": rank ", q,
-                " called ", detail::name_of(s.op), " (operation #", s.seq, ") while this rank called ", detail::name_of(op),
-                " (operation #", me.seq, "); every rank must issue the same collectives in the same order");
-      EPL_CHECK(s.in.dtype == in.dtype && s.root == me.root && s.reduce == me.reduce, detail::name_of(op), " on group '",
-                name(), "': rank ", q, " passes ", name_of(s.in.dtype), " root ", s.root, " op ", comm::name_of(s.reduce),
-                ", rank ", rank_, " passes ", name_of(in.dtype), " root ", me.root, " op ", comm::name_of(me.reduce));
+    group_->enter(rank_, detail::name_of(op), st_->cancelled);
+    std::string wrong = agreement();
+    if (wrong.empty()) wrong = check();
+    if (!wrong.empty()) {
+      group_->sync();
+      EPL_FAIL(detail::name_of(op), " on group '", name(), "' (size ", size(), "): ", wrong);
     }
-    return me;
   }
-  void check_same_count(const detail::Slot& me) {
-    for (int q = 0; q < size(); ++q)
-      EPL_CHECK(group_->slot(q).in.count == me.in.count, detail::name_of(me.op), " on group '", name(), "': rank ", q, " passes ",
-                group_->slot(q).in.count, " elements, rank ", rank_, " passes ", me.in.count, "; sizes must match");
+  // Every rank called the same operation (sequence number, dtype, root, reduction) as rank 0.
+  std::string agreement() {
+    const auto& first = group_->slot(0);
+    for (int q = 1; q < size(); ++q) {
+      const auto& s = group_->slot(q);
+      if (s.op != first.op || s.seq != first.seq)
+        return epl::detail::concat("rank ", q, " called ", detail::name_of(s.op), " (operation #", s.seq, ") while rank 0 called ",
+                              detail::name_of(first.op), " (operation #", first.seq,
+                              "); every rank must issue the same collectives in the same order");
+      if (s.in.dtype != first.in.dtype || s.root != first.root || s.reduce != first.reduce)
+        return epl::detail::concat("rank ", q, " passes ", name_of(s.in.dtype), " root ", s.root, " op ", comm::name_of(s.reduce),
+                              ", rank 0 passes ", name_of(first.in.dtype), " root ", first.root, " op ", comm::name_of(first.reduce));
+    }
+    return {};
   }
-  void finish(const char* op) {
-    wait(op);  // nobody leaves while a peer may still read its buffers
+  std::string same_count() {
+    for (int q = 1; q < size(); ++q)
+      if (group_->slot(q).in.count != group_->slot(0).in.count)
+        return epl::detail::concat("rank ", q, " passes ", group_->slot(q).in.count, " elements, rank 0 passes ",
+                              group_->slot(0).in.count, "; sizes must match");
+    return {};
+  }
+  void finish() {
+    group_->sync();  // nobody leaves while a peer may still read its buffers
     ++st_->ops;
   }
-  void wait(const char* op) { group_->arrive_and_wait(rank_, op); }
   void check_rank(int r, const char* what) const {
     EPL_CHECK(r >= 0 && r < size(), what, " ", r, " is not a rank of group '", name(), "' (size ", size(), ")");
+  }
+  // Sized before the entry barrier: nothing in the data phase may fail, an allocation included.
+  void prepare_staging(DType t) {
+    const auto bytes = static_cast<std::size_t>(kStagingBytes / size_of(t) * size_of(t));
+    if (st_->staging.size() < bytes) st_->staging.resize(bytes);
   }
 
   // dst[dst_offset + i] = op over q of src(q)[o0 + i], for i < o1 - o0, accumulated in rank
@@ -278,9 +325,8 @@ class ThreadCommunicator {
   template <class Source>
   void reduce_share(std::int64_t o0, std::int64_t o1, Source&& src, const Buffer& dst, std::int64_t dst_offset, ReduceOp op) {
     const auto es = static_cast<std::int64_t>(size_of(dst.dtype));
-    const std::int64_t block = std::max<std::int64_t>(1, (256 << 10) / es);
-    auto& staging = st_->staging;  // reused across calls, never allocated per call once grown
-    if (static_cast<std::int64_t>(staging.size()) < block * es) staging.resize(static_cast<std::size_t>(block * es));
+    const std::int64_t block = std::max<std::int64_t>(1, kStagingBytes / es);
+    auto& staging = st_->staging;
     for (std::int64_t b = o0; b < o1; b += block) {
       const std::int64_t len = std::min(block, o1 - b);
       std::memcpy(staging.data(), src(0).byte_ptr(b), static_cast<std::size_t>(len * es));
@@ -290,78 +336,24 @@ class ThreadCommunicator {
     }
   }
 
-
   Work enqueue(std::function<void()> task) { return st_->queue.enqueue(std::move(task)); }
   void drain() { st_->queue.drain(); }
+
+  static constexpr std::int64_t kStagingBytes = 256 << 10;
 
   // What one rank's handle owns; behind a pointer so the handle moves (atomics do not).
   struct RankState {
     std::uint64_t seq = 0;
     std::vector<char> staging;
     std::atomic<std::int64_t> sent{0}, received{0}, ops{0};
-    detail::AsyncQueue queue;  // destroyed first: drains nothing, joins the worker
+    std::atomic<bool> cancelled{false};
+    detail::AsyncQueue queue;  // destroyed first: cancels what has not started, joins the worker
   };
 
   std::shared_ptr<detail::ThreadGroup> group_;
   int rank_;
   std::unique_ptr<RankState> st_ = std::make_unique<RankState>();
 };
-
-/// \brief Options of run_threads.
-struct ThreadLaunchOptions {
-  CommOptions comm;
-  int threads_per_rank = 1;  ///< OpenMP threads each rank's kernels use
-};
-
-/// \brief Runs fn(ThreadCommunicator&) on n thread ranks and joins them. If a rank throws, the
-/// others' pending operations fail promptly and the first failure is rethrown here.
-template <class Fn>
-void run_threads(int n, Fn&& fn, ThreadLaunchOptions opt = {}) {
-  EPL_CHECK(n >= 1, "run_threads: the rank count ", n, " must be at least 1");
-  auto abort = std::make_shared<detail::AbortFlag>();
-  std::vector<int> ranks(static_cast<std::size_t>(n));
-  for (int r = 0; r < n; ++r) ranks[r] = r;
-  auto world = std::make_shared<detail::ThreadGroup>(ranks, abort, "world", opt.comm);
-  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(n));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      epl::detail::cpu::set_threads(opt.threads_per_rank);
-      try {
-        ThreadCommunicator comm(world, r);
-        fn(comm);
-      } catch (const std::exception& e) {
-        errors[r] = std::current_exception();
-        abort->raise(r, e.what());
-      } catch (...) {
-        errors[r] = std::current_exception();
-        abort->raise(r, "unknown exception");
-      }
-    });
-  for (auto& t : threads) t.join();
-  if (abort->raised()) {
-    int first = abort->rank();
-    if (first >= 0 && first < n && errors[first]) std::rethrow_exception(errors[first]);
-    for (auto& e : errors)
-      if (e) std::rethrow_exception(e);
-  }
-}
-
-/// \brief The rank count from EPL_NUM_RANKS, or `fallback` when it is unset.
-inline int rank_count_from_env(int fallback = 1) {
-  const char* s = std::getenv("EPL_NUM_RANKS");
-  if (!s || !*s) return fallback;
-  char* end = nullptr;
-  long n = std::strtol(s, &end, 10);
-  EPL_CHECK(*end == '\0' && n >= 1 && n <= 4096, "EPL_NUM_RANKS=\"", s, "\" is not a rank count; set a whole number from 1 to 4096");
-  return static_cast<int>(n);
-}
-
-/// \brief run_threads on EPL_NUM_RANKS ranks (1 when unset).
-template <class Fn>
-void run_threads(Fn&& fn, ThreadLaunchOptions opt = {}) {
-  run_threads(rank_count_from_env(1), std::forward<Fn>(fn), opt);
-}
 
 static_assert(communicator<ThreadCommunicator>);
 

@@ -9,24 +9,53 @@
 namespace epl {
 inline namespace v0 {
 
+namespace detail {
+/// The world rank of the calling thread, or -1 outside a rank. Thread ranks, MPI processes and
+/// the communication worker threads of a rank set it, so every message can name its rank.
+inline int& this_rank() noexcept {
+  static thread_local int rank = -1;
+  return rank;
+}
+}  // namespace detail
+
+/// \brief Marks the calling thread as working for a rank while it lives (restores on exit).
+class RankScope {
+ public:
+  explicit RankScope(int rank) noexcept : saved_(detail::this_rank()) { detail::this_rank() = rank; }
+  ~RankScope() { detail::this_rank() = saved_; }
+  RankScope(const RankScope&) = delete;
+  RankScope& operator=(const RankScope&) = delete;
+
+ private:
+  int saved_;
+};
+
+/// \brief The world rank of the calling thread (-1 outside a rank).
+inline int current_rank() noexcept { return detail::this_rank(); }
+
 /// \brief The one exception type of the library: what went wrong, where, and what to do.
 ///
-/// The message reads "epl error at file:line: what [rank r]". Every check that guards user
-/// input throws this; nothing in epl calls exit() or assert() on user input.
+/// The message reads "[rank r] epl error at file:line: what" (the prefix only on a thread that
+/// works for a rank), so a line printed by any rank of a job names the rank it came from. Every
+/// check that guards user input throws this; nothing in epl calls exit() or assert() on user input.
 class Error : public std::runtime_error {
  public:
   Error(std::string what, const char* file, int line)
-      : std::runtime_error(format(what, file, line)), detail_(std::move(what)) {}
-  /// \brief The message without the location prefix.
+      : std::runtime_error(format(what, file, line)), detail_(std::move(what)), rank_(current_rank()) {}
+  /// \brief The message without the rank and location prefixes.
   [[nodiscard]] const std::string& detail() const noexcept { return detail_; }
+  /// \brief The world rank that raised it (-1: not raised on a rank).
+  [[nodiscard]] int rank() const noexcept { return rank_; }
 
  private:
   static std::string format(const std::string& what, const char* file, int line) {
     std::string where(file);
     if (auto slash = where.rfind("include/epl/"); slash != std::string::npos) where = where.substr(slash + 8);
-    return "epl error at " + where + ":" + std::to_string(line) + ": " + what;
+    std::string prefix = current_rank() >= 0 ? "[rank " + std::to_string(current_rank()) + "] " : std::string();
+    return prefix + "epl error at " + where + ":" + std::to_string(line) + ": " + what;
   }
   std::string detail_;
+  int rank_;
 };
 
 namespace detail {
@@ -36,6 +65,13 @@ std::string concat(const Parts&... parts) {
   std::ostringstream out;
   (out << ... << parts);
   return out.str();
+}
+
+/// A user-supplied value for a message: quoted, and cut after 64 characters with its length, so
+/// a megabyte of bad input is not repeated whole in the error.
+inline std::string quoted(std::string_view text, std::size_t keep = 64) {
+  if (text.size() <= keep) return "\"" + std::string(text) + "\"";
+  return "\"" + std::string(text.substr(0, keep)) + "...\" (" + std::to_string(text.size()) + " characters)";
 }
 }  // namespace detail
 

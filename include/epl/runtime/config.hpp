@@ -1,114 +1,131 @@
 #pragma once
 /// \file
-/// \brief epl::Config — EPL's dotted configuration keys, with EPL's defaults, validated.
+/// \brief epl::Config — EPL's dotted configuration keys (runtime/config_keys.hpp) and a
+/// program's own flags, each validated when it is set.
 ///
 /// Sources, lowest to highest precedence: the default, the environment
 /// (EPL_<CATEGORY>_<ATTRIBUTE>, e.g. EPL_PIPELINE_NUM_MICRO_BATCH), the command line
-/// (--pipeline.num_micro_batch=4), and code (Config::set). Every value is checked when it is
-/// set: an unknown key, a wrong type or an invalid value is an epl::Error naming the key and
-/// the valid choices; a key whose feature this version does not have yet is rejected as
-/// "not supported yet" unless it holds its default, never silently ignored.
+/// (--pipeline.num_micro_batch=4 or --pipeline.num_micro_batch 4), and code (Config::set).
+/// An unknown key, flag or EPL_* variable, a wrong type or an invalid value is an epl::Error
+/// naming it, the nearest known name and the valid values; a key whose feature this version
+/// does not have yet is rejected as "not supported yet" unless it holds its default.
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <cmath>
 #include <cstdlib>
 #include <map>
 #include <span>
 #include <string>
 #include <string_view>
-#include <variant>
 #include <vector>
 
-#include "epl/core/error.hpp"
+#include "epl/runtime/config_keys.hpp"
+
+extern char** environ;  // POSIX: the process environment
 
 namespace epl {
 inline namespace v0 {
 
-/// \brief One configuration value.
-using ConfigValue = std::variant<bool, std::int64_t, double, std::string>;
-
-/// \brief The description of one key: its type, default, valid values and whether this
-/// version implements values other than the default.
-struct ConfigKey {
-  std::string_view name;
-  ConfigValue default_value;
-  std::vector<std::string_view> choices;  ///< strings: the valid values (empty: free text)
-  std::int64_t min = 0;                   ///< integers: the smallest valid value
-  bool implemented = false;               ///< false: only the default is accepted for now
-  std::string_view help;
-};
-
 namespace detail {
-inline const std::vector<ConfigKey>& config_keys() {
-  using S = std::string;
-  using I = std::int64_t;
-  static const std::vector<ConfigKey> keys = {
-      {"pipeline.num_micro_batch", I{1}, {}, 1, true, "micro-batches per step; gradient accumulation with one task graph"},
-      {"pipeline.num_stages", I{1}, {}, 1, false, "stages for automatic pipeline partition"},
-      {"pipeline.strategy", S{"PreferBackward"}, {"PreferBackward", "PreferForward"}, 0, false, "pipeline schedule: 1F1B or GPipe"},
-      {"gradient_checkpoint.type", S{""}, {"", "collection", "auto"}, 0, false, "which activations to recompute"},
-      {"gradient_checkpoint.end_taskgraph", I{-1}, {}, -1, false, "last task graph that checkpoints"},
-      {"gradient_checkpoint.check_gradients", false, {}, 0, false, "compare checkpointed gradients with plain ones"},
-      {"zero.level", S{""}, {"", "v0", "v1"}, 0, false, "ZeRO: v0 shards optimizer state, v1 also gradients"},
-      {"offload.level", S{""}, {"", "v0"}, 0, false, "keep weights in host memory"},
-      {"amp.level", S{""}, {"", "O1"}, 0, false, "automatic mixed precision"},
-      {"amp.debug_log", false, {}, 0, false, "log loss-scale changes"},
-      {"amp.loss_scale", S{"dynamic"}, {}, 0, false, "\"dynamic\" or a positive number"},
-      {"optimizer.num_apply_group", I{1}, {}, 1, false, "apply the optimizer in this many groups"},
-      {"cluster.device_place_prefer_intra_node", true, {}, 0, false, "place a model replica inside one node"},
-      {"cluster.run_visible_devices", S{""}, {}, 0, false, "comma-separated device ids to use"},
-      {"cluster.colocate_split_and_replicate", false, {}, 0, false, "put split and replicate task graphs on the same devices"},
-      {"communication.num_communicators", I{2}, {}, 1, false, "communicators used for gradient traffic"},
-      {"communication.sparse_as_dense", false, {}, 0, false, "reduce sparse gradients as dense"},
-      {"communication.max_splits", I{5}, {}, 1, true, "gradient fusion buckets"},
-      {"communication.fp16", false, {}, 0, true, "send gradients as fp16"},
-      {"communication.fp16_scale", I{128}, {}, 1, true, "scale applied before the fp16 cast"},
-      {"communication.clip_after_allreduce", true, {}, 0, true, "clip the averaged gradient (true) or per replica (false)"},
-      {"communication.gradients_reduce_method", S{"mean"}, {"mean", "sum"}, 0, true, "how replicas' gradients combine"},
-      {"io.slicing", false, {}, 0, true, "divide input files among data-parallel ranks"},
-      {"io.unbalanced_io_slicing", false, {}, 0, true, "allow uneven file shares"},
-      {"io.drop_last_files", false, {}, 0, true, "drop files that do not divide evenly"},
-      {"auto.auto_parallel", false, {}, 0, false, "search the parallel strategy automatically"},
-  };
-  return keys;
-}
-
 inline std::string value_str(const ConfigValue& v) {
   return std::visit([](const auto& x) -> std::string {
     using T = std::decay_t<decltype(x)>;
     if constexpr (std::is_same_v<T, bool>) return x ? "true" : "false";
-    else if constexpr (std::is_same_v<T, std::string>) return "\"" + x + "\"";
-    else return std::to_string(x);
+    else if constexpr (std::is_same_v<T, std::string>) return detail::quoted(x);
+    else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+      std::string s = "[";
+      for (const auto& e : x) s += (s.size() > 1 ? ", " : "") + detail::quoted(e);
+      return s + "]";
+    } else if constexpr (std::is_same_v<T, double>) {
+      return concat(x);
+    } else {
+      return std::to_string(x);
+    }
   }, v);
 }
 inline std::string type_str(const ConfigValue& v) {
-  constexpr const char* names[] = {"a boolean (true/false)", "an integer", "a number", "a string"};
+  constexpr const char* names[] = {"a boolean (true/false)", "an integer", "a number", "a string",
+                                   "a list of strings (give it once per value)"};
   return names[v.index()];
+}
+/// Levenshtein distance, for "did you mean".
+inline std::size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diag = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      std::size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+/// The candidate nearest to name, if it is near enough to be a typo of it.
+inline std::string_view nearest(std::string_view name, const std::vector<std::string_view>& candidates) {
+  std::string_view best;
+  std::size_t best_d = std::max<std::size_t>(3, name.size() / 4) + 1;
+  for (auto c : candidates)
+    if (auto d = edit_distance(name, c); d < best_d) {
+      best = c;
+      best_d = d;
+    }
+  return best;
 }
 }  // namespace detail
 
-/// \brief The run's configuration: every EPL key, each with a value and where it came from.
+/// \brief The run's configuration: every EPL key and the program's flags, each with a value
+/// and where it came from.
 class Config {
  public:
   enum class Source { kDefault, kEnvironment, kCommandLine, kCode };
 
   Config() {
-    for (const auto& k : detail::config_keys()) entries_.emplace(std::string(k.name), Entry{&k, k.default_value, Source::kDefault});
+    for (const auto& k : detail::config_keys()) entries_.emplace(std::string(k.name), Entry{k, k.default_value, Source::kDefault});
   }
 
   /// \brief Defaults, then EPL_* environment variables, then --key=value arguments. Arguments
-  /// that are not dotted keys are kept, in order, in program_args() for the program's own use.
+  /// that are not dotted keys are kept, in order, in program_args() for a program that parses
+  /// its own; programs with flags of their own declare them instead (the overload below).
   static Config from_args(int argc, const char* const* argv) {
     Config c;
     c.load_environment();
-    for (int i = 1; i < argc; ++i) c.parse_arg(argv[i]);
+    c.parse_args(argc, argv, false);
     return c;
   }
   static Config from_args(int argc, char** argv) { return from_args(argc, const_cast<const char* const*>(argv)); }
 
+  /// \brief As above, for a program with flags of its own: every argument must then be an EPL key
+  /// or one of `flags` (--name=value, or --name value; a boolean flag alone means true), and
+  /// anything else is an error naming the nearest known option. --help sets help_requested().
+  template <class... T>
+    requires(sizeof...(T) > 0)
+  static Config from_args(int argc, const char* const* argv, const Flag<T>&... flags) {
+    Config c;
+    (c.declare(flags.spec()), ...);
+    c.load_environment();
+    c.parse_args(argc, argv, true);
+    return c;
+  }
+  template <class... T>
+    requires(sizeof...(T) > 0)
+  static Config from_args(int argc, char** argv, const Flag<T>&... flags) {
+    return from_args(argc, const_cast<const char* const*>(argv), flags...);
+  }
+
+  /// \brief Adds a program flag (its default as value).
+  template <class T>
+  Config& declare(const Flag<T>& flag) {
+    return declare(flag.spec());
+  }
+
   /// \brief Sets a key from code; code wins over the environment and the command line.
   Config& set(std::string_view key, ConfigValue v) {
-    assign(key, coerce(entry(key), std::move(v)), Source::kCode);
+    auto& e = entry(key);
+    assign(e, coerce(e.key, std::move(v)), Source::kCode);
     return *this;
   }
   /// \brief Sets a key from a C++ value: any integer, bool, floating point or string.
@@ -119,16 +136,22 @@ class Config {
     if constexpr (std::is_same_v<U, bool>) return set(key, ConfigValue(v));
     else if constexpr (std::is_integral_v<U>) return set(key, ConfigValue(static_cast<std::int64_t>(v)));
     else if constexpr (std::is_floating_point_v<U>) return set(key, ConfigValue(static_cast<double>(v)));
+    else if constexpr (std::is_same_v<U, std::vector<std::string>>) return set(key, ConfigValue(std::forward<T>(v)));
     else return set(key, ConfigValue(std::string(std::forward<T>(v))));
+  }
+  template <class T, class V>
+  Config& set(Key<T> key, V&& v) {
+    return set(key.name, std::forward<V>(v));
   }
 
   /// \brief Sets a key from text (as from the command line or environment).
   Config& set_text(std::string_view key, std::string_view text, Source src = Source::kCode) {
-    assign(key, parse(entry(key), text), src);
+    auto& e = entry(key);
+    assign(e, parse(e, text), src);
     return *this;
   }
 
-  /// \brief The value of key as T (bool, std::int64_t, double or std::string).
+  /// \brief The value of key as T (bool, std::int64_t, double, std::string or a list).
   template <class T>
   [[nodiscard]] T get(std::string_view key) const {
     const auto& e = entry(key);
@@ -139,8 +162,38 @@ class Config {
     EPL_CHECK(v != nullptr, "config key ", key, " holds ", detail::type_str(e.value), ", read as another type");
     return *v;
   }
+  /// \brief The value of a typed key: `cfg.get(keys::max_splits)`.
+  template <class T>
+  [[nodiscard]] T get(Key<T> key) const {
+    return get<T>(key.name);
+  }
+  /// \brief The value of a program flag: `cfg.get(steps)`.
+  template <class T>
+  [[nodiscard]] T get(const Flag<T>& flag) const {
+    return get<T>(flag.spec().name);
+  }
   [[nodiscard]] Source source(std::string_view key) const { return entry(key).source; }
+  template <class T>
+  [[nodiscard]] Source source(Key<T> key) const {
+    return source(key.name);
+  }
   [[nodiscard]] const std::vector<std::string>& program_args() const noexcept { return args_; }
+  /// \brief --help or -h was given: print usage() and exit 0.
+  [[nodiscard]] bool help_requested() const noexcept { return help_; }
+  /// \brief The program's flags with their defaults and help, and where EPL's keys are listed.
+  [[nodiscard]] std::string usage(std::string_view program, std::string_view about = {}) const {
+    std::string out = "usage: " + std::string(program) + " [--flag=value]... [--epl.key=value]...\n";
+    if (!about.empty()) out += std::string(about) + "\n";
+    out += "flags:\n";
+    for (const auto& [name, e] : entries_)
+      if (e.key.program)
+        out += "  --" + name + " (" + detail::type_str(e.key.default_value) + ", default " + detail::value_str(e.key.default_value) +
+               ")  " + std::string(e.key.help) + "\n";
+    out += "EPL keys (--category.attribute=value or EPL_CATEGORY_ATTRIBUTE): docs/config.md; now:\n";
+    for (const auto& [name, e] : entries_)
+      if (!e.key.program) out += "  --" + name + "=" + detail::value_str(e.value) + "\n";
+    return out;
+  }
 
   /// \brief "key = value (source)" lines for every key, for logs.
   [[nodiscard]] std::string describe() const {
@@ -150,7 +203,7 @@ class Config {
       out += name + " = " + detail::value_str(e.value) + " (" + src[static_cast<int>(e.source)] + ")\n";
     return out;
   }
-  /// \brief The descriptions of every key this version knows.
+  /// \brief The descriptions of every EPL key this version knows.
   static std::span<const ConfigKey> keys() { return detail::config_keys(); }
 
   /// \brief The environment variable of a key: EPL_ + upper-cased key with '.' -> '_'.
@@ -162,80 +215,121 @@ class Config {
 
  private:
   struct Entry {
-    const ConfigKey* key;
+    ConfigKey key;
     ConfigValue value;
     Source source;
   };
 
-  const Entry& entry(std::string_view key) const {
-    auto it = entries_.find(std::string(key));
+  Config& declare(const ConfigKey& k) {
+    EPL_CHECK(entries_.find(k.name) == entries_.end(), "flag --", k.name, " is declared twice, or shadows an EPL key");
+    entries_.emplace(std::string(k.name), Entry{k, k.default_value, Source::kDefault});
+    return *this;
+  }
+  std::vector<std::string_view> names(bool program) const {
+    std::vector<std::string_view> out;
+    for (const auto& [name, e] : entries_)
+      if (e.key.program == program) out.push_back(name);
+    return out;
+  }
+  Entry& entry(std::string_view key) {
+    auto it = entries_.find(key);
     if (it == entries_.end()) unknown(key);
     return it->second;
   }
-  [[noreturn]] static void unknown(std::string_view key) {
-    std::string near;
-    auto dot = key.find('.');
-    for (const auto& k : detail::config_keys())
-      if (dot != std::string_view::npos && k.name.substr(0, k.name.find('.')) == key.substr(0, dot))
-        near += (near.empty() ? "" : ", ") + std::string(k.name);
-    EPL_FAIL("unknown config key \"", key, "\"", near.empty() ? "" : "; keys of that category: ", near,
-             near.empty() ? "; see docs/config.md for the keys epl knows" : "");
+  const Entry& entry(std::string_view key) const { return const_cast<Config*>(this)->entry(key); }
+  [[noreturn]] void unknown(std::string_view key) const {
+    const bool dotted = key.find('.') != std::string_view::npos;
+    auto near = detail::nearest(key, names(!dotted));
+    std::string same_category;
+    if (dotted)
+      for (const auto& k : detail::config_keys())
+        if (k.name.substr(0, k.name.find('.')) == key.substr(0, key.find('.')))
+          same_category += (same_category.empty() ? "" : ", ") + std::string(k.name);
+    std::string hint = near.empty() ? std::string() : "; did you mean " + std::string(dotted ? "" : "--") + std::string(near) + "?";
+    if (dotted)
+      EPL_FAIL("unknown config key ", detail::quoted(key), hint, same_category.empty() ? "" : " keys of that category: ",
+               same_category, same_category.empty() ? "; see docs/config.md for the keys epl knows" : "");
+    std::string flags;
+    for (auto n : names(true)) flags += (flags.empty() ? "--" : ", --") + std::string(n);
+    EPL_FAIL("unknown option ", detail::quoted("--" + std::string(key)), hint,
+             flags.empty() ? " This program has no options of its own" : " This program's options: " + flags,
+             "; EPL keys are dotted (docs/config.md); --help lists everything");
   }
-  void assign(std::string_view key, ConfigValue v, Source src) {
-    auto& e = entries_.find(std::string(key))->second;
+  void assign(Entry& e, ConfigValue v, Source src) {
     if (src < e.source) return;  // a lower-precedence source never overrides a higher one
-    if (!e.key->implemented && v != e.key->default_value)
-      EPL_FAIL("config key ", key, " = ", detail::value_str(v), " is not supported yet in this version of epl (",
-               e.key->help, "); leave it at its default ", detail::value_str(e.key->default_value));
+    if (!e.key.implemented && v != e.key.default_value)
+      EPL_FAIL("config key ", e.key.name, " = ", detail::value_str(v), " is not supported yet in this version of epl (", e.key.help,
+               "); leave it at its default ", detail::value_str(e.key.default_value));
+    if (auto* list = std::get_if<std::vector<std::string>>(&v); list && src == Source::kCommandLine && e.source == src) {
+      auto& mine = std::get<std::vector<std::string>>(e.value);  // a list flag given again: append
+      mine.insert(mine.end(), list->begin(), list->end());
+      return;
+    }
     e.value = std::move(v);
     e.source = src;
   }
-  static ConfigValue coerce(const Entry& e, ConfigValue v) {
-    const auto& k = *e.key;
+  static std::string what(const ConfigKey& k) {
+    return k.program ? "option --" + std::string(k.name) : "config key " + std::string(k.name);
+  }
+  static ConfigValue coerce(const ConfigKey& k, ConfigValue v) {
     if (std::holds_alternative<std::int64_t>(v) && std::holds_alternative<double>(k.default_value))
       v = static_cast<double>(std::get<std::int64_t>(v));
-    EPL_CHECK(v.index() == k.default_value.index(), "config key ", k.name, " takes ", detail::type_str(k.default_value),
-              ", got ", detail::type_str(v), " ", detail::value_str(v));
+    if (std::holds_alternative<std::string>(v) && std::holds_alternative<std::vector<std::string>>(k.default_value))
+      v = std::vector<std::string>{std::get<std::string>(v)};
+    EPL_CHECK(v.index() == k.default_value.index(), what(k), " takes ", detail::type_str(k.default_value), ", got ",
+              detail::type_str(v), " ", detail::value_str(v));
     check_value(k, v);
     return v;
   }
   static void check_value(const ConfigKey& k, const ConfigValue& v) {
-    if (auto* i = std::get_if<std::int64_t>(&v))
-      EPL_CHECK(*i >= k.min, "config key ", k.name, " = ", *i, " is out of range; it must be at least ", k.min);
-    if (auto* s = std::get_if<std::string>(&v)) {
-      if (!k.choices.empty() && std::find(k.choices.begin(), k.choices.end(), *s) == k.choices.end()) {
+    auto range = [&](double x, const std::string& shown) {
+      EPL_CHECK(x >= k.min, what(k), " = ", shown, " is out of range; it must be at least ", detail::concat(k.min));
+      EPL_CHECK(x <= k.max, what(k), " = ", shown, " is out of range; it must be at most ", detail::concat(k.max));
+    };
+    if (auto* i = std::get_if<std::int64_t>(&v)) range(static_cast<double>(*i), std::to_string(*i));
+    if (auto* d = std::get_if<double>(&v)) {
+      EPL_CHECK(std::isfinite(*d), what(k), " = ", *d, " is not a finite number");
+      range(*d, detail::concat(*d));
+    }
+    auto check_choice = [&](const std::string& s) {
+      if (!k.choices.empty() && std::find(k.choices.begin(), k.choices.end(), s) == k.choices.end()) {
         std::string valid;
         for (auto c : k.choices) valid += (valid.empty() ? "\"" : ", \"") + std::string(c) + "\"";
-        EPL_FAIL("config key ", k.name, " = \"", *s, "\" is not valid; choose one of ", valid);
+        EPL_FAIL(what(k), " = ", detail::quoted(s), " is not valid; choose one of ", valid);
       }
+    };
+    if (auto* s = std::get_if<std::string>(&v)) {
+      check_choice(*s);
       if (k.name == "amp.loss_scale" && *s != "dynamic") {
         double x = 0;
         auto [p, ec] = std::from_chars(s->data(), s->data() + s->size(), x);
-        EPL_CHECK(ec == std::errc{} && p == s->data() + s->size() && x > 0, "config key amp.loss_scale = \"", *s,
-                  "\" is not valid; use \"dynamic\" or a positive number");
+        EPL_CHECK(ec == std::errc{} && p == s->data() + s->size() && x > 0, "config key amp.loss_scale = ", detail::quoted(*s),
+                  " is not valid; use \"dynamic\" or a positive number");
       }
     }
+    if (auto* list = std::get_if<std::vector<std::string>>(&v))
+      for (const auto& s : *list) check_choice(s);
   }
   static ConfigValue parse(const Entry& e, std::string_view text) {
-    const auto& k = *e.key;
-    auto bad = [&]() -> ConfigValue {
-      EPL_FAIL("config key ", k.name, " takes ", detail::type_str(k.default_value), ", got \"", text, "\"");
-    };
+    const auto& k = e.key;
+    auto bad = [&]() -> ConfigValue { EPL_FAIL(what(k), " takes ", detail::type_str(k.default_value), ", got ", detail::quoted(text)); };
     ConfigValue v;
     if (std::holds_alternative<bool>(k.default_value)) {
       if (text == "true" || text == "True" || text == "1") v = true;
       else if (text == "false" || text == "False" || text == "0") v = false;
       else return bad();
     } else if (std::holds_alternative<std::int64_t>(k.default_value)) {
-      std::int64_t x = 0;
+      std::int64_t x = 0;  // digits and an optional '-' only: " 2", "+2" and "2x" are not integers
       auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), x);
-      if (ec != std::errc{} || p != text.data() + text.size()) return bad();
+      if (text.empty() || ec != std::errc{} || p != text.data() + text.size()) return bad();
       v = x;
     } else if (std::holds_alternative<double>(k.default_value)) {
       double x = 0;
       auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), x);
-      if (ec != std::errc{} || p != text.data() + text.size()) return bad();
+      if (text.empty() || ec != std::errc{} || p != text.data() + text.size()) return bad();
       v = x;
+    } else if (std::holds_alternative<std::vector<std::string>>(k.default_value)) {
+      v = std::vector<std::string>{std::string(text)};
     } else {
       v = std::string(text);
     }
@@ -243,21 +337,73 @@ class Config {
     return v;
   }
   void load_environment() {
-    for (const auto& k : detail::config_keys())
-      if (const char* s = std::getenv(env_name(k.name).c_str())) set_text(k.name, s, Source::kEnvironment);
+    std::vector<std::string_view> known;
+    std::map<std::string, std::string_view> key_of;
+    for (const auto& k : detail::config_keys()) key_of.emplace(env_name(k.name), k.name);
+    for (const auto& [env, key] : key_of) known.push_back(env);
+    for (auto v : detail::library_variables()) known.push_back(v);
+    for (char** p = environ; p && *p; ++p) {
+      std::string_view var(*p);
+      if (var.substr(0, 4) != "EPL_") continue;
+      auto name = var.substr(0, var.find('='));
+      auto value = var.substr(std::min(var.size(), name.size() + 1));
+      if (auto it = key_of.find(std::string(name)); it != key_of.end()) {
+        set_text(it->second, value, Source::kEnvironment);
+      } else if (std::find(known.begin(), known.end(), name) == known.end()) {
+        auto near = detail::nearest(name, known);
+        std::string hint;
+        if (!near.empty()) {
+          auto k = key_of.find(std::string(near));
+          hint = "; did you mean " + std::string(near) + (k != key_of.end() ? " (" + std::string(k->second) + ")" : "") + "?";
+        }
+        EPL_FAIL("unknown environment variable ", std::string(name), hint,
+                 " epl reads EPL_<CATEGORY>_<ATTRIBUTE> for its config keys (docs/config.md) and ", detail::library_variables().front(),
+                 "; unset it or correct the name");
+      }
+    }
   }
-  void parse_arg(std::string_view a) {
-    if (a.substr(0, 2) != "--") return args_.emplace_back(a), void();
-    auto body = a.substr(2);
-    auto eq = body.find('=');
-    auto key = body.substr(0, eq);
-    if (key.find('.') == std::string_view::npos) return args_.emplace_back(a), void();
-    EPL_CHECK(eq != std::string_view::npos, "command-line config key --", key, " needs a value: --", key, "=VALUE");
-    set_text(key, body.substr(eq + 1), Source::kCommandLine);
+  void parse_args(int argc, const char* const* argv, bool strict) {
+    for (int i = 1; i < argc; ++i) {
+      std::string_view a = argv[i] ? argv[i] : "";
+      if (strict && (a == "--help" || a == "-h")) {
+        help_ = true;
+        continue;
+      }
+      if (a.substr(0, 2) != "--" || a.size() == 2) {
+        EPL_CHECK(!strict, "unexpected argument ", detail::quoted(a), "; options are given as --name=value (--help lists them)");
+        args_.emplace_back(a);
+        continue;
+      }
+      auto body = a.substr(2);
+      auto eq = body.find('=');
+      auto key = body.substr(0, eq);
+      const bool dotted = key.find('.') != std::string_view::npos;
+      if (!dotted && !strict) {
+        args_.emplace_back(a);
+        continue;
+      }
+      auto& e = entry(key);
+      if (eq != std::string_view::npos) {
+        assign(e, parse(e, body.substr(eq + 1)), Source::kCommandLine);
+        continue;
+      }
+      // --name value, or a boolean flag alone (true), or followed by its value
+      const bool boolean = std::holds_alternative<bool>(e.key.default_value);
+      std::string_view next = i + 1 < argc && argv[i + 1] ? argv[i + 1] : "";
+      const bool next_is_bool = next == "true" || next == "false" || next == "True" || next == "False" || next == "0" || next == "1";
+      if (boolean && !next_is_bool) {
+        assign(e, true, Source::kCommandLine);
+        continue;
+      }
+      EPL_CHECK(i + 1 < argc && (boolean || next.substr(0, 2) != "--"), what(e.key), " needs a value: --", key, "=VALUE");
+      assign(e, parse(e, next), Source::kCommandLine);
+      ++i;
+    }
   }
 
   std::map<std::string, Entry, std::less<>> entries_;
   std::vector<std::string> args_;
+  bool help_ = false;
 };
 
 }  // namespace v0

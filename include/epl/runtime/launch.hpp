@@ -3,11 +3,18 @@
 /// \brief epl::launch — run a training function on the ranks this process was started with:
 /// the MPI processes when started by mpirun / epl-launch (and built with epl::mpi), otherwise
 /// thread ranks of this process (EPL_NUM_RANKS, or the count given; 1 by default).
+///
+/// A failure ends the job loudly: the failing rank's error is printed at once, prefixed with its
+/// rank; every rank stops within the timeout (communication.timeout) plus a small slack; and the
+/// program gets a non-zero status. Under MPI the failing process aborts the job (MPI_Abort), so
+/// no rank waits in MPI_Finalize for a peer that is gone or hung.
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <string_view>
 
-#include "epl/comm/threads.hpp"
+#include "epl/comm/run_threads.hpp"
+#include "epl/runtime/config.hpp"
 #if defined(EPL_WITH_MPI)
 #include "epl/comm/mpi.hpp"
 #endif
@@ -27,27 +34,60 @@ struct LaunchOptions {
   int threads_per_rank = 0;  ///< OpenMP threads per rank; 0: all cores / ranks
 };
 
+/// \brief The exit status of a failed launch.
+inline constexpr int kLaunchFailed = 2;
+
+/// \brief The communication options of a configuration (communication.timeout).
+inline comm::CommOptions comm_options(const Config& cfg) {
+  comm::CommOptions o;
+  o.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(cfg.get(keys::timeout) * 1000.0));
+  return o;
+}
+
 /// \brief Calls fn(communicator&) on every rank: a comm::MpiCommunicator under mpirun, a
-/// comm::ThreadCommunicator otherwise. fn is generic over the communicator type.
+/// comm::ThreadCommunicator otherwise (fn is generic over the communicator type). Returns 0
+/// when every rank returned, kLaunchFailed after a failure (printed, rank-prefixed, when it
+/// happened); under MPI a failure does not return: the job is aborted with kLaunchFailed.
 template <class Fn>
-void launch(int& argc, char**& argv, Fn&& fn, LaunchOptions opt = {}) {
+[[nodiscard]] int launch(const Config& cfg, Fn&& fn, LaunchOptions opt = {}) {
+  const auto comm_opt = comm_options(cfg);
   if (started_by_mpi()) {
 #if defined(EPL_WITH_MPI)
-    comm::MpiEnvironment env(&argc, &argv);
-    comm::MpiCommunicator world;
-    epl::detail::cpu::set_threads(opt.threads_per_rank);
-    fn(world);
-    return;
+    comm::MpiEnvironment env(nullptr, nullptr);
+    int rank = -1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    RankScope scope(rank);
+    try {
+      comm::MpiCommunicator world(MPI_COMM_WORLD, comm_opt);
+      epl::detail::cpu::set_threads(opt.threads_per_rank);
+      fn(world);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "%s\n", comm::detail::with_rank(rank, e.what()).c_str());
+      comm::MpiEnvironment::abort_job(kLaunchFailed);
+    } catch (...) {
+      std::fprintf(stderr, "[rank %d] failed with an exception that is not a std::exception\n", rank);
+      comm::MpiEnvironment::abort_job(kLaunchFailed);
+    }
+    return 0;
 #else
-    EPL_FAIL("this program was started by mpirun but built without MPI; link it with epl::mpi (EPL_ENABLE_MPI=ON)");
+    std::fprintf(stderr, "epl: this program was started by mpirun but built without MPI; link it with epl::mpi "
+                         "(EPL_ENABLE_MPI=ON), or run it without mpirun (EPL_NUM_RANKS for thread ranks)\n");
+    return kLaunchFailed;
 #endif
   }
-  (void)argc;
-  (void)argv;
-  const int ranks = opt.ranks > 0 ? opt.ranks : comm::rank_count_from_env(1);
-  int threads = opt.threads_per_rank;
-  if (threads <= 0) threads = std::max(1, epl::detail::cpu::threads() / ranks);
-  comm::run_threads(ranks, std::forward<Fn>(fn), {.threads_per_rank = threads});
+  try {
+    const int ranks = opt.ranks > 0 ? opt.ranks : comm::rank_count_from_env(1);
+    int threads = opt.threads_per_rank;
+    if (threads <= 0) threads = std::max(1, epl::detail::cpu::threads() / ranks);
+    comm::run_threads(ranks, std::forward<Fn>(fn), {.comm = comm_opt, .threads_per_rank = threads, .report = true});
+    return 0;
+  } catch (const Error& e) {
+    if (e.rank() < 0) std::fprintf(stderr, "%s\n", e.what());  // a rank's error was printed when it happened
+    return kLaunchFailed;
+  } catch (const std::exception& e) {  // a rank's error was printed when it happened
+    if (std::string_view(e.what()).substr(0, 6) != "[rank ") std::fprintf(stderr, "epl: %s\n", e.what());
+    return kLaunchFailed;
+  }
 }
 
 /// \brief Prints a line prefixed with the rank ("[rank 3] ..."), for logs from every rank.

@@ -1,0 +1,444 @@
+#pragma once
+/// \file
+/// \brief comm::MpiCommunicator — ranks as MPI processes (OpenMPI), on one machine or many
+/// (part of epl::mpi).
+///
+/// Every collective first exchanges a small header with each peer (operation, sequence
+/// number, count, dtype, root, reduction) by point-to-point messages on a private duplicate
+/// of the communicator. That detects ranks that disagree, and when the exchange times out, the
+/// peers whose header never came are exactly the ranks that did not arrive. Large all_reduces
+/// run a ring (reduce-scatter then all-gather) through one persistent staging buffer: OpenMPI's
+/// own all_reduce maps and page-faults fresh temporary memory on every call.
+///
+/// Failure: a timeout marks the whole process failed (detail::MpiFailure), and a cancelled
+/// handle (cancel(), or destroyed with work outstanding) is failed too; either way every later
+/// or queued operation fails at once, and one waiting for peers stops within a poll, instead of
+/// each waiting one more timeout. The job then ends through epl::launch (MPI_Abort).
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "epl/comm/async_queue.hpp"
+#include "epl/comm/mpi_types.hpp"
+
+namespace epl {
+inline namespace v0 {
+namespace comm {
+
+/// \brief One process's handle on an MPI communicator (the world, or a split of it).
+class MpiCommunicator {
+ public:
+  /// \brief A handle on a duplicate of comm (MPI_COMM_WORLD by default).
+  explicit MpiCommunicator(MPI_Comm comm = MPI_COMM_WORLD, CommOptions opt = {}, std::string name = "world")
+      : st_(std::make_unique<State>()) {
+    st_->opt = opt;
+    st_->name = std::move(name);
+    EPL_MPI_CHECK(MPI_Comm_dup(comm, &st_->data));
+    EPL_MPI_CHECK(MPI_Comm_dup(comm, &st_->control));
+    MPI_Comm_rank(st_->data, &st_->rank);
+    MPI_Comm_size(st_->data, &st_->size);
+  }
+  MpiCommunicator(MpiCommunicator&&) noexcept = default;
+  MpiCommunicator& operator=(MpiCommunicator&&) noexcept = default;
+  /// A handle destroyed with asynchronous work outstanding (its rank is unwinding from an
+  /// exception, typically) cancels it rather than wait for peers on buffers that are going away.
+  ~MpiCommunicator() {
+    if (st_ && st_->queue.busy()) cancel("its communicator was destroyed");
+  }
+
+  /// \brief Ends this handle's use: asynchronous operations not yet started fail without running,
+  /// one waiting for peers stops at its next poll, and later operations fail at once.
+  void cancel(const std::string& reason) noexcept {
+    st_->cancelled.store(true);
+    st_->queue.cancel_pending(reason);
+  }
+
+  [[nodiscard]] int rank() const noexcept { return st_->rank; }
+  [[nodiscard]] int size() const noexcept { return st_->size; }
+  [[nodiscard]] const std::string& name() const noexcept { return st_->name; }
+  [[nodiscard]] CommStats stats() const noexcept { return {st_->sent.load(), st_->received.load(), st_->ops.load()}; }
+  [[nodiscard]] MPI_Comm native() const noexcept { return st_->data; }
+
+  void all_reduce(const Buffer& in, const Buffer& out, ReduceOp op) {
+    st_->queue.drain();
+    usable("all_reduce");
+    EPL_CHECK(in.count == out.count && in.dtype == out.dtype, "all_reduce: input ", in.count, " ", name_of(in.dtype),
+              " and output ", out.count, " ", name_of(out.dtype), " differ");
+    handshake(Op::kAllReduce, in.count, in.dtype, 0, op, true);
+    const int n = size();
+    if (n > 1 && in.bytes() >= kRingBytes) {
+      ring_all_reduce(in, out, op);
+    } else {
+      void* src = in.data == out.data ? MPI_IN_PLACE : in.data;
+      if (n > 1) {
+        MPI_Request req = start_all_reduce(src, out, op);
+        complete("all_reduce", req);
+      }
+      else if (in.data != out.data) std::memcpy(out.data, in.data, in.bytes());
+    }
+    if (op == ReduceOp::kMean && n > 1) detail::divide(out.data, out.count, out.dtype, n);
+    account(2 * (n - 1) * static_cast<std::int64_t>(in.bytes()) / n, 2 * (n - 1) * static_cast<std::int64_t>(in.bytes()) / n);
+  }
+  void all_reduce(const Buffer& inout, ReduceOp op) { all_reduce(inout, inout, op); }
+
+  void reduce_scatter(const Buffer& in, const Buffer& out, ReduceOp op) {
+    st_->queue.drain();
+    usable("reduce_scatter");
+    handshake(Op::kReduceScatter, in.count, in.dtype, 0, op, true);
+    std::vector<int> counts = gather_counts(out.count);
+    std::int64_t total = 0;
+    for (int c : counts) total += c;
+    EPL_CHECK(total == in.count, "reduce_scatter on group '", name(), "': the outputs hold ", total,
+              " elements in all but the input holds ", in.count);
+    MPI_Request req;
+    EPL_MPI_CHECK(MPI_Ireduce_scatter(in.data, out.data, counts.data(), detail::mpi_type(in.dtype), detail::mpi_op(in.dtype, op), st_->data, &req));
+    complete("reduce_scatter", req);
+    if (op == ReduceOp::kMean) detail::divide(out.data, out.count, out.dtype, size());
+    account(static_cast<std::int64_t>(in.bytes() - out.bytes()), (size() - 1) * static_cast<std::int64_t>(out.bytes()));
+  }
+
+  void all_gather(const Buffer& in, const Buffer& out) {
+    st_->queue.drain();
+    usable("all_gather");
+    handshake(Op::kAllGather, 0, in.dtype, 0, ReduceOp::kSum, false);
+    std::vector<int> counts = gather_counts(in.count), displs(counts.size());
+    std::int64_t total = 0;
+    for (std::size_t q = 0; q < counts.size(); ++q) {
+      displs[q] = static_cast<int>(total);
+      total += counts[q];
+    }
+    EPL_CHECK(total == out.count, "all_gather on group '", name(), "': the inputs hold ", total, " elements, rank ", rank(),
+              "'s output ", out.count);
+    MPI_Request req;
+    EPL_MPI_CHECK(MPI_Iallgatherv(in.data, static_cast<int>(in.count), detail::mpi_type(in.dtype), out.data, counts.data(),
+                                  displs.data(), detail::mpi_type(out.dtype), st_->data, &req));
+    complete("all_gather", req);
+    account((size() - 1) * static_cast<std::int64_t>(in.bytes()), static_cast<std::int64_t>(out.bytes() - in.bytes()));
+  }
+
+  void broadcast(const Buffer& buf, int root) {
+    st_->queue.drain();
+    usable("broadcast");
+    check_rank(root, "broadcast root");
+    handshake(Op::kBroadcast, buf.count, buf.dtype, root, ReduceOp::kSum, true);
+    MPI_Request req;
+    EPL_MPI_CHECK(MPI_Ibcast(buf.data, static_cast<int>(buf.count), detail::mpi_type(buf.dtype), root, st_->data, &req));
+    complete("broadcast", req);
+    if (rank() == root) account((size() - 1) * static_cast<std::int64_t>(buf.bytes()), 0);
+    else account(0, static_cast<std::int64_t>(buf.bytes()));
+  }
+
+  void reduce(const Buffer& in, const Buffer& out, ReduceOp op, int root) {
+    st_->queue.drain();
+    usable("reduce");
+    check_rank(root, "reduce root");
+    handshake(Op::kReduce, in.count, in.dtype, root, op, true);
+    const bool at_root = rank() == root;
+    void* src = at_root && in.data == out.data ? MPI_IN_PLACE : in.data;
+    MPI_Request req;
+    EPL_MPI_CHECK(MPI_Ireduce(src, at_root ? out.data : nullptr, static_cast<int>(in.count), detail::mpi_type(in.dtype),
+                              detail::mpi_op(in.dtype, op), root, st_->data, &req));
+    complete("reduce", req);
+    if (at_root && op == ReduceOp::kMean) detail::divide(out.data, out.count, out.dtype, size());
+    account(static_cast<std::int64_t>(in.bytes()), at_root ? (size() - 1) * static_cast<std::int64_t>(in.bytes()) : 0);
+  }
+
+  void all_to_all(const Buffer& in, const Buffer& out) {
+    auto counts = detail::equal_blocks(in, out, size(), name());
+    all_to_all_v(in, counts, out, counts);
+  }
+  void all_to_all_v(const Buffer& in, const std::vector<std::int64_t>& send_counts, const Buffer& out,
+                    const std::vector<std::int64_t>& recv_counts) {
+    st_->queue.drain();
+    usable("all_to_all");
+    detail::check_all_to_all_counts(in, send_counts, out, recv_counts, size(), name());
+    handshake(Op::kAllToAll, 0, in.dtype, 0, ReduceOp::kSum, false);
+    std::vector<int> sc(send_counts.begin(), send_counts.end()), rc(recv_counts.begin(), recv_counts.end()), peer(sc.size());
+    MPI_Request req;  // each rank learns what its peers will send it, and checks it
+    EPL_MPI_CHECK(MPI_Ialltoall(sc.data(), 1, MPI_INT, peer.data(), 1, MPI_INT, st_->control, &req));
+    complete("all_to_all", req);
+    for (int q = 0; q < size(); ++q)
+      EPL_CHECK(peer[q] == rc[q], "all_to_all_v on group '", name(), "': rank ", q, " sends ", peer[q], " elements to rank ",
+                rank(), ", which expects ", rc[q]);
+    std::vector<int> sd(sc.size()), rd(rc.size());
+    for (std::size_t q = 1; q < sc.size(); ++q) {
+      sd[q] = sd[q - 1] + sc[q - 1];
+      rd[q] = rd[q - 1] + rc[q - 1];
+    }
+    EPL_MPI_CHECK(MPI_Ialltoallv(in.data, sc.data(), sd.data(), detail::mpi_type(in.dtype), out.data, rc.data(), rd.data(),
+                                 detail::mpi_type(out.dtype), st_->data, &req));
+    complete("all_to_all", req);
+    std::int64_t s = 0, r = 0;
+    for (int q = 0; q < size(); ++q)
+      if (q != rank()) {
+        s += sc[q];
+        r += rc[q];
+      }
+    account(s * static_cast<std::int64_t>(size_of(in.dtype)), r * static_cast<std::int64_t>(size_of(out.dtype)));
+  }
+
+  void send(const Buffer& buf, int dst, int tag) {
+    st_->queue.drain();
+    usable("send");
+    check_rank(dst, "send destination");
+    MPI_Request req;
+    EPL_MPI_CHECK(MPI_Isend(buf.data, static_cast<int>(buf.bytes()), MPI_BYTE, dst, tag, st_->data, &req));
+    complete("send", req, dst);
+    account(static_cast<std::int64_t>(buf.bytes()), 0);
+  }
+  void recv(const Buffer& buf, int src, int tag) {
+    st_->queue.drain();
+    usable("recv");
+    check_rank(src, "recv source");
+    MPI_Message msg;
+    MPI_Status status;
+    int found = 0;
+    const auto deadline = std::chrono::steady_clock::now() + st_->opt.timeout;
+    while (!found) {
+      EPL_MPI_CHECK(MPI_Improbe(src, tag, st_->data, &found, &msg, &status));
+      if (found) break;
+      if (auto why = stopped(); !why.empty()) EPL_FAIL("recv on group '", name(), "' at rank ", rank(), " stopped: ", why);
+      if (std::chrono::steady_clock::now() >= deadline)
+        fail_timeout(epl::detail::concat("recv on group '", name(), "' at rank ", rank(), " timed out after ", st_->opt.timeout.count(),
+                                    " ms: rank ", src, " did not send a message with tag ", tag));
+      std::this_thread::yield();
+    }
+    int bytes = 0;
+    MPI_Get_count(&status, MPI_BYTE, &bytes);
+    if (bytes != static_cast<int>(buf.bytes())) {
+      std::vector<char> discard(static_cast<std::size_t>(bytes));
+      MPI_Mrecv(discard.data(), bytes, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
+      EPL_FAIL("recv on group '", name(), "' at rank ", rank(), " from rank ", src, " tag ", tag, ": expected ", buf.bytes(),
+               " bytes (", buf.count, " ", name_of(buf.dtype), "), got ", bytes);
+    }
+    EPL_MPI_CHECK(MPI_Mrecv(buf.data, bytes, MPI_BYTE, &msg, MPI_STATUS_IGNORE));
+    account(0, bytes);
+  }
+
+  void barrier() {
+    st_->queue.drain();
+    usable("barrier");
+    handshake(Op::kBarrier, 0, DType::kF32, 0, ReduceOp::kSum, false);
+    ++st_->ops;
+  }
+
+  /// \brief The sub-communicator of the ranks passing the same color, ordered by (key, rank).
+  MpiCommunicator split(int color, int key) {
+    st_->queue.drain();
+    usable("split");
+    EPL_CHECK(color >= 0, "split: color ", color, " must be non-negative");
+    handshake(Op::kSplit, 0, DType::kF32, 0, ReduceOp::kSum, false);
+    MPI_Comm sub;
+    EPL_MPI_CHECK(MPI_Comm_split(st_->data, color, key, &sub));
+    MpiCommunicator c(sub, st_->opt, name() + "/" + std::to_string(color));
+    MPI_Comm_free(&sub);
+    ++st_->ops;
+    return c;
+  }
+
+  Work all_reduce_async(const Buffer& in, const Buffer& out, ReduceOp op) {
+    return st_->queue.enqueue([this, in, out, op] { all_reduce(in, out, op); });
+  }
+  Work reduce_scatter_async(const Buffer& in, const Buffer& out, ReduceOp op) {
+    return st_->queue.enqueue([this, in, out, op] { reduce_scatter(in, out, op); });
+  }
+  Work all_gather_async(const Buffer& in, const Buffer& out) {
+    return st_->queue.enqueue([this, in, out] { all_gather(in, out); });
+  }
+
+ private:
+  enum class Op : std::int64_t { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kReduce, kAllToAll, kBarrier, kSplit };
+  static const char* op_name(std::int64_t op) {
+    constexpr const char* names[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all", "barrier", "split"};
+    return op >= 0 && op < 8 ? names[op] : "?";
+  }
+  static constexpr std::size_t kRingBytes = 1 << 20;
+  static constexpr std::int64_t kChunkBytes = 1 << 20;
+  static constexpr int kHeaderTag = 7301, kRingTag = 7302;
+
+  struct State {
+    MPI_Comm data = MPI_COMM_NULL, control = MPI_COMM_NULL;
+    int rank = 0, size = 1;
+    std::string name;
+    CommOptions opt;
+    std::int64_t seq = 0;
+    std::vector<char> staging;
+    std::atomic<std::int64_t> sent{0}, received{0}, ops{0};
+    std::atomic<bool> cancelled{false};
+    detail::AsyncQueue queue;
+    ~State() {
+      queue.stop();
+      int finalized = 0;
+      MPI_Finalized(&finalized);
+      if (!finalized) {
+        if (data != MPI_COMM_NULL) MPI_Comm_free(&data);
+        if (control != MPI_COMM_NULL) MPI_Comm_free(&control);
+      }
+    }
+  };
+
+  // Header exchange with every peer; names the ranks that disagree or never arrive.
+  void handshake(Op op, std::int64_t count, DType t, int root, ReduceOp reduce, bool same_count) {
+    const int n = size();
+    const std::array<std::int64_t, 6> mine{static_cast<std::int64_t>(op), st_->seq++, count, static_cast<std::int64_t>(t), root,
+                                           static_cast<std::int64_t>(reduce)};
+    if (n == 1) return;
+    std::vector<std::array<std::int64_t, 6>> theirs(static_cast<std::size_t>(n));
+    std::vector<MPI_Request> reqs;
+    for (int q = 0; q < n; ++q) {
+      if (q == rank()) continue;
+      reqs.emplace_back();
+      MPI_Irecv(theirs[q].data(), 6, MPI_INT64_T, q, kHeaderTag, st_->control, &reqs.back());
+    }
+    const std::size_t receives = reqs.size();
+    for (int q = 0; q < n; ++q) {
+      if (q == rank()) continue;
+      reqs.emplace_back();
+      MPI_Isend(mine.data(), 6, MPI_INT64_T, q, kHeaderTag, st_->control, &reqs.back());
+    }
+    const char* what = op_name(mine[0]);
+    const auto deadline = std::chrono::steady_clock::now() + st_->opt.timeout;
+    int done = 0;
+    auto abandon = [&] {  // leave no request behind for MPI_Finalize to wait on
+      for (auto& req : reqs)
+        if (req != MPI_REQUEST_NULL) {
+          MPI_Cancel(&req);
+          MPI_Request_free(&req);
+        }
+    };
+    while (true) {
+      EPL_MPI_CHECK(MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done, MPI_STATUSES_IGNORE));
+      if (done) break;
+      if (auto why = stopped(); !why.empty()) {
+        abandon();
+        EPL_FAIL(what, " on group '", name(), "' at rank ", rank(), " stopped: ", why);
+      }
+      if (std::chrono::steady_clock::now() >= deadline) {
+        std::string missing;
+        for (std::size_t i = 0, q = 0; i < receives; ++i, ++q) {
+          if (static_cast<int>(q) == rank()) ++q;
+          int got = 0;
+          MPI_Test(&reqs[i], &got, MPI_STATUS_IGNORE);
+          if (!got) missing += (missing.empty() ? "" : ", ") + std::to_string(q);
+        }
+        abandon();
+        fail_timeout(epl::detail::concat(what, " on group '", name(), "' (size ", n, ") timed out after ", st_->opt.timeout.count(),
+                                    " ms at rank ", rank(), ": ranks ", missing,
+                                    " did not arrive (a rank died, hangs, or called a different collective; the timeout is the key "
+                                    "communication.timeout)"));
+      }
+      std::this_thread::yield();
+    }
+    for (int q = 0; q < n; ++q) {
+      if (q == rank()) continue;
+      const auto& h = theirs[q];
+      EPL_CHECK(h[0] == mine[0] && h[1] == mine[1], what, " on group '", name(), "' at rank ", rank(), ": rank ", q, " called ",
+                op_name(h[0]), " (operation #", h[1], ") while this rank called ", what, " (operation #", mine[1],
+                "); every rank must issue the same collectives in the same order");
+      EPL_CHECK(h[3] == mine[3] && h[4] == mine[4] && h[5] == mine[5], what, " on group '", name(), "': rank ", q, " passes ",
+                name_of(static_cast<DType>(h[3])), " root ", h[4], " op ", name_of(static_cast<ReduceOp>(h[5])), ", rank ", rank(),
+                " passes ", name_of(t), " root ", root, " op ", name_of(reduce));
+      EPL_CHECK(!same_count || h[2] == mine[2], what, " on group '", name(), "': rank ", q, " passes ", h[2], " elements, rank ",
+                rank(), " passes ", count, "; sizes must match");
+    }
+  }
+  std::vector<int> gather_counts(std::int64_t mine) {
+    std::vector<int> counts(static_cast<std::size_t>(size()));
+    int c = static_cast<int>(mine);
+    MPI_Request req;
+    EPL_MPI_CHECK(MPI_Iallgather(&c, 1, MPI_INT, counts.data(), 1, MPI_INT, st_->control, &req));
+    complete("count exchange", req);
+    return counts;
+  }
+  MPI_Request start_all_reduce(void* src, const Buffer& out, ReduceOp op) {
+    MPI_Request req;
+    EPL_MPI_CHECK(MPI_Iallreduce(src, out.data, static_cast<int>(out.count), detail::mpi_type(out.dtype),
+                                 detail::mpi_op(out.dtype, op), st_->data, &req));
+    return req;
+  }
+  // Waits for req until the timeout (the handshake already proved every rank arrived).
+  void complete(const char* what, MPI_Request& req, int peer = -1) {
+    const auto deadline = std::chrono::steady_clock::now() + st_->opt.timeout;
+    int done = 0;
+    while (true) {
+      EPL_MPI_CHECK(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
+      if (done) return;
+      if (auto why = stopped(); !why.empty()) EPL_FAIL(what, " on group '", name(), "' at rank ", rank(), " stopped: ", why);
+      if (std::chrono::steady_clock::now() >= deadline)
+        fail_timeout(epl::detail::concat(what, " on group '", name(), "' at rank ", rank(), " timed out after ", st_->opt.timeout.count(),
+                                    " ms", peer >= 0 ? " waiting for rank " + std::to_string(peer) : std::string(" in the data transfer")));
+      std::this_thread::yield();  // oversubscribed ranks must let their peers run
+    }
+  }
+  // Ring all_reduce: n-1 reduce-scatter steps, then n-1 all-gather steps, each moving one share
+  // between ring neighbours. A share travels in chunks of kChunkBytes so that the reduction of
+  // chunk c overlaps the arrival of chunk c+1 (two staging halves, allocated once).
+  void ring_all_reduce(const Buffer& in, const Buffer& out, ReduceOp op) {
+    const int n = size(), r = rank(), next = (r + 1) % n, prev = (r + n - 1) % n;
+    const auto es = static_cast<std::int64_t>(size_of(in.dtype));
+    if (in.data != out.data) std::memcpy(out.data, in.data, in.bytes());
+    const std::int64_t chunk = std::max<std::int64_t>(1, kChunkBytes / es);
+    if (static_cast<std::int64_t>(st_->staging.size()) < 2 * chunk * es) st_->staging.resize(static_cast<std::size_t>(2 * chunk * es));
+    auto share = [&](int s) {
+      s = ((s % n) + n) % n;
+      return std::pair{detail::share_offset(out.count, n, s), detail::share_offset(out.count, n, s + 1)};
+    };
+    // Sends share `send_share` to next; receives share `recv_share` from prev, reducing it into
+    // out (reduce) or copying it into place (gather).
+    auto step = [&](int send_share, int recv_share, bool reduce) {
+      // plain variables, not structured bindings: lambdas below capture them (clang < 16 cannot)
+      const std::int64_t s0 = share(send_share).first, s1 = share(send_share).second;
+      const std::int64_t r0 = share(recv_share).first, r1 = share(recv_share).second;
+      std::vector<MPI_Request> sends;
+      for (std::int64_t c = s0; c < s1; c += chunk) {
+        sends.emplace_back();
+        EPL_MPI_CHECK(MPI_Isend(out.byte_ptr(c), static_cast<int>(std::min(chunk, s1 - c) * es), MPI_BYTE, next, kRingTag, st_->data, &sends.back()));
+      }
+      const std::int64_t chunks = (r1 - r0 + chunk - 1) / chunk;
+      auto target = [&](std::int64_t c) { return reduce ? st_->staging.data() + (c % 2) * chunk * es : out.byte_ptr(r0 + c * chunk); };
+      auto length = [&](std::int64_t c) { return static_cast<int>(std::min(chunk, r1 - r0 - c * chunk) * es); };
+      MPI_Request pending[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+      if (chunks > 0) EPL_MPI_CHECK(MPI_Irecv(target(0), length(0), MPI_BYTE, prev, kRingTag, st_->data, &pending[0]));
+      for (std::int64_t c = 0; c < chunks; ++c) {
+        if (c + 1 < chunks) EPL_MPI_CHECK(MPI_Irecv(target(c + 1), length(c + 1), MPI_BYTE, prev, kRingTag, st_->data, &pending[(c + 1) % 2]));
+        complete("all_reduce", pending[c % 2], prev);
+        if (reduce) detail::reduce_into(out.byte_ptr(r0 + c * chunk), target(c), length(c) / es, out.dtype, op);
+      }
+      for (auto& req : sends) complete("all_reduce", req, next);
+    };
+    for (int k = 0; k < n - 1; ++k) step(r - k, r - k - 1, true);       // then share r+1 is complete here
+    for (int k = 0; k < n - 1; ++k) step(r + 1 - k, r - k, false);      // circulate the complete shares
+  }
+  // Why this handle can no longer communicate (empty while it can): the process failed, or
+  // the handle was cancelled.
+  [[nodiscard]] std::string stopped() const {
+    if (detail::MpiFailure::get().raised()) return detail::MpiFailure::get().reason();
+    if (st_->cancelled.load()) return "this rank's communicator '" + name() + "' was cancelled";
+    return {};
+  }
+  void usable(const char* op) const {
+    if (auto why = stopped(); !why.empty()) EPL_FAIL(op, " on group '", name(), "' at rank ", rank(), " not started: ", why);
+  }
+  [[noreturn]] static void fail_timeout(std::string what) {
+    detail::MpiFailure::get().raise(what);
+    throw Error(std::move(what), __FILE__, __LINE__);
+  }
+  void account(std::int64_t sent, std::int64_t received) {
+    st_->sent += sent;
+    st_->received += received;
+    ++st_->ops;
+  }
+  void check_rank(int r, const char* what) const {
+    EPL_CHECK(r >= 0 && r < size(), what, " ", r, " is not a rank of group '", name(), "' (size ", size(), ")");
+  }
+
+  std::unique_ptr<State> st_;
+};
+
+static_assert(communicator<MpiCommunicator>);
+
+}  // namespace comm
+}  // namespace v0
+}  // namespace epl

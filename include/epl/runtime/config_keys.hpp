@@ -1,0 +1,154 @@
+#pragma once
+/// \file
+/// \brief The configuration keys: EPL's dotted keys with EPL's defaults, epl's own additions,
+/// typed handles on them (`epl::keys::max_splits`), and typed flags a program declares for its
+/// own options (`epl::Flag<std::int64_t>`), validated by the same rules with the same messages.
+#include <limits>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "epl/core/error.hpp"
+
+namespace epl {
+inline namespace v0 {
+
+/// \brief One configuration value. A list holds the values of a flag given more than once.
+using ConfigValue = std::variant<bool, std::int64_t, double, std::string, std::vector<std::string>>;
+
+/// \brief The description of one key or flag: its type (that of its default), default, valid
+/// values and whether this version implements values other than the default.
+struct ConfigKey {
+  std::string_view name;
+  ConfigValue default_value;
+  std::vector<std::string_view> choices;  ///< strings: the valid values (empty: free text)
+  double min = -std::numeric_limits<double>::infinity();  ///< numbers: the smallest valid value
+  double max = std::numeric_limits<double>::infinity();   ///< numbers: the largest valid value
+  bool implemented = true;  ///< false: only the default is accepted for now ("not supported yet")
+  std::string_view help;
+  bool program = false;  ///< a program's own flag (--name), not an EPL key (no EPL_* variable)
+};
+
+/// \brief A typed handle on a key: `cfg.get(keys::max_splits)` is a std::int64_t, and reading a
+/// key as another type does not compile.
+/// \tparam T bool, std::int64_t, double, std::string or std::vector<std::string>
+template <class T>
+struct Key {
+  std::string_view name;
+};
+
+/// \brief Limits of a program flag's value.
+struct FlagLimits {
+  double min = -std::numeric_limits<double>::infinity();
+  double max = std::numeric_limits<double>::infinity();
+  std::vector<std::string_view> choices;
+};
+
+/// \brief A program's own option, declared once and read typed:
+/// \code
+///   const epl::Flag<std::int64_t> steps{"steps", 200, "optimizer steps to run", {.min = 1}};
+///   auto cfg = epl::Config::from_args(argc, argv, {steps});   // --steps=300 or --steps 300
+///   for (std::int64_t s = 0; s < cfg.get(steps); ++s) ...
+/// \endcode
+/// A flag of type std::vector<std::string> may be given several times (--data=a --data=b).
+/// \tparam T bool, std::int64_t, double, std::string or std::vector<std::string>
+template <class T>
+class Flag {
+ public:
+  Flag(std::string_view name, T default_value, std::string_view help, FlagLimits limits = {})
+      : key_{name, ConfigValue(std::move(default_value)), std::move(limits.choices), limits.min, limits.max, true, help, true} {
+    EPL_CHECK(!name.empty() && name.find('.') == std::string_view::npos && name.find('=') == std::string_view::npos,
+              "flag name ", detail::quoted(name), " must be non-empty and contain neither '.' (EPL keys have dots) nor '='");
+  }
+  [[nodiscard]] const ConfigKey& spec() const noexcept { return key_; }
+  operator Key<T>() const noexcept { return {key_.name}; }  // NOLINT: a flag is read as its key
+
+ private:
+  ConfigKey key_;
+};
+
+namespace keys {
+using I = std::int64_t;
+using S = std::string;
+// EPL's keys (docs/config.md), then epl's own.
+inline constexpr Key<I> num_micro_batch{"pipeline.num_micro_batch"};
+inline constexpr Key<I> num_stages{"pipeline.num_stages"};
+inline constexpr Key<S> pipeline_strategy{"pipeline.strategy"};
+inline constexpr Key<S> checkpoint_type{"gradient_checkpoint.type"};
+inline constexpr Key<I> checkpoint_end_taskgraph{"gradient_checkpoint.end_taskgraph"};
+inline constexpr Key<bool> checkpoint_check_gradients{"gradient_checkpoint.check_gradients"};
+inline constexpr Key<S> zero_level{"zero.level"};
+inline constexpr Key<S> offload_level{"offload.level"};
+inline constexpr Key<S> amp_level{"amp.level"};
+inline constexpr Key<bool> amp_debug_log{"amp.debug_log"};
+inline constexpr Key<S> amp_loss_scale{"amp.loss_scale"};
+inline constexpr Key<I> num_apply_group{"optimizer.num_apply_group"};
+inline constexpr Key<bool> prefer_intra_node{"cluster.device_place_prefer_intra_node"};
+inline constexpr Key<S> run_visible_devices{"cluster.run_visible_devices"};
+inline constexpr Key<bool> colocate_split_and_replicate{"cluster.colocate_split_and_replicate"};
+inline constexpr Key<I> num_communicators{"communication.num_communicators"};
+inline constexpr Key<bool> sparse_as_dense{"communication.sparse_as_dense"};
+inline constexpr Key<I> max_splits{"communication.max_splits"};
+inline constexpr Key<bool> fp16{"communication.fp16"};
+inline constexpr Key<I> fp16_scale{"communication.fp16_scale"};
+inline constexpr Key<bool> clip_after_allreduce{"communication.clip_after_allreduce"};
+inline constexpr Key<S> gradients_reduce_method{"communication.gradients_reduce_method"};
+inline constexpr Key<bool> io_slicing{"io.slicing"};
+inline constexpr Key<bool> unbalanced_io_slicing{"io.unbalanced_io_slicing"};
+inline constexpr Key<bool> drop_last_files{"io.drop_last_files"};
+inline constexpr Key<bool> auto_parallel{"auto.auto_parallel"};
+inline constexpr Key<double> timeout{"communication.timeout"};
+}  // namespace keys
+
+namespace detail {
+inline const std::vector<ConfigKey>& config_keys() {
+  using S = std::string;
+  using I = std::int64_t;
+  constexpr double kNone = std::numeric_limits<double>::infinity();
+  static const std::vector<ConfigKey> keys = {
+      {"pipeline.num_micro_batch", I{1}, {}, 1, kNone, true, "micro-batches per step; gradient accumulation with one task graph"},
+      {"pipeline.num_stages", I{1}, {}, 1, kNone, false, "stages for automatic pipeline partition"},
+      {"pipeline.strategy", S{"PreferBackward"}, {"PreferBackward", "PreferForward"}, -kNone, kNone, false, "pipeline schedule: 1F1B or GPipe"},
+      {"gradient_checkpoint.type", S{""}, {"", "collection", "auto"}, -kNone, kNone, false, "which activations to recompute"},
+      {"gradient_checkpoint.end_taskgraph", I{-1}, {}, -1, kNone, false, "last task graph that checkpoints"},
+      {"gradient_checkpoint.check_gradients", false, {}, -kNone, kNone, false, "compare checkpointed gradients with plain ones"},
+      {"zero.level", S{""}, {"", "v0", "v1"}, -kNone, kNone, false, "ZeRO: v0 shards optimizer state, v1 also gradients"},
+      {"offload.level", S{""}, {"", "v0"}, -kNone, kNone, false, "keep weights in host memory"},
+      {"amp.level", S{""}, {"", "O1"}, -kNone, kNone, false, "automatic mixed precision"},
+      {"amp.debug_log", false, {}, -kNone, kNone, false, "log loss-scale changes"},
+      {"amp.loss_scale", S{"dynamic"}, {}, -kNone, kNone, false, "\"dynamic\" or a positive number"},
+      {"optimizer.num_apply_group", I{1}, {}, 1, kNone, false, "apply the optimizer in this many groups"},
+      {"cluster.device_place_prefer_intra_node", true, {}, -kNone, kNone, false, "place a model replica inside one node"},
+      {"cluster.run_visible_devices", S{""}, {}, -kNone, kNone, false, "comma-separated device ids to use"},
+      {"cluster.colocate_split_and_replicate", false, {}, -kNone, kNone, false, "put split and replicate task graphs on the same devices"},
+      {"communication.num_communicators", I{2}, {}, 1, kNone, false, "communicators used for gradient traffic"},
+      {"communication.sparse_as_dense", false, {}, -kNone, kNone, false, "reduce sparse gradients as dense"},
+      {"communication.max_splits", I{5}, {}, 1, kNone, true, "gradient fusion buckets"},
+      {"communication.fp16", false, {}, -kNone, kNone, true, "send gradients as fp16"},
+      {"communication.fp16_scale", I{128}, {}, 1, kNone, true, "scale applied before the fp16 cast"},
+      {"communication.clip_after_allreduce", true, {}, -kNone, kNone, true, "clip the averaged gradient (true) or per replica (false)"},
+      {"communication.gradients_reduce_method", S{"mean"}, {"mean", "sum"}, -kNone, kNone, true, "how replicas' gradients combine"},
+      {"io.slicing", false, {}, -kNone, kNone, true, "divide input files among data-parallel ranks"},
+      {"io.unbalanced_io_slicing", false, {}, -kNone, kNone, true, "allow uneven file shares"},
+      {"io.drop_last_files", false, {}, -kNone, kNone, true, "drop files that do not divide evenly"},
+      {"auto.auto_parallel", false, {}, -kNone, kNone, false, "search the parallel strategy automatically"},
+      {"communication.timeout", 300.0, {}, 0.001, 86400, true,
+       "seconds a collective or receive waits for its peers before the job fails naming them (epl)"},
+  };
+  return keys;
+}
+
+/// Environment variables epl reads that are not configuration keys; any other EPL_* variable is
+/// an error (a typo would otherwise be ignored while the same typo as --key is not).
+inline const std::vector<std::string_view>& library_variables() {
+  static const std::vector<std::string_view> names = {
+      "EPL_NUM_RANKS",        // thread ranks of epl::launch (runtime/launch.hpp)
+      "EPL_GPU_PER_WORKER",   // set by tools/epl-launch
+  };
+  return names;
+}
+}  // namespace detail
+
+}  // namespace v0
+}  // namespace epl
