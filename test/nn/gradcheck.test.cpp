@@ -97,4 +97,48 @@ TEST_CASE("gradcheck detects a wrong backward") {
   CHECK(r.max_error > 0.1);
   CHECK(r.worst.find("input") == 0);
 }
+
+// A layer's backward must *add* into its parameters' gradients: micro-batches accumulate there.
+// One that overwrites its gradient is right for a single pass and wrong for two; gradcheck
+// starts every gradient from a non-zero value, so it fails such a layer and says why.
+namespace {
+template <bool kAccumulate>
+struct Scale {  // y = w * x element-wise, w [n]
+  nn::Parameter w{Shape{4}, nn::Init::uniform(1.0)};
+  template <class V> void visit(V&& v) { v("w", w); }
+  Tensor forward(nn::CpuContext& ctx, const Tensor& x) {
+    Tensor y = ctx.empty_like(x);
+    ctx.device().mul(x, w.value, y);
+    ctx.save(this, {x});
+    return y;
+  }
+  Tensor backward(nn::CpuContext& ctx, const Tensor& dy) {
+    nn::Saved s = ctx.restore(this);
+    if constexpr (kAccumulate) {
+      Tensor dw = ctx.empty_like(dy);
+      ctx.device().mul(dy, s[0], dw);
+      ctx.device().add(w.grad, dw, w.grad);  // grad += dy * x
+    } else {
+      ctx.device().mul(dy, s[0], w.grad);    // grad = dy * x: the bug
+    }
+    Tensor dx = ctx.empty_like(dy);
+    ctx.device().mul(dy, w.value, dx);
+    return dx;
+  }
+};
+}  // namespace
+
+TEST_CASE("gradcheck fails a layer that overwrites its gradient instead of accumulating") {
+  Scale<true> good;
+  nn::materialize(good, test::cpu(), {DType::kF64, 1});
+  auto ok = testing::gradcheck(good, test::random<double>({4}, 2));
+  CHECK(ok.ok(1e-6));
+  Scale<false> bad;
+  nn::materialize(bad, test::cpu(), {DType::kF64, 1});
+  auto r = testing::gradcheck(bad, test::random<double>({4}, 2));
+  CHECK_FALSE(r.ok(1e-6));
+  CAPTURE(r.worst);
+  CHECK(r.worst.find("w[") == 0);
+  CHECK(r.worst.find("overwritten") != std::string::npos);
+}
 }

@@ -6,6 +6,10 @@
 /// The scalar checked is L(x, θ) = Σ forward(x) ⊙ R for a fixed random R, so backward(R) must
 /// return dL/dx and accumulate dL/dθ. Each checked element is compared as
 /// |analytic − numeric| / max(1, |numeric|) (relative where large, absolute where small).
+///
+/// Every parameter gradient starts from a non-zero value G0 before backward, and the analytic
+/// gradient is what backward *added*: a layer that overwrites grad instead of accumulating into
+/// it (right for one pass, wrong for two micro-batches) fails, and the report says so.
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -39,9 +43,13 @@ inline std::vector<std::int64_t> probe_indices(std::int64_t n, int max) {
   else for (int j = 0; j < max; ++j) idx.push_back(j * (n - 1) / (max - 1));
   return idx;
 }
-/// Checks d(loss)/d(t[i]) against `analytic` for probe indices of a host f64 tensor.
+/// The value every parameter gradient holds before backward: non-zero, varied, reproducible.
+inline double grad_start(std::size_t i) { return 0.5 + 0.25 * static_cast<double>(i % 7); }
+
+/// Checks d(loss)/d(t[i]) against `analytic` for probe indices of a host f64 tensor. With
+/// `after` (the gradient as backward left it, started from grad_start), analytic = after - start.
 inline void check_tensor(const Tensor& t, const Tensor& analytic, const std::string& name, const std::function<double()>& loss,
-                         const GradcheckOptions& opt, GradcheckResult& r) {
+                         const GradcheckOptions& opt, GradcheckResult& r, bool started = false) {
   auto v = t.span<double>();
   auto a = analytic.span<double>();
   for (auto i : probe_indices(t.numel(), opt.max_per_tensor)) {
@@ -52,11 +60,15 @@ inline void check_tensor(const Tensor& t, const Tensor& analytic, const std::str
     const double down = loss();
     v[i] = keep;
     const double numeric = (up - down) / (2 * opt.step);
-    const double err = std::abs(a[i] - numeric) / std::max(1.0, std::abs(numeric));
+    const double added = started ? a[i] - grad_start(static_cast<std::size_t>(i)) : a[i];
+    const double err = std::abs(added - numeric) / std::max(1.0, std::abs(numeric));
     ++r.checked;
     if (err > r.max_error) {
       r.max_error = err;
-      r.worst = name + "[" + std::to_string(i) + "] analytic " + std::to_string(a[i]) + " numeric " + std::to_string(numeric);
+      r.worst = name + "[" + std::to_string(i) + "] analytic " + std::to_string(added) + " numeric " + std::to_string(numeric);
+      if (started && std::abs(a[i] - numeric) / std::max(1.0, std::abs(numeric)) <= opt.tolerance)
+        r.worst += ": the gradient was overwritten, not accumulated; backward must add into grad (grad += ...), "
+                   "since micro-batches accumulate there";
     }
   }
 }
@@ -83,7 +95,10 @@ GradcheckResult gradcheck(L& layer, const Tensor& x, GradcheckOptions opt = {}) 
     return s;
   };
 
-  nn::zero_grad(layer, cpu);
+  nn::visit_parameters(layer, [&](std::string_view, nn::Parameter& p) {
+    auto g = p.grad.span<double>();
+    for (std::size_t i = 0; i < g.size(); ++i) g[i] = detail::grad_start(i);
+  });
   nn::CpuContext ctx(cpu, pass);
   run(ctx);
   Tensor dx = nn::backward(layer, ctx, proj);
@@ -98,7 +113,7 @@ GradcheckResult gradcheck(L& layer, const Tensor& x, GradcheckOptions opt = {}) 
   nn::visit_parameters(layer, [&](std::string_view name, nn::Parameter& p) {
     Tensor analytic = cpu.empty(p.shape, DType::kF64);
     cpu.copy(p.grad, analytic);  // the walk below perturbs values, never gradients
-    detail::check_tensor(p.value, analytic, std::string(name), loss, opt, r);
+    detail::check_tensor(p.value, analytic, std::string(name), loss, opt, r, true);
   });
   return r;
 }
