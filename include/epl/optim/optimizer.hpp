@@ -5,7 +5,7 @@
 #include <concepts>
 #include <vector>
 
-#include "epl/nn/layer.hpp"
+#include "epl/nn/linear.hpp"
 
 namespace epl {
 inline namespace v0 {

@@ -22,7 +22,7 @@
 
 #include "epl/runtime/config_keys.hpp"
 
-extern char** environ;  // POSIX: the process environment
+#include <unistd.h>  // environ: the process environment (POSIX)
 
 namespace epl {
 inline namespace v0 {

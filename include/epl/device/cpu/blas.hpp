@@ -8,8 +8,9 @@
 #include "epl/device/cpu/parallel.hpp"
 #include "epl/device/cpu/sgemm_avx512.hpp"
 
-namespace epl::detail::cpu {
+namespace epl {
 inline namespace v0 {
+namespace detail::cpu {
 
 /// One GEMM on the calling thread (Eigen runs serially inside a parallel region). f32 on an
 /// AVX-512 target uses epl's packed kernel (sgemm_avx512.hpp); everything else Eigen's.
@@ -78,5 +79,6 @@ void gemm_batched(std::int64_t batch, bool ta, bool tb, std::int64_t m, std::int
   });
 }
 
+}  // namespace detail::cpu
 }  // namespace v0
-}  // namespace epl::detail::cpu
+}  // namespace epl

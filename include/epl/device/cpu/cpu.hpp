@@ -18,13 +18,14 @@ namespace device {
 
 /// \brief The CPU device: host memory from a caching allocator, work in the calling thread
 /// (plus OpenMP workers), so ordering is program order and synchronize() is a no-op.
-class Cpu {
+template <class Unused = void>
+class BasicCpu {
  public:
   static constexpr DeviceKind kind = DeviceKind::kCpu;
 
   /// \param index the accounting index (one per thread rank); \param threads OpenMP threads
   /// for this thread's kernels (0 keeps the current setting).
-  explicit Cpu(int index = 0, int threads = 0) : alloc_(&host_allocator(index)) {
+  explicit BasicCpu(int index = 0, int threads = 0) : alloc_(&host_allocator(index)) {
     detail::cpu::set_threads(threads);
   }
 
@@ -281,6 +282,7 @@ class Cpu {
 
   HostAllocator* alloc_;
 };
+using Cpu = BasicCpu<>;
 
 }  // namespace device
 }  // namespace v0

@@ -7,8 +7,9 @@
 
 #include "epl/device/cpu/parallel.hpp"
 
-namespace epl::detail::cpu {
+namespace epl {
 inline namespace v0 {
+namespace detail::cpu {
 
 inline constexpr std::int64_t kGrain = 1 << 15;
 
@@ -105,5 +106,6 @@ template <class T> void relu_backward(const T* x, const T* dy, T* dx, std::int64
   });
 }
 
+}  // namespace detail::cpu
 }  // namespace v0
-}  // namespace epl::detail::cpu
+}  // namespace epl

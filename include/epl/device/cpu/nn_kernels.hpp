@@ -10,8 +10,9 @@
 #include "epl/core/random.hpp"
 #include "epl/device/cpu/elementwise.hpp"
 
-namespace epl::detail::cpu {
+namespace epl {
 inline namespace v0 {
+namespace detail::cpu {
 
 template <class T> using RowMap = Eigen::Map<Eigen::Array<T, 1, Eigen::Dynamic>>;
 template <class T> using ConstRowMap = Eigen::Map<const Eigen::Array<T, 1, Eigen::Dynamic>>;
@@ -159,5 +160,6 @@ void permute_heads(T* tokens, T* heads, std::int64_t b, std::int64_t t, std::int
   });
 }
 
+}  // namespace detail::cpu
 }  // namespace v0
-}  // namespace epl::detail::cpu
+}  // namespace epl

@@ -6,8 +6,9 @@
 
 #include "epl/device/cpu/elementwise.hpp"
 
-namespace epl::detail::cpu {
+namespace epl {
 inline namespace v0 {
+namespace detail::cpu {
 
 /// p -= lr (g + wd p)
 template <class T> void sgd_update(T* p, const T* g, std::int64_t n, T lr, T wd) {
@@ -41,5 +42,6 @@ void adamw_update(T* p, const T* g, T* m, T* v, std::int64_t n, T lr, T beta1, T
   });
 }
 
+}  // namespace detail::cpu
 }  // namespace v0
-}  // namespace epl::detail::cpu
+}  // namespace epl

@@ -8,8 +8,9 @@
 #include <omp.h>
 #endif
 
-namespace epl::detail::cpu {
+namespace epl {
 inline namespace v0 {
+namespace detail::cpu {
 
 /// \brief Threads the calling thread's parallel regions use (OpenMP's per-thread setting).
 inline int threads() {
@@ -42,5 +43,6 @@ void parallel_for(std::int64_t n, std::int64_t grain, Fn&& fn) {
 #endif
 }
 
+}  // namespace detail::cpu
 }  // namespace v0
-}  // namespace epl::detail::cpu
+}  // namespace epl

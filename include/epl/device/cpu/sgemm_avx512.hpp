@@ -14,8 +14,9 @@
 #include <cstdlib>
 #include <memory>
 
-namespace epl::detail::cpu {
+namespace epl {
 inline namespace v0 {
+namespace detail::cpu {
 namespace sgemm {
 
 inline constexpr int kMR = 14, kNR = 32;
@@ -231,6 +232,7 @@ inline void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t 
 }
 
 }  // namespace sgemm
+}  // namespace detail::cpu
 }  // namespace v0
-}  // namespace epl::detail::cpu
+}  // namespace epl
 #endif

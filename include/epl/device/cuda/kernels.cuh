@@ -6,8 +6,11 @@
 
 #include <cstdint>
 
-namespace epl::detail::cuda {
+#include "epl/core/dtype.hpp"
+
+namespace epl {
 inline namespace v0 {
+namespace detail::cuda {
 
 /// The CUDA type of each epl element type.
 template <class T> struct native { using type = T; };
@@ -65,5 +68,6 @@ inline dim3 blocks_for(std::int64_t n) {
   return dim3(static_cast<unsigned>(b < 1 ? 1 : (b > 4096 ? 4096 : b)));
 }
 
+}  // namespace detail::cuda
 }  // namespace v0
-}  // namespace epl::detail::cuda
+}  // namespace epl
