@@ -68,10 +68,9 @@ int main(int argc, char** argv) {
     peak = static_cast<double>(epl::memory_stats(cpu.id()).total_peak);
   } else {
     epl::comm::run_threads(ranks, [&](epl::comm::ThreadCommunicator& c) {
-      epl::device::Cpu cpu(c.rank(), threads);
-      using Comm = epl::comm::ThreadCommunicator;
-      epl::Trainer<gpt::Gpt, epl::optim::AdamW, epl::nn::SoftmaxCrossEntropy, epl::device::Cpu, Comm> trainer(
-          cpu, c, epl::Config{}, gpt::make_gpt(kShape), epl::optim::AdamW({.lr = 1e-4}));
+      epl::Context ctx(c, c.rank(), threads);
+      const auto& cpu = ctx.cpu();
+      epl::Trainer<gpt::Gpt, epl::optim::AdamW> trainer(ctx, epl::Config{}, gpt::make_gpt(kShape), epl::optim::AdamW({.lr = 1e-4}));
       epl::data::WindowLoader loader(ds, kShape.context, kBatch, 3, {c.rank(), c.size()});
       std::vector<double> overlaps;
       double l = 0;

@@ -6,17 +6,27 @@
 #include <vector>
 
 #include "epl/epl.hpp"
+#include "epl/testing/gradcheck.hpp"
 
 namespace epl::test {
 
+/// The training device (f32).
 inline device::Cpu& cpu() {
   static device::Cpu d;
   return d;
 }
+/// The device for gradient checks and double-precision references (f32 and f64).
+inline device::CpuF64& cpu64() {
+  static device::CpuF64 d;
+  return d;
+}
+
+/// The pass context of f64 (gradient-check) runs.
+using Ctx64 = nn::Context<device::CpuF64>;
 
 template <class T = float>
 Tensor tensor(Shape s, const std::vector<double>& values, MemoryCategory c = MemoryCategory::kActivations) {
-  Tensor t = cpu().empty(s, dtype_v<T>, c);
+  Tensor t = cpu64().empty(s, dtype_v<T>, c);
   REQUIRE(static_cast<std::int64_t>(values.size()) == t.numel());
   for (std::size_t i = 0; i < values.size(); ++i) t.span<T>()[i] = static_cast<T>(values[i]);
   return t;
@@ -59,7 +69,7 @@ inline data::TokenDataset token_corpus(std::size_t n) {
 template <class M>
 std::vector<double> flat_params(M& m) {
   std::vector<double> v;
-  nn::visit_parameters(m, [&](std::string_view, nn::Parameter& p) {
+  nn::for_each_parameter(m, [&](nn::Parameter& p) {
     for (float x : p.value.span<float>()) v.push_back(x);
   });
   return v;

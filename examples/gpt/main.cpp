@@ -56,28 +56,26 @@ int main(int argc, char** argv) try {
 
   // Every rank runs this: thread ranks by default (--ranks or EPL_NUM_RANKS), MPI processes
   // under epl-launch. The global batch is divided among the ranks; the model is replicated.
-  return epl::launch(cfg, [&](auto& comm) {
-    using Comm = std::remove_cvref_t<decltype(comm)>;
-    epl::device::Cpu cpu(comm.rank());
-    auto files_here = epl::data::slice_files(files, {comm.rank(), comm.size()}, cfg);
+  return epl::launch(cfg, [&](epl::Context& ctx) {
+    const auto& cpu = ctx.cpu();
+    auto files_here = epl::data::slice_files(files, {ctx.rank(), ctx.size()}, cfg);
     auto text = epl::data::TokenDataset::from_text(files_here);
-    epl::data::WindowLoader loader(text, shape.context, global_batch, 1234, {comm.rank(), comm.size()});
-    epl::Trainer<epl::Replicate<1, gpt::Gpt>, epl::optim::AdamW, epl::nn::SoftmaxCrossEntropy, epl::device::Cpu, Comm> trainer(
-        cpu, comm, cfg, epl::Replicate<1, gpt::Gpt>(gpt::make_gpt(shape)), epl::optim::AdamW({.lr = 2e-3, .weight_decay = 0.0}),
-        {.seed = 42, .clip_norm = 1.0});
-    epl::log_rank(comm.rank(), "of ", comm.size(), ": ", cpu.id().str(), ", ", cpu.threads(), " thread(s), ", files_here.size(),
-                  " file(s), ", global_batch / comm.size(), " of each batch's ", global_batch, " windows");
-    if (comm.rank() == 0)
+    epl::data::WindowLoader loader(text, shape.context, global_batch, 1234, {ctx.rank(), ctx.size()});
+    epl::Trainer<gpt::Gpt, epl::optim::AdamW> trainer(ctx, cfg, gpt::make_gpt(shape), epl::optim::AdamW({.lr = 2e-3, .weight_decay = 0.0}),
+                                                      {.seed = 42, .clip_norm = 1.0});
+    epl::log_rank(ctx.rank(), "of ", ctx.size(), ": ", cpu.id().str(), ", ", cpu.threads(), " thread(s), ", files_here.size(),
+                  " file(s), ", global_batch / ctx.size(), " of each batch's ", global_batch, " windows");
+    if (ctx.rank() == 0)
       std::printf("gpt: %lld parameters, %lld layers, dim %lld, context %lld, global batch %lld on %d rank(s) x %d thread(s), "
                   "%lld MiB of text in %zu files\n",
                   static_cast<long long>(epl::nn::parameter_count(trainer.model())), static_cast<long long>(shape.layers),
                   static_cast<long long>(shape.dim), static_cast<long long>(shape.context), static_cast<long long>(global_batch),
-                  comm.size(), cpu.threads(), static_cast<long long>(text.size() >> 20), files.size());
+                  ctx.size(), cpu.threads(), static_cast<long long>(text.size() >> 20), files.size());
     for (std::int64_t s = 1; s <= cfg.get(steps); ++s) {
       auto t0 = std::chrono::steady_clock::now();
       double loss = trainer.step(loader.next(cpu));
       double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      if (comm.rank() == 0) epl::print_progress(s, loss, static_cast<double>(global_batch * shape.context) / secs, "tokens", cpu.id());
+      if (ctx.rank() == 0) epl::print_progress(s, loss, static_cast<double>(global_batch * shape.context) / secs, "tokens", cpu.id());
     }
   }, {.ranks = static_cast<int>(cfg.get(ranks)), .threads_per_rank = static_cast<int>(cfg.get(threads))});
 } catch (const std::exception& e) {

@@ -30,11 +30,10 @@ int main(int argc, char** argv) try {
 
   // Data parallel out of the box: EPL_NUM_RANKS thread ranks, or MPI processes under
   // epl-launch; the global batch of 10 is divided among the ranks.
-  return epl::launch(cfg, [&](auto& comm) {
-    using Comm = std::remove_cvref_t<decltype(comm)>;
-    epl::device::Cpu cpu(comm.rank());
+  return epl::launch(cfg, [&](epl::Context& ctx) {
+    const auto& cpu = ctx.cpu();
     constexpr std::int64_t kSamples = 500, kFeatures = 20, kClasses = 10, kBatch = 10;
-    EPL_CHECK(kBatch % comm.size() == 0, "the quick start's batch of ", kBatch, " does not divide among ", comm.size(), " ranks");
+    EPL_CHECK(kBatch % ctx.size() == 0, "the quick start's batch of ", kBatch, " does not divide among ", ctx.size(), " ranks");
     // Random data as in EPL's example: integer features in [0, 10), labels in [0, 10).
     auto key = epl::stream_key(2022, 0);
     epl::Tensor x = cpu.empty({kSamples, kFeatures}, epl::DType::kF32);
@@ -42,17 +41,16 @@ int main(int argc, char** argv) try {
     for (std::int64_t i = 0; i < x.numel(); ++i) x.span<float>()[i] = static_cast<float>(static_cast<int>(epl::uniform01(key, i) * 10));
     for (std::int64_t i = 0; i < kSamples; ++i) y.span<std::int32_t>()[i] = static_cast<std::int32_t>(epl::uniform01(key, 1000000 + i) * kClasses);
 
-    epl::Trainer<epl::Replicate<1, Net>, epl::optim::Momentum, epl::nn::SoftmaxCrossEntropy, epl::device::Cpu, Comm> trainer(
-        cpu, comm, cfg, epl::Replicate<1, Net>(Net{nn::Linear(kFeatures, 2), nn::Linear(2, kClasses)}),
-        epl::optim::Momentum({.lr = 0.001, .momentum = 0.9}));
-    const std::int64_t per = kBatch / comm.size();
-    epl::log_rank(comm.rank(), "of ", comm.size(), ": ", per, " of each batch's ", kBatch, " samples");
+    epl::Trainer<Net, epl::optim::Momentum> trainer(ctx, cfg, Net{nn::Linear(kFeatures, 2), nn::Linear(2, kClasses)},
+                                                    epl::optim::Momentum({.lr = 0.001, .momentum = 0.9}));
+    const std::int64_t per = kBatch / ctx.size();
+    epl::log_rank(ctx.rank(), "of ", ctx.size(), ": ", per, " of each batch's ", kBatch, " samples");
     int iteration = 0;
     for (std::int64_t e = 0; e < epochs; ++e)
       for (std::int64_t b = 0; b < kSamples; b += kBatch) {
-        const std::int64_t lo = b + comm.rank() * per;
+        const std::int64_t lo = b + ctx.rank() * per;
         double loss = trainer.step({x.slice(lo, lo + per), y.slice(lo, lo + per)});
-        if (comm.rank() == 0) std::printf("Iteration %d, loss: %.6f\n", iteration, loss);
+        if (ctx.rank() == 0) std::printf("Iteration %d, loss: %.6f\n", iteration, loss);
         ++iteration;
       }
   });

@@ -1,7 +1,8 @@
 #pragma once
 /// \file
 /// \brief The CPU-clean umbrella header of epl: everything a host-only program needs. CUDA
-/// lives in epl/device/cuda/*.cuh and is included only from CUDA translation units.
+/// lives in epl/device/cuda/*.cuh and is included only from CUDA translation units; MPI in
+/// epl/comm/mpi*.hpp (epl::mpi); the launcher in epl/runtime/launch.hpp.
 #include "epl/core/dtype.hpp"
 #include "epl/core/error.hpp"
 #include "epl/core/memory.hpp"
@@ -13,6 +14,10 @@
 #include "epl/nn/nn.hpp"
 #include "epl/optim/adamw.hpp"
 #include "epl/optim/sgd.hpp"
+#include "epl/param/arena.hpp"
+#include "epl/policy/policies.hpp"
 #include "epl/runtime/config.hpp"
+#include "epl/runtime/context.hpp"
 #include "epl/runtime/data.hpp"
 #include "epl/runtime/trainer.hpp"
+#include "epl/strategy/replicate.hpp"

@@ -21,8 +21,9 @@ TEST_CASE("mpi: Replicate over MPI processes equals one device, with accumulatio
     auto ds = test::token_corpus(4000);
     Trainer<gpt::Gpt, optim::Momentum> one(cpu, cfg, gpt::make_gpt(shape), optim::Momentum({.lr = 0.05}), {.seed = 3, .clip_norm = 0.5});
     data::WindowLoader whole(ds, 8, global_batch, 17);
-    Trainer<gpt::Gpt, optim::Momentum, nn::SoftmaxCrossEntropy, device::Cpu, comm::MpiCommunicator> dp(
-        cpu, world, cfg, gpt::make_gpt(shape), optim::Momentum({.lr = 0.05}), {.seed = 3, .clip_norm = 0.5, .check_replicas_every = 1});
+    Context ctx(world);
+    Trainer<gpt::Gpt, optim::Momentum> dp(ctx, cfg, gpt::make_gpt(shape), optim::Momentum({.lr = 0.05}),
+                                          {.seed = 3, .clip_norm = 0.5, .check_replicas_every = 1});
     data::WindowLoader part(ds, 8, global_batch, 17, data::Shard{world.rank(), world.size()});
     for (int s = 0; s < 5; ++s) {
       double a = one.step(whole.next(cpu)), b = dp.step(part.next(cpu));

@@ -14,7 +14,7 @@ void check_gemm(bool ta, bool tb, std::int64_t m = 5, std::int64_t n = 7, std::i
   Tensor b = test::random<T>(tb ? Shape{n, k} : Shape{k, n}, 2);
   Tensor c = test::random<T>({m, n}, 3);
   auto av = test::values<T>(a), bv = test::values<T>(b), cv = test::values<T>(c);
-  test::cpu().gemm(a, ta, b, tb, c, 0.5, beta);
+  test::cpu64().gemm(a, ta, b, tb, c, 0.5, beta);
   std::vector<double> expect(m * n);
   for (std::int64_t i = 0; i < m; ++i)
     for (std::int64_t j = 0; j < n; ++j) {
@@ -65,11 +65,11 @@ TEST_CASE("gemm: large enough to be split across threads, by rows and by columns
 
 TEST_CASE("gemm: shape mismatch names both operands") {
   Tensor a = test::random({2, 3}, 1), b = test::random({4, 5}, 2), c = test::random({2, 5}, 3);
-  CHECK_THROWS_WITH_AS(test::cpu().gemm(a, false, b, false, c), doctest::Contains("op(a) is [2, 3], op(b) is [4, 5]"), Error);
+  CHECK_THROWS_WITH_AS(test::cpu64().gemm(a, false, b, false, c), doctest::Contains("op(a) is [2, 3], op(b) is [4, 5]"), Error);
 }
 
 TEST_CASE("gemm_batched equals one gemm per block") {
-  auto& d = test::cpu();
+  auto& d = test::cpu64();
   Tensor a = test::random<double>({4, 3, 5}, 1), b = test::random<double>({4, 6, 5}, 2);
   Tensor c = d.empty({4, 3, 6}, DType::kF64);
   d.gemm_batched(a, false, b, true, c);
@@ -81,7 +81,7 @@ TEST_CASE("gemm_batched equals one gemm per block") {
 }
 
 TEST_CASE("element-wise: add, mul, axpy, scale, fill, bias broadcast and its gradient") {
-  auto& d = test::cpu();
+  auto& d = test::cpu64();
   Tensor a = test::tensor({2, 3}, {1, 2, 3, 4, 5, 6}), b = test::tensor({2, 3}, {6, 5, 4, 3, 2, 1});
   Tensor out = d.empty({2, 3}, DType::kF32);
   d.add(a, b, out);
@@ -104,7 +104,7 @@ TEST_CASE("element-wise: add, mul, axpy, scale, fill, bias broadcast and its gra
 }
 
 TEST_CASE("activations: GELU (tanh form) and ReLU with their derivatives") {
-  auto& d = test::cpu();
+  auto& d = test::cpu64();
   Tensor x = test::tensor<double>({5}, {-3, -0.5, 0, 0.7, 2});
   Tensor y = d.empty({5}, DType::kF64), dy = test::tensor<double>({5}, {1, 2, 3, 4, 5}), dx = d.empty({5}, DType::kF64);
   d.gelu(x, y);
@@ -127,7 +127,7 @@ TEST_CASE("activations: GELU (tanh form) and ReLU with their derivatives") {
 }
 
 TEST_CASE("layer_norm: normalised rows, saved statistics") {
-  auto& d = test::cpu();
+  auto& d = test::cpu64();
   Tensor x = test::tensor<double>({2, 4}, {1, 2, 3, 4, -1, 0, 1, 6});
   Tensor g = test::tensor<double>({4}, {1, 2, 1, 1}), b = test::tensor<double>({4}, {0, 0, 1, 0});
   Tensor y = d.empty({2, 4}, DType::kF64), mean = d.empty({2}, DType::kF64), rstd = d.empty({2}, DType::kF64);
@@ -140,7 +140,7 @@ TEST_CASE("layer_norm: normalised rows, saved statistics") {
 }
 
 TEST_CASE("softmax_causal: row i sees columns 0..i and sums to one") {
-  auto& d = test::cpu();
+  auto& d = test::cpu64();
   Tensor s = test::random<double>({2, 4, 4}, 5), p = d.empty({2, 4, 4}, DType::kF64);
   d.softmax_causal(s, p, 0.5);
   auto sv = test::values<double>(s), pv = test::values<double>(p);
@@ -158,7 +158,7 @@ TEST_CASE("softmax_causal: row i sees columns 0..i and sums to one") {
 }
 
 TEST_CASE("embedding: gather, scatter-add with repeated ids, and ids out of range") {
-  auto& d = test::cpu();
+  auto& d = test::cpu64();
   Tensor table = test::tensor({3, 2}, {0, 1, 10, 11, 20, 21});
   Tensor ids = d.empty({4}, DType::kI64);
   std::int64_t idv[] = {2, 0, 2, 1};
@@ -175,7 +175,7 @@ TEST_CASE("embedding: gather, scatter-add with repeated ids, and ids out of rang
 }
 
 TEST_CASE("cross_entropy: loss and gradient against the softmax formula") {
-  auto& d = test::cpu();
+  auto& d = test::cpu64();
   Tensor logits = test::tensor<double>({2, 3}, {1, 2, 3, 0, 0, 5});
   Tensor targets = d.empty({2}, DType::kI32);
   std::int32_t tv[] = {0, 2};
@@ -194,7 +194,7 @@ TEST_CASE("cross_entropy: loss and gradient against the softmax formula") {
 }
 
 TEST_CASE("dropout: reproducible mask, kept values scaled by 1/(1-p)") {
-  auto& d = test::cpu();
+  auto& d = test::cpu64();
   Tensor x = d.empty({10000}, DType::kF32);
   d.fill(x, 1.0);
   Tensor y1 = d.empty({10000}, DType::kF32), y2 = d.empty({10000}, DType::kF32);
@@ -210,8 +210,52 @@ TEST_CASE("dropout: reproducible mask, kept values scaled by 1/(1-p)") {
   CHECK(zeros < 2700);
 }
 
+TEST_CASE("dropout: a part of a tensor at an offset draws exactly its part of the whole's mask") {
+  auto& d = test::cpu64();
+  Tensor x = test::random({12, 5}, 3);
+  Tensor whole = d.empty({12, 5}, DType::kF32);
+  d.dropout(x, whole, 0.5, 91);
+  for (std::int64_t row : {0, 4, 7}) {  // rows [row, row + 5) as a part of their own
+    Tensor part = d.empty({5, 5}, DType::kF32);
+    d.dropout(x.slice(row, row + 5), part, 0.5, 91, row * 5);
+    CHECK(test::values(part) == test::values(whole.slice(row, row + 5)));
+  }
+}
+
+namespace {
+struct Fma {  // a user's element-wise function: a * b + c
+  template <class T> EPL_HOST_DEVICE T operator()(T a, T b, T c) const { return a * b + c; }
+};
+}  // namespace
+
+TEST_CASE("map: element-wise functions of one to three tensors, built-in and a user's own") {
+  auto& d = test::cpu64();
+  Tensor x = test::random<double>({3, 7}, 4), y = test::random<double>({3, 7}, 5), out = d.empty({3, 7}, DType::kF64);
+  d.map(out, ops::Sigmoid{}, x);
+  for (std::int64_t i = 0; i < x.numel(); ++i) CHECK(out.span<double>()[i] == doctest::Approx(1 / (1 + std::exp(-x.span<double>()[i]))));
+  d.map(out, ops::Mul{}, x, y);
+  for (std::int64_t i = 0; i < x.numel(); ++i) CHECK(out.span<double>()[i] == x.span<double>()[i] * y.span<double>()[i]);
+  d.map(out, Fma{}, x, y, x);
+  for (std::int64_t i = 0; i < x.numel(); ++i)
+    CHECK(out.span<double>()[i] == doctest::Approx(x.span<double>()[i] * y.span<double>()[i] + x.span<double>()[i]));
+  CHECK_THROWS_WITH_AS(d.map(out, ops::Exp{}, test::random<double>({2, 7}, 6)), doctest::Contains("map: [2, 7] and [3, 7] differ"), Error);
+  CHECK_THROWS_WITH_AS(d.map(out, ops::Exp{}, test::random<float>({3, 7}, 6)), doctest::Contains("map: dtypes f32 and f64 differ"), Error);
+}
+
+// device::Cpu computes in f32 only, so a training program never instantiates f64 kernels; f64 is
+// device::CpuF64's, for gradient checks. An f64 tensor on device::Cpu is an error that says so.
+TEST_CASE("device::Cpu computes in f32 and names device::CpuF64 for f64") {
+  device::Cpu f32_only(33);
+  Tensor a = test::random<double>({2, 2}, 1), c = f32_only.empty({2, 2}, DType::kF64);
+  CHECK_THROWS_WITH_AS(f32_only.gemm(a, false, a, false, c),
+                       doctest::Contains("dtype f64 is not computed by device::Cpu, which computes in f32; f64 (gradient checks) runs on device::CpuF64"),
+                       Error);
+  Tensor f = f32_only.empty({2, 2}, DType::kF32);
+  CHECK_NOTHROW(f32_only.cast(a, f));  // copies and casts take every dtype
+}
+
 TEST_CASE("permute_heads: token layout to heads and back is the identity") {
-  auto& d = test::cpu();
+  auto& d = test::cpu64();
   Tensor tok = test::random({2, 3, 12}, 9);  // [b, t, 3 * (h=2 * d=2)]
   Tensor h = d.empty({2, 2, 3, 2}, DType::kF32);
   d.permute_heads(tok, h, 4, true);  // the k block
@@ -224,7 +268,7 @@ TEST_CASE("permute_heads: token layout to heads and back is the identity") {
 }
 
 TEST_CASE("optimizer kernels follow PyTorch's update rules") {
-  auto& d = test::cpu();
+  auto& d = test::cpu64();
   Tensor p = test::tensor<double>({2}, {1.0, -2.0}), g = test::tensor<double>({2}, {0.5, 0.25});
   d.sgd_update(p, g, 0.1, 0.01);
   CHECK(test::values<double>(p)[0] == doctest::Approx(1.0 - 0.1 * (0.5 + 0.01)).epsilon(1e-15));
@@ -247,6 +291,6 @@ TEST_CASE("device concepts: the CPU backend models every refinement") {
   static_assert(device_math<device::Cpu>);
   static_assert(device_for_layers<device::Cpu>);
   static_assert(!device_memory<int>);
-  CHECK(test::cpu().id().kind == DeviceKind::kCpu);
+  CHECK(test::cpu64().id().kind == DeviceKind::kCpu);
 }
 }

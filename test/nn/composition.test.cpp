@@ -54,9 +54,9 @@ TEST_CASE("parameters: paths, count, deterministic materialize") {
   CHECK(names == std::vector<std::string>{"0.weight", "0.bias", "2.weight", "2.bias"});
   CHECK(nn::parameter_count(m) == 4 * 8 + 8 + 8 * 3 + 3);
   Net a = net(), b = net(), c = net();
-  nn::materialize(a, test::cpu(), {DType::kF32, 1});
-  nn::materialize(b, test::cpu(), {DType::kF32, 1});
-  nn::materialize(c, test::cpu(), {DType::kF32, 2});
+  (void)param::materialize(a, test::cpu(), {.seed = 1});
+  (void)param::materialize(b, test::cpu(), {.seed = 1});
+  (void)param::materialize(c, test::cpu(), {.seed = 2});
   CHECK(test::values(a.fc1.weight.value) == test::values(b.fc1.weight.value));
   CHECK(test::values(a.fc1.weight.value) != test::values(c.fc1.weight.value));
   for (double w : test::values(a.fc1.weight.value)) CHECK(std::abs(w) <= 0.5);  // U(-1/sqrt(4), 1/sqrt(4))
@@ -70,7 +70,7 @@ TEST_CASE("parameters: paths, count, deterministic materialize") {
 
 TEST_CASE("activations live in the context: two micro-batches in flight through one model") {
   Net m = net();
-  nn::materialize(m, test::cpu(), {DType::kF64, 4});
+  (void)param::materialize(m, test::cpu64(), {.dtype = DType::kF64, .seed = 4});
   Tensor x1 = test::random<double>({3, 4}, 1), x2 = test::random<double>({3, 4}, 2);
   // sequential reference
   auto grads = [&] {
@@ -81,16 +81,16 @@ TEST_CASE("activations live in the context: two micro-batches in flight through 
     });
     return g;
   };
-  nn::zero_grad(m, test::cpu());
+  nn::zero_grad(m, test::cpu64());
   for (const Tensor* x : {&x1, &x2}) {
-    nn::CpuContext ctx(test::cpu());
+    test::Ctx64 ctx(test::cpu64());
     Tensor y = nn::forward(m, ctx, *x);
     nn::backward(m, ctx, y);
   }
   auto sequential = grads();
   // interleaved: both forwards first, then both backwards in the other order
-  nn::zero_grad(m, test::cpu());
-  nn::CpuContext c1(test::cpu()), c2(test::cpu());
+  nn::zero_grad(m, test::cpu64());
+  test::Ctx64 c1(test::cpu64()), c2(test::cpu64());
   Tensor y1 = nn::forward(m, c1, x1), y2 = nn::forward(m, c2, x2);
   CHECK(c1.saved_bytes() > 0);
   nn::backward(m, c2, y2);
@@ -100,7 +100,7 @@ TEST_CASE("activations live in the context: two micro-batches in flight through 
 
 TEST_CASE("backward out of order or without forward is a clear error") {
   Net m = net();
-  nn::materialize(m, test::cpu());
+  (void)param::materialize(m, test::cpu());
   nn::CpuContext ctx(test::cpu());
   CHECK_THROWS_WITH_AS(nn::backward(m, ctx, test::random({2, 3}, 1)), doctest::Contains("run forward on this context first"), Error);
   Tensor h = m.fc1.forward(ctx, test::random({2, 4}, 1));
@@ -111,23 +111,35 @@ TEST_CASE("backward out of order or without forward is a clear error") {
 TEST_CASE("bad shapes name the layer and the expected shape") {
   nn::CpuContext ctx(test::cpu());
   nn::Linear lin(4, 2);
-  nn::materialize(lin, test::cpu());
+  (void)param::materialize(lin, test::cpu());
   CHECK_THROWS_WITH_AS(lin.forward(ctx, test::random({3, 5}, 1)), doctest::Contains("Linear(4 -> 2) got input [3, 5]"), Error);
   CHECK_THROWS_WITH_AS(nn::CausalSelfAttention(10, 3), doctest::Contains("dim must be divisible by heads"), Error);
   nn::PositionEmbedding pos(4, 2);
-  nn::materialize(pos, test::cpu());
+  (void)param::materialize(pos, test::cpu());
   CHECK_THROWS_WITH_AS(pos.forward(ctx, test::random({1, 6, 2}, 1)), doctest::Contains("t <= 4"), Error);
   CHECK_THROWS_WITH_AS(nn::Dropout(1.0), doctest::Contains("must be in [0, 1)"), Error);
 }
 
-TEST_CASE("dropout: identity in evaluation, different masks per micro-batch in training") {
+TEST_CASE("dropout: identity in evaluation; masks by step and by global sample position") {
   nn::Dropout drop(0.5);
-  Tensor x = test::random({1000}, 3);
+  (void)param::materialize(drop, test::cpu());
+  Tensor x = test::random({8, 125}, 3);
   nn::CpuContext eval(test::cpu(), {false});
   CHECK(drop.forward(eval, x).same_as(x));
-  nn::CpuContext m0(test::cpu(), {true, 1, 0, 0}), m1(test::cpu(), {true, 1, 0, 1}), again(test::cpu(), {true, 1, 0, 0});
-  auto a = test::values(drop.forward(m0, x)), b = test::values(drop.forward(m1, x)), c = test::values(drop.forward(again, x));
-  CHECK(a != b);
-  CHECK(a == c);
+  auto pass = [&](std::uint64_t step, std::int64_t first_sample, const Tensor& in) {
+    nn::CpuContext ctx(test::cpu(), {true, 1, step, 0, first_sample});
+    return test::values(drop.forward(ctx, in));
+  };
+  auto whole = pass(0, 0, x);
+  CHECK(whole == pass(0, 0, x));   // reproducible (a recompute draws the same mask)
+  CHECK(whole != pass(1, 0, x));   // a new mask each step
+  // the batch in two halves, as two data-parallel ranks or two micro-batches hold it, draws the
+  // whole batch's mask: equivalence with one device holds with dropout on
+  auto first = pass(0, 0, x.slice(0, 4)), second = pass(0, 4, x.slice(4, 8));
+  first.insert(first.end(), second.begin(), second.end());
+  CHECK(first == whole);
+  nn::Dropout unnumbered(0.5);
+  nn::CpuContext ctx(test::cpu());
+  CHECK_THROWS_WITH_AS(unnumbered.forward(ctx, x), doctest::Contains("a random stream that was never numbered"), Error);
 }
 }

@@ -54,7 +54,7 @@ TEST_CASE("a tiny GPT matches PyTorch: loss, logits and all gradients") {
   TinyGpt m{nn::Embedding(V, C), nn::PositionEmbedding(T, C),
             gpt::make_block({.vocab = V, .context = T, .layers = 1, .heads = H, .dim = C}),
             nn::LayerNorm(C), nn::Linear(C, V)};
-  nn::materialize(m, test::cpu(), {DType::kF64, 0});
+  (void)param::materialize(m, test::cpu64(), {.dtype = DType::kF64, .seed = 0});
   int k = 0;
   nn::visit_parameters(m, [&](std::string_view name, nn::Parameter& p) {
     const bool ln_weight = name.ends_with("weight") && p.shape.rank() == 1;
@@ -62,12 +62,12 @@ TEST_CASE("a tiny GPT matches PyTorch: loss, logits and all gradients") {
     for (std::size_t i = 0; i < v.size(); ++i) v[i] = 0.3 * std::sin(0.9 * (k + 1) + 0.37 * i) + (ln_weight ? 1.0 : 0.0);
     ++k;
   });
-  Tensor ids = test::cpu().empty({B, T}, DType::kI64), targets = test::cpu().empty({B, T}, DType::kI64);
+  Tensor ids = test::cpu64().empty({B, T}, DType::kI64), targets = test::cpu64().empty({B, T}, DType::kI64);
   for (std::int64_t i = 0; i < B * T; ++i) {
     ids.span<std::int64_t>()[i] = (3 * i + 1) % V;
     targets.span<std::int64_t>()[i] = (5 * i + 2) % V;
   }
-  nn::CpuContext ctx(test::cpu());
+  test::Ctx64 ctx(test::cpu64());
   nn::SoftmaxCrossEntropy xent;
   Tensor logits = nn::forward(m, ctx, ids);
   double loss = xent.forward(ctx, logits, targets);

@@ -8,7 +8,7 @@ namespace nn = epl::nn;
 namespace {
 template <class L>
 void expect_gradients(L layer, const Tensor& x, double tolerance = 1e-6) {
-  nn::materialize(layer, test::cpu(), {DType::kF64, 3});
+  (void)param::materialize(layer, test::cpu64(), {.dtype = DType::kF64, .seed = 3});
   auto r = testing::gradcheck(layer, x);
   CAPTURE(r.worst);
   CHECK(r.checked > 0);
@@ -53,15 +53,15 @@ TEST_CASE("gradcheck: Mlp, Seq, Residual") {
 TEST_CASE("gradcheck: a user's transformer block struct") { expect_gradients(block(8, 2), test::random<double>({2, 4, 8}, 13)); }
 
 TEST_CASE("gradcheck: SoftmaxCrossEntropy") {
-  auto& d = test::cpu();
+  auto& d = test::cpu64();
   Tensor logits = test::random<double>({6, 5}, 14);
   Tensor targets = test::ids({6}, 5, 15);
   nn::SoftmaxCrossEntropy loss;
-  nn::CpuContext ctx(d);
+  testing::CheckContext ctx(d);
   (void)loss.forward(ctx, logits, targets);
   Tensor g = loss.backward(ctx, 2.0);
   auto f = [&] {
-    nn::CpuContext c(d);
+    testing::CheckContext c(d);
     double v = loss.forward(c, logits, targets);
     (void)c.restore(&loss);
     return 2.0 * v;
@@ -80,13 +80,13 @@ TEST_CASE("gradcheck: SoftmaxCrossEntropy") {
 
 TEST_CASE("gradcheck detects a wrong backward") {
   struct WrongScale {  // forward doubles, backward claims it triples
-    Tensor forward(nn::CpuContext& ctx, const Tensor& x) {
+    Tensor forward(testing::CheckContext& ctx, const Tensor& x) {
       Tensor y = ctx.empty_like(x);
       ctx.device().copy(x, y);
       ctx.device().scale(y, 2.0);
       return y;
     }
-    Tensor backward(nn::CpuContext& ctx, const Tensor& dy) {
+    Tensor backward(testing::CheckContext& ctx, const Tensor& dy) {
       Tensor dx = ctx.empty_like(dy);
       ctx.device().copy(dy, dx);
       ctx.device().scale(dx, 3.0);
@@ -106,13 +106,13 @@ template <bool kAccumulate>
 struct Scale {  // y = w * x element-wise, w [n]
   nn::Parameter w{Shape{4}, nn::Init::uniform(1.0)};
   template <class V> void visit(V&& v) { v("w", w); }
-  Tensor forward(nn::CpuContext& ctx, const Tensor& x) {
+  Tensor forward(testing::CheckContext& ctx, const Tensor& x) {
     Tensor y = ctx.empty_like(x);
     ctx.device().mul(x, w.value, y);
     ctx.save(this, {x});
     return y;
   }
-  Tensor backward(nn::CpuContext& ctx, const Tensor& dy) {
+  Tensor backward(testing::CheckContext& ctx, const Tensor& dy) {
     nn::Saved s = ctx.restore(this);
     if constexpr (kAccumulate) {
       Tensor dw = ctx.empty_like(dy);
@@ -130,11 +130,11 @@ struct Scale {  // y = w * x element-wise, w [n]
 
 TEST_CASE("gradcheck fails a layer that overwrites its gradient instead of accumulating") {
   Scale<true> good;
-  nn::materialize(good, test::cpu(), {DType::kF64, 1});
+  (void)param::materialize(good, test::cpu64(), {.dtype = DType::kF64, .seed = 1});
   auto ok = testing::gradcheck(good, test::random<double>({4}, 2));
   CHECK(ok.ok(1e-6));
   Scale<false> bad;
-  nn::materialize(bad, test::cpu(), {DType::kF64, 1});
+  (void)param::materialize(bad, test::cpu64(), {.dtype = DType::kF64, .seed = 1});
   auto r = testing::gradcheck(bad, test::random<double>({4}, 2));
   CHECK_FALSE(r.ok(1e-6));
   CAPTURE(r.worst);

@@ -10,14 +10,16 @@ struct Param1 {
   nn::Parameter w{Shape{3}, nn::Init::zeros()};
   template <class V> void visit(V&& v) { v("w", w); }
 };
-std::vector<double> run(auto opt, const std::vector<std::vector<double>>& grads) {
+template <class O>
+std::vector<double> run(O opt, const std::vector<std::vector<double>>& grads, std::int64_t groups = 1) {
   Param1 m;
-  nn::materialize(m, test::cpu(), {DType::kF64, 0});
+  auto arena = param::materialize(m, test::cpu64(), {.dtype = DType::kF64});
   double init[] = {1.0, -0.5, 2.0};
-  test::cpu().upload(init, m.w.value);
+  test::cpu64().upload(init, m.w.value);
+  optim::Updater<O> u(opt);
   for (const auto& g : grads) {
-    test::cpu().upload(g.data(), m.w.grad);
-    opt.step(m, test::cpu());
+    test::cpu64().upload(g.data(), m.w.grad);
+    u.step(test::cpu64(), arena.values(), arena.grads(), groups);
   }
   return test::values<double>(m.w.value);
 }
@@ -45,8 +47,10 @@ TEST_CASE("Momentum, plain and Nesterov") {
     CHECK(test::max_rel_diff(got, p) < 1e-15);
   }
 }
-TEST_CASE("AdamW with bias correction and decoupled decay") {
+TEST_CASE("AdamW with bias correction and decoupled decay, in one range and in apply groups") {
   auto got = run(optim::AdamW({.lr = 0.01, .beta1 = 0.9, .beta2 = 0.99, .eps = 1e-8, .weight_decay = 0.1}), kGrads);
+  auto grouped = run(optim::AdamW({.lr = 0.01, .beta1 = 0.9, .beta2 = 0.99, .eps = 1e-8, .weight_decay = 0.1}), kGrads, 3);
+  CHECK(grouped == got);
   std::vector<double> p = {1.0, -0.5, 2.0}, m(3, 0.0), v(3, 0.0);
   int t = 0;
   for (const auto& g : kGrads) {
@@ -61,25 +65,27 @@ TEST_CASE("AdamW with bias correction and decoupled decay") {
   }
   CHECK(test::max_rel_diff(got, p) < 1e-13);
 }
-TEST_CASE("optimizer state is accounted as optimizer state") {
+TEST_CASE("optimizer state is accounted as optimizer state, one buffer per slot over the range") {
   device::Cpu dev(30);
   Param1 m;
-  nn::materialize(m, dev, {DType::kF32, 0});
-  optim::AdamW opt({});
-  opt.step(m, dev);
-  CHECK(memory_stats(dev.id()).current_of(MemoryCategory::kOptimizerState) == 2 * 3 * 4);
-  CHECK(opt.steps() == 1);
+  auto arena = param::materialize(m, dev);
+  optim::Updater<optim::AdamW> u(optim::AdamW({}));
+  u.step(dev, arena.values(), arena.grads());
+  CHECK(memory_stats(dev.id()).current_of(MemoryCategory::kOptimizerState) == 2 * arena.size() * 4);
+  CHECK(u.steps() == 1);
+  CHECK_THROWS_WITH_AS(u.step(dev, arena.values().slice(0, 2), arena.grads().slice(0, 2)),
+                       doctest::Contains("its state holds"), Error);
 }
 TEST_CASE("clip_grad_norm scales to the max norm and reports the norm before") {
   Param1 m;
-  nn::materialize(m, test::cpu(), {DType::kF64, 0});
+  auto arena = param::materialize(m, test::cpu64(), {.dtype = DType::kF64});
   double g[] = {3, 0, 4};
-  test::cpu().upload(g, m.w.grad);
-  CHECK(optim::clip_grad_norm(m, test::cpu(), 1.0) == doctest::Approx(5.0));
+  test::cpu64().upload(g, m.w.grad);
+  CHECK(optim::clip_grad_norm(test::cpu64(), arena.grads(), 1.0) == doctest::Approx(5.0));
   CHECK(test::values<double>(m.w.grad)[2] == doctest::Approx(0.8).epsilon(1e-6));
-  CHECK(optim::clip_grad_norm(m, test::cpu(), 10.0) == doctest::Approx(1.0).epsilon(1e-6));
+  CHECK(optim::clip_grad_norm(test::cpu64(), arena.grads(), 10.0) == doctest::Approx(1.0).epsilon(1e-6));
   CHECK(test::values<double>(m.w.grad)[2] == doctest::Approx(0.8).epsilon(1e-6));  // unchanged
-  CHECK_THROWS_WITH_AS(optim::clip_grad_norm(m, test::cpu(), 0.0), doctest::Contains("must be positive"), Error);
+  CHECK_THROWS_WITH_AS(optim::clip_grad_norm(test::cpu64(), arena.grads(), 0.0), doctest::Contains("must be positive"), Error);
 }
 TEST_CASE("bad hyper-parameters are rejected with the value") {
   CHECK_THROWS_WITH_AS(optim::AdamW({.lr = -1}), doctest::Contains("learning rate -1 must be positive"), Error);

@@ -41,16 +41,17 @@ Run single(const Config& cfg, double lr = 0.05, double clip = 0.5) {
 std::vector<Run> parallel(int n, const Config& cfg, double lr = 0.05, double clip = 0.5) {
   std::vector<Run> runs(static_cast<std::size_t>(n));
   comm::run_threads(n, [&](comm::ThreadCommunicator& c) {
-    device::Cpu dev(100 + c.rank());
-    Trainer<gpt::Gpt, optim::Momentum, nn::SoftmaxCrossEntropy, device::Cpu, comm::ThreadCommunicator> t(
-        dev, c, cfg, gpt::make_gpt(tiny()), optim::Momentum({.lr = lr}), {.seed = 3, .clip_norm = clip, .check_replicas_every = 1});
+    Context ctx(c, 100 + c.rank());
+    const auto& dev = ctx.cpu();
+    Trainer<gpt::Gpt, optim::Momentum> t(ctx, cfg, gpt::make_gpt(tiny()), optim::Momentum({.lr = lr}),
+                                         {.seed = 3, .clip_norm = clip, .check_replicas_every = 1});
     auto ds = test::token_corpus(4000);
     data::WindowLoader loader(ds, 8, kGlobalBatch, 17, data::Shard{c.rank(), n});
     Run& r = runs[c.rank()];
     for (int s = 0; s < kSteps; ++s) {
-      auto before = c.stats().bytes_sent;
+      auto before = t.gradient_stats().bytes_sent;
       r.losses.push_back(t.step(loader.next(dev)));
-      r.grad_bytes_sent = c.stats().bytes_sent - before;
+      r.grad_bytes_sent = t.gradient_stats().bytes_sent - before;
     }
     r.params = test::flat_params(t.model());
     r.grad_bytes = 4 * nn::parameter_count(t.model());
@@ -127,9 +128,8 @@ TEST_CASE("replicate: the quick-start network on 2, 3 and 4 ranks equals one dev
   auto ref_params = test::flat_params(one.model());
   for (int n : {2, 3, 4})
     comm::run_threads(n, [&](comm::ThreadCommunicator& c) {
-      device::Cpu dev(110 + c.rank());
-      Trainer<Replicate<1, Net>, optim::Momentum, nn::SoftmaxCrossEntropy, device::Cpu, comm::ThreadCommunicator> t(
-          dev, c, Config{}, Replicate<1, Net>(make()), optim::Momentum({.lr = 0.01}), {.seed = 1});
+      Context ctx(c, 110 + c.rank());
+      Trainer<Replicate<1, Net>, optim::Momentum> t(ctx, Config{}, Replicate<1, Net>(make()), optim::Momentum({.lr = 0.01}), {.seed = 1});
       const std::int64_t per = 12 / n, lo = per * c.rank();
       std::vector<double> losses;
       for (int s = 0; s < kSteps; ++s) losses.push_back(t.step({x.slice(lo, lo + per), y.slice(lo, lo + per)}));
@@ -144,14 +144,13 @@ TEST_CASE("replicate: a world size the strategy cannot use, and ranks that built
     nn::Linear fc;
   };
   CHECK_THROWS_WITH_AS(comm::run_threads(4, [&](comm::ThreadCommunicator& c) {
-    Trainer<Replicate<3, Net>, optim::SGD, nn::SoftmaxCrossEntropy, device::Cpu, comm::ThreadCommunicator> t(
-        test::cpu(), c, Config{}, Replicate<3, Net>(Net{nn::Linear(2, 2)}), optim::SGD({}));
-  }), doctest::Contains("world size 4 cannot hold replicas of 3 devices each"), Error);
+    Context ctx(c, 120 + c.rank());
+    Trainer<Replicate<3, Net>, optim::SGD> t(ctx, Config{}, Replicate<3, Net>(Net{nn::Linear(2, 2)}), optim::SGD({}));
+  }, {.report = false}), doctest::Contains("world size 4 cannot hold replicas of 3 devices each"), Error);
   CHECK_THROWS_WITH_AS(comm::run_threads(2, [&](comm::ThreadCommunicator& c) {
-    device::Cpu dev(120 + c.rank());
-    Trainer<Net, optim::SGD, nn::SoftmaxCrossEntropy, device::Cpu, comm::ThreadCommunicator> t(
-        dev, c, Config{}, Net{nn::Linear(2, c.rank() == 0 ? 2 : 3)}, optim::SGD({}));
-  }), doctest::Contains("rank 1 built a model with 9 parameters, rank 0 one with 6"), Error);
+    Context ctx(c, 120 + c.rank());
+    Trainer<Net, optim::SGD> t(ctx, Config{}, Net{nn::Linear(2, c.rank() == 0 ? 2 : 3)}, optim::SGD({}));
+  }, {.report = false}), doctest::Contains("ranks 0 and 1 disagree on the model's parameter count"), Error);
 }
 
 TEST_CASE("io.slicing: files divided among ranks, balanced, dropped or uneven, and too few files") {

@@ -26,16 +26,28 @@ constexpr const char* name_of(ReduceOp op) {
   return names[static_cast<int>(op)];
 }
 
-/// \brief A view of elements in memory the communicator can reach: pointer, count, dtype.
-/// Built from a Tensor implicitly, so every operation takes tensors as well.
+/// \brief Where a buffer lives, and which buffers a communicator moves: host memory (thread
+/// ranks, MPI) or device memory (NCCL).
+enum class MemorySpace : std::uint8_t { kHost, kDevice };
+constexpr const char* name_of(MemorySpace s) { return s == MemorySpace::kHost ? "host" : "device"; }
+
+/// \brief The memory space of a communicator type's buffers: host unless the backend says so.
+template <class C> struct space_of : std::integral_constant<MemorySpace, MemorySpace::kHost> {};
+template <class C> inline constexpr MemorySpace space_of_v = space_of<C>::value;
+
+/// \brief A view of elements in memory the communicator can reach: pointer, count, dtype, and
+/// where it lives. Built from a Tensor implicitly, so every operation takes tensors as well.
 struct Buffer {
   void* data = nullptr;
   std::int64_t count = 0;
   DType dtype = DType::kF32;
+  MemorySpace space = MemorySpace::kHost;
 
   Buffer() = default;
-  Buffer(void* d, std::int64_t n, DType t) : data(d), count(n), dtype(t) {}
-  Buffer(const Tensor& t) : data(t.raw()), count(t.numel()), dtype(t.dtype()) {}  // NOLINT: implicit by design
+  Buffer(void* d, std::int64_t n, DType t, MemorySpace s = MemorySpace::kHost) : data(d), count(n), dtype(t), space(s) {}
+  Buffer(const Tensor& t)  // NOLINT: implicit by design
+      : data(t.raw()), count(t.numel()), dtype(t.dtype()),
+        space(t.device().kind == DeviceKind::kCuda ? MemorySpace::kDevice : MemorySpace::kHost) {}
   [[nodiscard]] std::size_t bytes() const noexcept { return static_cast<std::size_t>(count) * size_of(dtype); }
   [[nodiscard]] char* byte_ptr(std::int64_t element) const noexcept {
     return static_cast<char*>(data) + static_cast<std::size_t>(element) * size_of(dtype);

@@ -80,7 +80,15 @@ class NcclCommunicator {
 
   [[nodiscard]] int rank() const noexcept { return rank_; }
   [[nodiscard]] int size() const noexcept { return size_; }
+  [[nodiscard]] const std::string& name() const noexcept { return name_; }
   [[nodiscard]] CommStats stats() const noexcept { return stats_; }
+
+  /// \brief Aborts the NCCL communicator: work on the stream ends, later operations fail.
+  void cancel(const std::string& reason) noexcept {
+    cancelled_ = reason;
+    if (comm_) ncclCommAbort(comm_);
+    comm_ = nullptr;
+  }
 
   void all_reduce(const Buffer& in, const Buffer& out, ReduceOp op) {
     enqueue_all_reduce(in, out, op);
@@ -89,22 +97,16 @@ class NcclCommunicator {
   void all_reduce(const Buffer& inout, ReduceOp op) { all_reduce(inout, inout, op); }
   /// Equal shares only (NCCL's reduce_scatter): out.count * size == in.count.
   void reduce_scatter(const Buffer& in, const Buffer& out, ReduceOp op) {
-    EPL_CHECK(out.count * size_ == in.count, "reduce_scatter over NCCL needs equal shares: ", in.count, " elements for ", size_,
-              " ranks of ", out.count);
-    EPL_NCCL_CHECK(ncclReduceScatter(in.data, out.data, static_cast<std::size_t>(out.count), detail::nccl_type(in.dtype),
-                                     detail::nccl_op(op), comm_, gpu_->stream()));
-    account(static_cast<std::int64_t>(in.bytes() - out.bytes()), (size_ - 1) * static_cast<std::int64_t>(out.bytes()));
+    enqueue_reduce_scatter(in, out, op);
     wait("reduce_scatter");
   }
   /// Equal sizes only (NCCL's all_gather): in.count * size == out.count.
   void all_gather(const Buffer& in, const Buffer& out) {
-    EPL_CHECK(in.count * size_ == out.count, "all_gather over NCCL needs equal sizes: ", out.count, " elements for ", size_,
-              " ranks of ", in.count);
-    EPL_NCCL_CHECK(ncclAllGather(in.data, out.data, static_cast<std::size_t>(in.count), detail::nccl_type(in.dtype), comm_, gpu_->stream()));
-    account((size_ - 1) * static_cast<std::int64_t>(in.bytes()), static_cast<std::int64_t>(out.bytes() - in.bytes()));
+    enqueue_all_gather(in, out);
     wait("all_gather");
   }
   void broadcast(const Buffer& buf, int root) {
+    usable("broadcast");
     check_rank(root, "broadcast root");
     EPL_NCCL_CHECK(ncclBroadcast(buf.data, buf.data, static_cast<std::size_t>(buf.count), detail::nccl_type(buf.dtype), root, comm_,
                                  gpu_->stream()));
@@ -112,6 +114,7 @@ class NcclCommunicator {
     wait("broadcast");
   }
   void reduce(const Buffer& in, const Buffer& out, ReduceOp op, int root) {
+    usable("reduce");
     check_rank(root, "reduce root");
     EPL_NCCL_CHECK(ncclReduce(in.data, out.data, static_cast<std::size_t>(in.count), detail::nccl_type(in.dtype), detail::nccl_op(op),
                               root, comm_, gpu_->stream()));
@@ -120,6 +123,7 @@ class NcclCommunicator {
   }
   /// Tags are not NCCL's: messages between two ranks arrive in the order sent; tag must be 0.
   void send(const Buffer& buf, int dst, int tag) {
+    usable("send");
     check_rank(dst, "send destination");
     EPL_CHECK(tag == 0, "send over NCCL: tag ", tag, " given; NCCL orders messages per peer and has no tags, use 0");
     EPL_NCCL_CHECK(ncclSend(buf.data, static_cast<std::size_t>(buf.count), detail::nccl_type(buf.dtype), dst, comm_, gpu_->stream()));
@@ -127,25 +131,42 @@ class NcclCommunicator {
     wait("send");
   }
   void recv(const Buffer& buf, int src, int tag) {
+    usable("recv");
     check_rank(src, "recv source");
     EPL_CHECK(tag == 0, "recv over NCCL: tag ", tag, " given; NCCL orders messages per peer and has no tags, use 0");
     EPL_NCCL_CHECK(ncclRecv(buf.data, static_cast<std::size_t>(buf.count), detail::nccl_type(buf.dtype), src, comm_, gpu_->stream()));
     account(0, static_cast<std::int64_t>(buf.bytes()));
     wait("recv");
   }
-  /// Equal blocks, as grouped point-to-point transfers.
-  void all_to_all(const Buffer& in, const Buffer& out) {
-    EPL_CHECK(in.count == out.count && in.count % size_ == 0, "all_to_all over NCCL: ", in.count, " and ", out.count,
-              " elements must be equal and divisible by ", size_);
-    const std::int64_t block = in.count / size_;
+  /// Per-destination send and per-source receive counts, as grouped point-to-point transfers
+  /// (NCCL cannot exchange the counts, so each side's must agree; the thread and MPI backends
+  /// check that, NCCL fails or hangs until the timeout on a mismatch).
+  void all_to_all_v(const Buffer& in, const std::vector<std::int64_t>& send_counts, const Buffer& out,
+                    const std::vector<std::int64_t>& recv_counts) {
+    usable("all_to_all");
+    detail::check_all_to_all_counts(in, send_counts, out, recv_counts, size_, name_);
+    std::int64_t so = 0, ro = 0, sent = 0, received = 0;
     EPL_NCCL_CHECK(ncclGroupStart());
     for (int q = 0; q < size_; ++q) {
-      EPL_NCCL_CHECK(ncclSend(in.byte_ptr(q * block), static_cast<std::size_t>(block), detail::nccl_type(in.dtype), q, comm_, gpu_->stream()));
-      EPL_NCCL_CHECK(ncclRecv(out.byte_ptr(q * block), static_cast<std::size_t>(block), detail::nccl_type(out.dtype), q, comm_, gpu_->stream()));
+      if (send_counts[q] > 0)
+        EPL_NCCL_CHECK(ncclSend(in.byte_ptr(so), static_cast<std::size_t>(send_counts[q]), detail::nccl_type(in.dtype), q, comm_, gpu_->stream()));
+      if (recv_counts[q] > 0)
+        EPL_NCCL_CHECK(ncclRecv(out.byte_ptr(ro), static_cast<std::size_t>(recv_counts[q]), detail::nccl_type(out.dtype), q, comm_, gpu_->stream()));
+      so += send_counts[q];
+      ro += recv_counts[q];
+      if (q != rank_) {
+        sent += send_counts[q];
+        received += recv_counts[q];
+      }
     }
     EPL_NCCL_CHECK(ncclGroupEnd());
-    account((size_ - 1) * block * static_cast<std::int64_t>(size_of(in.dtype)), (size_ - 1) * block * static_cast<std::int64_t>(size_of(in.dtype)));
+    account(sent * static_cast<std::int64_t>(size_of(in.dtype)), received * static_cast<std::int64_t>(size_of(out.dtype)));
     wait("all_to_all");
+  }
+  /// Equal blocks of count / size elements.
+  void all_to_all(const Buffer& in, const Buffer& out) {
+    auto counts = detail::equal_blocks(in, out, size_, name_);
+    all_to_all_v(in, counts, out, counts);
   }
   void barrier() {
     if (!one_.defined()) one_ = gpu_->zeros({1}, DType::kF32, MemoryCategory::kCommunication);
@@ -153,6 +174,7 @@ class NcclCommunicator {
   }
   /// \brief The sub-communicator of the ranks with the same color (ncclCommSplit).
   NcclCommunicator split(int color, int key) {
+    usable("split");
     EPL_CHECK(color >= 0, "split: color ", color, " must be non-negative");
     ncclComm_t sub = nullptr;
     EPL_NCCL_CHECK(ncclCommSplit(comm_, color, key, &sub, nullptr));
@@ -165,6 +187,20 @@ class NcclCommunicator {
   /// completes when the stream reaches it.
   Work all_reduce_async(const Buffer& in, const Buffer& out, ReduceOp op) {
     enqueue_all_reduce(in, out, op);
+    return completion();
+  }
+  Work reduce_scatter_async(const Buffer& in, const Buffer& out, ReduceOp op) {
+    enqueue_reduce_scatter(in, out, op);
+    return completion();
+  }
+  Work all_gather_async(const Buffer& in, const Buffer& out) {
+    enqueue_all_gather(in, out);
+    return completion();
+  }
+
+ private:
+  // A Work that completes when the device stream reaches this point.
+  Work completion() {
     auto state = std::make_shared<Work::State>();
     auto* keep = new std::shared_ptr<Work::State>(state);
     EPL_CUDA_CHECK(cudaLaunchHostFunc(gpu_->stream(), [](void* p) {
@@ -174,12 +210,30 @@ class NcclCommunicator {
     }, keep));
     return Work(state);
   }
-
- private:
+  void usable(const char* op) const {
+    EPL_CHECK(comm_ != nullptr, op, " over NCCL on group '", name_, "' at rank ", rank_, " not started: the communicator was ",
+              cancelled_.empty() ? "aborted after a failure" : "cancelled: " + cancelled_);
+  }
+  void enqueue_reduce_scatter(const Buffer& in, const Buffer& out, ReduceOp op) {
+    usable("reduce_scatter");
+    EPL_CHECK(out.count * size_ == in.count, "reduce_scatter over NCCL needs equal shares: ", in.count, " elements for ", size_,
+              " ranks of ", out.count);
+    EPL_NCCL_CHECK(ncclReduceScatter(in.data, out.data, static_cast<std::size_t>(out.count), detail::nccl_type(in.dtype),
+                                     detail::nccl_op(op), comm_, gpu_->stream()));
+    account(static_cast<std::int64_t>(in.bytes() - out.bytes()), (size_ - 1) * static_cast<std::int64_t>(out.bytes()));
+  }
+  void enqueue_all_gather(const Buffer& in, const Buffer& out) {
+    usable("all_gather");
+    EPL_CHECK(in.count * size_ == out.count, "all_gather over NCCL needs equal sizes: ", out.count, " elements for ", size_,
+              " ranks of ", in.count);
+    EPL_NCCL_CHECK(ncclAllGather(in.data, out.data, static_cast<std::size_t>(in.count), detail::nccl_type(in.dtype), comm_, gpu_->stream()));
+    account((size_ - 1) * static_cast<std::int64_t>(in.bytes()), static_cast<std::int64_t>(out.bytes() - in.bytes()));
+  }
   NcclCommunicator(const device::Cuda* gpu, int rank, int size, CommOptions opt, std::string name, ncclComm_t comm)
       : gpu_(gpu), rank_(rank), size_(size), opt_(opt), name_(std::move(name)), comm_(comm) {}
 
   void enqueue_all_reduce(const Buffer& in, const Buffer& out, ReduceOp op) {
+    usable("all_reduce");
     EPL_CHECK(in.count == out.count && in.dtype == out.dtype, "all_reduce: input ", in.count, " ", name_of(in.dtype),
               " and output ", out.count, " ", name_of(out.dtype), " differ");
     EPL_NCCL_CHECK(ncclAllReduce(in.data, out.data, static_cast<std::size_t>(in.count), detail::nccl_type(in.dtype),
@@ -224,7 +278,12 @@ class NcclCommunicator {
   ncclComm_t comm_ = nullptr;
   CommStats stats_;
   Tensor one_;
+  std::string cancelled_;
 };
+
+/// NCCL moves device memory.
+template <> struct space_of<NcclCommunicator> : std::integral_constant<MemorySpace, MemorySpace::kDevice> {};
+static_assert(communicator<NcclCommunicator>);
 
 }  // namespace comm
 }  // namespace v0

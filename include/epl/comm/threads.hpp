@@ -41,6 +41,12 @@ class ThreadCommunicator {
     st_->cancelled.store(true);
     st_->queue.cancel_pending(reason);
   }
+  /// \brief A world of one rank: the communicator of a single-device run (every collective is
+  /// a copy at most), so one device runs the same code as many.
+  static ThreadCommunicator solo(CommOptions opt = {}) {
+    return ThreadCommunicator(std::make_shared<detail::ThreadGroup>(std::vector<int>{0}, std::make_shared<detail::AbortFlag>(), "solo", opt), 0);
+  }
+
   [[nodiscard]] int rank() const noexcept { return rank_; }
   [[nodiscard]] int size() const noexcept { return group_->size(); }
   [[nodiscard]] const std::string& name() const noexcept { return group_->name(); }

@@ -13,6 +13,7 @@
 #include <concepts>
 
 #include "epl/core/tensor.hpp"
+#include "epl/device/functors.hpp"
 
 namespace epl {
 inline namespace v0 {
@@ -42,7 +43,8 @@ concept device_blas = device_memory<D> && requires(const D& d, const Tensor& t) 
   d.gemm_batched(t, false, t, true, t, 1.0, 0.0);
 };
 
-/// T satisfies device_math if it is device_blas and has the element-wise operations.
+/// T satisfies device_math if it is device_blas and has the element-wise operations, map (any
+/// element-wise function of up to four tensors, device/functors.hpp) among them.
 template <class D>
 concept device_math = device_blas<D> && requires(const D& d, const Tensor& t) {
   d.add(t, t, t);
@@ -54,6 +56,7 @@ concept device_math = device_blas<D> && requires(const D& d, const Tensor& t) {
   d.gelu_backward(t, t, t);
   d.relu(t, t);
   d.relu_backward(t, t, t);
+  d.map(t, ops::Add{}, t, t);
 };
 
 /// T satisfies device_for_layers if it is device_math and runs every kernel the built-in
@@ -70,7 +73,7 @@ concept device_for_layers = device_math<D> && requires(const D& d, const Tensor&
   d.embedding_backward(t, t, t);
   { d.cross_entropy(t, t) } -> std::convertible_to<double>;
   d.cross_entropy_backward(t, t, t, 1.0);
-  d.dropout(t, t, 0.1, std::uint64_t{1});
+  d.dropout(t, t, 0.1, std::uint64_t{1}, std::int64_t{0});
   d.permute_heads(t, t, std::int64_t{0}, true);
   d.sgd_update(t, t, 0.1, 0.0);
   d.momentum_update(t, t, t, 0.1, 0.9, 0.0, false);

@@ -15,6 +15,9 @@ namespace nn {
 ///   o = softmax_causal(q k^T / sqrt(dim/heads)) v;  y = proj(merge heads of o).
 class CausalSelfAttention {
  public:
+  struct Options {
+    std::int64_t dim = 0, heads = 1;
+  };
   Linear qkv;   ///< dim -> 3 dim (q, k, v blocks of columns, heads inside each)
   Linear proj;  ///< dim -> dim
 
@@ -24,6 +27,8 @@ class CausalSelfAttention {
     EPL_CHECK(heads > 0 && dim % heads == 0, "CausalSelfAttention(dim ", dim, ", heads ", heads,
               "): dim must be divisible by heads");
   }
+  explicit CausalSelfAttention(Options o) : CausalSelfAttention(o.dim, o.heads) {}
+  [[nodiscard]] Options options() const noexcept { return {dim_, heads_}; }
   [[nodiscard]] std::int64_t heads() const noexcept { return heads_; }
 
   template <class V> void visit(V&& v) {
@@ -37,7 +42,7 @@ class CausalSelfAttention {
               "; expected [batch, t, ", dim_, "]");
     const auto& d = ctx.device();
     const auto b = x.dim(0), t = x.dim(1), hd = dim_ / heads_;
-    Tensor h = qkv.forward(ctx, x);  // [b, t, 3 dim]
+    Tensor h = nn::forward(qkv, ctx, x);  // [b, t, 3 dim]
     Tensor q = ctx.empty({b, heads_, t, hd}, x.dtype()), k = ctx.empty_like(q), v = ctx.empty_like(q);
     d.permute_heads(h, q, 0, true);
     d.permute_heads(h, k, dim_, true);
@@ -52,12 +57,12 @@ class CausalSelfAttention {
     Tensor merged = ctx.empty({b, t, dim_}, x.dtype());
     d.permute_heads(merged, o.view({b, heads_, t, hd}), 0, false);
     ctx.save(this, {q, k, v, p});
-    return proj.forward(ctx, merged);
+    return nn::forward(proj, ctx, merged);
   }
 
   template <class Ctx>
   Tensor backward(Ctx& ctx, const Tensor& dy) {
-    Tensor dmerged = proj.backward(ctx, dy);  // [b, t, dim]
+    Tensor dmerged = nn::backward(proj, ctx, dy);  // [b, t, dim]
     Saved s = ctx.restore(this);
     const Tensor &q = s[0], &k = s[1], &v = s[2], &p = s[3];
     const auto& d = ctx.device();
@@ -78,7 +83,7 @@ class CausalSelfAttention {
     d.permute_heads(dh, dq, 0, false);
     d.permute_heads(dh, dk, dim_, false);
     d.permute_heads(dh, dv, 2 * dim_, false);
-    return qkv.backward(ctx, dh);
+    return nn::backward(qkv, ctx, dh);
   }
 
  private:
@@ -89,6 +94,9 @@ class CausalSelfAttention {
 /// \brief The transformer feed-forward block: proj(GELU(fc(x))), dim -> hidden -> dim.
 class Mlp {
  public:
+  struct Options {
+    std::int64_t dim = 0, hidden = 0;  ///< hidden 0: 4 dim
+  };
   Linear fc;
   GELU act;
   Linear proj;
@@ -96,6 +104,8 @@ class Mlp {
   Mlp() = default;
   explicit Mlp(std::int64_t dim, std::int64_t hidden = 0)
       : fc(dim, hidden ? hidden : 4 * dim), proj(hidden ? hidden : 4 * dim, dim) {}
+  explicit Mlp(Options o) : Mlp(o.dim, o.hidden) {}
+  [[nodiscard]] Options options() const noexcept { return {fc.in_features(), fc.out_features()}; }
 
   template <class V> void visit(V&& v) {
     v("fc", fc);
@@ -103,11 +113,11 @@ class Mlp {
   }
   template <class Ctx>
   Tensor forward(Ctx& ctx, const Tensor& x) {
-    return proj.forward(ctx, act.forward(ctx, fc.forward(ctx, x)));
+    return nn::forward(proj, ctx, nn::forward(act, ctx, nn::forward(fc, ctx, x)));
   }
   template <class Ctx>
   Tensor backward(Ctx& ctx, const Tensor& dy) {
-    return fc.backward(ctx, act.backward(ctx, proj.backward(ctx, dy)));
+    return nn::backward(fc, ctx, nn::backward(act, ctx, nn::backward(proj, ctx, dy)));
   }
 };
 

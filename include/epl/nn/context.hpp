@@ -1,17 +1,21 @@
 #pragma once
 /// \file
-/// \brief nn::Context — one micro-batch's pass through a model: the device, the mode, the
-/// random stream and the activations layers save for their backward.
+/// \brief nn::Context — one micro-batch's pass through a model: the device, the mode, where
+/// its samples sit in the global batch, the random streams, the communication groups a layer
+/// may use, the hooks a strategy runs around each layer, and the activations layers save for
+/// their backward.
 ///
 /// Saved activations live here and not in the layers, so several micro-batches can be in
 /// flight through one layer (a pipeline) and a checkpoint can drop and recompute them.
 #include <cstdint>
-#include <functional>
 #include <initializer_list>
+#include <type_traits>
 #include <vector>
 
+#include "epl/comm/any_communicator.hpp"
 #include "epl/core/random.hpp"
 #include "epl/core/tensor.hpp"
+#include "epl/nn/parameter.hpp"
 
 namespace epl {
 inline namespace v0 {
@@ -26,27 +30,57 @@ struct Saved {
 };
 
 /// \brief Options of one pass: training mode, and the coordinates that seed its randomness.
-struct Parameter;
-
 struct PassOptions {
   bool training = true;
   std::uint64_t seed = 0;
   std::uint64_t step = 0;
   std::uint64_t micro_batch = 0;
+  /// Index in the global batch of this pass's first sample: random draws are made at global
+  /// positions, so a rank's share, a micro-batch and the whole batch on one device agree.
+  std::int64_t first_sample = 0;
+};
+
+/// \brief The hooks a strategy or policy runs around each layer; this one runs nothing.
+/// A hooks type has before_forward(layer, ctx) (gather or prefetch the layer's parameters) and
+/// after_backward(layer, ctx) (the layer's gradients are final for this pass: reduce them).
+/// They are compile-time types: the generic forward and backward call them directly.
+struct NoHooks {
+  template <class L, class Ctx> void before_forward(L&, Ctx&) {}
+  template <class L, class Ctx> void after_backward(L&, Ctx&) {}
+};
+
+/// \brief The communication groups a layer may use from inside its forward or backward (a split
+/// Linear all-reduces over `tensor`). Null where the strategy has no such group.
+struct Groups {
+  comm::Communicator* tensor = nullptr;
+  comm::Communicator* data = nullptr;
 };
 
 /// \brief One micro-batch's pass on device type D.
 /// \tparam D a device type (device::Cpu, device::Cuda); layers take `Ctx&` generically.
-template <class D>
+/// \tparam Hooks the hooks run around each layer (NoHooks: none)
+template <class D, class Hooks = NoHooks>
 class Context {
  public:
   using device_type = D;
+  using hooks_type = Hooks;
 
-  explicit Context(const D& device, PassOptions opt = {}) : device_(&device), opt_(opt) {}
+  /// \param hooks the strategy's hooks object (may be null for a stateless hooks type)
+  explicit Context(const D& device, PassOptions opt = {}, Hooks* hooks = nullptr, Groups groups = {})
+      : device_(&device), opt_(opt), hooks_(hooks), groups_(groups) {
+    if constexpr (std::is_default_constructible_v<Hooks> && std::is_empty_v<Hooks>) {
+      if (!hooks_) hooks_ = &default_hooks();
+    }
+    EPL_CHECK(hooks_ != nullptr, "nn::Context: the hooks object of this pass is missing");
+  }
 
   [[nodiscard]] const D& device() const noexcept { return *device_; }
   [[nodiscard]] bool training() const noexcept { return opt_.training; }
   [[nodiscard]] const PassOptions& options() const noexcept { return opt_; }
+  [[nodiscard]] Hooks& hooks() const noexcept { return *hooks_; }
+  [[nodiscard]] const Groups& groups() const noexcept { return groups_; }
+  /// \brief Index in the global batch of this pass's first sample.
+  [[nodiscard]] std::int64_t first_sample() const noexcept { return opt_.first_sample; }
 
   /// \brief An activation tensor on this pass's device.
   [[nodiscard]] Tensor empty(Shape s, DType t) const { return device_->empty(s, t, MemoryCategory::kActivations); }
@@ -74,26 +108,24 @@ class Context {
     return n;
   }
 
-  /// \brief Asks to be told, during backward, when a parameter's gradient is final for this
-  /// pass (data parallelism starts reducing it then). Called possibly more than once per
-  /// parameter; the listener ignores repeats.
-  void on_gradient_ready(std::function<void(Parameter&)> fn) { grad_ready_ = std::move(fn); }
-  [[nodiscard]] bool wants_gradients() const noexcept { return static_cast<bool>(grad_ready_); }
-  void gradient_ready(Parameter& p) const {
-    if (grad_ready_) grad_ready_(p);
-  }
-
-  /// \brief A fresh random key for this pass: a function of (seed, step, micro-batch, call).
-  [[nodiscard]] std::uint64_t next_random_key() {
-    return stream_key(opt_.seed, mix64(opt_.step * 0x10001ull + opt_.micro_batch) ^ random_calls_++);
+  /// \brief The key of a random stream for this pass: a function of (seed, step, stream), never
+  /// 0. Draw element e of a tensor whose first sample is first_sample() at position
+  /// first_sample() * (elements per sample) + e, so every split of the batch draws alike.
+  [[nodiscard]] std::uint64_t random_key(const RandomStream& stream) const {
+    EPL_CHECK(stream.ordinal >= 0, "a random stream that was never numbered: materialize the model (param::materialize) first");
+    return stream_key(opt_.seed, mix64(opt_.step) ^ (static_cast<std::uint64_t>(stream.ordinal) * 0x9e3779b97f4a7c15ull)) | 1;
   }
 
  private:
+  static Hooks& default_hooks() {
+    static Hooks h;  // stateless hooks only (NoHooks); a stateful type is always passed in
+    return h;
+  }
   const D* device_;
   PassOptions opt_;
+  Hooks* hooks_;
+  Groups groups_;
   std::vector<Saved> stack_;
-  std::uint64_t random_calls_ = 0;
-  std::function<void(Parameter&)> grad_ready_;
 };
 
 }  // namespace nn

@@ -12,12 +12,17 @@ namespace nn {
 /// (GPT-2's). Its input has no gradient: backward returns an undefined tensor.
 class Embedding {
  public:
+  struct Options {
+    std::int64_t vocab = 0, dim = 0;
+  };
   Parameter weight;  ///< [vocab, dim]
 
   Embedding() = default;
   Embedding(std::int64_t vocab, std::int64_t dim) : weight(Shape{vocab, dim}, Init::normal(0.02)) {
     EPL_CHECK(vocab > 0 && dim > 0, "Embedding(", vocab, ", ", dim, "): both sizes must be positive");
   }
+  explicit Embedding(Options o) : Embedding(o.vocab, o.dim) {}
+  [[nodiscard]] Options options() const { return {weight.global_shape()[0], weight.shape[1]}; }
   template <class V> void visit(V&& v) { v("weight", weight); }
 
   template <class Ctx>
@@ -40,12 +45,17 @@ class Embedding {
 /// \brief x [batch, t, dim] + P[0:t] with P [max_len, dim] learned. Init N(0, 0.02).
 class PositionEmbedding {
  public:
+  struct Options {
+    std::int64_t max_len = 0, dim = 0;
+  };
   Parameter weight;  ///< [max_len, dim]
 
   PositionEmbedding() = default;
   PositionEmbedding(std::int64_t max_len, std::int64_t dim) : weight(Shape{max_len, dim}, Init::normal(0.02)) {
     EPL_CHECK(max_len > 0 && dim > 0, "PositionEmbedding(", max_len, ", ", dim, "): both sizes must be positive");
   }
+  explicit PositionEmbedding(Options o) : PositionEmbedding(o.max_len, o.dim) {}
+  [[nodiscard]] Options options() const { return {weight.shape[0], weight.shape[1]}; }
   template <class V> void visit(V&& v) { v("weight", weight); }
 
   template <class Ctx>

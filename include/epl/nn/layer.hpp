@@ -15,6 +15,7 @@
 #include "epl/device/cpu/cpu.hpp"
 #include "epl/nn/context.hpp"
 #include "epl/nn/parameter.hpp"
+#include "epl/nn/walk.hpp"
 #include "epl/reflect/fields.hpp"
 
 namespace epl {
@@ -25,30 +26,37 @@ namespace nn {
 using CpuContext = Context<device::Cpu>;
 
 /// \brief T satisfies leaf_layer if it has forward(ctx, x) and backward(ctx, dy), each
-/// returning a Tensor, for a CPU context (the archetype every layer must run on).
-template <class T>
-concept leaf_layer = requires(T& l, CpuContext& ctx, const Tensor& x) {
+/// returning a Tensor, for a pass context of type Ctx (by default the CPU archetype every layer
+/// must run on; layers written `template <class Ctx>` run on every context).
+template <class T, class Ctx = CpuContext>
+concept leaf_layer = requires(T& l, Ctx& ctx, const Tensor& x) {
   { l.forward(ctx, x) } -> std::same_as<Tensor>;
   { l.backward(ctx, x) } -> std::same_as<Tensor>;
 };
 
-template <class T> struct is_layer;
-
 namespace detail {
-template <class T>
+template <class Ctx>
+struct layer_for {
+  template <class T>
+  struct test;
+};
+template <class T, class Ctx>
 consteval bool aggregate_of_layers() {
-  if constexpr (reflect::is_reflectable_v<T>) {
+  if constexpr (!leaf_layer<T, Ctx> && reflect::is_reflectable_v<T>) {
     if constexpr (reflect::field_count_v<T> == 0) return false;
-    else return reflect::all_fields<T, is_layer>();
+    else return reflect::all_fields<T, layer_for<Ctx>::template test>();
   } else {
     return false;
   }
 }
+template <class Ctx>
+template <class T>
+struct layer_for<Ctx>::test : std::bool_constant<leaf_layer<T, Ctx> || aggregate_of_layers<T, Ctx>()> {};
 }  // namespace detail
 
-/// \brief True when T is a layer: a leaf_layer or an aggregate of layers.
+/// \brief True when T is a layer (for the CPU archetype context): a leaf_layer or an aggregate of layers.
 template <class T>
-struct is_layer : std::bool_constant<leaf_layer<T> || detail::aggregate_of_layers<T>()> {};
+struct is_layer : detail::layer_for<CpuContext>::template test<T> {};
 
 /// \brief T satisfies layer if it is a leaf layer or an aggregate whose fields are layers.
 template <class T>
@@ -56,38 +64,40 @@ concept layer = is_layer<std::remove_cvref_t<T>>::value;
 
 namespace detail {
 /// Fails with the parent aggregate, the field index and the field's type in the instantiation.
-template <class Parent, std::size_t Index, class Field>
+template <class Parent, std::size_t Index, class Field, class Ctx>
 consteval void require_layer_field() {
-  static_assert(is_layer<Field>::value,
+  static_assert(layer_for<Ctx>::template test<Field>::value,
                 "epl: a field of a layer struct is not a layer. Each field needs forward(ctx, x) and "
                 "backward(ctx, dy) members returning epl::Tensor, or must itself be an aggregate of "
                 "layers. The offending field type is `Field` in this instantiation.");
 }
-template <class Parent>
+template <class Parent, class Ctx>
 consteval void require_fields() {
   static_assert(reflect::field_count_v<Parent> > 0, "epl: an empty struct is not a layer");
   []<std::size_t... I>(std::index_sequence<I...>) {
-    (require_layer_field<Parent, I, reflect::field_t<I, Parent>>(), ...);
+    (require_layer_field<Parent, I, reflect::field_t<I, Parent>, Ctx>(), ...);
   }(std::make_index_sequence<reflect::field_count_v<Parent>>{});
 }
 }  // namespace detail
 
 /// \brief Compile-time check with a readable message naming the first offending field type.
-template <class L>
+template <class L, class Ctx = CpuContext>
 consteval void require_layer() {
-  if constexpr (!leaf_layer<L>) {
+  if constexpr (!leaf_layer<L, Ctx>) {
     static_assert(reflect::is_reflectable_v<L>,
                   "epl: this type is not a layer: give it forward(ctx, x) and backward(ctx, dy) members "
                   "returning epl::Tensor, or make it an aggregate struct of layers");
-    if constexpr (reflect::is_reflectable_v<L>) detail::require_fields<L>();
+    if constexpr (reflect::is_reflectable_v<L>) detail::require_fields<L, Ctx>();
   }
 }
 
-/// \brief Runs layer l forward on x.
+/// \brief Runs layer l forward on x: the context's hooks see each leaf layer first (a ZeRO-3
+/// gather, an offload prefetch), then an aggregate's fields run in order.
 template <class L, class Ctx>
 Tensor forward(L& l, Ctx& ctx, const Tensor& x) {
-  require_layer<L>();
-  if constexpr (leaf_layer<L>) {
+  require_layer<L, Ctx>();
+  if constexpr (leaf_layer<L, Ctx>) {
+    ctx.hooks().before_forward(l, ctx);
     return l.forward(ctx, x);
   } else {
     Tensor h = x;
@@ -96,18 +106,15 @@ Tensor forward(L& l, Ctx& ctx, const Tensor& x) {
   }
 }
 
-template <class L, class Fn>
-void visit_parameters(L& l, Fn&& fn, const std::string& prefix);
-
 /// \brief Runs layer l backward: accumulates parameter gradients, returns the input gradient.
-/// When the context listens, a leaf layer's parameters are announced as final once its
-/// backward returns.
+/// Once a leaf layer's backward returns, its gradients are final for this pass, and the
+/// context's hooks are told (data parallelism starts reducing them then).
 template <class L, class Ctx>
 Tensor backward(L& l, Ctx& ctx, const Tensor& dy) {
-  require_layer<L>();
-  if constexpr (leaf_layer<L>) {
+  require_layer<L, Ctx>();
+  if constexpr (leaf_layer<L, Ctx>) {
     Tensor dx = l.backward(ctx, dy);
-    if (ctx.wants_gradients()) nn::visit_parameters(l, [&](std::string_view, Parameter& p) { ctx.gradient_ready(p); }, "");
+    ctx.hooks().after_backward(l, ctx);
     return dx;
   } else {
     Tensor g = dy;
@@ -116,71 +123,10 @@ Tensor backward(L& l, Ctx& ctx, const Tensor& dy) {
   }
 }
 
-/// \brief Calls fn(path, Parameter&) for every parameter of l, in a fixed order. Leaf layers
-/// list their members through `visit(v)`, calling v(name, member) for parameters and
-/// sub-layers alike; aggregates are walked field by field (paths use field indices).
-template <class L, class Fn>
-void visit_parameters(L& l, Fn&& fn, const std::string& prefix) {
-  if constexpr (std::is_same_v<std::remove_cvref_t<L>, Parameter>) {
-    fn(std::string_view(prefix.empty() ? prefix : prefix.substr(0, prefix.size() - 1)), l);
-  } else if constexpr (requires { l.visit([](std::string_view, auto&) {}); }) {
-    l.visit([&](std::string_view name, auto& member) {
-      nn::visit_parameters(member, fn, prefix + std::string(name) + ".");
-    });
-  } else if constexpr (reflect::is_reflectable_v<L>) {
-    reflect::for_each_field(l, [&](auto& field, auto index) {
-      nn::visit_parameters(field, fn, prefix + std::to_string(decltype(index)::value) + ".");
-    });
-  }
-}
-
-template <class L, class Fn>
-void visit_parameters(L& l, Fn&& fn) {
-  visit_parameters(l, std::forward<Fn>(fn), std::string());
-}
-
-/// \brief The number of scalar parameters of l.
-template <class L>
-std::int64_t parameter_count(L& l) {
-  std::int64_t n = 0;
-  visit_parameters(l, [&](std::string_view, Parameter& p) { n += p.numel(); });
-  return n;
-}
-
-/// \brief Options of materialize: element type and the seed of the counter-based init.
-struct MaterializeOptions {
-  DType dtype = DType::kF32;
-  std::uint64_t seed = 0;
-};
-
-/// \brief Allocates and initialises every parameter of l (and a zero gradient) on device d.
-/// Parameter k draws from stream (seed, k), so every rank and every run agree.
-template <class L, class D>
-void materialize(L& l, const D& d, MaterializeOptions opt = {}) {
-  std::uint64_t ordinal = 0;
-  std::vector<double> host;
-  visit_parameters(l, [&](std::string_view, Parameter& p) {
-    auto key = stream_key(opt.seed, ordinal++);
-    host.resize(static_cast<std::size_t>(p.numel()));
-    for (std::size_t i = 0; i < host.size(); ++i) host[i] = p.init.value(key, i);
-    device::Cpu cpu;
-    Tensor staged = cpu.empty(p.shape, DType::kF64, MemoryCategory::kWorkspace);
-    std::copy(host.begin(), host.end(), staged.data<double>());
-    Tensor typed = staged;
-    if (opt.dtype != DType::kF64) {
-      typed = cpu.empty(p.shape, opt.dtype, MemoryCategory::kWorkspace);
-      cpu.cast(staged, typed);
-    }
-    p.value = d.empty(p.shape, opt.dtype, MemoryCategory::kParameters);
-    d.upload(typed.raw(), p.value);
-    p.grad = d.zeros(p.shape, opt.dtype, MemoryCategory::kGradients);
-  });
-}
-
 /// \brief Sets every gradient of l to zero.
 template <class L, class D>
 void zero_grad(L& l, const D& d) {
-  visit_parameters(l, [&](std::string_view, Parameter& p) { d.fill(p.grad, 0.0); });
+  for_each_parameter(l, [&](Parameter& p) { d.fill(p.grad, 0.0); });
 }
 
 }  // namespace nn

@@ -14,6 +14,10 @@ namespace nn {
 /// Init as PyTorch: W, b ~ U(-1/sqrt(in), 1/sqrt(in)).
 class Linear {
  public:
+  struct Options {
+    std::int64_t in = 0, out = 0;
+    bool bias = true;
+  };
   Parameter weight;  ///< [out, in]
   Parameter bias;    ///< [out]; empty shape when built without bias
 
@@ -21,26 +25,28 @@ class Linear {
   Linear(std::int64_t in, std::int64_t out, bool with_bias = true)
       : weight(Shape{out, in}, Init::uniform(1.0 / std::sqrt(static_cast<double>(in)))),
         bias(with_bias ? Shape{out} : Shape{0}, Init::uniform(1.0 / std::sqrt(static_cast<double>(in)))),
-        in_(in), out_(out), with_bias_(with_bias) {
+        opt_{in, out, with_bias} {
     EPL_CHECK(in > 0 && out > 0, "Linear(", in, ", ", out, "): both sizes must be positive");
   }
+  explicit Linear(Options o) : Linear(o.in, o.out, o.bias) {}
 
-  [[nodiscard]] std::int64_t in_features() const noexcept { return in_; }
-  [[nodiscard]] std::int64_t out_features() const noexcept { return out_; }
+  [[nodiscard]] const Options& options() const noexcept { return opt_; }
+  [[nodiscard]] std::int64_t in_features() const noexcept { return opt_.in; }
+  [[nodiscard]] std::int64_t out_features() const noexcept { return opt_.out; }
 
   template <class V> void visit(V&& v) {
     v("weight", weight);
-    if (with_bias_) v("bias", bias);
+    if (opt_.bias) v("bias", bias);
   }
 
   template <class Ctx>
   Tensor forward(Ctx& ctx, const Tensor& x) {
-    EPL_CHECK(x.shape().back() == in_, "Linear(", in_, " -> ", out_, ") got input ", x.shape(),
-              "; its last dimension must be ", in_);
+    EPL_CHECK(x.shape().back() == opt_.in, "Linear(", opt_.in, " -> ", opt_.out, ") got input ", x.shape(),
+              "; its last dimension must be ", opt_.in);
     const auto& d = ctx.device();
-    Tensor y = ctx.empty(x.shape().with_back(out_), x.dtype());
+    Tensor y = ctx.empty(x.shape().with_back(opt_.out), x.dtype());
     d.gemm(x, false, weight.value, true, y);  // [rows, in] x [in, out]
-    if (with_bias_) d.add_row_vector(y, bias.value);
+    if (opt_.bias) d.add_row_vector(y, bias.value);
     ctx.save(this, {x});
     return y;
   }
@@ -51,15 +57,14 @@ class Linear {
     const Tensor& x = s[0];
     const auto& d = ctx.device();
     d.gemm(dy, true, x, false, weight.grad, 1, 1);  // dW += dy^T x: [out, rows] x [rows, in]
-    if (with_bias_) d.sum_rows(dy, bias.grad, 1);
+    if (opt_.bias) d.sum_rows(dy, bias.grad, 1);
     Tensor dx = ctx.empty_like(x);
     d.gemm(dy, false, weight.value, false, dx);     // dx = dy W: [rows, out] x [out, in]
     return dx;
   }
 
  private:
-  std::int64_t in_ = 0, out_ = 0;
-  bool with_bias_ = false;
+  Options opt_{0, 0, false};
 };
 
 }  // namespace nn

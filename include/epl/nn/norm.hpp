@@ -11,6 +11,10 @@ namespace nn {
 /// beta = 0 at init; biased variance (PyTorch's).
 class LayerNorm {
  public:
+  struct Options {
+    std::int64_t dim = 0;
+    double eps = 1e-5;
+  };
   Parameter gamma;  ///< [dim]
   Parameter beta;   ///< [dim]
 
@@ -18,7 +22,10 @@ class LayerNorm {
   explicit LayerNorm(std::int64_t dim, double eps = 1e-5)
       : gamma(Shape{dim}, Init::ones()), beta(Shape{dim}, Init::zeros()), eps_(eps) {
     EPL_CHECK(dim > 0, "LayerNorm(", dim, "): the size must be positive");
+    EPL_CHECK(eps > 0, "LayerNorm(", dim, ", eps ", eps, "): eps must be positive");
   }
+  explicit LayerNorm(Options o) : LayerNorm(o.dim, o.eps) {}
+  [[nodiscard]] Options options() const { return {gamma.shape.rank() ? gamma.shape[0] : 0, eps_}; }
   template <class V> void visit(V&& v) {
     v("weight", gamma);
     v("bias", beta);

@@ -1,7 +1,10 @@
 #pragma once
 /// \file
-/// \brief nn::Parameter: a trainable tensor, its gradient, and how to initialise it.
+/// \brief nn::Parameter (a trainable tensor with its global spec) and nn::RandomStream (a
+/// layer's own stream of random numbers); both are declared by layers and numbered, allocated
+/// and initialised by param::materialize.
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
 #include "epl/core/random.hpp"
@@ -12,7 +15,8 @@ inline namespace v0 {
 namespace nn {
 
 /// \brief How a parameter's values are drawn. Values are counter-based: element i of the
-/// parameter with ordinal k is a function of (seed, k, i), so a shard can draw its own slice.
+/// parameter with ordinal k is a function of (seed, k, i), i indexing the *whole* (unsharded)
+/// parameter, so a shard draws exactly its slice of the single-device initialisation.
 struct Init {
   enum class Kind { kZeros, kOnes, kNormal, kUniform } kind = Kind::kZeros;
   double scale = 0;  ///< standard deviation (kNormal) or bound (kUniform)
@@ -34,19 +38,60 @@ struct Init {
   }
 };
 
-/// \brief A trainable tensor. Layers declare shape and init; nn::materialize allocates the
-/// value (MemoryCategory::kParameters) and the gradient (kGradients) on a device.
+/// \brief Which part of the whole parameter a rank holds: part `index` of `parts` equal parts
+/// along `axis` (axis -1: the whole). Set by a strategy that shards the layer (Split).
+struct Shard {
+  int axis = -1;
+  std::int64_t index = 0;
+  std::int64_t parts = 1;
+  [[nodiscard]] bool whole() const noexcept { return axis < 0 || parts == 1; }
+};
+
+/// \brief A trainable tensor. Layers declare its shape and init; param::materialize gives it a
+/// global ordinal, a place in a flat arena and values: `value` and `grad` are views of the
+/// arena's flat buffers (kParameters and kGradients), so buckets and optimizer shards are ranges.
 struct Parameter {
-  Shape shape;
+  Shape shape;  ///< the part this rank holds (the whole shape unless sharded)
   Init init;
   Tensor value;
   Tensor grad;
+  Shard shard;              ///< what part of the whole `shape` is
+  std::int64_t ordinal = -1;  ///< position in the model's visiting order (set by materialize)
+  std::int64_t offset = -1;   ///< first element in the arena's flat buffers (set by materialize)
 
   Parameter() = default;
   Parameter(Shape s, Init i) : shape(s), init(i) {}
 
   [[nodiscard]] bool materialized() const noexcept { return value.defined(); }
   [[nodiscard]] std::int64_t numel() const noexcept { return shape.numel(); }
+  /// \brief The whole parameter's shape (as the single-device model has it).
+  [[nodiscard]] Shape global_shape() const {
+    Shape g = shape;
+    if (!shard.whole()) g[shard.axis] = shape[shard.axis] * shard.parts;
+    return g;
+  }
+  /// \brief The index in the whole parameter of this part's element i (row-major).
+  [[nodiscard]] std::uint64_t global_index(std::int64_t i) const {
+    if (shard.whole()) return static_cast<std::uint64_t>(i);
+    const Shape g = global_shape();
+    std::int64_t index = 0, rest = i, stride = numel();
+    for (int d = 0; d < shape.rank(); ++d) {
+      stride /= shape[d];
+      std::int64_t c = rest / stride;
+      rest %= stride;
+      if (d == shard.axis) c += shard.index * shape[d];
+      index = index * g[d] + c;
+    }
+    return static_cast<std::uint64_t>(index);
+  }
+};
+
+/// \brief A layer's stream of random numbers (a Dropout's masks). materialize numbers the
+/// streams of a model in visiting order; a pass draws from (seed, step, stream ordinal) at the
+/// global position of its samples, so every strategy, and a recomputed forward, draws the
+/// single-device run's numbers.
+struct RandomStream {
+  std::int64_t ordinal = -1;
 };
 
 }  // namespace nn

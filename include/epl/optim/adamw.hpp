@@ -18,31 +18,25 @@ class AdamW {
     double eps = 1e-8;
     double weight_decay = 0.01;
   };
+  static constexpr int kStateSlots = 2;  ///< m, v
+
   explicit AdamW(Options o) : opt_(o) {
     EPL_CHECK(o.lr > 0, "AdamW: learning rate ", o.lr, " must be positive");
     EPL_CHECK(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1, "AdamW: betas (", o.beta1, ", ",
               o.beta2, ") must be in [0, 1)");
     EPL_CHECK(o.eps > 0, "AdamW: eps ", o.eps, " must be positive");
+    EPL_CHECK(o.weight_decay >= 0, "AdamW: weight_decay ", o.weight_decay, " must not be negative");
   }
 
-  template <class M, class D>
-  void step(M& model, const D& d) {
-    ++steps_;
-    std::size_t i = 0;
-    nn::visit_parameters(model, [&](std::string_view, nn::Parameter& p) {
-      Tensor m = state_.slot(i, 0, p, d);
-      Tensor v = state_.slot(i, 1, p, d);
-      d.adamw_update(p.value, p.grad, m, v, opt_.lr, opt_.beta1, opt_.beta2, opt_.eps, opt_.weight_decay, steps_);
-      ++i;
-    });
+  template <class D>
+  void update(const D& d, const Tensor& value, const Tensor& grad, std::span<const Tensor> state, std::int64_t step) const {
+    d.adamw_update(value, grad, state[0], state[1], opt_.lr, opt_.beta1, opt_.beta2, opt_.eps, opt_.weight_decay, step);
   }
-  [[nodiscard]] std::int64_t steps() const noexcept { return steps_; }
+  [[nodiscard]] const Options& options() const noexcept { return opt_; }
   [[nodiscard]] Options& options() noexcept { return opt_; }
 
  private:
   Options opt_;
-  SlotState state_;
-  std::int64_t steps_ = 0;
 };
 
 }  // namespace optim

@@ -1,52 +1,100 @@
 #pragma once
 /// \file
-/// \brief The optimizer concept, per-parameter state, and clipping by global norm.
+/// \brief The optimizer concept, optim::Updater (an optimizer's state over flat ranges), and
+/// clipping by global norm.
+///
+/// An optimizer updates one contiguous range of parameter values from the same range of
+/// gradients and of its state buffers: it never walks a model. A range is the whole arena of a
+/// replicated model, the shard a ZeRO rank owns, or one of the apply groups of a step, all with
+/// the same code.
 #include <cmath>
 #include <concepts>
+#include <span>
 #include <vector>
 
-#include "epl/nn/linear.hpp"
+#include "epl/comm/any_communicator.hpp"
+#include "epl/device/cpu/cpu.hpp"
 
 namespace epl {
 inline namespace v0 {
 namespace optim {
 
-/// \brief O satisfies optimizer if O::step(model, device) updates every parameter of the model
-/// from its gradient (the archetype model is a single Linear on the CPU).
+/// \brief O satisfies optimizer if 1. O::kStateSlots names how many state values it keeps per
+/// parameter element (0 for SGD, 1 for Momentum, 2 for AdamW), 2. o.update(device, value, grad,
+/// state, step) applies step number `step` (from 1) to a flat range of values from the same
+/// range of gradients and of each state buffer, and 3. o.options() returns its hyper-parameters.
 template <class O>
-concept optimizer = requires(O& o, nn::Linear& model, const device::Cpu& d) {
-  o.step(model, d);
-  { o.steps() } -> std::convertible_to<std::int64_t>;
+concept optimizer = requires(const O& o, const device::Cpu& d, const Tensor& t, std::span<const Tensor> state) {
+  { O::kStateSlots } -> std::convertible_to<int>;
+  o.update(d, t, t, state, std::int64_t{1});
+  o.options();
 };
 
-/// \brief Per-parameter state buffers (MemoryCategory::kOptimizerState), allocated on the
-/// first step in parameter order and zero-initialised.
-class SlotState {
+/// \brief An optimizer over flat ranges: its state buffers (MemoryCategory::kOptimizerState,
+/// zero at the first step, as long as the range given) and its step count.
+/// \tparam O models optimizer
+template <optimizer O>
+class Updater {
  public:
+  explicit Updater(O opt) : opt_(std::move(opt)) {}
+
+  /// \brief One step on values and grads, 1-D ranges of equal length (the same length every
+  /// step). With groups > 1 the range is updated in that many consecutive parts, so the
+  /// update's temporaries peak at about 1 / groups (optimizer.num_apply_group).
   template <class D>
-  Tensor slot(std::size_t param, std::size_t which, const nn::Parameter& p, const D& d) {
-    if (slots_.size() <= param) slots_.resize(param + 1);
-    auto& s = slots_[param];
-    if (s.size() <= which) s.resize(which + 1);
-    if (!s[which].defined()) s[which] = d.zeros(p.shape, p.value.dtype(), MemoryCategory::kOptimizerState);
-    return s[which];
+  void step(const D& d, const Tensor& values, const Tensor& grads, std::int64_t groups = 1) {
+    EPL_CHECK(values.rank() == 1 && grads.rank() == 1 && values.numel() == grads.numel(), "optimizer step on values ",
+              values.shape(), " and gradients ", grads.shape(), "; both must be 1-D ranges of one length");
+    if (state_.empty())
+      for (int i = 0; i < O::kStateSlots; ++i) state_.push_back(d.zeros({values.numel()}, values.dtype(), MemoryCategory::kOptimizerState));
+    EPL_CHECK(state_.empty() || state_.front().numel() == values.numel(), "optimizer step on a range of ", values.numel(),
+              " elements; its state holds ", state_.front().numel());
+    ++steps_;
+    const std::int64_t n = values.numel();
+    groups = std::max<std::int64_t>(1, std::min(groups, n));
+    std::vector<Tensor> part(state_.size());
+    for (std::int64_t g = 0; g < groups; ++g) {
+      const std::int64_t b = n * g / groups, e = n * (g + 1) / groups;
+      for (std::size_t s = 0; s < state_.size(); ++s) part[s] = state_[s].slice(b, e);
+      opt_.update(d, values.slice(b, e), grads.slice(b, e), std::span<const Tensor>(part), steps_);
+    }
   }
+  [[nodiscard]] std::int64_t steps() const noexcept { return steps_; }
+  [[nodiscard]] O& optimizer() noexcept { return opt_; }
+  [[nodiscard]] const O& optimizer() const noexcept { return opt_; }
+  /// \brief The state buffers (kStateSlots of them once the first step ran).
+  [[nodiscard]] const std::vector<Tensor>& state() const noexcept { return state_; }
 
  private:
-  std::vector<std::vector<Tensor>> slots_;
+  O opt_;
+  std::vector<Tensor> state_;
+  std::int64_t steps_ = 0;
 };
 
-/// \brief Scales every gradient so their global L2 norm is at most max_norm (no-op when it is
-/// already); returns the norm before clipping. PyTorch's clip_grad_norm_ rule.
-template <class M, class D>
-double clip_grad_norm(M& model, const D& d, double max_norm) {
-  EPL_CHECK(max_norm > 0, "clip_grad_norm: max_norm ", max_norm, " must be positive");
+/// \brief The L2 norm of gradients held in flat ranges, summed over `group`'s ranks when the
+/// ranges are shards (null: the ranges are the whole).
+template <class D>
+double global_norm(const D& d, std::span<const Tensor> grads, comm::Communicator* group = nullptr) {
   double sq = 0;
-  nn::visit_parameters(model, [&](std::string_view, nn::Parameter& p) { sq += d.sum_squares(p.grad); });
-  const double norm = std::sqrt(sq);
+  for (const auto& g : grads) sq += d.sum_squares(g);
+  if (group && group->size() > 1) group->all_reduce(comm::Buffer(&sq, 1, DType::kF64), comm::ReduceOp::kSum);
+  return std::sqrt(sq);
+}
+
+/// \brief Scales the gradients so their global L2 norm is at most max_norm (no-op when it is
+/// already); returns the norm before clipping. PyTorch's clip_grad_norm_ rule.
+template <class D>
+double clip_grad_norm(const D& d, std::span<const Tensor> grads, double max_norm, comm::Communicator* group = nullptr) {
+  EPL_CHECK(max_norm > 0, "clip_grad_norm: max_norm ", max_norm, " must be positive");
+  const double norm = global_norm(d, grads, group);
   const double coef = max_norm / (norm + 1e-6);
-  if (coef < 1) nn::visit_parameters(model, [&](std::string_view, nn::Parameter& p) { d.scale(p.grad, coef); });
+  if (coef < 1)
+    for (const auto& g : grads) d.scale(g, coef);
   return norm;
+}
+template <class D>
+double clip_grad_norm(const D& d, const Tensor& grads, double max_norm, comm::Communicator* group = nullptr) {
+  return clip_grad_norm(d, std::span<const Tensor>(&grads, 1), max_norm, group);
 }
 
 }  // namespace optim

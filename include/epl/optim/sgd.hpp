@@ -14,21 +14,21 @@ class SGD {
     double lr = 0.01;
     double weight_decay = 0;
   };
-  explicit SGD(Options o) : opt_(o) { EPL_CHECK(o.lr > 0, "SGD: learning rate ", o.lr, " must be positive"); }
+  static constexpr int kStateSlots = 0;
 
-  template <class M, class D>
-  void step(M& model, const D& d) {
-    nn::visit_parameters(model, [&](std::string_view, nn::Parameter& p) {
-      d.sgd_update(p.value, p.grad, opt_.lr, opt_.weight_decay);
-    });
-    ++steps_;
+  explicit SGD(Options o) : opt_(o) {
+    EPL_CHECK(o.lr > 0, "SGD: learning rate ", o.lr, " must be positive");
+    EPL_CHECK(o.weight_decay >= 0, "SGD: weight_decay ", o.weight_decay, " must not be negative");
   }
-  [[nodiscard]] std::int64_t steps() const noexcept { return steps_; }
+  template <class D>
+  void update(const D& d, const Tensor& value, const Tensor& grad, std::span<const Tensor>, std::int64_t) const {
+    d.sgd_update(value, grad, opt_.lr, opt_.weight_decay);
+  }
+  [[nodiscard]] const Options& options() const noexcept { return opt_; }
   [[nodiscard]] Options& options() noexcept { return opt_; }
 
  private:
   Options opt_;
-  std::int64_t steps_ = 0;
 };
 
 /// \brief v = momentum v + (g + weight_decay p); p -= lr v, or with Nesterov
@@ -41,27 +41,22 @@ class Momentum {
     bool nesterov = false;
     double weight_decay = 0;
   };
+  static constexpr int kStateSlots = 1;  ///< velocity
+
   explicit Momentum(Options o) : opt_(o) {
     EPL_CHECK(o.lr > 0, "Momentum: learning rate ", o.lr, " must be positive");
     EPL_CHECK(o.momentum >= 0 && o.momentum < 1, "Momentum: momentum ", o.momentum, " must be in [0, 1)");
+    EPL_CHECK(o.weight_decay >= 0, "Momentum: weight_decay ", o.weight_decay, " must not be negative");
   }
-
-  template <class M, class D>
-  void step(M& model, const D& d) {
-    std::size_t i = 0;
-    nn::visit_parameters(model, [&](std::string_view, nn::Parameter& p) {
-      d.momentum_update(p.value, p.grad, state_.slot(i++, 0, p, d), opt_.lr, opt_.momentum, opt_.weight_decay,
-                        opt_.nesterov);
-    });
-    ++steps_;
+  template <class D>
+  void update(const D& d, const Tensor& value, const Tensor& grad, std::span<const Tensor> state, std::int64_t) const {
+    d.momentum_update(value, grad, state[0], opt_.lr, opt_.momentum, opt_.weight_decay, opt_.nesterov);
   }
-  [[nodiscard]] std::int64_t steps() const noexcept { return steps_; }
+  [[nodiscard]] const Options& options() const noexcept { return opt_; }
   [[nodiscard]] Options& options() noexcept { return opt_; }
 
  private:
   Options opt_;
-  SlotState state_;
-  std::int64_t steps_ = 0;
 };
 
 }  // namespace optim

@@ -37,6 +37,13 @@ void for_each_field_reverse(T& t, Fn&& fn) {
   }(std::make_index_sequence<n>{});
 }
 
+/// \brief Calls fn(field) for each field of a const aggregate (options structs read for
+/// fingerprints and messages).
+template <class T, class Fn>
+void for_each_field_const(const T& t, Fn&& fn) {
+  boost::pfr::for_each_field(t, [&](const auto& field) { fn(field); });
+}
+
 /// \brief True when pred<field_t<I, T>> holds for every field.
 template <class T, template <class> class Pred>
 consteval bool all_fields() {

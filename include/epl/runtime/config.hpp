@@ -172,6 +172,8 @@ class Config {
   [[nodiscard]] T get(const Flag<T>& flag) const {
     return get<T>(flag.spec().name);
   }
+  /// \brief A key's value as text (strings quoted).
+  [[nodiscard]] std::string value_text(std::string_view key) const { return detail::value_str(entry(key).value); }
   [[nodiscard]] Source source(std::string_view key) const { return entry(key).source; }
   template <class T>
   [[nodiscard]] Source source(Key<T> key) const {

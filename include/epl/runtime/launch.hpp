@@ -15,6 +15,7 @@
 
 #include "epl/comm/run_threads.hpp"
 #include "epl/runtime/config.hpp"
+#include "epl/runtime/context.hpp"
 #if defined(EPL_WITH_MPI)
 #include "epl/comm/mpi.hpp"
 #endif
@@ -44,10 +45,10 @@ inline comm::CommOptions comm_options(const Config& cfg) {
   return o;
 }
 
-/// \brief Calls fn(communicator&) on every rank: a comm::MpiCommunicator under mpirun, a
-/// comm::ThreadCommunicator otherwise (fn is generic over the communicator type). Returns 0
-/// when every rank returned, kLaunchFailed after a failure (printed, rank-prefixed, when it
-/// happened); under MPI a failure does not return: the job is aborted with kLaunchFailed.
+/// \brief Calls fn(epl::Context&) on every rank: over MPI processes under mpirun, over thread
+/// ranks otherwise; the program does not name the backend. Returns 0 when every rank returned,
+/// kLaunchFailed after a failure (printed, rank-prefixed, when it happened); under MPI a
+/// failure does not return: the job is aborted with kLaunchFailed.
 template <class Fn>
 [[nodiscard]] int launch(const Config& cfg, Fn&& fn, LaunchOptions opt = {}) {
   const auto comm_opt = comm_options(cfg);
@@ -59,8 +60,8 @@ template <class Fn>
     RankScope scope(rank);
     try {
       comm::MpiCommunicator world(MPI_COMM_WORLD, comm_opt);
-      epl::detail::cpu::set_threads(opt.threads_per_rank);
-      fn(world);
+      Context ctx(world, -1, opt.threads_per_rank);
+      fn(ctx);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "%s\n", comm::detail::with_rank(rank, e.what()).c_str());
       comm::MpiEnvironment::abort_job(kLaunchFailed);
@@ -79,7 +80,10 @@ template <class Fn>
     const int ranks = opt.ranks > 0 ? opt.ranks : comm::rank_count_from_env(1);
     int threads = opt.threads_per_rank;
     if (threads <= 0) threads = std::max(1, epl::detail::cpu::threads() / ranks);
-    comm::run_threads(ranks, std::forward<Fn>(fn), {.comm = comm_opt, .threads_per_rank = threads, .report = true});
+    comm::run_threads(ranks, [&](comm::ThreadCommunicator& c) {
+      Context ctx(c, -1, threads);
+      fn(ctx);
+    }, {.comm = comm_opt, .threads_per_rank = threads, .report = true});
     return 0;
   } catch (const Error& e) {
     if (e.rank() < 0) std::fprintf(stderr, "%s\n", e.what());  // a rank's error was printed when it happened

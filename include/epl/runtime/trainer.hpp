@@ -1,18 +1,31 @@
 #pragma once
 /// \file
-/// \brief epl::Trainer — one training step, visible in one place: forward, loss, backward over
-/// the step's micro-batches, optional clipping, the optimizer.
+/// \brief epl::Trainer — one training step, the same for one device and for every strategy:
+///   plan      the mesh and the model's flat arena; the ranks checked to agree on the run
+///   schedule  forward and backward of each micro-batch, in the schedule's order; the last
+///             micro-batch's backward hands each finished gradient to the reducer
+///   reduce    wait for the gradient buckets
+///   clip      the global gradient norm (and a NaN or infinity stops the run, named)
+///   update    the optimizer over the owned range of the arena
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <memory>
-#include <unordered_map>
+#include <optional>
 
-#include "epl/comm/buckets.hpp"
+#include "epl/device/requirements.hpp"
 #include "epl/nn/loss.hpp"
 #include "epl/optim/optimizer.hpp"
+#include "epl/param/arena.hpp"
+#include "epl/policy/policies.hpp"
+#include "epl/policy/reducer.hpp"
+#include "epl/runtime/agreement.hpp"
 #include "epl/runtime/config.hpp"
+#include "epl/runtime/context.hpp"
 #include "epl/runtime/data.hpp"
+#include "epl/strategy/mesh.hpp"
 #include "epl/strategy/replicate.hpp"
+#include "epl/strategy/schedule.hpp"
 
 namespace epl {
 inline namespace v0 {
@@ -22,212 +35,249 @@ struct TrainerOptions {
   std::uint64_t seed = 0;  ///< parameter init and dropout streams
   double clip_norm = 0;    ///< clip gradients to this global L2 norm; 0: no clipping
   DType dtype = DType::kF32;
-  /// Data parallel: every this many steps, compare a hash of the parameters across replicas
-  /// and fail if they drifted apart (0: never; the check costs one small all_gather).
-  std::int64_t check_replicas_every = 0;
+  /// Data parallel: after the first step and every this many steps, compare a hash of the
+  /// parameters across replicas and fail if they drifted apart (0: never; one small all_gather).
+  std::int64_t check_replicas_every = 100;
+  /// A loss or gradient that is NaN or infinite is an error naming the step and the parameter
+  /// (false: train on, as a run that handles overflow itself might).
+  bool check_finite = true;
 };
 
 namespace detail {
-/// What data parallelism adds to a trainer: the gradient buckets over the data-parallel group,
-/// a communicator of its own for the loss, and where each parameter sits in the buckets.
-template <class Comm>
-struct DataParallelState {
-  Comm* grads = nullptr;
-  std::unique_ptr<Comm> scalars;
-  std::unique_ptr<comm::GradientBuckets<Comm>> buckets;
-  std::unordered_map<const nn::Parameter*, std::size_t> slot;
-  bool clip_after_allreduce = true;
-  bool overlap = true;
-};
-template <>
-struct DataParallelState<void> {};
-
 /// EPL's communication keys as bucket options.
-inline comm::BucketOptions bucket_options(const Config& cfg) {
-  comm::BucketOptions o;
-  o.max_splits = static_cast<int>(cfg.get<std::int64_t>("communication.max_splits"));
-  o.fp16 = cfg.get<bool>("communication.fp16");
-  o.fp16_scale = static_cast<double>(cfg.get<std::int64_t>("communication.fp16_scale"));
-  o.op = cfg.get<std::string>("communication.gradients_reduce_method") == "sum" ? comm::ReduceOp::kSum : comm::ReduceOp::kMean;
+inline policy::BucketOptions bucket_options(const Config& cfg) {
+  policy::BucketOptions o;
+  o.max_splits = static_cast<int>(cfg.get(keys::max_splits));
+  o.fp16 = cfg.get(keys::fp16);
+  o.fp16_scale = static_cast<double>(cfg.get(keys::fp16_scale));
+  o.op = cfg.get(keys::gradients_reduce_method) == "sum" ? comm::ReduceOp::kSum : comm::ReduceOp::kMean;
   return o;
+}
+
+/// The hooks of a training pass: in the last micro-batch, each layer's gradients go to the
+/// reducer the moment the layer's backward returns.
+template <class Reducer>
+struct ReduceHooks {
+  Reducer* reducer = nullptr;
+  bool active = false;
+  template <class L, class Ctx> void before_forward(L&, Ctx&) {}
+  template <class L, class Ctx> void after_backward(L& l, Ctx&) {
+    if (active) nn::for_each_parameter(l, [&](nn::Parameter& p) { reducer->ready(p); });
+  }
+};
+
+/// A fast hash of a tensor's bytes (64-bit words through mix64), for comparing replicas.
+inline std::uint64_t content_hash(const Tensor& t) {
+  const auto* p = static_cast<const unsigned char*>(t.raw());
+  const std::size_t n = t.bytes();
+  std::uint64_t h = n;
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    std::uint64_t w;
+    std::memcpy(&w, p + i, 8);
+    h = mix64(h ^ w);
+  }
+  for (; i < n; ++i) h = mix64(h ^ p[i]);
+  return h;
 }
 }  // namespace detail
 
-/// \brief Trains Model with Optimizer on one device of type D, or data parallel over the ranks
-/// of a communicator of type Comm.
+/// \brief Trains Model with Optimizer on device type D, on one device or over the ranks of an
+/// epl::Context.
 ///
 /// step(batch) splits the batch's first dimension into pipeline.num_micro_batch micro-batches
-/// and accumulates their gradients (each scaled by 1/M), so the update equals one step on
-/// the whole batch; the returned loss is the mean over micro-batches. Data parallel, batch is
-/// this rank's share of the global batch (data::Shard); during the last micro-batch's backward
-/// each gradient joins its bucket as soon as it is final and the bucket's all-reduce starts, so
-/// communication overlaps the rest of the backward pass; the optimizer waits for the buckets.
-/// The returned loss is then the mean over all ranks: the global batch's loss.
-/// \tparam Model a layer (a user aggregate of layers, a combinator, Replicate<D, ...>)
+/// and accumulates their gradients (each scaled by 1/M), so the update equals one step on the
+/// whole batch; it returns the mean loss. Data parallel, batch is this rank's share of the
+/// global batch (data::Shard): every rank must get the same number of rows (checked each step),
+/// the gradients are averaged over the data-parallel group as backward produces them, and the
+/// returned loss is the global batch's.
+/// \tparam Model a layer (a user aggregate, a combinator), or a strategy: Replicate<D, ...>
 /// \tparam Optimizer models optim::optimizer
+/// \tparam Policy epl::Policies<...> (Zero<0> by default)
 /// \tparam Loss has forward(ctx, logits, targets) -> double and backward(ctx, scale) -> Tensor
-/// \tparam Comm void (one device) or a type modelling comm::communicator
-template <class Model, optim::optimizer Optimizer, class Loss = nn::SoftmaxCrossEntropy, class D = device::Cpu, class Comm = void>
+/// \tparam D the device type (device::Cpu)
+template <class Model, optim::optimizer Optimizer, class Policy = Policies<>, class Loss = nn::SoftmaxCrossEntropy,
+          class D = device::Cpu>
 class Trainer {
   static_assert((nn::require_layer<Model>(), true));
-  static constexpr bool kParallel = !std::is_void_v<Comm>;
+  static_assert((device::require_trainable<D>(), true));
+  static_assert(Policy::zero::kStage == 0, "epl::Zero<1|2|3> is not built yet in this version; use epl::Policies<> (Zero<0>)");
+  using Reducer = policy::AllReduceReducer<D>;
+  using Hooks = detail::ReduceHooks<Reducer>;
+  using PassContext = nn::Context<D, Hooks>;
 
  public:
+  /// \brief Trains over the ranks of ctx (data parallel when it has several), on device d.
+  Trainer(Context& ctx, const D& device, const Config& cfg, Model model, Optimizer optimizer, TrainerOptions opt = {})
+      : device_(&device), world_(&ctx.world()), model_(std::move(model)), updater_(std::move(optimizer)), opt_(opt),
+        schedule_(static_cast<int>(cfg.get(keys::num_micro_batch))) {
+    init(cfg);
+  }
+  /// \brief Trains over the ranks of ctx on the rank's CPU.
+  Trainer(Context& ctx, const Config& cfg, Model model, Optimizer optimizer, TrainerOptions opt = {})
+    requires std::is_same_v<D, device::Cpu>
+      : Trainer(ctx, ctx.cpu(), cfg, std::move(model), std::move(optimizer), opt) {}
+  /// \brief Trains on one device: a world of one, the same code.
   Trainer(const D& device, const Config& cfg, Model model, Optimizer optimizer, TrainerOptions opt = {})
-    requires(!kParallel)
-      : device_(&device), model_(std::move(model)), optimizer_(std::move(optimizer)), opt_(opt),
-        micro_batches_(cfg.get<std::int64_t>("pipeline.num_micro_batch")) {
-    nn::materialize(model_, device, {opt.dtype, opt.seed});
+      : device_(&device), solo_(comm::Communicator(comm::ThreadCommunicator::solo(comm::CommOptions{}))), world_(&*solo_),
+        model_(std::move(model)), updater_(std::move(optimizer)), opt_(opt),
+        schedule_(static_cast<int>(cfg.get(keys::num_micro_batch))) {
+    init(cfg);
   }
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
 
-  /// \brief Data parallel over comm's ranks. Every rank must build the same model (checked).
-  template <class C = Comm>
-    requires(kParallel)
-  Trainer(const D& device, C& comm, const Config& cfg, Model model, Optimizer optimizer, TrainerOptions opt = {})
-      : device_(&device), model_(std::move(model)), optimizer_(std::move(optimizer)), opt_(opt),
-        micro_batches_(cfg.get<std::int64_t>("pipeline.num_micro_batch")) {
-    constexpr int per_replica = devices_per_replica_v<Model>;
-    EPL_CHECK(comm.size() % per_replica == 0, "world size ", comm.size(), " cannot hold replicas of ", per_replica,
-              " devices each (Replicate<", per_replica, ", ...>); use a world size that is a multiple of ", per_replica);
-    nn::materialize(model_, device, {opt.dtype, opt.seed});
-    dp_.grads = &comm;
-    dp_.scalars = std::make_unique<Comm>(comm.split(0, comm.rank()));
-    dp_.clip_after_allreduce = cfg.get<bool>("communication.clip_after_allreduce");
-    dp_.overlap = dp_.clip_after_allreduce || opt.clip_norm <= 0;
-    check_same_model();
-    std::vector<nn::Parameter*> params;
-    nn::visit_parameters(model_, [&](std::string_view, nn::Parameter& p) { params.push_back(&p); });
-    std::vector<Tensor> grads;  // in the order backward produces them: the last layer's first
-    for (auto it = params.rbegin(); it != params.rend(); ++it) {
-      dp_.slot[*it] = grads.size();
-      grads.push_back((*it)->grad);
-    }
-    dp_.buckets = std::make_unique<comm::GradientBuckets<Comm>>(comm, std::move(grads), detail::bucket_options(cfg));
-  }
-
-  /// \brief One optimizer step on batch; returns the mean loss.
+  /// \brief One optimizer step on batch; returns the mean loss (the global batch's).
   double step(const Batch& batch) {
-    const auto rows = batch.inputs.dim(0);
-    EPL_CHECK(rows % micro_batches_ == 0, "batch of ", rows, " samples does not divide into pipeline.num_micro_batch = ",
-              micro_batches_, " micro-batches; make the batch a multiple of ", micro_batches_);
-    EPL_CHECK(batch.targets.dim(0) == rows, "batch has ", rows, " inputs but ", batch.targets.dim(0), " targets");
-    nn::zero_grad(model_, *device_);
-    const auto per = rows / micro_batches_;
+    const std::int64_t rows = batch.inputs.rank() > 0 ? batch.inputs.dim(0) : 0;
+    const int m_count = schedule_.micro_batches();
+    EPL_CHECK(batch.targets.defined() && batch.targets.rank() > 0 && batch.targets.dim(0) == rows, "batch has ", rows,
+              " inputs but ", batch.targets.defined() && batch.targets.rank() > 0 ? batch.targets.dim(0) : 0, " targets");
+    EPL_CHECK(rows > 0 && rows % m_count == 0, "batch of ", rows, " samples does not divide into pipeline.num_micro_batch = ",
+              m_count, " micro-batches; make the batch a multiple of ", m_count);
+    agree_on_rows(rows);
+    device_->fill(arena_.grads(), 0.0);
+    const std::int64_t per = rows / m_count, first = static_cast<std::int64_t>(mesh_->coord().data) * rows;
+    std::vector<std::optional<PassContext>> passes(static_cast<std::size_t>(m_count));
     double loss = 0;
-    for (std::int64_t m = 0; m < micro_batches_; ++m) {
-      nn::Context<D> ctx(*device_, {true, opt_.seed, static_cast<std::uint64_t>(steps_), static_cast<std::uint64_t>(m)});
-      if constexpr (kParallel) {
+    for (const auto& a : schedule_.actions()) {
+      auto& pass = passes[static_cast<std::size_t>(a.micro_batch)];
+      const std::int64_t r0 = a.micro_batch * per;
+      if (a.kind == strategy::Action::Kind::kForward) {
+        pass.emplace(*device_, nn::PassOptions{true, opt_.seed, static_cast<std::uint64_t>(steps_),
+                                               static_cast<std::uint64_t>(a.micro_batch), first + r0},
+                     &hooks_, nn::Groups{nullptr, &mesh_->data()});
+        Tensor logits = nn::forward(model_, *pass, batch.inputs.slice(r0, r0 + per));
+        loss += loss_.forward(*pass, logits, batch.targets.slice(r0, r0 + per)) / m_count;
+      } else if (a.kind == strategy::Action::Kind::kBackward) {
         // gradients are final only in the last micro-batch: reduce once per step
-        if (m + 1 == micro_batches_ && dp_.overlap)
-          ctx.on_gradient_ready([this](nn::Parameter& p) { dp_.buckets->ready(dp_.slot.at(&p)); });
+        hooks_.active = overlap_ && a.micro_batch + 1 == m_count;
+        nn::backward(model_, *pass, loss_.backward(*pass, 1.0 / m_count));
+        hooks_.active = false;
+        pass.reset();
       }
-      Tensor logits = nn::forward(model_, ctx, batch.inputs.slice(m * per, (m + 1) * per));
-      loss += loss_.forward(ctx, logits, batch.targets.slice(m * per, (m + 1) * per)) / static_cast<double>(micro_batches_);
-      nn::backward(model_, ctx, loss_.backward(ctx, 1.0 / static_cast<double>(micro_batches_)));
     }
-    if constexpr (kParallel) {
-      if (!dp_.overlap) {  // EPL's per-replica clipping: clip the local gradient, then reduce it
-        last_grad_norm_ = optim::clip_grad_norm(model_, *device_, opt_.clip_norm);
-        // in slot order, identical on every rank (collectives must be issued in one order)
-        for (std::size_t i = 0; i < dp_.slot.size(); ++i) dp_.buckets->ready(i);
-      }
-      dp_.buckets->finish();
-      if (dp_.overlap && opt_.clip_norm > 0) last_grad_norm_ = optim::clip_grad_norm(model_, *device_, opt_.clip_norm);
-      dp_.scalars->all_reduce(comm::Buffer(&loss, 1, DType::kF64), comm::ReduceOp::kMean);
-    } else {
-      if (opt_.clip_norm > 0) last_grad_norm_ = optim::clip_grad_norm(model_, *device_, opt_.clip_norm);
+    if (!overlap_) {  // EPL's per-replica clipping: clip the local gradient, then reduce it
+      last_grad_norm_ = optim::clip_grad_norm(*device_, arena_.grads(), opt_.clip_norm);
+      reducer_->ready_all();
     }
-    optimizer_.step(model_, *device_);
+    reducer_->finish();
+    scalars_.all_reduce(comm::Buffer(&loss, 1, DType::kF64), comm::ReduceOp::kMean);
+    EPL_CHECK(!opt_.check_finite || std::isfinite(loss), "the loss is ", loss, " at step ", steps_ + 1,
+              ": training diverged or the data holds bad values; lower the learning rate, clip gradients "
+              "(TrainerOptions::clip_norm) or check the inputs");
+    if (overlap_) {
+      last_grad_norm_ = opt_.clip_norm > 0 ? optim::clip_grad_norm(*device_, arena_.grads(), opt_.clip_norm)
+                                           : optim::global_norm(*device_, std::span<const Tensor>(&arena_.grads(), 1));
+    }
+    if (opt_.check_finite && !std::isfinite(last_grad_norm_)) fail_non_finite_gradient();
+    updater_.step(*device_, arena_.values(), arena_.grads());
     ++steps_;
-    if constexpr (kParallel) {
-      if (opt_.check_replicas_every > 0 && steps_ % opt_.check_replicas_every == 0) check_replicas();
-    }
+    if (opt_.check_replicas_every > 0 && mesh_->data_size() > 1 && (steps_ == 1 || steps_ % opt_.check_replicas_every == 0))
+      check_replicas();
     return loss;
   }
 
-  /// \brief Data parallel: fails unless every rank holds bit-identical parameters.
-  void check_replicas()
-    requires(kParallel)
-  {
-    std::uint64_t h = 1469598103934665603ull;  // FNV-1a over every parameter's bytes
-    nn::visit_parameters(model_, [&](std::string_view, nn::Parameter& p) {
-      std::vector<unsigned char> bytes(p.value.bytes());
-      device_->download(p.value, bytes.data());
-      for (unsigned char b : bytes) h = (h ^ b) * 1099511628211ull;
-    });
-    auto hashes = gather_all(static_cast<std::int64_t>(h));
-    for (std::size_t r = 1; r < hashes.size(); ++r)
-      EPL_CHECK(hashes[r] == hashes[0], "after step ", steps_, " the parameters of rank ", r, " differ from rank 0's: the replicas "
-                "drifted apart (non-deterministic code on one rank, or a gradient that was not reduced)");
-  }
-
-  /// \brief The loss on batch without training (dropout off, no update).
+  /// \brief The loss on batch without training (dropout off, no update), on this rank's rows.
   double evaluate(const Batch& batch) {
-    nn::Context<D> ctx(*device_, {false, opt_.seed, static_cast<std::uint64_t>(steps_), 0});
+    PassContext ctx(*device_, nn::PassOptions{false, opt_.seed, static_cast<std::uint64_t>(steps_), 0, 0}, &hooks_);
     Tensor logits = nn::forward(model_, ctx, batch.inputs);
     return loss_.forward(ctx, logits, batch.targets);
   }
 
-  [[nodiscard]] Model& model() noexcept { return model_; }
-  [[nodiscard]] Optimizer& optimizer() noexcept { return optimizer_; }
-  [[nodiscard]] const D& device() const noexcept { return *device_; }
-  [[nodiscard]] std::int64_t steps() const noexcept { return steps_; }
-  [[nodiscard]] std::int64_t micro_batches() const noexcept { return micro_batches_; }
-  [[nodiscard]] double last_grad_norm() const noexcept { return last_grad_norm_; }
-  /// \brief Data parallel: the fraction of the last step's gradient all-reduce time hidden
-  /// behind the backward pass.
-  [[nodiscard]] double last_overlap() const
-    requires(kParallel)
-  {
-    return dp_.buckets->last_overlap();
-  }
-  /// \brief Data parallel: the gradient buckets' count.
-  [[nodiscard]] std::size_t gradient_buckets() const
-    requires(kParallel)
-  {
-    return dp_.buckets->buckets();
+  /// \brief Data parallel: fails unless every replica holds bit-identical parameters.
+  void check_replicas() {
+    std::vector<std::uint64_t> hashes(static_cast<std::size_t>(scalars_.size()));
+    std::uint64_t mine = detail::content_hash(arena_.values());
+    scalars_.all_gather(comm::Buffer(&mine, 1, DType::kI64), comm::Buffer(hashes.data(), scalars_.size(), DType::kI64));
+    for (std::size_t r = 1; r < hashes.size(); ++r)
+      EPL_CHECK(hashes[r] == hashes[0], "after step ", steps_, " the parameters of data-parallel rank ", r,
+                " differ from rank 0's: the replicas drifted apart (non-deterministic code on one rank, or a gradient "
+                "that was not reduced)");
   }
 
+  [[nodiscard]] Model& model() noexcept { return model_; }
+  [[nodiscard]] Optimizer& optimizer() noexcept { return updater_.optimizer(); }
+  [[nodiscard]] const D& device() const noexcept { return *device_; }
+  [[nodiscard]] std::int64_t steps() const noexcept { return steps_; }
+  [[nodiscard]] std::int64_t micro_batches() const noexcept { return schedule_.micro_batches(); }
+  [[nodiscard]] double last_grad_norm() const noexcept { return last_grad_norm_; }
+  /// \brief The fraction of the last step's gradient all-reduce time hidden behind backward.
+  [[nodiscard]] double last_overlap() const noexcept { return reducer_->last_overlap(); }
+  [[nodiscard]] std::size_t gradient_buckets() const noexcept { return reducer_->buckets(); }
+  /// \brief The flat parameter and gradient buffers.
+  [[nodiscard]] const param::Arena& arena() const noexcept { return arena_; }
+  [[nodiscard]] strategy::Mesh& mesh() noexcept { return *mesh_; }
+  /// \brief Bytes the gradient reduction moved so far (the data-parallel group's counts).
+  [[nodiscard]] comm::CommStats gradient_stats() const { return mesh_->data().stats(); }
+
  private:
-  std::vector<std::int64_t> gather_all(std::int64_t mine)
-    requires(kParallel)
-  {
-    std::vector<std::int64_t> all(static_cast<std::size_t>(dp_.scalars->size()));
-    dp_.scalars->all_gather(comm::Buffer(&mine, 1, DType::kI64), comm::Buffer(all.data(), static_cast<std::int64_t>(all.size()), DType::kI64));
-    return all;
+  void init(const Config& cfg) {
+    constexpr int per_replica = devices_per_replica_v<Model>;
+    EPL_CHECK(world_->size() % per_replica == 0, "world size ", world_->size(), " cannot hold replicas of ", per_replica,
+              " devices each (Replicate<", per_replica, ", ...>); use a world size that is a multiple of ", per_replica);
+    // Replicate<D, ...> spans D devices of one replica, each with its share of the batch: on the
+    // mesh, every rank is on the data axis.
+    mesh_ = std::make_unique<strategy::Mesh>(*world_, strategy::MeshShape{1, 1, cfg.get(keys::prefer_intra_node)});
+    scalars_ = mesh_->data().split(0, mesh_->data().rank());
+    arena_ = param::materialize(model_, *device_, {.dtype = opt_.dtype, .seed = opt_.seed});
+    RunFacts facts;
+    add_model_facts(facts, model_);
+    add_config_facts(facts, cfg);
+    add_optimizer_facts(facts, updater_.optimizer());
+    facts.add_number("TrainerOptions::seed", static_cast<double>(opt_.seed));
+    facts.add_number("TrainerOptions::clip_norm", opt_.clip_norm);
+    facts.add_number("TrainerOptions::dtype", static_cast<double>(opt_.dtype));
+    facts.add_number("TrainerOptions::check_replicas_every", static_cast<double>(opt_.check_replicas_every));
+    check_agreement(scalars_, facts, "data-parallel");
+    // Replicas start from one copy: rank 0's.
+    if (mesh_->data_size() > 1) mesh_->data().broadcast(arena_.values(), 0);
+    reducer_ = std::make_unique<Reducer>(*device_, mesh_->data(), arena_, detail::bucket_options(cfg));
+    hooks_.reducer = reducer_.get();
+    overlap_ = cfg.get(keys::clip_after_allreduce) || opt_.clip_norm <= 0;
   }
-  // Every rank must have built the same model: same parameter count and shapes.
-  void check_same_model()
-    requires(kParallel)
-  {
-    std::int64_t count = 0;
-    std::uint64_t shape_hash = 7;  // unsigned: the hash wraps by design
-    nn::visit_parameters(model_, [&](std::string_view, nn::Parameter& p) {
-      count += p.numel();
-      for (int i = 0; i < p.shape.rank(); ++i) shape_hash = shape_hash * 31 + static_cast<std::uint64_t>(p.shape[i]);
+  // Every data-parallel rank must train on an equal share of the global batch.
+  void agree_on_rows(std::int64_t rows) {
+    if (scalars_.size() == 1) return;
+    std::vector<std::int64_t> all(static_cast<std::size_t>(scalars_.size()));
+    scalars_.all_gather(comm::Buffer(&rows, 1, DType::kI64), comm::Buffer(all.data(), scalars_.size(), DType::kI64));
+    for (std::size_t r = 1; r < all.size(); ++r)
+      EPL_CHECK(all[r] == all[0], "at step ", steps_ + 1, " data-parallel rank ", r, " got a batch of ", all[r],
+                " rows and rank 0 one of ", all[0], "; every rank must get an equal share of the global batch "
+                "(data::WindowLoader with a data::Shard does this)");
+  }
+  [[noreturn]] void fail_non_finite_gradient() {
+    std::string where;
+    nn::visit_parameters(model_, [&](std::string_view path, nn::Parameter& p) {
+      if (where.empty() && p.materialized() && !std::isfinite(device_->sum_squares(p.grad))) where = std::string(path);
     });
-    auto counts = gather_all(count), shapes = gather_all(static_cast<std::int64_t>(shape_hash));
-    for (std::size_t r = 1; r < counts.size(); ++r)
-      EPL_CHECK(counts[r] == counts[0] && shapes[r] == shapes[0], "rank ", r, " built a model with ", counts[r],
-                " parameters, rank 0 one with ", counts[0], counts[r] == counts[0] ? " (of other shapes)" : "",
-                "; every data-parallel rank must build the same model");
+    EPL_FAIL("the gradient norm is ", last_grad_norm_, " at step ", steps_ + 1, where.empty() ? "" : "; the first parameter with a "
+             "NaN or infinite gradient is " + where, ": training diverged or a layer's backward is wrong; lower the learning "
+             "rate, clip gradients (TrainerOptions::clip_norm) or gradcheck the layer");
   }
 
   const D* device_;
+  std::optional<comm::Communicator> solo_;
+  comm::Communicator* world_;
   Model model_;
-  Optimizer optimizer_;
+  optim::Updater<Optimizer> updater_;
   Loss loss_;
   TrainerOptions opt_;
-  std::int64_t micro_batches_;
+  strategy::Accumulate schedule_;
+  std::unique_ptr<strategy::Mesh> mesh_;
+  comm::Communicator scalars_;
+  param::Arena arena_;
+  std::unique_ptr<Reducer> reducer_;
+  Hooks hooks_;
+  bool overlap_ = true;
   std::int64_t steps_ = 0;
   double last_grad_norm_ = 0;
-  detail::DataParallelState<Comm> dp_;
 };
 
 /// \brief Prints the per-step progress line: step, loss, throughput, peak memory.
 inline void print_progress(std::int64_t step, double loss, double items_per_s, const char* unit, DeviceId d) {
-  std::printf("step %5lld  loss %.4f  %10.1f %s/s  peak %.1f MiB\n", static_cast<long long>(step), loss, items_per_s,
-              unit, static_cast<double>(memory_stats(d).total_peak) / (1024.0 * 1024.0));
+  std::printf("step %5lld  loss %.4f  %10.1f %s/s  peak %.1f MiB\n", static_cast<long long>(step), loss, items_per_s, unit,
+              static_cast<double>(memory_stats(d).total_peak) / (1024.0 * 1024.0));
   std::fflush(stdout);
 }
 

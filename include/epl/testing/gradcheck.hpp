@@ -17,10 +17,15 @@
 #include <vector>
 
 #include "epl/nn/layer.hpp"
+#include "epl/param/arena.hpp"
 
 namespace epl {
 inline namespace v0 {
 namespace testing {
+
+/// \brief The pass context gradcheck runs layers in: device::CpuF64, no hooks. A layer that
+/// takes `template <class Ctx> ... (Ctx& ctx, ...)` runs in it and in training alike.
+using CheckContext = nn::Context<device::CpuF64>;
 
 struct GradcheckOptions {
   double step = 1e-6;       ///< finite-difference step h
@@ -75,20 +80,21 @@ inline void check_tensor(const Tensor& t, const Tensor& analytic, const std::str
 }  // namespace detail
 
 /// \brief Checks layer's backward against finite differences at input x (f64, or an index
-/// tensor whose gradient is not checked). The layer must be materialized in f64 on the CPU.
+/// tensor whose gradient is not checked). The layer must be materialized in f64 on the CPU
+/// (param::materialize(layer, device::CpuF64{}, {.dtype = DType::kF64})).
 template <class L>
 GradcheckResult gradcheck(L& layer, const Tensor& x, GradcheckOptions opt = {}) {
-  device::Cpu cpu;
+  device::CpuF64 cpu;
   const nn::PassOptions pass{true, opt.seed, 0, 0};
-  auto run = [&](nn::CpuContext& ctx) { return nn::forward(layer, ctx, x); };
-  nn::CpuContext probe(cpu, pass);
+  auto run = [&](CheckContext& ctx) { return nn::forward(layer, ctx, x); };
+  CheckContext probe(cpu, pass);
   Tensor y0 = run(probe);
   EPL_CHECK(y0.dtype() == DType::kF64, "gradcheck needs the layer materialized in f64, got ", name_of(y0.dtype()));
   Tensor proj = cpu.empty(y0.shape(), DType::kF64);
   auto key = stream_key(opt.seed, 99);
   for (std::int64_t i = 0; i < proj.numel(); ++i) proj.span<double>()[i] = normal01(key, static_cast<std::uint64_t>(i));
   auto loss = [&] {
-    nn::CpuContext ctx(cpu, pass);
+    CheckContext ctx(cpu, pass);
     Tensor y = run(ctx);
     double s = 0;
     for (std::int64_t i = 0; i < y.numel(); ++i) s += y.span<double>()[i] * proj.span<double>()[i];
@@ -99,7 +105,7 @@ GradcheckResult gradcheck(L& layer, const Tensor& x, GradcheckOptions opt = {}) 
     auto g = p.grad.span<double>();
     for (std::size_t i = 0; i < g.size(); ++i) g[i] = detail::grad_start(i);
   });
-  nn::CpuContext ctx(cpu, pass);
+  CheckContext ctx(cpu, pass);
   run(ctx);
   Tensor dx = nn::backward(layer, ctx, proj);
   EPL_CHECK(ctx.saved_count() == 0, "gradcheck: backward left ", ctx.saved_count(), " saved activation frames behind");

@@ -96,16 +96,6 @@ template <class T> void gelu_backward(const T* x, const T* dy, T* dx, std::int64
         DY * (T(0.5) * (T(1) + t) + T(0.5) * X * (T(1) - t.square()) * c * (T(1) + T(3) * k * X.square()));
   });
 }
-template <class T> void relu(const T* x, T* y, std::int64_t n) {
-  chunked(n, [&](std::int64_t o, std::int64_t len) { ArrayMap<T>(y + o, len) = ConstArrayMap<T>(x + o, len).max(T(0)); });
-}
-template <class T> void relu_backward(const T* x, const T* dy, T* dx, std::int64_t n) {
-  chunked(n, [&](std::int64_t o, std::int64_t len) {
-    ConstArrayMap<T> X(x + o, len), DY(dy + o, len);
-    ArrayMap<T>(dx + o, len) = (X > T(0)).select(DY, T(0));
-  });
-}
-
 }  // namespace detail::cpu
 }  // namespace v0
 }  // namespace epl

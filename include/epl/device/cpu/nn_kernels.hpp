@@ -132,14 +132,15 @@ void cross_entropy_backward(const T* logits, const I* targets, T* dlogits, std::
   });
 }
 
-/// y = x * keep / (1 - p), keep_i = uniform(key, i) >= p. The mask is a pure function of
-/// (key, i), so backward regenerates it instead of storing it.
+/// y = x * keep / (1 - p), keep_i = uniform(key, offset + i) >= p. The mask is a pure function
+/// of (key, offset + i), so backward regenerates it instead of storing it, and a part of a
+/// tensor (offset: where it starts in the whole) draws exactly its part of the whole's mask.
 template <class T>
-void dropout(const T* x, T* y, std::int64_t n, double p, std::uint64_t key) {
+void dropout(const T* x, T* y, std::int64_t n, double p, std::uint64_t key, std::int64_t offset) {
   const T keep_scale = T(1.0 / (1.0 - p));
   parallel_for(n, kGrain, [&](std::int64_t b, std::int64_t e) {
     for (std::int64_t i = b; i < e; ++i)
-      y[i] = uniform01(key, static_cast<std::uint64_t>(i)) >= p ? x[i] * keep_scale : T(0);
+      y[i] = uniform01(key, static_cast<std::uint64_t>(offset + i)) >= p ? x[i] * keep_scale : T(0);
   });
 }
 

@@ -11,7 +11,9 @@
 #include <vector>
 
 #include "epl/core/tensor.hpp"
+#include "epl/device/checks.hpp"
 #include "epl/device/cuda/check.cuh"
+#include "epl/device/functors.hpp"
 #include "epl/device/cuda/kernels.cuh"
 
 namespace epl {
@@ -82,32 +84,25 @@ class Cuda {
     synchronize();
   }
   void fill(const Tensor& x, double v) const {
-    visit_floating(x.dtype(), [&]<class T>() { launch(detail::cuda::fill<N<T>>, x.numel(), ptr<T>(x), x.numel(), v); });
+    visit_floating(x.dtype(), [&]<class T>() { launch(epl::detail::cuda::fill<N<T>>, x.numel(), ptr<T>(x), x.numel(), v); });
   }
   void cast(const Tensor& src, const Tensor& dst) const {
     EPL_CHECK(src.numel() == dst.numel(), "cast of ", src.shape(), " into ", dst.shape());
     visit_floating(src.dtype(), [&]<class From>() {
       visit_floating(dst.dtype(), [&]<class To>() {
-        launch(detail::cuda::cast<N<From>, N<To>>, src.numel(), ptr<From>(src), ptr<To>(dst), src.numel());
+        launch(epl::detail::cuda::cast<N<From>, N<To>>, src.numel(), ptr<From>(src), ptr<To>(dst), src.numel());
       });
     });
   }
 
   // ---- BLAS (cuBLAS is column-major: row-major C = op(A) op(B) is C^T = op(B)^T op(A)^T) ----
   void gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& c, double alpha = 1, double beta = 0) const {
-    std::int64_t m = ta ? a.shape().back() : a.shape().rows(), k = ta ? a.shape().rows() : a.shape().back();
-    std::int64_t kb = tb ? b.shape().back() : b.shape().rows(), n = tb ? b.shape().rows() : b.shape().back();
-    EPL_CHECK(k == kb && c.shape().rows() == m && c.shape().back() == n, "gemm: op(a) is [", m, ", ", k, "], op(b) is [", kb,
-              ", ", n, "], c is ", c.shape());
-    gemm_strided(1, ta, tb, m, n, k, alpha, a, 0, b, 0, beta, c, 0);
+    const auto g = detail::gemm_dims(a, ta, b, tb, c);
+    gemm_strided(1, ta, tb, g.m, g.n, g.k, alpha, a, 0, b, 0, beta, c, 0);
   }
   void gemm_batched(const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& c, double alpha = 1, double beta = 0) const {
-    EPL_CHECK(a.rank() == 3 && b.rank() == 3 && c.rank() == 3 && a.dim(0) == b.dim(0) && a.dim(0) == c.dim(0),
-              "gemm_batched needs rank-3 tensors of one batch: ", a.shape(), b.shape(), c.shape());
-    std::int64_t m = ta ? a.dim(2) : a.dim(1), k = ta ? a.dim(1) : a.dim(2);
-    std::int64_t kb = tb ? b.dim(2) : b.dim(1), n = tb ? b.dim(1) : b.dim(2);
-    EPL_CHECK(k == kb && c.dim(1) == m && c.dim(2) == n, "gemm_batched: shapes ", a.shape(), b.shape(), c.shape());
-    gemm_strided(a.dim(0), ta, tb, m, n, k, alpha, a, m * k, b, k * n, beta, c, m * n);
+    const auto g = detail::gemm_batched_dims(a, ta, b, tb, c);
+    gemm_strided(a.dim(0), ta, tb, g.m, g.n, g.k, alpha, a, g.m * g.k, b, g.k * g.n, beta, c, g.m * g.n);
   }
 
   // ---- element-wise ------------------------------------------------------------------
@@ -115,42 +110,53 @@ class Cuda {
   void mul(const Tensor& a, const Tensor& b, const Tensor& out) const { binary(detail_mul(), a, b, out, "mul"); }
   void axpy(double alpha, const Tensor& x, const Tensor& y) const {
     same(x, y, "axpy");
-    visit_compute(x.dtype(), [&]<class T>() { launch(detail::cuda::axpy<T>, x.numel(), T(alpha), ptr<T>(x), ptr<T>(y), x.numel()); });
+    visit_compute(x.dtype(), [&]<class T>() { launch(epl::detail::cuda::axpy<T>, x.numel(), T(alpha), ptr<T>(x), ptr<T>(y), x.numel()); });
   }
   void scale(const Tensor& x, double alpha) const {
-    visit_compute(x.dtype(), [&]<class T>() { launch(detail::cuda::scale<T>, x.numel(), ptr<T>(x), x.numel(), T(alpha)); });
+    visit_compute(x.dtype(), [&]<class T>() { launch(epl::detail::cuda::scale<T>, x.numel(), ptr<T>(x), x.numel(), T(alpha)); });
   }
   void add_row_vector(const Tensor& y, const Tensor& v) const {
     EPL_CHECK(v.numel() == y.shape().back(), "add_row_vector: vector ", v.shape(), " for rows of ", y.shape());
     visit_compute(y.dtype(), [&]<class T>() {
-      launch(detail::cuda::add_row_vector<T>, y.numel(), ptr<T>(y), ptr<T>(v), y.numel(), y.shape().back());
+      launch(epl::detail::cuda::add_row_vector<T>, y.numel(), ptr<T>(y), ptr<T>(v), y.numel(), y.shape().back());
     });
   }
   void gelu(const Tensor& x, const Tensor& y) const {
     same(x, y, "gelu");
-    visit_compute(x.dtype(), [&]<class T>() { launch(detail::cuda::gelu<T>, x.numel(), ptr<T>(x), ptr<T>(y), x.numel()); });
+    visit_compute(x.dtype(), [&]<class T>() { launch(epl::detail::cuda::gelu<T>, x.numel(), ptr<T>(x), ptr<T>(y), x.numel()); });
   }
   void relu(const Tensor& x, const Tensor& y) const {
     same(x, y, "relu");
-    visit_compute(x.dtype(), [&]<class T>() { launch(detail::cuda::relu<T>, x.numel(), ptr<T>(x), ptr<T>(y), x.numel()); });
+    visit_compute(x.dtype(), [&]<class T>() { launch(epl::detail::cuda::relu<T>, x.numel(), ptr<T>(x), ptr<T>(y), x.numel()); });
   }
   void gelu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx) const {
     same(x, dy, "gelu_backward");
     same(x, dx, "gelu_backward");
     visit_compute(x.dtype(), [&]<class T>() {
-      launch(detail::cuda::gelu_backward<T>, x.numel(), ptr<T>(x), ptr<T>(dy), ptr<T>(dx), x.numel());
+      launch(epl::detail::cuda::gelu_backward<T>, x.numel(), ptr<T>(x), ptr<T>(dy), ptr<T>(dx), x.numel());
+    });
+  }
+  /// out[i] = fn(in[i]...) for every element, as one kernel: element-wise math of any kind
+  /// (device/functors.hpp); fn's operator() must be EPL_HOST_DEVICE.
+  template <class Fn, std::same_as<Tensor>... In>
+  void map(const Tensor& out, Fn fn, const In&... in) const {
+    static_assert(sizeof...(In) >= 1 && sizeof...(In) <= 4, "epl: map takes one to four input tensors");
+    (same(in, out, "map"), ...);
+    visit_compute(out.dtype(), [&]<class T>() {
+      launch(epl::detail::cuda::map<Fn, T, std::conditional_t<true, T, In>...>, out.numel(), fn, out.data<T>(), out.numel(),
+             static_cast<const T*>(in.template data<T>())...);
     });
   }
   void relu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx) const {
     same(x, dy, "relu_backward");
     same(x, dx, "relu_backward");
     visit_compute(x.dtype(), [&]<class T>() {
-      launch(detail::cuda::relu_backward<T>, x.numel(), ptr<T>(x), ptr<T>(dy), ptr<T>(dx), x.numel());
+      launch(epl::detail::cuda::relu_backward<T>, x.numel(), ptr<T>(x), ptr<T>(dy), ptr<T>(dx), x.numel());
     });
   }
 
  private:
-  template <class T> using N = detail::cuda::native_t<T>;
+  template <class T> using N = epl::detail::cuda::native_t<T>;
   template <class T> static N<T>* ptr(const Tensor& t) { return reinterpret_cast<N<T>*>(t.data<T>()); }
   struct detail_add {};
   struct detail_mul {};
@@ -158,7 +164,7 @@ class Cuda {
   template <class... KArgs, class... Args>
   void launch(void (*kernel)(KArgs...), std::int64_t n, Args... args) const {
     if (n == 0) return;
-    kernel<<<detail::cuda::blocks_for(n), 256, 0, stream_>>>(args...);
+    kernel<<<epl::detail::cuda::blocks_for(n), 256, 0, stream_>>>(args...);
     EPL_CUDA_CHECK(cudaGetLastError());
   }
   template <class Op>
@@ -166,8 +172,8 @@ class Cuda {
     same(a, b, op);
     same(a, out, op);
     visit_floating(a.dtype(), [&]<class T>() {
-      if constexpr (std::is_same_v<Op, detail_add>) launch(detail::cuda::add<N<T>>, a.numel(), ptr<T>(a), ptr<T>(b), ptr<T>(out), a.numel());
-      else launch(detail::cuda::mul<N<T>>, a.numel(), ptr<T>(a), ptr<T>(b), ptr<T>(out), a.numel());
+      if constexpr (std::is_same_v<Op, detail_add>) launch(epl::detail::cuda::add<N<T>>, a.numel(), ptr<T>(a), ptr<T>(b), ptr<T>(out), a.numel());
+      else launch(epl::detail::cuda::mul<N<T>>, a.numel(), ptr<T>(a), ptr<T>(b), ptr<T>(out), a.numel());
     });
   }
   void gemm_strided(std::int64_t batch, bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, double alpha,
@@ -187,10 +193,7 @@ class Cuda {
                                                   static_cast<int>(batch), compute, CUBLAS_GEMM_DEFAULT));
     });
   }
-  static void same(const Tensor& a, const Tensor& b, const char* op) {
-    EPL_CHECK(a.dtype() == b.dtype() && a.numel() == b.numel(), op, ": ", a.shape(), " ", name_of(a.dtype()), " and ",
-              b.shape(), " ", name_of(b.dtype()), " differ");
-  }
+  static void same(const Tensor& a, const Tensor& b, const char* op) { detail::same(a, b, op); }
 
   std::unique_ptr<CudaAllocator> alloc_;
   cudaStream_t stream_ = nullptr;

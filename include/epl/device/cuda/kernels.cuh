@@ -60,6 +60,10 @@ template <class T> __global__ void relu(const T* x, T* y, std::int64_t n) { EPL_
 template <class T> __global__ void relu_backward(const T* x, const T* dy, T* dx, std::int64_t n) {
   EPL_GRID_STRIDE(i, n) dx[i] = x[i] > T(0) ? dy[i] : T(0);
 }
+/// out[i] = fn(in[i]...): Device::map's kernel, for any element-wise function (device/functors.hpp).
+template <class Fn, class T, class... In> __global__ void map(Fn fn, T* out, std::int64_t n, const In*... in) {
+  EPL_GRID_STRIDE(i, n) out[i] = fn(in[i]...);
+}
 #undef EPL_GRID_STRIDE
 
 /// Launch geometry for n elements: 256 threads a block, at most 4096 blocks (grid-stride).

@@ -1,0 +1,171 @@
+#pragma once
+/// \file
+/// \brief comm::Communicator — any communicator behind one type: a thread rank, an MPI process
+/// or an NCCL rank, owned or borrowed.
+///
+/// Backends stay types of their own (each models comm::communicator); this handle is what the
+/// layers above hold, so a Trainer, a mesh and a layer's context are written once rather than
+/// instantiated per backend, and epl::launch picks the backend at run time. A collective is
+/// microseconds to milliseconds of work, so the one virtual call per operation costs nothing
+/// measurable. Each buffer's memory space is checked against the backend's: a host pointer
+/// handed to NCCL is an error naming both, not a crash inside the library.
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "epl/comm/communicator.hpp"
+
+namespace epl {
+inline namespace v0 {
+namespace comm {
+
+namespace detail {
+struct CommunicatorBase {
+  virtual ~CommunicatorBase() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string name() const = 0;
+  virtual CommStats stats() const = 0;
+  virtual MemorySpace space() const = 0;
+  virtual void all_reduce(const Buffer& in, const Buffer& out, ReduceOp op) = 0;
+  virtual Work all_reduce_async(const Buffer& in, const Buffer& out, ReduceOp op) = 0;
+  virtual void reduce_scatter(const Buffer& in, const Buffer& out, ReduceOp op) = 0;
+  virtual Work reduce_scatter_async(const Buffer& in, const Buffer& out, ReduceOp op) = 0;
+  virtual void all_gather(const Buffer& in, const Buffer& out) = 0;
+  virtual Work all_gather_async(const Buffer& in, const Buffer& out) = 0;
+  virtual void broadcast(const Buffer& buf, int root) = 0;
+  virtual void reduce(const Buffer& in, const Buffer& out, ReduceOp op, int root) = 0;
+  virtual void all_to_all(const Buffer& in, const Buffer& out) = 0;
+  virtual void all_to_all_v(const Buffer& in, const std::vector<std::int64_t>& send, const Buffer& out,
+                            const std::vector<std::int64_t>& recv) = 0;
+  virtual void send(const Buffer& buf, int dst, int tag) = 0;
+  virtual void recv(const Buffer& buf, int src, int tag) = 0;
+  virtual void barrier() = 0;
+  virtual std::unique_ptr<CommunicatorBase> split(int color, int key) = 0;
+  virtual void cancel(const std::string& reason) noexcept = 0;
+};
+
+// C held by value (owned) or by pointer (borrowed); `get()` is the backend either way.
+template <class C, bool kOwned>
+class CommunicatorModel final : public CommunicatorBase {
+ public:
+  explicit CommunicatorModel(C&& c) requires kOwned : c_(std::move(c)) {}
+  explicit CommunicatorModel(C& c) requires(!kOwned) : c_(&c) {}
+
+  int rank() const override { return get().rank(); }
+  int size() const override { return get().size(); }
+  std::string name() const override { return std::string(get().name()); }
+  CommStats stats() const override { return get().stats(); }
+  MemorySpace space() const override { return space_of_v<C>; }
+  void all_reduce(const Buffer& in, const Buffer& out, ReduceOp op) override { get().all_reduce(in, out, op); }
+  Work all_reduce_async(const Buffer& in, const Buffer& out, ReduceOp op) override { return get().all_reduce_async(in, out, op); }
+  void reduce_scatter(const Buffer& in, const Buffer& out, ReduceOp op) override { get().reduce_scatter(in, out, op); }
+  Work reduce_scatter_async(const Buffer& in, const Buffer& out, ReduceOp op) override {
+    return get().reduce_scatter_async(in, out, op);
+  }
+  void all_gather(const Buffer& in, const Buffer& out) override { get().all_gather(in, out); }
+  Work all_gather_async(const Buffer& in, const Buffer& out) override { return get().all_gather_async(in, out); }
+  void broadcast(const Buffer& buf, int root) override { get().broadcast(buf, root); }
+  void reduce(const Buffer& in, const Buffer& out, ReduceOp op, int root) override { get().reduce(in, out, op, root); }
+  void all_to_all(const Buffer& in, const Buffer& out) override { get().all_to_all(in, out); }
+  void all_to_all_v(const Buffer& in, const std::vector<std::int64_t>& send, const Buffer& out,
+                    const std::vector<std::int64_t>& recv) override {
+    get().all_to_all_v(in, send, out, recv);
+  }
+  void send(const Buffer& buf, int dst, int tag) override { get().send(buf, dst, tag); }
+  void recv(const Buffer& buf, int src, int tag) override { get().recv(buf, src, tag); }
+  void barrier() override { get().barrier(); }
+  std::unique_ptr<CommunicatorBase> split(int color, int key) override {
+    return std::make_unique<CommunicatorModel<C, true>>(get().split(color, key));
+  }
+  void cancel(const std::string& reason) noexcept override { get().cancel(reason); }
+
+ private:
+  C& get() const {
+    if constexpr (kOwned) return const_cast<C&>(c_);
+    else return *c_;
+  }
+  std::conditional_t<kOwned, C, C*> c_;
+};
+}  // namespace detail
+
+/// \brief Any communicator (comm::communicator), owned or borrowed, behind one type. Models
+/// comm::communicator itself; move-only.
+class Communicator {
+ public:
+  Communicator() = default;
+  /// \brief Takes ownership of a backend communicator.
+  template <communicator C>
+    requires(!std::is_same_v<std::remove_cvref_t<C>, Communicator> && !std::is_lvalue_reference_v<C>)
+  explicit Communicator(C&& c) : impl_(std::make_unique<detail::CommunicatorModel<C, true>>(std::move(c))) {}
+  /// \brief Refers to a backend communicator that outlives this handle.
+  template <communicator C>
+  static Communicator borrow(C& c) {
+    Communicator h;
+    h.impl_ = std::make_unique<detail::CommunicatorModel<C, false>>(c);
+    return h;
+  }
+
+  [[nodiscard]] bool valid() const noexcept { return impl_ != nullptr; }
+  [[nodiscard]] int rank() const { return impl().rank(); }
+  [[nodiscard]] int size() const { return impl().size(); }
+  [[nodiscard]] std::string name() const { return impl().name(); }
+  [[nodiscard]] CommStats stats() const { return impl().stats(); }
+  /// \brief Where the buffers this communicator moves must live.
+  [[nodiscard]] MemorySpace space() const { return impl().space(); }
+
+  void all_reduce(const Buffer& in, const Buffer& out, ReduceOp op) { impl(in, out, "all_reduce").all_reduce(in, out, op); }
+  void all_reduce(const Buffer& inout, ReduceOp op) { all_reduce(inout, inout, op); }
+  Work all_reduce_async(const Buffer& in, const Buffer& out, ReduceOp op) {
+    return impl(in, out, "all_reduce").all_reduce_async(in, out, op);
+  }
+  void reduce_scatter(const Buffer& in, const Buffer& out, ReduceOp op) {
+    impl(in, out, "reduce_scatter").reduce_scatter(in, out, op);
+  }
+  Work reduce_scatter_async(const Buffer& in, const Buffer& out, ReduceOp op) {
+    return impl(in, out, "reduce_scatter").reduce_scatter_async(in, out, op);
+  }
+  void all_gather(const Buffer& in, const Buffer& out) { impl(in, out, "all_gather").all_gather(in, out); }
+  Work all_gather_async(const Buffer& in, const Buffer& out) { return impl(in, out, "all_gather").all_gather_async(in, out); }
+  void broadcast(const Buffer& buf, int root) { impl(buf, buf, "broadcast").broadcast(buf, root); }
+  void reduce(const Buffer& in, const Buffer& out, ReduceOp op, int root) { impl(in, out, "reduce").reduce(in, out, op, root); }
+  void all_to_all(const Buffer& in, const Buffer& out) { impl(in, out, "all_to_all").all_to_all(in, out); }
+  void all_to_all_v(const Buffer& in, const std::vector<std::int64_t>& send, const Buffer& out, const std::vector<std::int64_t>& recv) {
+    impl(in, out, "all_to_all").all_to_all_v(in, send, out, recv);
+  }
+  void send(const Buffer& buf, int dst, int tag) { impl(buf, buf, "send").send(buf, dst, tag); }
+  void recv(const Buffer& buf, int src, int tag) { impl(buf, buf, "recv").recv(buf, src, tag); }
+  void barrier() { impl().barrier(); }
+  [[nodiscard]] Communicator split(int color, int key) {
+    Communicator h;
+    h.impl_ = impl().split(color, key);
+    return h;
+  }
+  void cancel(const std::string& reason) noexcept {
+    if (impl_) impl_->cancel(reason);
+  }
+
+ private:
+  detail::CommunicatorBase& impl() const {
+    EPL_CHECK(impl_ != nullptr, "use of an empty comm::Communicator (default-constructed or moved from)");
+    return *impl_;
+  }
+  detail::CommunicatorBase& impl(const Buffer& a, const Buffer& b, const char* op) const {
+    auto& c = impl();
+    for (const Buffer* x : {&a, &b})
+      EPL_CHECK(x->count == 0 || x->space == c.space(), op, " on group '", c.name(), "': a buffer in ", name_of(x->space),
+                " memory passed to a communicator of ", name_of(c.space()), " memory (", c.space() == MemorySpace::kDevice
+                    ? "NCCL moves device memory: copy host values to the device first"
+                    : "this backend moves host memory: copy device values to the host first",
+                ")");
+    return c;
+  }
+  std::unique_ptr<detail::CommunicatorBase> impl_;
+};
+
+static_assert(communicator<Communicator>);
+
+}  // namespace comm
+}  // namespace v0
+}  // namespace epl

@@ -1,0 +1,72 @@
+#pragma once
+/// \file
+/// \brief The argument checks every device runs before a kernel, written once for all of them:
+/// matching sizes and dtypes, GEMM shapes, and the dtypes a device computes in.
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <type_traits>
+
+#include "epl/core/tensor.hpp"
+
+namespace epl {
+inline namespace v0 {
+namespace device::detail {
+
+inline void same_dtype(const Tensor& a, const Tensor& b, const char* op) {
+  EPL_CHECK(a.dtype() == b.dtype(), op, ": dtypes ", name_of(a.dtype()), " and ", name_of(b.dtype()), " differ");
+}
+inline void same(const Tensor& a, const Tensor& b, const char* op) {
+  same_dtype(a, b, op);
+  EPL_CHECK(a.numel() == b.numel(), op, ": ", a.shape(), " and ", b.shape(), " differ in size");
+}
+
+/// The sizes of c = op(a) op(b) on the 2-D views [rows, last], checked.
+struct GemmDims {
+  std::int64_t m, n, k;
+};
+inline GemmDims gemm_dims(const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& c) {
+  const std::int64_t m = ta ? a.shape().back() : a.shape().rows(), k = ta ? a.shape().rows() : a.shape().back();
+  const std::int64_t kb = tb ? b.shape().back() : b.shape().rows(), n = tb ? b.shape().rows() : b.shape().back();
+  EPL_CHECK(k == kb && c.shape().rows() == m && c.shape().back() == n, "gemm: op(a) is [", m, ", ", k, "], op(b) is [", kb, ", ",
+            n, "], c is ", c.shape());
+  same_dtype(a, b, "gemm");
+  same_dtype(a, c, "gemm");
+  return {m, n, k};
+}
+/// The sizes of the same GEMM on each [batch, .., ..] block of rank-3 tensors, checked.
+inline GemmDims gemm_batched_dims(const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& c) {
+  EPL_CHECK(a.rank() == 3 && b.rank() == 3 && c.rank() == 3 && a.dim(0) == b.dim(0) && a.dim(0) == c.dim(0),
+            "gemm_batched needs rank-3 tensors of one batch: ", a.shape(), b.shape(), c.shape());
+  const std::int64_t m = ta ? a.dim(2) : a.dim(1), k = ta ? a.dim(1) : a.dim(2);
+  const std::int64_t kb = tb ? b.dim(2) : b.dim(1), n = tb ? b.dim(1) : b.dim(2);
+  EPL_CHECK(k == kb && c.dim(1) == m && c.dim(2) == n, "gemm_batched: shapes ", a.shape(), b.shape(), c.shape());
+  same_dtype(a, b, "gemm_batched");
+  same_dtype(a, c, "gemm_batched");
+  return {m, n, k};
+}
+
+/// Calls fn.template operator()<T>() with T the one of Compute... that is dtype t; any other
+/// dtype is an error naming the device and the types it computes in. This is where a device's
+/// compute types bound what a program instantiates: kernels exist only for those.
+template <class... Compute, class Fn>
+decltype(auto) visit_among(DType t, std::string_view device, Fn&& fn) {
+  using R = decltype(fn.template operator()<std::tuple_element_t<0, std::tuple<Compute...>>>());
+  if constexpr (std::is_void_v<R>) {
+    bool done = ((t == dtype_v<Compute> ? (fn.template operator()<Compute>(), true) : false) || ...);
+    if (done) return;
+  } else {
+    R result{};
+    bool done = ((t == dtype_v<Compute> ? (result = fn.template operator()<Compute>(), true) : false) || ...);
+    if (done) return result;
+  }
+  std::string types;
+  ((types += (types.empty() ? "" : ", ") + std::string(name_of(dtype_v<Compute>))), ...);
+  EPL_FAIL("dtype ", name_of(t), " is not computed by ", device, ", which computes in ", types,
+           (t == DType::kF64 ? "; f64 (gradient checks) runs on device::CpuF64" : "; cast to a compute type first"));
+}
+
+}  // namespace device::detail
+}  // namespace v0
+}  // namespace epl

@@ -1,0 +1,95 @@
+#pragma once
+/// \file
+/// \brief The walk over a model's tree: layers, the parameters and random streams they declare,
+/// in one fixed order (the visiting order) that every rank and every strategy shares.
+///
+/// A node's children are the members its `visit(v)` names (leaf layers and combinators call
+/// v(name, member) for each parameter, stream or sub-layer) or, for an aggregate, its fields
+/// (named by index). Parameter and RandomStream are leaves of the walk.
+#include <string>
+#include <string_view>
+#include <type_traits>
+
+#include "epl/nn/parameter.hpp"
+#include "epl/reflect/fields.hpp"
+
+namespace epl {
+inline namespace v0 {
+namespace nn {
+
+namespace detail {
+template <class T>
+inline constexpr bool is_walk_leaf_v = std::is_same_v<T, Parameter> || std::is_same_v<T, RandomStream>;
+
+// fn(path, node) for node and every node below it, pre-order. With kPath false no path is built
+// (fn gets an empty string_view): the hot walks (marking gradients ready) allocate nothing.
+template <bool kPath, class L, class Fn>
+void walk(L& node, Fn& fn, std::string& path) {
+  using T = std::remove_cvref_t<L>;
+  fn(std::string_view(path), node);
+  if constexpr (is_walk_leaf_v<T>) {
+    return;
+  } else if constexpr (requires { node.visit([](std::string_view, auto&) {}); }) {
+    node.visit([&](std::string_view name, auto& member) {
+      const auto size = path.size();
+      if constexpr (kPath) path.append(path.empty() ? "" : ".").append(name);
+      walk<kPath>(member, fn, path);
+      path.resize(size);
+    });
+  } else if constexpr (reflect::is_reflectable_v<T>) {
+    reflect::for_each_field(node, [&](auto& field, auto index) {
+      const auto size = path.size();
+      if constexpr (kPath) path.append(path.empty() ? "" : ".").append(std::to_string(decltype(index)::value));
+      walk<kPath>(field, fn, path);
+      path.resize(size);
+    });
+  }
+}
+}  // namespace detail
+
+/// \brief Calls fn(path, Parameter&) for every parameter of l, in visiting order.
+template <class L, class Fn>
+void visit_parameters(L& l, Fn&& fn) {
+  std::string path;
+  auto on = [&](std::string_view p, auto& node) {
+    if constexpr (std::is_same_v<std::remove_cvref_t<decltype(node)>, Parameter>) fn(p, node);
+  };
+  detail::walk<true>(l, on, path);
+}
+/// \brief Calls fn(Parameter&) for every parameter of l, in visiting order (no paths built).
+template <class L, class Fn>
+void for_each_parameter(L& l, Fn&& fn) {
+  std::string path;
+  auto on = [&](std::string_view, auto& node) {
+    if constexpr (std::is_same_v<std::remove_cvref_t<decltype(node)>, Parameter>) fn(node);
+  };
+  detail::walk<false>(l, on, path);
+}
+/// \brief Calls fn(RandomStream&) for every random stream of l, in visiting order.
+template <class L, class Fn>
+void for_each_stream(L& l, Fn&& fn) {
+  std::string path;
+  auto on = [&](std::string_view, auto& node) {
+    if constexpr (std::is_same_v<std::remove_cvref_t<decltype(node)>, RandomStream>) fn(node);
+  };
+  detail::walk<false>(l, on, path);
+}
+/// \brief Calls fn(path, node) for every node of l's tree (layers, parameters, streams), in
+/// visiting order: what a structural fingerprint or a partitioner looks at.
+template <class L, class Fn>
+void visit_nodes(L& l, Fn&& fn) {
+  std::string path;
+  detail::walk<true>(l, fn, path);
+}
+
+/// \brief The number of scalar parameters of l (the whole model's, shards counted whole).
+template <class L>
+std::int64_t parameter_count(L& l) {
+  std::int64_t n = 0;
+  for_each_parameter(l, [&](Parameter& p) { n += p.global_shape().numel(); });
+  return n;
+}
+
+}  // namespace nn
+}  // namespace v0
+}  // namespace epl

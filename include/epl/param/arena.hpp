@@ -1,0 +1,121 @@
+#pragma once
+/// \file
+/// \brief param::Arena and param::materialize — a model's parameters and gradients in two flat
+/// buffers, each parameter a view of its range, drawn from the single-device initialisation by
+/// global ordinal.
+///
+/// The flat layout is in backward order (the last layer's parameters first, at offset 0), so the
+/// gradients of a bucket that backward completes are one contiguous range: a bucket all-reduces
+/// in place, with no copy in or out, and a ZeRO partition is a range too.
+#include <functional>
+#include <vector>
+
+#include "epl/device/cpu/cpu.hpp"
+#include "epl/nn/walk.hpp"
+
+namespace epl {
+inline namespace v0 {
+namespace param {
+
+/// \brief Options of materialize.
+struct MaterializeOptions {
+  DType dtype = DType::kF32;  ///< element type of values and gradients
+  std::uint64_t seed = 0;     ///< the init streams: parameter k draws from (seed, k)
+  std::int64_t align = 16;    ///< each parameter starts at a multiple of this many elements
+  /// Parameters to allocate on this rank (a pipeline stage's, say); null: all. Every parameter
+  /// is numbered, allocated or not, so ordinals and draws are the whole model's.
+  std::function<bool(const nn::Parameter&)> owned;
+};
+
+class Arena;
+template <class L, class D>
+Arena materialize(L& l, const D& d, MaterializeOptions opt = {});
+
+/// \brief A contiguous range [begin, end) of an arena's flat buffers.
+struct Range {
+  std::int64_t begin = 0, end = 0;
+  [[nodiscard]] std::int64_t size() const noexcept { return end - begin; }
+};
+
+/// \brief The flat buffers of a model's (owned) parameters: values (kParameters) and
+/// gradients (kGradients), and the parameters in layout order.
+class Arena {
+ public:
+  Arena() = default;
+  /// \brief All values, [size()] (alignment padding included, kept zero).
+  [[nodiscard]] const Tensor& values() const noexcept { return values_; }
+  /// \brief All gradients, [size()].
+  [[nodiscard]] const Tensor& grads() const noexcept { return grads_; }
+  [[nodiscard]] std::int64_t size() const noexcept { return size_; }
+  [[nodiscard]] DType dtype() const noexcept { return dtype_; }
+  /// \brief The parameters in layout (backward) order.
+  [[nodiscard]] const std::vector<nn::Parameter*>& parameters() const noexcept { return order_; }
+  /// \brief A parameter's range in the flat buffers.
+  [[nodiscard]] static Range range_of(const nn::Parameter& p) { return {p.offset, p.offset + p.numel()}; }
+  /// \brief The values or gradients of a range, as a 1-D view.
+  [[nodiscard]] Tensor values(Range r) const { return values_.slice(r.begin, r.end); }
+  [[nodiscard]] Tensor grads(Range r) const { return grads_.slice(r.begin, r.end); }
+
+ private:
+  template <class L, class D>
+  friend Arena materialize(L&, const D&, MaterializeOptions);
+  Tensor values_, grads_;
+  std::int64_t size_ = 0;
+  DType dtype_ = DType::kF32;
+  std::vector<nn::Parameter*> order_;
+};
+
+/// \brief Numbers l's parameters and random streams in visiting order, lays the owned
+/// parameters out in one flat value buffer and one flat gradient buffer on device d, points
+/// each parameter's value and grad at its range, and draws the values: element i of parameter
+/// k is init(seed, k, its index in the whole parameter), so every rank, every shard and every
+/// run agree with the single-device model. Gradients start at zero.
+template <class L, class D>
+Arena materialize(L& l, const D& d, MaterializeOptions opt) {
+  EPL_CHECK(opt.align >= 1, "materialize: align ", opt.align, " must be at least 1");
+  std::int64_t ordinal = 0;
+  std::vector<nn::Parameter*> visiting;
+  nn::for_each_parameter(l, [&](nn::Parameter& p) {
+    p.ordinal = ordinal++;
+    p.offset = -1;
+    p.value = {};
+    p.grad = {};
+    if (!opt.owned || opt.owned(p)) visiting.push_back(&p);
+  });
+  std::int64_t streams = 0;
+  nn::for_each_stream(l, [&](nn::RandomStream& s) { s.ordinal = streams++; });
+
+  Arena a;
+  a.dtype_ = opt.dtype;
+  a.order_.assign(visiting.rbegin(), visiting.rend());  // backward order
+  for (auto* p : a.order_) {
+    p->offset = a.size_;
+    a.size_ += (p->numel() + opt.align - 1) / opt.align * opt.align;
+  }
+  a.values_ = d.zeros({a.size_}, opt.dtype, MemoryCategory::kParameters);
+  a.grads_ = d.zeros({a.size_}, opt.dtype, MemoryCategory::kGradients);
+
+  // Values are drawn on the host in double and converted once per parameter.
+  device::CpuF64 host;
+  std::vector<double> draw;
+  for (auto* p : a.order_) {
+    draw.resize(static_cast<std::size_t>(p->numel()));
+    const auto key = stream_key(opt.seed, static_cast<std::uint64_t>(p->ordinal));
+    for (std::int64_t i = 0; i < p->numel(); ++i) draw[static_cast<std::size_t>(i)] = p->init.value(key, p->global_index(i));
+    Tensor staged = host.empty({p->numel()}, DType::kF64, MemoryCategory::kWorkspace);
+    std::copy(draw.begin(), draw.end(), staged.data<double>());
+    Tensor typed = staged;
+    if (opt.dtype != DType::kF64) {
+      typed = host.empty({p->numel()}, opt.dtype, MemoryCategory::kWorkspace);
+      host.cast(staged, typed);
+    }
+    p->value = a.values(Arena::range_of(*p)).view(p->shape);
+    p->grad = a.grads(Arena::range_of(*p)).view(p->shape);
+    d.upload(typed.raw(), p->value);
+  }
+  return a;
+}
+
+}  // namespace param
+}  // namespace v0
+}  // namespace epl

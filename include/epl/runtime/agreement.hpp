@@ -1,0 +1,142 @@
+#pragma once
+/// \file
+/// \brief What the ranks of a run must agree on, checked rather than assumed: the model they
+/// built (structure, shapes and hyper-parameters such as a head count), the configuration, the
+/// trainer's and the optimizer's settings, and each step's batch share. A rank that differs is
+/// named with both values, before a step trains on it.
+#include <bit>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "epl/comm/any_communicator.hpp"
+#include "epl/nn/layer.hpp"
+#include "epl/reflect/type_name.hpp"
+#include "epl/runtime/config.hpp"
+
+namespace epl {
+inline namespace v0 {
+
+/// \brief A list of named facts about a rank's run, each a 64-bit value and how to show it.
+class RunFacts {
+ public:
+  void add(std::string label, std::uint64_t value, std::string shown, bool number = false) {
+    labels_.push_back(std::move(label));
+    values_.push_back(value);
+    shown_.push_back(std::move(shown));
+    number_.push_back(number);
+  }
+  /// A number, shown for both ranks when they differ.
+  void add_number(std::string label, double v) { add(std::move(label), std::bit_cast<std::uint64_t>(v), detail::concat(v), true); }
+  [[nodiscard]] bool is_number(std::size_t i) const { return number_.at(i); }
+  void add_hash(std::string label, std::uint64_t h, std::string what) { add(std::move(label), h, std::move(what)); }
+  [[nodiscard]] const std::vector<std::string>& labels() const noexcept { return labels_; }
+  [[nodiscard]] const std::vector<std::uint64_t>& values() const noexcept { return values_; }
+  [[nodiscard]] const std::vector<std::string>& shown() const noexcept { return shown_; }
+
+ private:
+  std::vector<std::string> labels_;
+  std::vector<std::uint64_t> values_;
+  std::vector<std::string> shown_;
+  std::vector<bool> number_;
+};
+
+namespace detail {
+inline std::uint64_t hash_bytes(std::uint64_t h, const void* data, std::size_t n) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (std::size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;  // FNV-1a
+  return h;
+}
+inline std::uint64_t hash_text(std::uint64_t h, std::string_view s) { return hash_bytes(h, s.data(), s.size()); }
+template <class T>
+std::uint64_t hash_value(std::uint64_t h, const T& v) {
+  return hash_bytes(h, &v, sizeof v);
+}
+// The fields of an options struct (an aggregate of numbers and booleans), hashed.
+template <class O>
+std::uint64_t hash_options(std::uint64_t h, const O& o) {
+  if constexpr (reflect::is_reflectable_v<O>) {
+    reflect::for_each_field_const(o, [&](const auto& f) {
+      using F = std::remove_cvref_t<decltype(f)>;
+      if constexpr (std::is_arithmetic_v<F>) h = hash_value(h, static_cast<double>(f));
+    });
+  }
+  return h;
+}
+}  // namespace detail
+
+/// \brief Facts about a model: its structure (every node's path and type, every parameter's
+/// shape) and its layers' hyper-parameters (each layer's options()).
+template <class M>
+void add_model_facts(RunFacts& facts, M& model) {
+  std::uint64_t structure = 1469598103934665603ull, options = structure;
+  std::int64_t parameters = 0;
+  nn::visit_nodes(model, [&](std::string_view path, auto& node) {
+    using N = std::remove_cvref_t<decltype(node)>;
+    structure = detail::hash_text(detail::hash_text(structure, path), reflect::type_name<N>());
+    if constexpr (std::is_same_v<N, nn::Parameter>) {
+      const Shape g = node.global_shape();
+      for (int i = 0; i < g.rank(); ++i) structure = detail::hash_value(structure, g[i]);
+      parameters += g.numel();
+    }
+    if constexpr (requires { node.options(); }) options = detail::hash_options(detail::hash_text(options, path), node.options());
+  });
+  facts.add("the model's parameter count", static_cast<std::uint64_t>(parameters), std::to_string(parameters));
+  facts.add_hash("the model's structure (layer types and parameter shapes)", structure, "a different model");
+  facts.add_hash("the model's hyper-parameters (layer options such as attention heads, widths, eps)", options,
+                 "different layer options");
+}
+
+/// \brief Facts about the EPL configuration keys (program flags may differ between ranks).
+inline void add_config_facts(RunFacts& facts, const Config& cfg) {
+  for (const auto& k : Config::keys()) {
+    const std::string v = cfg.value_text(k.name);
+    facts.add("config key " + std::string(k.name), detail::hash_text(1469598103934665603ull, v), v);
+  }
+}
+
+/// \brief Facts about an optimizer: its type and each field of its options.
+template <class O>
+void add_optimizer_facts(RunFacts& facts, const O& opt) {
+  facts.add_hash("the optimizer", detail::hash_text(1469598103934665603ull, reflect::type_name<O>()), std::string(reflect::type_name<O>()));
+  int i = 0;
+  if constexpr (reflect::is_reflectable_v<std::remove_cvref_t<decltype(opt.options())>>)
+    reflect::for_each_field_const(opt.options(), [&](const auto& f) {
+      using F = std::remove_cvref_t<decltype(f)>;
+      if constexpr (std::is_arithmetic_v<F>)
+        facts.add_number("field " + std::to_string(i) + " of the optimizer's options (" + std::string(reflect::type_name<O>()) + "::Options)",
+                         static_cast<double>(f));
+      ++i;
+    });
+}
+
+/// \brief All-gathers every rank's facts over group and fails, naming the first fact on which a
+/// rank differs from rank 0 with both values, unless all agree. `who` says what the ranks are.
+inline void check_agreement(comm::Communicator& group, const RunFacts& facts, std::string_view who) {
+  if (group.size() == 1) return;
+  const int n = group.size();
+  std::int64_t count = static_cast<std::int64_t>(facts.values().size());
+  std::vector<std::int64_t> counts(static_cast<std::size_t>(n));
+  group.all_gather(comm::Buffer(&count, 1, DType::kI64), comm::Buffer(counts.data(), n, DType::kI64));
+  for (int r = 1; r < n; ++r)
+    EPL_CHECK(counts[r] == counts[0], who, " rank ", r, " describes its run with ", counts[r], " facts, rank 0 with ", counts[0],
+              "; every rank must run the same program");
+  std::vector<std::uint64_t> mine = facts.values(), all(static_cast<std::size_t>(n) * mine.size());
+  group.all_gather(comm::Buffer(mine.data(), count, DType::kI64), comm::Buffer(all.data(), n * count, DType::kI64));
+  for (std::size_t i = 0; i < mine.size(); ++i)
+    for (int r = 1; r < n; ++r) {
+      const auto theirs = all[static_cast<std::size_t>(r) * mine.size() + i], first = all[i];
+      if (theirs == first) continue;
+      std::string values;
+      if (facts.is_number(i))
+        values = ": " + detail::concat(std::bit_cast<double>(theirs)) + " on rank " + std::to_string(r) + ", " +
+                 detail::concat(std::bit_cast<double>(first)) + " on rank 0";
+      else if (group.rank() == r || group.rank() == 0)
+        values = " (this rank's: " + facts.shown()[i] + ")";
+      EPL_FAIL(who, " ranks 0 and ", r, " disagree on ", facts.labels()[i], values,
+               "; every rank must build the same model and train it with the same settings");
+    }
+}
+
+}  // namespace v0
+}  // namespace epl

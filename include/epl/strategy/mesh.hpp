@@ -1,0 +1,92 @@
+#pragma once
+/// \file
+/// \brief strategy::Mesh — the world as (pipeline, data, tensor) coordinates, with a
+/// communicator for each axis split from the world.
+///
+/// Placement: the tensor axis is innermost (a tensor-parallel group is neighbouring ranks, on one
+/// node when nodes hold consecutive ranks: EPL's cluster.device_place_prefer_intra_node), then
+/// data, then pipeline: rank = t + T (d + D p). With prefer_intra_node false, data is innermost
+/// instead. One device is a world of one: every axis of size 1, the same code.
+#include <string>
+
+#include "epl/comm/any_communicator.hpp"
+
+namespace epl {
+inline namespace v0 {
+namespace strategy {
+
+/// \brief The sizes of a mesh's pipeline and tensor axes; the data axis is what the world size
+/// leaves: world / (pipeline x tensor).
+struct MeshShape {
+  int pipeline = 1;
+  int tensor = 1;
+  bool prefer_intra_node = true;  ///< tensor groups on neighbouring ranks (else data groups)
+};
+
+/// \brief A rank's coordinates on the mesh.
+struct MeshCoord {
+  int pipeline = 0, data = 0, tensor = 0;
+  friend bool operator==(const MeshCoord&, const MeshCoord&) = default;
+};
+
+class Mesh {
+ public:
+  /// \brief Splits world into the groups of shape; fails, naming both numbers, when the world
+  /// size is not a multiple of the devices one replica spans (pipeline x tensor).
+  Mesh(comm::Communicator& world, MeshShape shape) : world_(&world), shape_(shape) {
+    EPL_CHECK(shape.pipeline >= 1 && shape.tensor >= 1, "mesh: pipeline ", shape.pipeline, " and tensor ", shape.tensor,
+              " sizes must be at least 1");
+    const int per_replica = shape.pipeline * shape.tensor;
+    EPL_CHECK(world.size() % per_replica == 0, "world size ", world.size(), " cannot hold model replicas of ", per_replica,
+              " devices each (pipeline ", shape.pipeline, " x tensor ", shape.tensor, "); use a world size that is a multiple of ",
+              per_replica);
+    data_size_ = world.size() / per_replica;
+    coord_ = coord_of(world.rank());
+    // Each axis' group: the ranks that share the other two coordinates (colour), ordered along it.
+    pipeline_ = world.split(coord_.data * shape.tensor + coord_.tensor, coord_.pipeline);
+    data_ = world.split(coord_.pipeline * shape.tensor + coord_.tensor, coord_.data);
+    tensor_ = world.split(coord_.pipeline * data_size_ + coord_.data, coord_.tensor);
+  }
+
+  [[nodiscard]] comm::Communicator& world() const noexcept { return *world_; }
+  [[nodiscard]] comm::Communicator& pipeline() noexcept { return pipeline_; }
+  [[nodiscard]] comm::Communicator& data() noexcept { return data_; }
+  [[nodiscard]] comm::Communicator& tensor() noexcept { return tensor_; }
+  [[nodiscard]] const MeshShape& shape() const noexcept { return shape_; }
+  [[nodiscard]] int pipeline_size() const noexcept { return shape_.pipeline; }
+  [[nodiscard]] int data_size() const noexcept { return data_size_; }
+  [[nodiscard]] int tensor_size() const noexcept { return shape_.tensor; }
+  [[nodiscard]] const MeshCoord& coord() const noexcept { return coord_; }
+
+  /// \brief The world rank at a coordinate.
+  [[nodiscard]] int rank_of(MeshCoord c) const {
+    const int T = shape_.tensor, D = data_size_;
+    return shape_.prefer_intra_node ? c.tensor + T * (c.data + D * c.pipeline) : c.data + D * (c.tensor + T * c.pipeline);
+  }
+  /// \brief The coordinate of a world rank.
+  [[nodiscard]] MeshCoord coord_of(int rank) const {
+    const int T = shape_.tensor, D = data_size_;
+    MeshCoord c;
+    c.pipeline = rank / (T * D);
+    const int in_stage = rank % (T * D);
+    if (shape_.prefer_intra_node) {
+      c.tensor = in_stage % T;
+      c.data = in_stage / T;
+    } else {
+      c.data = in_stage % D;
+      c.tensor = in_stage / D;
+    }
+    return c;
+  }
+
+ private:
+  comm::Communicator* world_;
+  MeshShape shape_;
+  int data_size_ = 1;
+  MeshCoord coord_;
+  comm::Communicator pipeline_, data_, tensor_;
+};
+
+}  // namespace strategy
+}  // namespace v0
+}  // namespace epl

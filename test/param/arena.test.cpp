@@ -1,0 +1,83 @@
+// The flat arena: backward-order layout, alignment, views, accounting, and initialisation by
+// global ordinal (a shard draws its slice of the whole; an unowned parameter keeps its number).
+#include "../helpers.hpp"
+
+using namespace epl;
+
+namespace {
+struct One {
+  nn::Parameter w{Shape{4, 6}, nn::Init::normal(1.0)};
+  template <class V> void visit(V&& v) { v("w", w); }
+};
+struct Three {
+  nn::Linear a{4, 3};
+  nn::Dropout drop{0.5};
+  nn::Linear b{3, 5};
+};
+}  // namespace
+
+TEST_SUITE("cpu") {
+TEST_CASE("arena: the last parameter first, each aligned, values and gradients views of two flat buffers") {
+  device::Cpu d(80);
+  Three m;
+  auto arena = param::materialize(m, d, {.seed = 3});
+  const auto& order = arena.parameters();
+  REQUIRE(order.size() == 4);
+  CHECK(order[0] == &m.b.bias);  // backward order: b.bias, b.weight, a.bias, a.weight
+  CHECK(order[3] == &m.a.weight);
+  CHECK(m.b.bias.offset == 0);
+  CHECK(m.b.weight.offset == 16);  // 5 elements padded to 16
+  CHECK(m.a.weight.offset % 16 == 0);
+  CHECK(arena.size() == 16 + 16 + 16 + 16);
+  CHECK(m.a.weight.value.raw() == static_cast<char*>(arena.values().raw()) + 4 * m.a.weight.offset);
+  CHECK(m.a.weight.grad.raw() == static_cast<char*>(arena.grads().raw()) + 4 * m.a.weight.offset);
+  CHECK(m.a.weight.value.shape() == Shape{3, 4});
+  CHECK(memory_stats(d.id()).current_of(MemoryCategory::kParameters) == arena.size() * 4);
+  CHECK(memory_stats(d.id()).current_of(MemoryCategory::kGradients) == arena.size() * 4);
+  for (float g : arena.grads().span<float>()) REQUIRE(g == 0.0f);
+  CHECK(m.a.weight.ordinal == 0);
+  CHECK(m.b.bias.ordinal == 3);
+  CHECK(m.drop.stream.ordinal == 0);
+}
+
+TEST_CASE("materialize: the same seed draws the same values; another seed other values") {
+  Three x, y, z;
+  (void)param::materialize(x, test::cpu(), {.seed = 7});
+  (void)param::materialize(y, test::cpu(), {.seed = 7});
+  (void)param::materialize(z, test::cpu(), {.seed = 8});
+  CHECK(test::flat_params(x) == test::flat_params(y));
+  CHECK(test::flat_params(x) != test::flat_params(z));
+}
+
+// A shard draws exactly its part of the single-device initialisation, along either axis.
+TEST_CASE("materialize: a sharded parameter draws its slice of the whole one") {
+  One whole;
+  (void)param::materialize(whole, test::cpu(), {.seed = 5});
+  auto full = test::values(whole.w.value);
+  for (int axis : {0, 1})
+    for (std::int64_t part = 0; part < 2; ++part) {
+      One shard;
+      shard.w.shape = axis == 0 ? Shape{2, 6} : Shape{4, 3};
+      shard.w.shard = {axis, part, 2};
+      CHECK(shard.w.global_shape() == Shape{4, 6});
+      (void)param::materialize(shard, test::cpu(), {.seed = 5});
+      auto got = test::values(shard.w.value);
+      for (std::int64_t i = 0; i < shard.w.numel(); ++i) {
+        const std::int64_t r = axis == 0 ? part * 2 + i / 6 : i / 3, c = axis == 0 ? i % 6 : part * 3 + i % 3;
+        CAPTURE(axis);
+        CAPTURE(part);
+        CHECK(got[static_cast<std::size_t>(i)] == full[static_cast<std::size_t>(r * 6 + c)]);
+      }
+    }
+}
+
+TEST_CASE("materialize: parameters another rank owns keep their ordinals and are not allocated") {
+  Three whole, part;
+  (void)param::materialize(whole, test::cpu(), {.seed = 9});
+  auto arena = param::materialize(part, test::cpu(), {.seed = 9, .owned = [&](const nn::Parameter& p) { return p.ordinal >= 2; }});
+  CHECK_FALSE(part.a.weight.materialized());
+  CHECK(part.a.weight.ordinal == 0);
+  CHECK(arena.parameters().size() == 2);
+  CHECK(test::values(part.b.weight.value) == test::values(whole.b.weight.value));
+}
+}
