@@ -180,4 +180,67 @@ TEST_CASE("io.slicing: files divided among ranks, balanced, dropped or uneven, a
   CHECK(data::slice_files(files, {0, 4}, uneven).size() == 3);
   CHECK_THROWS_WITH_AS(data::slice_files({"a", "b"}, {0, 3}, on), doctest::Contains("2 files for 3 data-parallel ranks"), Error);
 }
+
+// What data-parallel ranks must agree on is checked, not assumed: each used to train on silently.
+TEST_CASE("replicate: ranks with different batch shares are stopped at the first step, naming both") {
+  for (std::int64_t mine : {2, 3}) {  // rank 1 gets mine rows, rank 0 one
+    CAPTURE(mine);
+    const std::string want = "data-parallel rank 1 got a batch of " + std::to_string(mine) + " rows and rank 0 one of 1";
+    CHECK_THROWS_WITH_AS(comm::run_threads(2, [&](comm::ThreadCommunicator& c) {
+      Context ctx(c, 130 + c.rank());
+      Trainer<gpt::Gpt, optim::SGD> t(ctx, Config{}, gpt::make_gpt(tiny()), optim::SGD({}));
+      auto ds = test::token_corpus(4000);
+      // rank 1 reads a global batch of 2 * mine windows, rank 0 one of 2 (24 vs 12 in the report)
+      data::WindowLoader loader(ds, 8, c.rank() == 1 ? 2 * mine : 2, 17, data::Shard{c.rank(), 2});
+      (void)t.step(loader.next(ctx.cpu()));
+    }, {.report = false}), doctest::Contains(want.c_str()), Error);
+  }
+}
+
+TEST_CASE("replicate: ranks that differ in a hyper-parameter, the seed, the learning rate or a config key are named") {
+  auto run = [](auto setup) {
+    comm::run_threads(2, [&](comm::ThreadCommunicator& c) {
+      Context ctx(c, 140 + c.rank());
+      gpt::Shape shape = tiny();
+      double lr = 0.05;
+      TrainerOptions opt{.seed = 3};
+      Config cfg;
+      setup(c.rank(), shape, lr, opt, cfg);
+      Trainer<gpt::Gpt, optim::Momentum> t(ctx, cfg, gpt::make_gpt(shape), optim::Momentum({.lr = lr}), opt);
+    }, {.report = false});
+  };
+  // 2 heads or 4 heads of a width of 16: the same parameter shapes, another model
+  CHECK_THROWS_WITH_AS(run([](int r, gpt::Shape& s, double&, TrainerOptions&, Config&) { s.heads = r == 0 ? 2 : 4; }),
+                       doctest::Contains("ranks 0 and 1 disagree on the model's hyper-parameters (layer options such as attention heads"), Error);
+  CHECK_THROWS_WITH_AS(run([](int r, gpt::Shape&, double&, TrainerOptions& o, Config&) { o.seed = 3 + r; }),
+                       doctest::Contains("disagree on TrainerOptions::seed: 4 on rank 1, 3 on rank 0"), Error);
+  CHECK_THROWS_WITH_AS(run([](int r, gpt::Shape&, double& lr, TrainerOptions&, Config&) { lr = r == 0 ? 0.05 : 0.1; }),
+                       doctest::Contains("disagree on field 0 of the optimizer's options"), Error);
+  CHECK_THROWS_WITH_AS(run([](int r, gpt::Shape&, double&, TrainerOptions&, Config& c) { c.set(keys::num_micro_batch, 1 + r); }),
+                       doctest::Contains("disagree on config key pipeline.num_micro_batch"), Error);
+  CHECK_NOTHROW(run([](int, gpt::Shape&, double&, TrainerOptions&, Config&) {}));
+}
+
+TEST_CASE("replicate: replicas that drift apart are caught after the first step, by default") {
+  CHECK_THROWS_WITH_AS(comm::run_threads(2, [&](comm::ThreadCommunicator& c) {
+    Context ctx(c, 150 + c.rank());
+    Trainer<gpt::Gpt, optim::SGD> t(ctx, Config{}, gpt::make_gpt(tiny()), optim::SGD({}));
+    if (c.rank() == 1) t.model().head.lm.bias.value.span<float>()[0] += 1.0f;  // one replica edited behind the trainer's back
+    auto ds = test::token_corpus(4000);
+    data::WindowLoader loader(ds, 8, 4, 17, data::Shard{c.rank(), 2});
+    (void)t.step(loader.next(ctx.cpu()));
+  }, {.report = false}), doctest::Contains("after step 1 the parameters of data-parallel rank 1 differ from rank 0's"), Error);
+}
+
+TEST_CASE("replicate: replicas start from rank 0's copy of the parameters") {
+  comm::run_threads(2, [&](comm::ThreadCommunicator& c) {
+    Context ctx(c, 160 + c.rank());
+    Trainer<gpt::Gpt, optim::SGD> t(ctx, Config{}, gpt::make_gpt(tiny()), optim::SGD({}), {.seed = 4});
+    auto mine = test::flat_params(t.model());
+    std::vector<double> theirs(mine.size());
+    if (c.rank() == 0) c.send(comm::Buffer(mine.data(), static_cast<std::int64_t>(mine.size()), DType::kF64), 1, 0);
+    else c.recv(comm::Buffer(theirs.data(), static_cast<std::int64_t>(theirs.size()), DType::kF64), 0, 0);
+    if (c.rank() == 1) CHECK(theirs == mine);
+  });
+}
 }

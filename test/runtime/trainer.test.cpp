@@ -1,6 +1,7 @@
 // Training on one device: gradient accumulation equals one big batch, the loss falls, data
 // windows are served once per epoch, and bad input is a clear error.
 #include <filesystem>
+#include <limits>
 #include <fstream>
 
 #include "../../examples/gpt/gpt.hpp"
@@ -174,5 +175,38 @@ TEST_CASE("data files: text bytes, binary ids, corrupt and missing files") {
   CHECK_THROWS_WITH_AS(data::TokenDataset::from_text({"/dev/null/x"}), doctest::Contains("data file"), Error);
   CHECK_THROWS_WITH_AS(data::WindowLoader(text, 4, 2, 0), doctest::Contains("fewer than one batch of 2"), Error);
   std::filesystem::remove_all(dir);
+}
+
+// A NaN or infinite loss or gradient stops the run with the step and the parameter named.
+namespace {
+struct InfGrad {  // identity whose backward puts an infinity into its parameter's gradient
+  nn::Parameter w{Shape{2}, nn::Init::zeros()};
+  template <class V> void visit(V&& v) { v("w", w); }
+  template <class Ctx> Tensor forward(Ctx&, const Tensor& x) { return x; }
+  template <class Ctx> Tensor backward(Ctx& ctx, const Tensor& dy) {
+    ctx.device().fill(w.grad, std::numeric_limits<double>::infinity());
+    return dy;
+  }
+};
+struct Classifier {
+  nn::Linear fc;
+  InfGrad bad;
+};
+}  // namespace
+
+TEST_CASE("a NaN loss or an infinite gradient is an error naming the step and the parameter") {
+  Trainer<gpt::Gpt, optim::SGD> t(test::cpu(), Config{}, gpt::make_gpt(tiny()), optim::SGD({.lr = 0.1}));
+  auto ds = test::token_corpus(3000);
+  data::WindowLoader loader(ds, 8, 4, 2);
+  (void)t.step(loader.next(test::cpu()));
+  test::cpu().fill(t.model().head.lm.weight.value, std::nan(""));
+  CHECK_THROWS_WITH_AS(t.step(loader.next(test::cpu())), doctest::Contains("the loss is nan at step 2"), Error);
+
+  Trainer<Classifier, optim::SGD> c(test::cpu(), Config{}, Classifier{nn::Linear(3, 2), {}}, optim::SGD({}));
+  Batch b{test::random({4, 3}, 1), test::ids({4}, 2, 2)};
+  CHECK_THROWS_WITH_AS(c.step(b), doctest::Contains("the gradient norm is inf at step 1; the first parameter with a NaN or infinite gradient is 1.w"),
+                       Error);
+  Trainer<Classifier, optim::SGD> lenient(test::cpu(), Config{}, Classifier{nn::Linear(3, 2), {}}, optim::SGD({}), {.check_finite = false});
+  CHECK_NOTHROW(lenient.step(b));
 }
 }
