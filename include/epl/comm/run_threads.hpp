@@ -90,8 +90,8 @@ void run_threads(int n, Fn&& fn, ThreadLaunchOptions opt = {}) {
         std::string stuck;
         for (int r = 0; r < n; ++r)
           if (!finished[r]) stuck += (stuck.empty() ? "" : ", ") + std::to_string(r);
-        std::fprintf(stderr, "epl: ranks %s did not stop within %lld ms after %s; ending the process\n", stuck.c_str(),
-                     static_cast<long long>(opt.grace.count()), abort->reason().c_str());
+        std::fprintf(stderr, "epl: ranks %s did not stop within %lld ms of the failure of rank %d; ending the process\n",
+                     stuck.c_str(), static_cast<long long>(opt.grace.count()), abort->rank());
         std::fflush(stderr);
         std::_Exit(2);
       }

@@ -247,7 +247,7 @@ class Config {
       for (const auto& k : detail::config_keys())
         if (k.name.substr(0, k.name.find('.')) == key.substr(0, key.find('.')))
           same_category += (same_category.empty() ? "" : ", ") + std::string(k.name);
-    std::string hint = near.empty() ? std::string() : "; did you mean " + std::string(dotted ? "" : "--") + std::string(near) + "?";
+    std::string hint = near.empty() ? std::string(";") : "; did you mean " + std::string(dotted ? "" : "--") + std::string(near) + "?";
     if (dotted)
       EPL_FAIL("unknown config key ", detail::quoted(key), hint, same_category.empty() ? "" : " keys of that category: ",
                same_category, same_category.empty() ? "; see docs/config.md for the keys epl knows" : "");
