@@ -56,23 +56,25 @@ void visit_parameters(L& l, Fn&& fn) {
   };
   detail::walk<true>(l, on, path);
 }
+/// \brief Calls fn(Node&) for every node of type Node (Parameter, RandomStream) in l, in
+/// visiting order, building no paths.
+template <class Node, class L, class Fn>
+void for_each_of(L& l, Fn&& fn) {
+  std::string path;
+  auto on = [&](std::string_view, auto& node) {
+    if constexpr (std::is_same_v<std::remove_cvref_t<decltype(node)>, Node>) fn(node);
+  };
+  detail::walk<false>(l, on, path);
+}
 /// \brief Calls fn(Parameter&) for every parameter of l, in visiting order (no paths built).
 template <class L, class Fn>
 void for_each_parameter(L& l, Fn&& fn) {
-  std::string path;
-  auto on = [&](std::string_view, auto& node) {
-    if constexpr (std::is_same_v<std::remove_cvref_t<decltype(node)>, Parameter>) fn(node);
-  };
-  detail::walk<false>(l, on, path);
+  for_each_of<Parameter>(l, std::forward<Fn>(fn));
 }
 /// \brief Calls fn(RandomStream&) for every random stream of l, in visiting order.
 template <class L, class Fn>
 void for_each_stream(L& l, Fn&& fn) {
-  std::string path;
-  auto on = [&](std::string_view, auto& node) {
-    if constexpr (std::is_same_v<std::remove_cvref_t<decltype(node)>, RandomStream>) fn(node);
-  };
-  detail::walk<false>(l, on, path);
+  for_each_of<RandomStream>(l, std::forward<Fn>(fn));
 }
 /// \brief Calls fn(path, node) for every node of l's tree (layers, parameters, streams), in
 /// visiting order: what a structural fingerprint or a partitioner looks at.
