@@ -39,7 +39,7 @@ TEST_CASE("any communicator: borrowed and owned handles run the backend's collec
 }
 
 TEST_CASE("any communicator: a host buffer given to a device-memory backend is an error naming both") {
-  comm::Communicator device_comm(DeviceSpaceComm(comm::ThreadCommunicator::solo()));
+  comm::Communicator device_comm{DeviceSpaceComm(comm::ThreadCommunicator::solo())};
   CHECK(device_comm.space() == comm::MemorySpace::kDevice);
   float x = 1;
   CHECK_THROWS_WITH_AS(device_comm.all_reduce(comm::Buffer(&x, 1, DType::kF32), comm::ReduceOp::kSum),

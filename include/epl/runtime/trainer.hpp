@@ -129,6 +129,46 @@ class Trainer {
 
   /// \brief One optimizer step on batch; returns the mean loss (the global batch's).
   double step(const Batch& batch) {
+    // On a device that cannot train, the static_assert above is the one error: the layers'
+    // forward and backward are not instantiated on it.
+    if constexpr (device::trainable<D>) return train_step(batch);
+    else return 0;
+  }
+
+  /// \brief The loss on batch without training (dropout off, no update), on this rank's rows.
+  double evaluate(const Batch& batch) {
+    if constexpr (device::trainable<D>) return evaluate_loss(batch);
+    else return 0;
+  }
+
+  /// \brief Data parallel: fails unless every replica holds bit-identical parameters.
+  void check_replicas() {
+    std::vector<std::uint64_t> hashes(static_cast<std::size_t>(scalars_.size()));
+    std::uint64_t mine = detail::content_hash(arena_.values());
+    scalars_.all_gather(comm::Buffer(&mine, 1, DType::kI64), comm::Buffer(hashes.data(), scalars_.size(), DType::kI64));
+    for (std::size_t r = 1; r < hashes.size(); ++r)
+      EPL_CHECK(hashes[r] == hashes[0], "after step ", steps_, " the parameters of data-parallel rank ", r,
+                " differ from rank 0's: the replicas drifted apart (non-deterministic code on one rank, or a gradient "
+                "that was not reduced)");
+  }
+
+  [[nodiscard]] Model& model() noexcept { return model_; }
+  [[nodiscard]] Optimizer& optimizer() noexcept { return updater_.optimizer(); }
+  [[nodiscard]] const D& device() const noexcept { return *device_; }
+  [[nodiscard]] std::int64_t steps() const noexcept { return steps_; }
+  [[nodiscard]] std::int64_t micro_batches() const noexcept { return schedule_.micro_batches(); }
+  [[nodiscard]] double last_grad_norm() const noexcept { return last_grad_norm_; }
+  /// \brief The fraction of the last step's gradient all-reduce time hidden behind backward.
+  [[nodiscard]] double last_overlap() const noexcept { return reducer_->last_overlap(); }
+  [[nodiscard]] std::size_t gradient_buckets() const noexcept { return reducer_->buckets(); }
+  /// \brief The flat parameter and gradient buffers.
+  [[nodiscard]] const param::Arena& arena() const noexcept { return arena_; }
+  [[nodiscard]] strategy::Mesh& mesh() noexcept { return *mesh_; }
+  /// \brief Bytes the gradient reduction moved so far (the data-parallel group's counts).
+  [[nodiscard]] comm::CommStats gradient_stats() const { return mesh_->data().stats(); }
+
+ private:
+  double train_step(const Batch& batch) {
     const std::int64_t rows = batch.inputs.rank() > 0 ? batch.inputs.dim(0) : 0;
     const int m_count = schedule_.micro_batches();
     EPL_CHECK(batch.targets.defined() && batch.targets.rank() > 0 && batch.targets.dim(0) == rows, "batch has ", rows,
@@ -177,41 +217,12 @@ class Trainer {
       check_replicas();
     return loss;
   }
-
-  /// \brief The loss on batch without training (dropout off, no update), on this rank's rows.
-  double evaluate(const Batch& batch) {
+  double evaluate_loss(const Batch& batch) {
     PassContext ctx(*device_, nn::PassOptions{false, opt_.seed, static_cast<std::uint64_t>(steps_), 0, 0}, &hooks_);
     Tensor logits = nn::forward(model_, ctx, batch.inputs);
     return loss_.forward(ctx, logits, batch.targets);
   }
 
-  /// \brief Data parallel: fails unless every replica holds bit-identical parameters.
-  void check_replicas() {
-    std::vector<std::uint64_t> hashes(static_cast<std::size_t>(scalars_.size()));
-    std::uint64_t mine = detail::content_hash(arena_.values());
-    scalars_.all_gather(comm::Buffer(&mine, 1, DType::kI64), comm::Buffer(hashes.data(), scalars_.size(), DType::kI64));
-    for (std::size_t r = 1; r < hashes.size(); ++r)
-      EPL_CHECK(hashes[r] == hashes[0], "after step ", steps_, " the parameters of data-parallel rank ", r,
-                " differ from rank 0's: the replicas drifted apart (non-deterministic code on one rank, or a gradient "
-                "that was not reduced)");
-  }
-
-  [[nodiscard]] Model& model() noexcept { return model_; }
-  [[nodiscard]] Optimizer& optimizer() noexcept { return updater_.optimizer(); }
-  [[nodiscard]] const D& device() const noexcept { return *device_; }
-  [[nodiscard]] std::int64_t steps() const noexcept { return steps_; }
-  [[nodiscard]] std::int64_t micro_batches() const noexcept { return schedule_.micro_batches(); }
-  [[nodiscard]] double last_grad_norm() const noexcept { return last_grad_norm_; }
-  /// \brief The fraction of the last step's gradient all-reduce time hidden behind backward.
-  [[nodiscard]] double last_overlap() const noexcept { return reducer_->last_overlap(); }
-  [[nodiscard]] std::size_t gradient_buckets() const noexcept { return reducer_->buckets(); }
-  /// \brief The flat parameter and gradient buffers.
-  [[nodiscard]] const param::Arena& arena() const noexcept { return arena_; }
-  [[nodiscard]] strategy::Mesh& mesh() noexcept { return *mesh_; }
-  /// \brief Bytes the gradient reduction moved so far (the data-parallel group's counts).
-  [[nodiscard]] comm::CommStats gradient_stats() const { return mesh_->data().stats(); }
-
- private:
   void init(const Config& cfg) {
     constexpr int per_replica = devices_per_replica_v<Model>;
     EPL_CHECK(world_->size() % per_replica == 0, "world size ", world_->size(), " cannot hold replicas of ", per_replica,
