@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <thread>
 #include <vector>
 
 #include "epl/comm/mpi.hpp"
@@ -102,6 +103,26 @@ TEST_CASE("mpi: all_to_all, equal and variable, and tagged send/recv around a ri
   c.recv(Buffer(gb.data(), 5, DType::kF64), (r + n - 1) % n, 2);
   CHECK(ga[0] == (r + n - 1) % n);
   CHECK(gb[0] == 100 + (r + n - 1) % n);
+}
+TEST_CASE("mpi: asynchronous send and receive around a ring: posted early, completed by test() or wait(), sizes checked") {
+  auto& c = world();
+  const int n = c.size(), r = c.rank(), next = (r + 1) % n, prev = (r + n - 1) % n;
+  std::vector<float> got1(1 << 16, -1), got2(4, -1);  // one large (rendezvous) message, one small
+  auto r1 = c.irecv(Buffer(got1.data(), 1 << 16, DType::kF32), prev, 1);
+  auto r2 = c.irecv(Buffer(got2.data(), 4, DType::kF32), prev, 2);
+  std::vector<float> a(1 << 16, static_cast<float>(r)), b(4, static_cast<float>(10 + r));
+  auto s2 = c.isend(Buffer(b.data(), 4, DType::kF32), next, 2);
+  auto s1 = c.isend(Buffer(a.data(), 1 << 16, DType::kF32), next, 1);
+  while (!(r1.test() && s1.test())) std::this_thread::yield();  // test() drives MPI's progress
+  r2.wait();
+  s2.wait();
+  CHECK(got1.back() == static_cast<float>(prev));
+  CHECK(got2[0] == static_cast<float>(10 + prev));
+  std::vector<double> x(3);
+  auto send = c.isend(Buffer(x.data(), 3, DType::kF64), next, 3);
+  CHECK_THROWS_WITH_AS(c.irecv(Buffer(x.data(), 2, DType::kF64), prev, 3).wait(), doctest::Contains("the message is larger than the buffer"),
+                       Error);
+  send.wait();
 }
 TEST_CASE("mpi: split into sub-groups, asynchronous order, byte counts") {
   auto& c = world();

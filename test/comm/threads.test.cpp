@@ -156,6 +156,39 @@ TEST_CASE("threads: tagged send and recv around a ring, tags kept apart") {
     });
 }
 
+TEST_CASE("threads: asynchronous send and receive: posted before the message, completed by test() or wait(), tags kept apart") {
+  comm::run_threads(2, [&](comm::ThreadCommunicator& c) {
+    const int peer = 1 - c.rank();
+    std::vector<float> got1(4, -1), got2(4, -1);
+    auto r2 = c.irecv(Buffer(got2.data(), 4, DType::kF32), peer, 2);  // posted before anything was sent
+    auto r1 = c.irecv(Buffer(got1.data(), 4, DType::kF32), peer, 1);
+    CHECK_FALSE(r1.test());  // the peer has sent nothing yet: both ranks pass the barrier below first
+    c.barrier();
+    std::vector<float> a(4, static_cast<float>(c.rank())), b(4, static_cast<float>(10 + c.rank()));
+    auto s1 = c.isend(Buffer(a.data(), 4, DType::kF32), peer, 1);
+    auto s2 = c.isend(Buffer(b.data(), 4, DType::kF32), peer, 2);
+    s1.wait();
+    s2.wait();
+    while (!r1.test()) std::this_thread::yield();  // test() completes it once the message is there
+    CHECK(got1[3] == static_cast<float>(peer));
+    r2.wait();
+    CHECK(got2[0] == static_cast<float>(10 + peer));
+    CHECK(r1.test());
+  });
+}
+
+TEST_CASE("threads: a receive of the wrong size or from a silent peer fails naming both ranks") {
+  CHECK_THROWS_WITH_AS(comm::run_threads(2, [&](comm::ThreadCommunicator& c) {
+    std::vector<double> x(3);
+    if (c.rank() == 0) c.isend(Buffer(x.data(), 3, DType::kF64), 1, 0).wait();
+    else c.irecv(Buffer(x.data(), 2, DType::kF64), 0, 0).wait();
+  }, quick()), doctest::Contains("recv on group 'world' at rank 1 from rank 0 tag 0: expected 2 f64, got 3 f64"), Error);
+  CHECK_THROWS_WITH_AS(comm::run_threads(2, [&](comm::ThreadCommunicator& c) {
+    std::vector<double> x(3);
+    if (c.rank() == 1) c.irecv(Buffer(x.data(), 3, DType::kF64), 0, 7).wait();
+  }, quick()), doctest::Contains("rank 0 did not send a message with tag 7"), Error);
+}
+
 TEST_CASE("threads: split into data- and tensor-parallel sub-groups of a 2 x 2 mesh") {
   comm::run_threads(4, [&](comm::ThreadCommunicator& world) {
     const int r = world.rank();

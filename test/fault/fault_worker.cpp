@@ -98,6 +98,8 @@ class FaultyComm {
   }
   void send(const Buffer& b, int dst, int tag) { inner_.send(b, dst, tag); }
   void recv(const Buffer& b, int src, int tag) { inner_.recv(b, src, tag); }
+  epl::comm::Work isend(const Buffer& b, int dst, int tag) { return inner_.isend(b, dst, tag); }
+  epl::comm::Work irecv(const Buffer& b, int src, int tag) { return inner_.irecv(b, src, tag); }
   void barrier() { inner_.barrier(); }
   FaultyComm split(int color, int key) { return FaultyComm(inner_.split(color, key)); }
   void cancel(const std::string& reason) noexcept { inner_.cancel(reason); }

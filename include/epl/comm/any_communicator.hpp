@@ -41,6 +41,8 @@ struct CommunicatorBase {
                             const std::vector<std::int64_t>& recv) = 0;
   virtual void send(const Buffer& buf, int dst, int tag) = 0;
   virtual void recv(const Buffer& buf, int src, int tag) = 0;
+  virtual Work isend(const Buffer& buf, int dst, int tag) = 0;
+  virtual Work irecv(const Buffer& buf, int src, int tag) = 0;
   virtual void barrier() = 0;
   virtual std::unique_ptr<CommunicatorBase> split(int color, int key) = 0;
   virtual void cancel(const std::string& reason) noexcept = 0;
@@ -75,6 +77,8 @@ class CommunicatorModel final : public CommunicatorBase {
   }
   void send(const Buffer& buf, int dst, int tag) override { get().send(buf, dst, tag); }
   void recv(const Buffer& buf, int src, int tag) override { get().recv(buf, src, tag); }
+  Work isend(const Buffer& buf, int dst, int tag) override { return get().isend(buf, dst, tag); }
+  Work irecv(const Buffer& buf, int src, int tag) override { return get().irecv(buf, src, tag); }
   void barrier() override { get().barrier(); }
   std::unique_ptr<CommunicatorBase> split(int color, int key) override {
     return std::make_unique<CommunicatorModel<C, true>>(get().split(color, key));
@@ -136,6 +140,8 @@ class Communicator {
   }
   void send(const Buffer& buf, int dst, int tag) { impl(buf, buf, "send").send(buf, dst, tag); }
   void recv(const Buffer& buf, int src, int tag) { impl(buf, buf, "recv").recv(buf, src, tag); }
+  Work isend(const Buffer& buf, int dst, int tag) { return impl(buf, buf, "send").isend(buf, dst, tag); }
+  Work irecv(const Buffer& buf, int src, int tag) { return impl(buf, buf, "recv").irecv(buf, src, tag); }
   void barrier() { impl().barrier(); }
   [[nodiscard]] Communicator split(int color, int key) {
     Communicator h;

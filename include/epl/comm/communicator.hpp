@@ -7,9 +7,11 @@
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "epl/core/tensor.hpp"
@@ -79,6 +81,12 @@ class Work {
     bool done = false;
     std::exception_ptr error;
     std::chrono::steady_clock::time_point started{}, finished{};
+    /// Work completed by its waiter (a receive that takes its message when waited for): run
+    /// once, by the first wait(), in the waiting thread.
+    std::function<void()> deferred;
+    /// Work that can be checked without blocking (an MPI request): test() calls it until it
+    /// returns true, which completes the work (and drops `deferred`).
+    std::function<bool()> poll;
     void start() {
       std::lock_guard lock(mutex);
       started = std::chrono::steady_clock::now();
@@ -97,11 +105,28 @@ class Work {
   Work() = default;
   explicit Work(std::shared_ptr<State> s) : state_(std::move(s)) {}
 
-  /// \brief True when the operation has completed (successfully or not).
+  /// \brief True when the operation has completed (successfully or not); never blocks.
   [[nodiscard]] bool test() const {
     if (!state_) return true;
-    std::lock_guard lock(state_->mutex);
-    return state_->done;
+    std::function<bool()> poll;
+    {
+      std::lock_guard lock(state_->mutex);
+      if (state_->done || !state_->poll) return state_->done;
+      poll = state_->poll;
+    }
+    std::exception_ptr error;
+    try {
+      if (!poll()) return false;
+    } catch (...) {
+      error = std::current_exception();
+    }
+    {
+      std::lock_guard lock(state_->mutex);
+      state_->deferred = nullptr;
+      state_->poll = nullptr;
+    }
+    state_->finish(error);
+    return true;
   }
   /// \brief Seconds the operation ran (0 until it completed, or when its start is unknown).
   [[nodiscard]] double seconds() const {
@@ -110,12 +135,49 @@ class Work {
     if (!state_->done || state_->started == std::chrono::steady_clock::time_point{}) return 0;
     return std::chrono::duration<double>(state_->finished - state_->started).count();
   }
+  /// \brief When the operation started and finished (both zero until it completed, the start
+  /// zero when unknown).
+  [[nodiscard]] std::pair<std::chrono::steady_clock::time_point, std::chrono::steady_clock::time_point> interval() const {
+    if (!state_) return {};
+    std::lock_guard lock(state_->mutex);
+    if (!state_->done) return {};
+    return {state_->started, state_->finished};
+  }
   /// \brief Blocks until completion; rethrows the operation's error.
   void wait() const {
     if (!state_) return;
+    std::function<void()> deferred;
+    {
+      std::lock_guard lock(state_->mutex);
+      deferred = std::move(state_->deferred);
+      state_->deferred = nullptr;
+    }
+    if (deferred) {
+      try {
+        deferred();
+        state_->finish(nullptr);
+      } catch (...) {
+        state_->finish(std::current_exception());
+      }
+    }
     std::unique_lock lock(state_->mutex);
     state_->done_cv.wait(lock, [&] { return state_->done; });
     if (state_->error) std::rethrow_exception(state_->error);
+  }
+  /// \brief A Work that is already complete.
+  static Work done() {
+    auto s = std::make_shared<State>();
+    s->finish(nullptr);
+    return Work(s);
+  }
+  /// \brief A Work that runs `complete` in the thread that first waits for it; test() calls
+  /// `poll` (when given), which returns true once the work is complete without waiting.
+  static Work deferred(std::function<void()> complete, std::function<bool()> poll = {}) {
+    auto s = std::make_shared<State>();
+    s->start();
+    s->deferred = std::move(complete);
+    s->poll = std::move(poll);
+    return Work(s);
   }
 
  private:
@@ -124,6 +186,7 @@ class Work {
 
 /// \brief C satisfies communicator if 1. it names its rank and size, 2. runs every collective
 /// and point-to-point operation on Buffers, blocking and (for the gradient path) asynchronous,
+/// (isend/irecv: the buffer belongs to the operation until its Work is waited for),
 /// 3. splits into sub-communicators of its own type, 4. reports the bytes it moved, and
 /// 5. cancels its outstanding asynchronous work (a failing rank's way out).
 template <class C>
@@ -138,6 +201,8 @@ concept communicator = requires(C& c, const Buffer& b, int r) {
   c.reduce(b, b, ReduceOp::kSum, r);
   c.send(b, r, r);
   c.recv(b, r, r);
+  { c.isend(b, r, r) } -> std::same_as<Work>;
+  { c.irecv(b, r, r) } -> std::same_as<Work>;
   c.all_to_all(b, b);
   c.barrier();
   { c.split(r, r) } -> std::same_as<C>;

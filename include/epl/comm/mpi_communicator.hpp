@@ -37,6 +37,9 @@ class MpiCommunicator {
     st_->name = std::move(name);
     EPL_MPI_CHECK(MPI_Comm_dup(comm, &st_->data));
     EPL_MPI_CHECK(MPI_Comm_dup(comm, &st_->control));
+    // errors come back as codes, so EPL_MPI_CHECK turns them into epl::Errors naming the call
+    MPI_Comm_set_errhandler(st_->data, MPI_ERRORS_RETURN);
+    MPI_Comm_set_errhandler(st_->control, MPI_ERRORS_RETURN);
     MPI_Comm_rank(st_->data, &st_->rank);
     MPI_Comm_size(st_->data, &st_->size);
   }
@@ -217,6 +220,45 @@ class MpiCommunicator {
     account(0, bytes);
   }
 
+  /// \brief Starts a send and returns. The Work completes when MPI is done with buf, which must
+  /// stay valid until then: test() checks without waiting, wait() waits with the timeout.
+  Work isend(const Buffer& buf, int dst, int tag) {
+    st_->queue.drain();
+    usable("send");
+    check_rank(dst, "send destination");
+    auto req = std::make_shared<MPI_Request>();
+    EPL_MPI_CHECK(MPI_Isend(buf.data, static_cast<int>(buf.bytes()), MPI_BYTE, dst, tag, st_->data, req.get()));
+    account(static_cast<std::int64_t>(buf.bytes()), 0);
+    return Work::deferred([this, req, dst] { complete("send", *req, dst); }, [this, req, dst] {
+      return poll("send", *req, dst, MPI_STATUS_IGNORE);
+    });
+  }
+  /// \brief Starts a receive into buf and returns. The Work completes, with the size checked,
+  /// when the message has arrived: test() checks without waiting, wait() waits with the timeout.
+  Work irecv(const Buffer& buf, int src, int tag) {
+    st_->queue.drain();
+    usable("recv");
+    check_rank(src, "recv source");
+    auto req = std::make_shared<MPI_Request>();
+    auto status = std::make_shared<MPI_Status>();
+    EPL_MPI_CHECK(MPI_Irecv(buf.data, static_cast<int>(buf.bytes()), MPI_BYTE, src, tag, st_->data, req.get()));
+    auto received = [this, status, buf, src, tag] {
+      int bytes = 0;
+      MPI_Get_count(status.get(), MPI_BYTE, &bytes);
+      EPL_CHECK(bytes == static_cast<int>(buf.bytes()), "recv on group '", name(), "' at rank ", rank(), " from rank ", src, " tag ",
+                tag, ": expected ", buf.bytes(), " bytes (", buf.count, " ", name_of(buf.dtype), "), got ", bytes);
+      account(0, bytes);
+    };
+    return Work::deferred([this, req, status, src, received] {
+      complete("recv", *req, src, status.get());
+      received();
+    }, [this, req, status, src, received] {
+      if (!poll("recv", *req, src, status.get())) return false;
+      received();
+      return true;
+    });
+  }
+
   void barrier() {
     st_->queue.drain();
     usable("barrier");
@@ -358,13 +400,22 @@ class MpiCommunicator {
                                  detail::mpi_op(out.dtype, op), st_->data, &req));
     return req;
   }
-  // Waits for req until the timeout (the handshake already proved every rank arrived).
-  void complete(const char* what, MPI_Request& req, int peer = -1) {
-    const auto deadline = std::chrono::steady_clock::now() + st_->opt.timeout;
+  // One test of req: true when it completed; a message larger than its buffer is named.
+  bool poll(const char* what, MPI_Request& req, int peer, MPI_Status* status) {
     int done = 0;
+    const int rc = MPI_Test(&req, &done, status);
+    int error_class = MPI_SUCCESS;
+    if (rc != MPI_SUCCESS) MPI_Error_class(rc, &error_class);
+    if (error_class == MPI_ERR_TRUNCATE)
+      EPL_FAIL(what, " on group '", name(), "' at rank ", rank(), " from rank ", peer, ": the message is larger than the buffer");
+    EPL_MPI_CHECK(rc);
+    return done != 0;
+  }
+  // Waits for req until the timeout (the handshake already proved every rank arrived).
+  void complete(const char* what, MPI_Request& req, int peer = -1, MPI_Status* status = MPI_STATUS_IGNORE) {
+    const auto deadline = std::chrono::steady_clock::now() + st_->opt.timeout;
     while (true) {
-      EPL_MPI_CHECK(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
-      if (done) return;
+      if (poll(what, req, peer, status)) return;
       if (auto why = stopped(); !why.empty()) EPL_FAIL(what, " on group '", name(), "' at rank ", rank(), " stopped: ", why);
       if (std::chrono::steady_clock::now() >= deadline)
         fail_timeout(epl::detail::concat(what, " on group '", name(), "' at rank ", rank(), " timed out after ", st_->opt.timeout.count(),

@@ -138,6 +138,24 @@ class NcclCommunicator {
     account(0, static_cast<std::int64_t>(buf.bytes()));
     wait("recv");
   }
+  /// \brief send and recv enqueued on the device stream; the Work completes when the stream
+  /// reaches them. NCCL pairs a send with the peer's receive in issue order (tag 0 only).
+  Work isend(const Buffer& buf, int dst, int tag) {
+    usable("send");
+    check_rank(dst, "send destination");
+    EPL_CHECK(tag == 0, "send over NCCL: tag ", tag, " given; NCCL orders messages per peer and has no tags, use 0");
+    EPL_NCCL_CHECK(ncclSend(buf.data, static_cast<std::size_t>(buf.count), detail::nccl_type(buf.dtype), dst, comm_, gpu_->stream()));
+    account(static_cast<std::int64_t>(buf.bytes()), 0);
+    return completion();
+  }
+  Work irecv(const Buffer& buf, int src, int tag) {
+    usable("recv");
+    check_rank(src, "recv source");
+    EPL_CHECK(tag == 0, "recv over NCCL: tag ", tag, " given; NCCL orders messages per peer and has no tags, use 0");
+    EPL_NCCL_CHECK(ncclRecv(buf.data, static_cast<std::size_t>(buf.count), detail::nccl_type(buf.dtype), src, comm_, gpu_->stream()));
+    account(0, static_cast<std::int64_t>(buf.bytes()));
+    return completion();
+  }
   /// Per-destination send and per-source receive counts, as grouped point-to-point transfers
   /// (NCCL cannot exchange the counts, so each side's must agree; the thread and MPI backends
   /// check that, NCCL fails or hangs until the timeout on a mismatch).

@@ -23,6 +23,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -160,6 +161,15 @@ class ThreadGroup {
       mail_[{src, dst, tag}].push_back(std::move(m));
     }
     mail_cv_.notify_all();
+  }
+  /// The next message from src with this tag, if one has arrived; never waits.
+  std::optional<Message> try_take(int src, int dst, int tag) {
+    std::lock_guard lock(mail_mutex_);
+    auto it = mail_.find(std::tuple{src, dst, tag});
+    if (it == mail_.end() || it->second.empty()) return std::nullopt;
+    Message m = std::move(it->second.front());
+    it->second.pop_front();
+    return m;
   }
   Message take(int src, int dst, int tag) {
     std::unique_lock lock(mail_mutex_);

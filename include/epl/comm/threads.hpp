@@ -212,12 +212,23 @@ class ThreadCommunicator {
   void recv(const Buffer& buf, int src, int tag) {
     drain();
     check_rank(src, "recv source");
-    auto m = group_->take(src, rank_, tag);
-    EPL_CHECK(m.count == buf.count && m.dtype == buf.dtype, "recv on group '", name(), "' at rank ", rank_, " from rank ", src,
-              " tag ", tag, ": expected ", buf.count, " ", name_of(buf.dtype), ", got ", m.count, " ", name_of(m.dtype));
-    std::memcpy(buf.data, m.bytes.data(), m.bytes.size());
-    st_->received += static_cast<std::int64_t>(m.bytes.size());
-    ++st_->ops;
+    deliver(group_->take(src, rank_, tag), buf, src, tag);
+  }
+
+  /// \brief send, which never waits for the receiver here (the message is copied): done at once.
+  Work isend(const Buffer& buf, int dst, int tag) {
+    send(buf, dst, tag);
+    return Work::done();
+  }
+  /// \brief A receive that completes when its message is taken: by test() once it has arrived,
+  /// or by wait() (with the timeout and the size check of recv); buf must stay valid until then.
+  Work irecv(const Buffer& buf, int src, int tag) {
+    check_rank(src, "recv source");
+    return Work::deferred([this, buf, src, tag] { recv(buf, src, tag); }, [this, buf, src, tag] {
+      auto m = group_->try_take(src, rank_, tag);
+      if (m) deliver(*m, buf, src, tag);
+      return m.has_value();
+    });
   }
 
   void barrier() {
@@ -314,6 +325,14 @@ class ThreadCommunicator {
   }
   void finish() {
     group_->sync();  // nobody leaves while a peer may still read its buffers
+    ++st_->ops;
+  }
+  // A received message into buf, its size checked.
+  void deliver(const detail::ThreadGroup::Message& m, const Buffer& buf, int src, int tag) {
+    EPL_CHECK(m.count == buf.count && m.dtype == buf.dtype, "recv on group '", name(), "' at rank ", rank_, " from rank ", src,
+              " tag ", tag, ": expected ", buf.count, " ", name_of(buf.dtype), ", got ", m.count, " ", name_of(m.dtype));
+    std::memcpy(buf.data, m.bytes.data(), m.bytes.size());
+    st_->received += static_cast<std::int64_t>(m.bytes.size());
     ++st_->ops;
   }
   void check_rank(int r, const char* what) const {
