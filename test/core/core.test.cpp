@@ -1,4 +1,5 @@
 #include "../helpers.hpp"
+#include "epl/core/timeline.hpp"
 
 using namespace epl;
 
@@ -96,5 +97,32 @@ TEST_CASE("error: message carries the location and what to do") {
     CHECK(std::string(e.what()).find("core.test.cpp") != std::string::npos);
     CHECK(e.detail() == "arithmetic broke; fix 42");
   }
+}
+
+TEST_CASE("timeline: spans survive the exchange between ranks and become Chrome trace events, one process per rank") {
+  Timeline t;
+  const auto t0 = Timeline::Clock::now();
+  t.set_origin(t0);
+  t.add("F3.1", "forward", Span::Lane::kCompute, t0 + std::chrono::microseconds(10), t0 + std::chrono::microseconds(35));
+  t.add("all_reduce 0", "all_reduce", Span::Lane::kCommunication, t0 + std::chrono::microseconds(40), t0 + std::chrono::microseconds(90));
+  {
+    SpanScope off(nullptr, "never", "forward");  // tracing off records nothing
+    SpanScope on(&t, "B\"odd\"", "backward");
+  }
+  auto back = Timeline::deserialize(t.serialize());
+  REQUIRE(back.size() == 3);
+  CHECK(back[0].name == "F3.1");
+  CHECK(back[0].category == "forward");
+  CHECK(back[0].start_us == doctest::Approx(10));
+  CHECK(back[0].duration_us == doctest::Approx(25));
+  CHECK(back[1].name == "all_reduce 0");  // names may hold spaces
+  CHECK(back[1].lane == Span::Lane::kCommunication);
+  CHECK(back[2].name == "B\"odd\"");
+  const std::string json = Timeline::chrome_json({back, back});
+  CHECK(json.find(R"({"ph":"M","pid":1,"name":"process_name","args":{"name":"rank 1"}})") != std::string::npos);
+  CHECK(json.find(R"("pid":0,"tid":0,"ts":10.000,"dur":25.000,"cat":"forward","name":"F3.1")") != std::string::npos);
+  CHECK(json.find(R"("name":"B\"odd\"")") != std::string::npos);  // quotes escaped
+  CHECK_THROWS_WITH_AS(Timeline::deserialize("0 1.0 2.0 forward F0"), doctest::Contains("without its end of line"), Error);
+  CHECK_THROWS_WITH_AS(Timeline::deserialize("x y\n"), doctest::Contains("a malformed record"), Error);
 }
 }

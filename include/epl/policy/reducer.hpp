@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "epl/comm/any_communicator.hpp"
+#include "epl/core/timeline.hpp"
 #include "epl/param/arena.hpp"
 
 namespace epl {
@@ -91,6 +92,8 @@ class AllReduceReducer {
   }
 
   [[nodiscard]] std::size_t buckets() const noexcept { return buckets_.size(); }
+  /// \brief Each bucket's all-reduce becomes a span of t (null: none).
+  void set_timeline(Timeline* t) noexcept { timeline_ = t; }
   /// \brief A bucket's range of the arena (bucket 0 holds the last layer's gradients).
   [[nodiscard]] param::Range bucket_range(std::size_t k) const { return buckets_.at(k).range; }
   /// \brief Of the last step's all-reduce time, the fraction that ran while the caller was
@@ -128,7 +131,11 @@ class AllReduceReducer {
     for (auto& b : buckets_) b.work.wait();
     last_exposed_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - wait_start).count();
     last_comm_ = 0;
-    for (auto& b : buckets_) last_comm_ += b.work.seconds();
+    for (std::size_t k = 0; k < buckets_.size(); ++k) {
+      last_comm_ += buckets_[k].work.seconds();
+      if (auto [start, end] = buckets_[k].work.interval(); timeline_ && start != Timeline::Clock::time_point{})
+        timeline_->add("all_reduce " + std::to_string(k), "all_reduce", Span::Lane::kCommunication, start, end);
+    }
     if (opt_.fp16) {
       double unscale = 1.0 / opt_.fp16_scale;
       if (opt_.op == comm::ReduceOp::kMean) unscale /= group_->size();
@@ -174,6 +181,7 @@ class AllReduceReducer {
   std::vector<std::size_t> bucket_of_;
   std::vector<char> marked_;
   double last_exposed_ = 0, last_comm_ = 0;
+  Timeline* timeline_ = nullptr;
 };
 
 }  // namespace policy

@@ -1,0 +1,49 @@
+#pragma once
+/// \file
+/// \brief write_trace — every rank's timeline in one Chrome trace JSON file (the `trace` key,
+/// `--trace=FILE`): one process track per rank, its forward, backward, send, receive and
+/// all-reduce spans. Perfetto (ui.perfetto.dev) and chrome://tracing open it; tools/trace_svg.py
+/// draws it.
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "epl/comm/any_communicator.hpp"
+#include "epl/core/timeline.hpp"
+
+namespace epl {
+inline namespace v0 {
+
+/// \brief Gathers every rank's spans over `group` (a collective: every rank calls it) and has
+/// rank 0 write them to `path`. An unwritable path is an epl::Error on rank 0 naming it.
+inline void write_trace(comm::Communicator& group, const Timeline& timeline, const std::string& path) {
+  // The text travels as 64-bit words (zero-padded): every backend moves them.
+  const std::string mine = timeline.serialize();
+  std::vector<std::int64_t> words((mine.size() + 7) / 8, 0);
+  if (!mine.empty()) std::memcpy(words.data(), mine.data(), mine.size());
+  std::int64_t count = static_cast<std::int64_t>(words.size());
+  std::vector<std::int64_t> counts(static_cast<std::size_t>(group.size()));
+  group.all_gather(comm::Buffer(&count, 1, DType::kI64), comm::Buffer(counts.data(), group.size(), DType::kI64));
+  std::int64_t total = 0;
+  for (auto c : counts) total += c;
+  std::vector<std::int64_t> all(static_cast<std::size_t>(total));
+  group.all_gather(comm::Buffer(words.data(), count, DType::kI64), comm::Buffer(all.data(), total, DType::kI64));
+  if (group.rank() != 0) return;
+  std::vector<std::vector<Span>> ranks;
+  std::int64_t at = 0;
+  for (auto c : counts) {
+    std::string text(reinterpret_cast<const char*>(all.data() + at), static_cast<std::size_t>(c) * 8);
+    text.resize(std::strlen(text.c_str()));  // drop the padding
+    ranks.push_back(Timeline::deserialize(text));
+    at += c;
+  }
+  std::ofstream out(path, std::ios::binary);
+  EPL_CHECK(out.good(), "cannot write the trace file ", detail::quoted(path), "; give --trace a path in a writable directory");
+  out << Timeline::chrome_json(ranks);
+  out.close();
+  EPL_CHECK(out.good(), "writing the trace file ", detail::quoted(path), " failed (disk full?)");
+}
+
+}  // namespace v0
+}  // namespace epl
