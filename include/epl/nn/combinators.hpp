@@ -1,8 +1,11 @@
 #pragma once
 /// \file
-/// \brief Combinators for what a field list cannot say: Seq<L...> (a sequence as one type)
-/// and Residual<L...> (x + Seq<L...>(x)).
+/// \brief Combinators for what a field list cannot say: Seq<L...> (a sequence as one type),
+/// Repeat<L> (n layers of one type, n at run time) and Residual<L...> (x + Seq<L...>(x)), and
+/// for_each_part, the sequential parts a pipeline may cut between.
 #include <tuple>
+#include <type_traits>
+#include <vector>
 
 #include "epl/nn/layer.hpp"
 
@@ -42,6 +45,42 @@ class Seq {
   }
 };
 
+/// \brief n layers of one type applied in order, n chosen at run time (a transformer's blocks).
+/// A pipeline can cut between its layers.
+template <class L>
+class Repeat {
+ public:
+  std::vector<L> layers;
+
+  Repeat() = default;
+  explicit Repeat(std::vector<L> ls) : layers(std::move(ls)) { require_layer<L>(); }
+  /// \brief n layers, layer i made by make(i).
+  template <class Make>
+    requires std::is_invocable_r_v<L, Make, std::int64_t>
+  Repeat(std::int64_t n, Make&& make) {
+    require_layer<L>();
+    EPL_CHECK(n >= 0, "Repeat: the count ", n, " must not be negative");
+    for (std::int64_t i = 0; i < n; ++i) layers.push_back(make(i));
+  }
+  [[nodiscard]] std::size_t size() const noexcept { return layers.size(); }
+
+  template <class V> void visit(V&& v) {
+    for (std::size_t i = 0; i < layers.size(); ++i) v(std::to_string(i), layers[i]);
+  }
+  template <class Ctx>
+  Tensor forward(Ctx& ctx, const Tensor& x) {
+    Tensor h = x;
+    for (auto& l : layers) h = nn::forward(l, ctx, h);
+    return h;
+  }
+  template <class Ctx>
+  Tensor backward(Ctx& ctx, const Tensor& dy) {
+    Tensor g = dy;
+    for (auto it = layers.rbegin(); it != layers.rend(); ++it) g = nn::backward(*it, ctx, g);
+    return g;
+  }
+};
+
 /// \brief y = x + Seq<L...>(x). The body must keep the shape of its input.
 template <class... L>
 class Residual {
@@ -69,6 +108,34 @@ class Residual {
     return dx;
   }
 };
+
+namespace detail {
+template <class T> struct is_seq : std::false_type {};
+template <class... L> struct is_seq<Seq<L...>> : std::true_type {};
+template <class T> struct is_repeat : std::false_type {};
+template <class L> struct is_repeat<Repeat<L>> : std::true_type {};
+}  // namespace detail
+
+/// \brief If l is a sequence — an aggregate of layers (without forward/backward of its own), a
+/// Seq<...> or a Repeat<...> — calls fn(part) for each of its parts in order and returns true;
+/// otherwise (a leaf layer: one unit) returns false. A pipeline stage boundary can fall between
+/// any two parts, recursively.
+template <class L, class Fn>
+bool for_each_part(L& l, Fn&& fn) {
+  using T = std::remove_cvref_t<L>;
+  if constexpr (detail::is_seq<T>::value) {
+    std::apply([&](auto&... part) { (fn(part), ...); }, l.layers);
+    return true;
+  } else if constexpr (detail::is_repeat<T>::value) {
+    for (auto& part : l.layers) fn(part);
+    return true;
+  } else if constexpr (!leaf_layer<T> && reflect::is_reflectable_v<T>) {
+    reflect::for_each_field(l, [&](auto& field, auto) { fn(field); });
+    return true;
+  } else {
+    return false;
+  }
+}
 
 }  // namespace nn
 }  // namespace v0

@@ -241,7 +241,10 @@ class Config {
   const Entry& entry(std::string_view key) const { return const_cast<Config*>(this)->entry(key); }
   [[noreturn]] void unknown(std::string_view key) const {
     const bool dotted = key.find('.') != std::string_view::npos;
-    auto near = detail::nearest(key, names(!dotted));
+    std::vector<std::string_view> candidates;  // dotted: EPL's keys; else the flags and epl's undotted keys
+    for (const auto& [name, e] : entries_)
+      if ((name.find('.') != std::string::npos) == dotted) candidates.push_back(name);
+    auto near = detail::nearest(key, candidates);
     std::string same_category;
     if (dotted)
       for (const auto& k : detail::config_keys())
@@ -380,7 +383,9 @@ class Config {
       auto eq = body.find('=');
       auto key = body.substr(0, eq);
       const bool dotted = key.find('.') != std::string_view::npos;
-      if (!dotted && !strict) {
+      auto known = entries_.find(key);
+      const bool library_key = known != entries_.end() && !known->second.key.program;  // epl's own undotted keys (trace)
+      if (!dotted && !strict && !library_key) {
         args_.emplace_back(a);
         continue;
       }

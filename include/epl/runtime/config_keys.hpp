@@ -75,6 +75,7 @@ using S = std::string;
 inline constexpr Key<I> num_micro_batch{"pipeline.num_micro_batch"};
 inline constexpr Key<I> num_stages{"pipeline.num_stages"};
 inline constexpr Key<S> pipeline_strategy{"pipeline.strategy"};
+inline constexpr Key<I> num_virtual_stages{"pipeline.num_virtual_stages"};
 inline constexpr Key<S> checkpoint_type{"gradient_checkpoint.type"};
 inline constexpr Key<I> checkpoint_end_taskgraph{"gradient_checkpoint.end_taskgraph"};
 inline constexpr Key<bool> checkpoint_check_gradients{"gradient_checkpoint.check_gradients"};
@@ -99,6 +100,7 @@ inline constexpr Key<bool> unbalanced_io_slicing{"io.unbalanced_io_slicing"};
 inline constexpr Key<bool> drop_last_files{"io.drop_last_files"};
 inline constexpr Key<bool> auto_parallel{"auto.auto_parallel"};
 inline constexpr Key<double> timeout{"communication.timeout"};
+inline constexpr Key<S> trace{"trace"};
 }  // namespace keys
 
 namespace detail {
@@ -108,8 +110,12 @@ inline const std::vector<ConfigKey>& config_keys() {
   constexpr double kNone = std::numeric_limits<double>::infinity();
   static const std::vector<ConfigKey> keys = {
       {"pipeline.num_micro_batch", I{1}, {}, 1, kNone, true, "micro-batches per step; gradient accumulation with one task graph"},
-      {"pipeline.num_stages", I{1}, {}, 1, kNone, false, "stages for automatic pipeline partition"},
-      {"pipeline.strategy", S{"PreferBackward"}, {"PreferBackward", "PreferForward"}, -kNone, kNone, false, "pipeline schedule: 1F1B or GPipe"},
+      {"pipeline.num_stages", I{1}, {}, 1, kNone, true,
+       "ranks along the pipeline: the stages of an epl::Pipeline model, or of a model cut automatically (auto.auto_parallel)"},
+      {"pipeline.strategy", S{"PreferBackward"}, {"PreferBackward", "PreferForward", "Interleaved"}, -kNone, kNone, true,
+       "pipeline schedule: PreferBackward (1F1B), PreferForward (GPipe), Interleaved (1F1B over virtual stages, epl)"},
+      {"pipeline.num_virtual_stages", I{2}, {}, 2, kNone, true,
+       "model chunks per pipeline rank under the Interleaved schedule (epl)"},
       {"gradient_checkpoint.type", S{""}, {"", "collection", "auto"}, -kNone, kNone, false, "which activations to recompute"},
       {"gradient_checkpoint.end_taskgraph", I{-1}, {}, -1, kNone, false, "last task graph that checkpoints"},
       {"gradient_checkpoint.check_gradients", false, {}, -kNone, kNone, false, "compare checkpointed gradients with plain ones"},
@@ -133,9 +139,12 @@ inline const std::vector<ConfigKey>& config_keys() {
       {"io.slicing", false, {}, -kNone, kNone, true, "divide input files among data-parallel ranks"},
       {"io.unbalanced_io_slicing", false, {}, -kNone, kNone, true, "allow uneven file shares"},
       {"io.drop_last_files", false, {}, -kNone, kNone, true, "drop files that do not divide evenly"},
-      {"auto.auto_parallel", false, {}, -kNone, kNone, false, "search the parallel strategy automatically"},
+      {"auto.auto_parallel", false, {}, -kNone, kNone, true,
+       "cut a model without stage annotations into pipeline.num_stages stages balanced by cost"},
       {"communication.timeout", 300.0, {}, 0.001, 86400, true,
        "seconds a collective or receive waits for its peers before the job fails naming them (epl)"},
+      {"trace", S{""}, {}, -kNone, kNone, true,
+       "write every rank's forward, backward, send, receive and all-reduce spans to this file as Chrome trace JSON (epl)"},
   };
   return keys;
 }

@@ -1,9 +1,11 @@
 #pragma once
 /// \file
 /// \brief epl::Trainer — one training step, the same for one device and for every strategy:
-///   plan      the mesh and the model's flat arena; the ranks checked to agree on the run
-///   schedule  forward and backward of each micro-batch, in the schedule's order; the last
-///             micro-batch's backward hands each finished gradient to the reducer
+///   plan      the mesh, the model cut into chunks (pipeline stages), this rank's flat arena;
+///             the ranks checked to agree on the run
+///   schedule  forward and backward of each micro-batch on this rank's chunks, with the sends
+///             and receives between stages, in the schedule's order; the last micro-batch's
+///             backward hands each finished gradient to the reducer
 ///   reduce    wait for the gradient buckets
 ///   clip      the global gradient norm (and a NaN or infinity stops the run, named)
 ///   update    the optimizer over the owned range of the arena
@@ -11,7 +13,10 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <exception>
+#include <fstream>
 #include <optional>
+#include <set>
 
 #include "epl/device/requirements.hpp"
 #include "epl/nn/loss.hpp"
@@ -23,9 +28,9 @@
 #include "epl/runtime/config.hpp"
 #include "epl/runtime/context.hpp"
 #include "epl/runtime/data.hpp"
-#include "epl/strategy/mesh.hpp"
-#include "epl/strategy/replicate.hpp"
-#include "epl/strategy/schedule.hpp"
+#include "epl/runtime/trace.hpp"
+#include "epl/plan/plan.hpp"
+#include "epl/strategy/engine.hpp"
 
 namespace epl {
 inline namespace v0 {
@@ -88,10 +93,13 @@ inline std::uint64_t content_hash(const Tensor& t) {
 /// step(batch) splits the batch's first dimension into pipeline.num_micro_batch micro-batches
 /// and accumulates their gradients (each scaled by 1/M), so the update equals one step on the
 /// whole batch; it returns the mean loss. Data parallel, batch is this rank's share of the
-/// global batch (data::Shard): every rank must get the same number of rows (checked each step),
-/// the gradients are averaged over the data-parallel group as backward produces them, and the
-/// returned loss is the global batch's.
-/// \tparam Model a layer (a user aggregate, a combinator), or a strategy: Replicate<D, ...>
+/// global batch (data_shard()): every rank must get the same number of rows (checked each
+/// step), the gradients are averaged over the data-parallel group as backward produces them,
+/// and the returned loss is the global batch's. Pipelined (an epl::Pipeline model, or
+/// pipeline.num_stages with auto.auto_parallel), each rank holds its stages' parameters only,
+/// runs pipeline.strategy's schedule, and returns the same loss on every rank.
+/// \tparam Model a layer (a user aggregate, a combinator), or a strategy: Replicate<D, ...>,
+///         Pipeline<Stages...>
 /// \tparam Optimizer models optim::optimizer
 /// \tparam Policy epl::Policies<...> (Zero<0> by default)
 /// \tparam Loss has forward(ctx, logits, targets) -> double and backward(ctx, scale) -> Tensor
@@ -107,10 +115,10 @@ class Trainer {
   using PassContext = nn::Context<D, Hooks>;
 
  public:
-  /// \brief Trains over the ranks of ctx (data parallel when it has several), on device d.
+  /// \brief Trains over the ranks of ctx (data parallel, pipelined, as the model and the
+  /// configuration say), on device d.
   Trainer(Context& ctx, const D& device, const Config& cfg, Model model, Optimizer optimizer, TrainerOptions opt = {})
-      : device_(&device), world_(&ctx.world()), model_(std::move(model)), updater_(std::move(optimizer)), opt_(opt),
-        schedule_(static_cast<int>(cfg.get(keys::num_micro_batch))) {
+      : device_(&device), world_(&ctx.world()), model_(std::move(model)), updater_(std::move(optimizer)), opt_(opt) {
     init(cfg);
   }
   /// \brief Trains over the ranks of ctx on the rank's CPU.
@@ -120,12 +128,22 @@ class Trainer {
   /// \brief Trains on one device: a world of one, the same code.
   Trainer(const D& device, const Config& cfg, Model model, Optimizer optimizer, TrainerOptions opt = {})
       : device_(&device), solo_(comm::Communicator(comm::ThreadCommunicator::solo(comm::CommOptions{}))), world_(&*solo_),
-        model_(std::move(model)), updater_(std::move(optimizer)), opt_(opt),
-        schedule_(static_cast<int>(cfg.get(keys::num_micro_batch))) {
+        model_(std::move(model)), updater_(std::move(optimizer)), opt_(opt) {
     init(cfg);
   }
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
+  /// Writes the trace file (the `trace` key) when the run ends normally: a collective over the
+  /// world, so every rank's trainer must end too (they do: a step is collective).
+  ~Trainer() {
+    if (timeline_ && std::uncaught_exceptions() == 0) {
+      try {
+        write_trace(trace_group_, *timeline_, trace_path_);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "%s\n", e.what());
+      }
+    }
+  }
 
   /// \brief One optimizer step on batch; returns the mean loss (the global batch's).
   double step(const Batch& batch) {
@@ -135,7 +153,8 @@ class Trainer {
     else return 0;
   }
 
-  /// \brief The loss on batch without training (dropout off, no update), on this rank's rows.
+  /// \brief The loss on batch without training (dropout off, no update), over this rank's rows
+  /// (pipelined: the last stage's loss, on every rank).
   double evaluate(const Batch& batch) {
     if constexpr (device::trainable<D>) return evaluate_loss(batch);
     else return 0;
@@ -152,25 +171,41 @@ class Trainer {
                 "that was not reduced)");
   }
 
+  /// \brief The model; pipelined, only this rank's stages' parameters are materialized.
   [[nodiscard]] Model& model() noexcept { return model_; }
   [[nodiscard]] Optimizer& optimizer() noexcept { return updater_.optimizer(); }
   [[nodiscard]] const D& device() const noexcept { return *device_; }
   [[nodiscard]] std::int64_t steps() const noexcept { return steps_; }
-  [[nodiscard]] std::int64_t micro_batches() const noexcept { return schedule_.micro_batches(); }
+  [[nodiscard]] std::int64_t micro_batches() const noexcept { return plan_.micro_batches; }
+  /// \brief The rows of each global batch this rank reads (its data-parallel share): hand it to
+  /// the loader (data::WindowLoader(..., trainer.data_shard())). The stages of one pipeline
+  /// replica read the same rows.
+  [[nodiscard]] data::Shard data_shard() const { return {mesh_->coord().data, mesh_->data_size()}; }
+  /// \brief What this run does on its world: pipeline ranks, chunks, schedule.
+  [[nodiscard]] const plan::Plan& plan() const noexcept { return plan_; }
+  /// \brief This rank's list of actions for a step (the schedule's, with sends and receives).
+  [[nodiscard]] const std::vector<strategy::Action>& actions() const noexcept { return actions_; }
+  /// \brief The model chunks (pipeline stages) this rank runs.
+  [[nodiscard]] const std::vector<strategy::Chunk<PassContext>>& local_chunks() const { return executor_->chunks(); }
   [[nodiscard]] double last_grad_norm() const noexcept { return last_grad_norm_; }
   /// \brief The fraction of the last step's gradient all-reduce time hidden behind backward.
   [[nodiscard]] double last_overlap() const noexcept { return reducer_->last_overlap(); }
   [[nodiscard]] std::size_t gradient_buckets() const noexcept { return reducer_->buckets(); }
-  /// \brief The flat parameter and gradient buffers.
+  /// \brief The flat parameter and gradient buffers (this rank's stages').
   [[nodiscard]] const param::Arena& arena() const noexcept { return arena_; }
   [[nodiscard]] strategy::Mesh& mesh() noexcept { return *mesh_; }
   /// \brief Bytes the gradient reduction moved so far (the data-parallel group's counts).
   [[nodiscard]] comm::CommStats gradient_stats() const { return mesh_->data().stats(); }
+  /// \brief Bytes the pipeline's sends and receives moved so far.
+  [[nodiscard]] comm::CommStats pipeline_stats() const { return executor_->stats(); }
+  /// \brief This rank's spans (forward, backward, send, receive, all-reduce) when the `trace`
+  /// key names a file, else null.
+  [[nodiscard]] const Timeline* timeline() const noexcept { return timeline_.get(); }
 
  private:
   double train_step(const Batch& batch) {
     const std::int64_t rows = batch.inputs.rank() > 0 ? batch.inputs.dim(0) : 0;
-    const int m_count = schedule_.micro_batches();
+    const int m_count = plan_.micro_batches;
     EPL_CHECK(batch.targets.defined() && batch.targets.rank() > 0 && batch.targets.dim(0) == rows, "batch has ", rows,
               " inputs but ", batch.targets.defined() && batch.targets.rank() > 0 ? batch.targets.dim(0) : 0, " targets");
     EPL_CHECK(rows > 0 && rows % m_count == 0, "batch of ", rows, " samples does not divide into pipeline.num_micro_batch = ",
@@ -178,37 +213,25 @@ class Trainer {
     agree_on_rows(rows);
     device_->fill(arena_.grads(), 0.0);
     const std::int64_t per = rows / m_count, first = static_cast<std::int64_t>(mesh_->coord().data) * rows;
-    std::vector<std::optional<PassContext>> passes(static_cast<std::size_t>(m_count));
-    double loss = 0;
-    for (const auto& a : schedule_.actions()) {
-      auto& pass = passes[static_cast<std::size_t>(a.micro_batch)];
-      const std::int64_t r0 = a.micro_batch * per;
-      if (a.kind == strategy::Action::Kind::kForward) {
-        pass.emplace(*device_, nn::PassOptions{true, opt_.seed, static_cast<std::uint64_t>(steps_),
-                                               static_cast<std::uint64_t>(a.micro_batch), first + r0},
-                     &hooks_, nn::Groups{nullptr, &mesh_->data()});
-        Tensor logits = nn::forward(model_, *pass, batch.inputs.slice(r0, r0 + per));
-        loss += loss_.forward(*pass, logits, batch.targets.slice(r0, r0 + per)) / m_count;
-      } else if (a.kind == strategy::Action::Kind::kBackward) {
-        // gradients are final only in the last micro-batch: reduce once per step
-        hooks_.active = overlap_ && a.micro_batch + 1 == m_count;
-        nn::backward(model_, *pass, loss_.backward(*pass, 1.0 / m_count));
-        hooks_.active = false;
-        pass.reset();
-      }
-    }
+    double loss = executor_->run(actions_, {batch.inputs, batch.targets, m_count}, [&](int m) {
+      return PassContext(*device_, nn::PassOptions{true, opt_.seed, static_cast<std::uint64_t>(steps_), static_cast<std::uint64_t>(m),
+                                                   first + m * per},
+                         &hooks_, nn::Groups{nullptr, &mesh_->data()});
+    }, [&](int m) { hooks_.active = overlap_ && m + 1 == m_count; });  // a chunk's gradients are final in its last micro-batch
+    hooks_.active = false;
     if (!overlap_) {  // EPL's per-replica clipping: clip the local gradient, then reduce it
-      last_grad_norm_ = optim::clip_grad_norm(*device_, arena_.grads(), opt_.clip_norm);
+      last_grad_norm_ = optim::clip_grad_norm(*device_, arena_.grads(), opt_.clip_norm, stages());
       reducer_->ready_all();
     }
     reducer_->finish();
+    if (auto* p = stages()) p->all_reduce(comm::Buffer(&loss, 1, DType::kF64), comm::ReduceOp::kSum);  // the last stage's
     scalars_.all_reduce(comm::Buffer(&loss, 1, DType::kF64), comm::ReduceOp::kMean);
     EPL_CHECK(!opt_.check_finite || std::isfinite(loss), "the loss is ", loss, " at step ", steps_ + 1,
               ": training diverged or the data holds bad values; lower the learning rate, clip gradients "
               "(TrainerOptions::clip_norm) or check the inputs");
     if (overlap_) {
-      last_grad_norm_ = opt_.clip_norm > 0 ? optim::clip_grad_norm(*device_, arena_.grads(), opt_.clip_norm)
-                                           : optim::global_norm(*device_, std::span<const Tensor>(&arena_.grads(), 1));
+      last_grad_norm_ = opt_.clip_norm > 0 ? optim::clip_grad_norm(*device_, arena_.grads(), opt_.clip_norm, stages())
+                                           : optim::global_norm(*device_, std::span<const Tensor>(&arena_.grads(), 1), stages());
     }
     if (opt_.check_finite && !std::isfinite(last_grad_norm_)) fail_non_finite_gradient();
     updater_.step(*device_, arena_.values(), arena_.grads());
@@ -218,20 +241,37 @@ class Trainer {
     return loss;
   }
   double evaluate_loss(const Batch& batch) {
-    PassContext ctx(*device_, nn::PassOptions{false, opt_.seed, static_cast<std::uint64_t>(steps_), 0, 0}, &hooks_);
-    Tensor logits = nn::forward(model_, ctx, batch.inputs);
-    return loss_.forward(ctx, logits, batch.targets);
+    double loss = executor_->run(plan_.forward_only(mesh_->coord().pipeline), {batch.inputs, batch.targets, 1}, [&](int) {
+      return PassContext(*device_, nn::PassOptions{false, opt_.seed, static_cast<std::uint64_t>(steps_), 0, 0}, &hooks_);
+    });
+    if (auto* p = stages()) p->all_reduce(comm::Buffer(&loss, 1, DType::kF64), comm::ReduceOp::kSum);
+    return loss;
   }
 
   void init(const Config& cfg) {
-    constexpr int per_replica = devices_per_replica_v<Model>;
-    EPL_CHECK(world_->size() % per_replica == 0, "world size ", world_->size(), " cannot hold replicas of ", per_replica,
-              " devices each (Replicate<", per_replica, ", ...>); use a world size that is a multiple of ", per_replica);
-    // Replicate<D, ...> spans D devices of one replica, each with its share of the batch: on the
-    // mesh, every rank is on the data axis.
-    mesh_ = std::make_unique<strategy::Mesh>(*world_, strategy::MeshShape{1, 1, cfg.get(keys::prefer_intra_node)});
+    plan_ = plan::make<Model>({.micro_batches = static_cast<int>(cfg.get(keys::num_micro_batch)),
+                               .stages = static_cast<int>(cfg.get(keys::num_stages)),
+                               .stages_given = cfg.source(keys::num_stages) != Config::Source::kDefault,
+                               .schedule = cfg.get(keys::pipeline_strategy),
+                               .virtual_stages = static_cast<int>(cfg.get(keys::num_virtual_stages)),
+                               .auto_parallel = cfg.get(keys::auto_parallel),
+                               .prefer_intra_node = cfg.get(keys::prefer_intra_node)},
+                              world_->size());
+    // Replicate<D, ...> spans D devices of one replica (per stage), each with its share of the
+    // batch: on the mesh, those ranks are on the data axis.
+    mesh_ = std::make_unique<strategy::Mesh>(*world_, plan_.mesh_shape());
     scalars_ = mesh_->data().split(0, mesh_->data().rank());
-    arena_ = param::materialize(model_, *device_, {.dtype = opt_.dtype, .seed = opt_.seed});
+    // This rank's chunks, and only their parameters materialized (every parameter is numbered).
+    auto all = strategy::cut_into_chunks<PassContext>(model_, plan_.chunks);
+    const int stage = mesh_->coord().pipeline;
+    std::vector<strategy::Chunk<PassContext>> mine;
+    std::set<const nn::Parameter*> owned;
+    for (int c : plan_.chunks_of(stage)) {
+      all[static_cast<std::size_t>(c)].for_each_parameter([&](nn::Parameter& q) { owned.insert(&q); });
+      mine.push_back(all[static_cast<std::size_t>(c)]);
+    }
+    arena_ = param::materialize(model_, *device_, {.dtype = opt_.dtype, .seed = opt_.seed,
+                                                   .owned = [&](const nn::Parameter& q) { return owned.count(&q) > 0; }});
     RunFacts facts;
     add_model_facts(facts, model_);
     add_config_facts(facts, cfg);
@@ -240,13 +280,31 @@ class Trainer {
     facts.add_number("TrainerOptions::clip_norm", opt_.clip_norm);
     facts.add_number("TrainerOptions::dtype", static_cast<double>(opt_.dtype));
     facts.add_number("TrainerOptions::check_replicas_every", static_cast<double>(opt_.check_replicas_every));
-    check_agreement(scalars_, facts, "data-parallel");
+    check_agreement(*world_, facts, world_->size() == mesh_->data_size() ? "data-parallel" : "the");
     // Replicas start from one copy: rank 0's.
     if (mesh_->data_size() > 1) mesh_->data().broadcast(arena_.values(), 0);
     reducer_ = std::make_unique<Reducer>(*device_, mesh_->data(), arena_, detail::bucket_options(cfg));
     hooks_.reducer = reducer_.get();
     overlap_ = cfg.get(keys::clip_after_allreduce) || opt_.clip_norm <= 0;
+    actions_ = plan_.actions(stage);
+    executor_.emplace(*device_, std::move(mine), plan_.chunks, plan_.pipeline, stage, mesh_->pipeline());
+    if (trace_path_ = cfg.get(keys::trace); !trace_path_.empty()) {
+      trace_group_ = world_->split(0, world_->rank());
+      // rank 0 writes the file at the end: find out now, on every rank, whether it can
+      std::int64_t writable = trace_group_.rank() == 0 ? std::ofstream(trace_path_, std::ios::app).good() : 0;
+      trace_group_.broadcast(comm::Buffer(&writable, 1, DType::kI64), 0);
+      EPL_CHECK(writable == 1, "cannot write the trace file ", detail::quoted(trace_path_),
+                " (trace); give --trace a path in a writable directory");
+      timeline_ = std::make_unique<Timeline>();
+      trace_group_.barrier();  // the ranks' clocks start together
+      timeline_->set_origin();
+      executor_->set_timeline(timeline_.get());
+      reducer_->set_timeline(timeline_.get());
+    }
   }
+  // The pipeline group when the model is cut into stages across ranks (norms and the loss sum
+  // over it), else null.
+  comm::Communicator* stages() { return mesh_->pipeline_size() > 1 ? &mesh_->pipeline() : nullptr; }
   // Every data-parallel rank must train on an equal share of the global batch.
   void agree_on_rows(std::int64_t rows) {
     if (scalars_.size() == 1) return;
@@ -255,7 +313,7 @@ class Trainer {
     for (std::size_t r = 1; r < all.size(); ++r)
       EPL_CHECK(all[r] == all[0], "at step ", steps_ + 1, " data-parallel rank ", r, " got a batch of ", all[r],
                 " rows and rank 0 one of ", all[0], "; every rank must get an equal share of the global batch "
-                "(data::WindowLoader with a data::Shard does this)");
+                "(data::WindowLoader with trainer.data_shard() does this)");
   }
   [[noreturn]] void fail_non_finite_gradient() {
     std::string where;
@@ -272,14 +330,18 @@ class Trainer {
   comm::Communicator* world_;
   Model model_;
   optim::Updater<Optimizer> updater_;
-  Loss loss_;
   TrainerOptions opt_;
-  strategy::Accumulate schedule_;
+  plan::Plan plan_;
+  std::vector<strategy::Action> actions_;
   std::unique_ptr<strategy::Mesh> mesh_;
   comm::Communicator scalars_;
   param::Arena arena_;
   std::unique_ptr<Reducer> reducer_;
   Hooks hooks_;
+  std::optional<strategy::Executor<PassContext, Loss>> executor_;
+  std::unique_ptr<Timeline> timeline_;
+  std::string trace_path_;
+  comm::Communicator trace_group_;
   bool overlap_ = true;
   std::int64_t steps_ = 0;
   double last_grad_norm_ = 0;

@@ -29,6 +29,7 @@ struct Action {
   };
   Kind kind = Kind::kForward;
   int micro_batch = 0;
+  int chunk = 0;  ///< the model chunk (pipeline stage, counting virtual stages) it runs on
   friend bool operator==(const Action&, const Action&) = default;
 };
 
@@ -36,15 +37,20 @@ inline const char* name_of(Action::Kind k) {
   constexpr const char* names[] = {"F", "B", "sendF", "recvF", "sendB", "recvB"};
   return names[static_cast<int>(k)];
 }
-/// \brief "F0 B0 F1 B1": a list of actions as text, for tests and logs.
+/// \brief "F0 B0 F1 B1" (with chunks when any is not 0: "F0.1"): a list of actions as text.
 inline std::string describe(const std::vector<Action>& actions) {
+  bool chunks = false;
+  for (const auto& a : actions) chunks |= a.chunk != 0;
   std::string s;
-  for (const auto& a : actions) s += (s.empty() ? "" : " ") + std::string(name_of(a.kind)) + std::to_string(a.micro_batch);
+  for (const auto& a : actions)
+    s += (s.empty() ? "" : " ") + std::string(name_of(a.kind)) + std::to_string(a.micro_batch) +
+         (chunks ? "." + std::to_string(a.chunk) : std::string());
   return s;
 }
 
 /// \brief S satisfies schedule if it names its micro-batch count and gives each stage of a
-/// pipeline of `stages` stages its list of actions for one step.
+/// pipeline of `stages` stages its list of forward and backward actions for one step (the sends
+/// and receives follow from them: with_communication).
 template <class S>
 concept schedule = requires(const S& s, int stage, int stages) {
   { s.micro_batches() } -> std::convertible_to<int>;
@@ -86,6 +92,127 @@ class Accumulate {
 };
 
 static_assert(schedule<Accumulate>);
+
+/// \brief GPipe (EPL's PreferForward): every micro-batch's forward, then every backward. Stage
+/// 0 holds all M micro-batches' activations at its peak.
+class GPipe {
+ public:
+  explicit GPipe(int micro_batches) : m_(micro_batches) {
+    EPL_CHECK(micro_batches >= 1, "pipeline.num_micro_batch = ", micro_batches, " must be at least 1");
+  }
+  [[nodiscard]] int micro_batches() const noexcept { return m_; }
+  [[nodiscard]] std::vector<Action> actions(int stage, int stages) const {
+    check_stage(stage, stages);
+    std::vector<Action> a;
+    for (int m = 0; m < m_; ++m) a.push_back({Action::Kind::kForward, m, stage});
+    for (int m = 0; m < m_; ++m) a.push_back({Action::Kind::kBackward, m, stage});
+    return a;
+  }
+
+ private:
+  static void check_stage(int stage, int stages) {
+    EPL_CHECK(stages >= 1 && stage >= 0 && stage < stages, "stage ", stage, " of a pipeline of ", stages, " stages");
+  }
+  int m_;
+};
+
+/// \brief 1F1B (EPL's PreferBackward): stage s runs p - s - 1 forwards, then alternates one
+/// forward and one backward, then the remaining backwards; at most p micro-batches are in flight
+/// on stage 0, whatever M is. Same bubble as GPipe: (p - 1) / (m + p - 1).
+class OneFOneB {
+ public:
+  explicit OneFOneB(int micro_batches) : m_(micro_batches) {
+    EPL_CHECK(micro_batches >= 1, "pipeline.num_micro_batch = ", micro_batches, " must be at least 1");
+  }
+  [[nodiscard]] int micro_batches() const noexcept { return m_; }
+  [[nodiscard]] std::vector<Action> actions(int stage, int stages) const {
+    EPL_CHECK(stages >= 1 && stage >= 0 && stage < stages, "stage ", stage, " of a pipeline of ", stages, " stages");
+    const int warmup = std::min(stages - stage - 1, m_);
+    std::vector<Action> a;
+    for (int m = 0; m < warmup; ++m) a.push_back({Action::Kind::kForward, m, stage});
+    for (int i = 0; i < m_ - warmup; ++i) {
+      a.push_back({Action::Kind::kForward, warmup + i, stage});
+      a.push_back({Action::Kind::kBackward, i, stage});
+    }
+    for (int m = m_ - warmup; m < m_; ++m) a.push_back({Action::Kind::kBackward, m, stage});
+    return a;
+  }
+
+ private:
+  int m_;
+};
+
+/// \brief Interleaved 1F1B (Megatron-LM's; not in EPL): each of the p ranks holds v model chunks
+/// (virtual stages s, s + p, ..., s + (v-1)p of a model cut into p v stages), and micro-batches
+/// go round the ranks v times. The bubble shrinks v-fold: (p - 1) / (v m + p - 1) of the step.
+/// Needs m to be a multiple of p.
+class Interleaved {
+ public:
+  Interleaved(int micro_batches, int virtual_stages) : m_(micro_batches), v_(virtual_stages) {
+    EPL_CHECK(micro_batches >= 1, "pipeline.num_micro_batch = ", micro_batches, " must be at least 1");
+    EPL_CHECK(virtual_stages >= 2, "the interleaved schedule needs at least 2 model chunks per rank "
+              "(pipeline.num_virtual_stages = ", virtual_stages, "); with 1 it is 1F1B (PreferBackward)");
+  }
+  [[nodiscard]] int micro_batches() const noexcept { return m_; }
+  [[nodiscard]] int virtual_stages() const noexcept { return v_; }
+  /// \param stage the rank's place on the pipeline axis (0 .. ranks - 1)
+  /// \param ranks the ranks on the pipeline axis (p); chunk c of the model runs on rank c % p
+  [[nodiscard]] std::vector<Action> actions(int stage, int ranks) const {
+    const int p = ranks, v = v_;
+    EPL_CHECK(p >= 1 && stage >= 0 && stage < p, "stage ", stage, " of a pipeline of ", p, " ranks");
+    EPL_CHECK(m_ % p == 0, "the interleaved schedule needs pipeline.num_micro_batch (", m_, ") to be a multiple of the ",
+              p, " pipeline ranks");
+    const int total = m_ * v;
+    // the i-th forward (or backward) of this rank: micro-batch and chunk, Megatron's order
+    auto micro = [&](int i) { return (i / (p * v)) * p + i % p; };
+    auto chunk_f = [&](int i) { return ((i / p) % v) * p + stage; };
+    auto chunk_b = [&](int i) { return (v - 1 - (i / p) % v) * p + stage; };
+    const int warmup = std::min(total, (p - stage - 1) * 2 + (v - 1) * p);
+    std::vector<Action> a;
+    for (int i = 0; i < warmup; ++i) a.push_back({Action::Kind::kForward, micro(i), chunk_f(i)});
+    for (int i = 0; i < total - warmup; ++i) {
+      a.push_back({Action::Kind::kForward, micro(warmup + i), chunk_f(warmup + i)});
+      a.push_back({Action::Kind::kBackward, micro(i), chunk_b(i)});
+    }
+    for (int i = total - warmup; i < total; ++i) a.push_back({Action::Kind::kBackward, micro(i), chunk_b(i)});
+    return a;
+  }
+
+ private:
+  int m_, v_;
+};
+
+/// \brief Inserts the point-to-point actions a list of forwards and backwards implies, for a
+/// model of `chunks` chunks with chunk c on pipeline rank c % ranks: a forward of chunk c > 0
+/// first receives its input, and a forward of chunk c < chunks - 1 then sends its output; a
+/// backward of a chunk c < chunks - 1 first receives its output's gradient, and a backward of
+/// chunk c > 0 then sends its input's gradient. Transfers between chunks of one rank are local
+/// and get no actions.
+inline std::vector<Action> with_communication(const std::vector<Action>& compute, int ranks, int chunks) {
+  std::vector<Action> out;
+  auto remote = [&](int a, int b) { return a % ranks != b % ranks; };
+  for (const auto& a : compute) {
+    const int c = a.chunk;
+    if (a.kind == Action::Kind::kForward) {
+      if (c > 0 && remote(c, c - 1)) out.push_back({Action::Kind::kRecvForward, a.micro_batch, c});
+      out.push_back(a);
+      if (c + 1 < chunks && remote(c, c + 1)) out.push_back({Action::Kind::kSendForward, a.micro_batch, c});
+    } else if (a.kind == Action::Kind::kBackward) {
+      if (c + 1 < chunks && remote(c, c + 1)) out.push_back({Action::Kind::kRecvBackward, a.micro_batch, c});
+      out.push_back(a);
+      if (c > 0 && remote(c, c - 1)) out.push_back({Action::Kind::kSendBackward, a.micro_batch, c});
+    } else {
+      out.push_back(a);
+    }
+  }
+  return out;
+}
+
+/// \brief The fraction of a step a stage idles in an ideal pipeline of equal stages (the
+/// bubble): (p - 1) / (v m + p - 1); v = 1 for GPipe and 1F1B.
+constexpr double theoretical_bubble(int stages, int micro_batches, int virtual_stages = 1) {
+  return static_cast<double>(stages - 1) / (virtual_stages * micro_batches + stages - 1);
+}
 
 }  // namespace strategy
 }  // namespace v0

@@ -1,0 +1,175 @@
+#pragma once
+/// \file
+/// \brief Automatic stage partition: a model's sequential units cut into contiguous pipeline
+/// stages of balanced cost — at compile time when every unit's cost is in its type
+/// (static_cost), at run time otherwise — and the cost model: multiply-adds per token,
+/// estimated from a layer's parameters (a weight of n elements is n multiply-adds a token,
+/// forward; an embedding table is one row a token, a lookup), or a constant a layer type declares.
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <type_traits>
+#include <vector>
+
+#include "epl/core/error.hpp"
+#include "epl/nn/nn.hpp"
+
+namespace epl {
+inline namespace v0 {
+namespace strategy {
+
+namespace detail {
+// Cuts c[0..n) into k non-empty contiguous pieces whose largest sum is as small as it can be
+// (to within a millionth): bisection on that largest sum, each candidate checked greedily. Writes
+// the k + 1 boundaries into out. constexpr, so a cut of static costs is a compile-time constant.
+constexpr void balanced_cut(const double* c, std::size_t n, std::size_t k, std::size_t* out) {
+  double lo = 0, hi = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    lo = std::max(lo, c[i]);
+    hi += c[i];
+  }
+  // pieces needed when no piece may exceed limit (greedy from the front)
+  auto pieces = [&](double limit) {
+    std::size_t count = 1;
+    double sum = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (sum + c[i] > limit && sum > 0) {
+        ++count;
+        sum = 0;
+      }
+      sum += c[i];
+    }
+    return count;
+  };
+  for (int iter = 0; iter < 100 && hi - lo > 1e-6 * (hi > 0 ? hi : 1); ++iter) {
+    const double mid = (lo + hi) / 2;
+    if (pieces(mid) <= k) hi = mid;
+    else lo = mid;
+  }
+  // Cut greedily under that limit: each piece takes units while they fit and while one unit is
+  // left for each piece still to come; the last piece takes the rest. Greedy filling under the
+  // smallest feasible limit keeps every piece within it.
+  std::size_t i = 0;
+  for (std::size_t p = 0; p < k; ++p) {
+    out[p] = i;
+    const std::size_t later = k - p - 1;
+    double sum = 0;
+    do {
+      sum += c[i];
+      ++i;
+    } while (i < n - later && (later == 0 || sum + c[i] <= hi));
+  }
+  out[k] = n;
+}
+}  // namespace detail
+
+/// \brief The boundaries of a balanced cut of costs into K stages: stage s holds units
+/// [cut[s], cut[s + 1]). Usable in a static_assert when the costs are constants.
+template <std::size_t K, std::size_t N>
+constexpr std::array<std::size_t, K + 1> balanced_partition(const std::array<double, N>& costs) {
+  static_assert(K >= 1 && K <= N, "epl: a model of N units cannot be cut into more than N stages (or none)");
+  std::array<std::size_t, K + 1> cut{};
+  detail::balanced_cut(costs.data(), N, K, cut.data());
+  return cut;
+}
+
+/// \brief The same at run time: an error names both numbers when there are fewer units than stages.
+inline std::vector<std::size_t> balanced_partition(const std::vector<double>& costs, std::size_t stages) {
+  EPL_CHECK(stages >= 1 && stages <= costs.size(), "a model of ", costs.size(), " sequential units cannot be cut into ", stages,
+            " pipeline stages; use at most ", costs.size(), " stages (pipeline.num_stages), or split the model into more "
+            "layers (a struct of layers, nn::Seq or nn::Repeat)");
+  std::vector<std::size_t> cut(stages + 1);
+  detail::balanced_cut(costs.data(), costs.size(), stages, cut.data());
+  return cut;
+}
+
+/// \brief The largest stage cost of a cut over its mean: 1 is perfect balance.
+inline double imbalance(const std::vector<double>& costs, const std::vector<std::size_t>& cut) {
+  double total = 0, most = 0;
+  for (std::size_t s = 0; s + 1 < cut.size(); ++s) {
+    double sum = 0;
+    for (std::size_t i = cut[s]; i < cut[s + 1]; ++i) sum += costs[i];
+    total += sum;
+    most = std::max(most, sum);
+  }
+  return total > 0 ? most / (total / static_cast<double>(cut.size() - 1)) : 1.0;
+}
+
+/// \brief Specialise with `static constexpr double value` for a layer type whose cost is known
+/// from its type alone; then models made of such layers partition at compile time.
+template <class L>
+struct static_cost;
+
+template <class L>
+concept has_static_cost = requires { static_cast<double>(static_cost<L>::value); };
+
+/// \brief The cost of layer l (its static_cost if it has one, else the estimate from parameters).
+template <class L>
+double unit_cost(L& l) {
+  if constexpr (has_static_cost<L>) {
+    return static_cost<L>::value;
+  } else {
+    double cost = 0;
+    nn::visit_nodes(l, [&](std::string_view, auto& node) {
+      using N = std::remove_cvref_t<decltype(node)>;
+      if constexpr (std::is_same_v<N, nn::Embedding> || std::is_same_v<N, nn::PositionEmbedding>) {
+        cost -= static_cast<double>(node.weight.global_shape().numel());  // counted below as a parameter: undo
+        cost += static_cast<double>(node.weight.shape[1]);                // one row per token
+      } else if constexpr (std::is_same_v<N, nn::Parameter>) {
+        cost += static_cast<double>(node.global_shape().numel());
+      }
+    });
+    return cost > 0 ? cost : 1.0;  // a layer without parameters still takes some time
+  }
+}
+
+namespace detail {
+template <class L> struct seq_parts;
+template <class... L> struct seq_parts<nn::Seq<L...>> { using type = std::tuple<L...>; };
+
+template <class L>
+constexpr std::size_t static_unit_count() {
+  if constexpr (nn::detail::is_seq<L>::value) {
+    return []<class... P>(std::tuple<P...>*) { return (static_unit_count<P>() + ... + 0); }(
+        static_cast<typename seq_parts<L>::type*>(nullptr));
+  } else if constexpr (!nn::leaf_layer<L> && reflect::is_reflectable_v<L>) {
+    return []<std::size_t... I>(std::index_sequence<I...>) { return (static_unit_count<reflect::field_t<I, L>>() + ... + 0); }(
+        std::make_index_sequence<reflect::field_count_v<L>>{});
+  } else {
+    static_assert(has_static_cost<L>, "epl: a compile-time partition needs every unit's cost in its type: specialise "
+                                      "epl::strategy::static_cost<Layer> (the offending type is L here)");
+    return 1;
+  }
+}
+template <class L, std::size_t N>
+constexpr void static_unit_costs(std::array<double, N>& out, std::size_t& at) {
+  if constexpr (nn::detail::is_seq<L>::value) {
+    []<class... P>(std::tuple<P...>*, std::array<double, N>& o, std::size_t& a) { (static_unit_costs<P>(o, a), ...); }(
+        static_cast<typename seq_parts<L>::type*>(nullptr), out, at);
+  } else if constexpr (!nn::leaf_layer<L> && reflect::is_reflectable_v<L>) {
+    [&]<std::size_t... I>(std::index_sequence<I...>) { (static_unit_costs<reflect::field_t<I, L>>(out, at), ...); }(
+        std::make_index_sequence<reflect::field_count_v<L>>{});
+  } else {
+    out[at++] = static_cost<L>::value;
+  }
+}
+}  // namespace detail
+
+/// \brief The costs of Model's sequential units, from its type alone.
+template <class Model>
+consteval auto static_costs() {
+  std::array<double, detail::static_unit_count<Model>()> costs{};
+  std::size_t at = 0;
+  detail::static_unit_costs<Model>(costs, at);
+  return costs;
+}
+/// \brief Model cut into K balanced stages at compile time: stage s holds units [cut[s], cut[s+1]).
+/// `static_assert(epl::strategy::static_partition<MyModel, 2>()[1] == 3);`
+template <class Model, std::size_t K>
+consteval auto static_partition() {
+  return balanced_partition<K>(static_costs<Model>());
+}
+
+}  // namespace strategy
+}  // namespace v0
+}  // namespace epl

@@ -1,0 +1,33 @@
+# Runs PROGRAM twice, with REFERENCE_ARGS and with ARGS, and passes only if both print the same
+# losses ("step N loss X.XXXX" lines, at least STEPS of them) to the last printed digit, give or
+# take one unit of it (the runs differ in floating-point reduction order only): a parallel run
+# of an example prints what one device prints.
+foreach(which REFERENCE_ARGS ARGS)
+  execute_process(COMMAND ${PROGRAM} ${${which}} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 300)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "${PROGRAM} ${${which}}: exit '${rc}'\n${out}${err}")
+  endif()
+  string(REGEX MATCHALL "step +[0-9]+ +loss +[0-9]+\\.[0-9]+" lines "${out}")
+  set(losses_${which} "")
+  foreach(line IN LISTS lines)
+    string(REGEX REPLACE ".*loss +([0-9]+)\\.([0-9]+)" "\\1\\2" digits "${line}")
+    string(REGEX REPLACE "^0+([0-9])" "\\1" digits "${digits}")  # no leading zeros: not octal
+    list(APPEND losses_${which} ${digits})
+  endforeach()
+  set(output_${which} "${out}")
+endforeach()
+list(LENGTH losses_REFERENCE_ARGS n)
+list(LENGTH losses_ARGS m)
+if(n LESS STEPS OR NOT n EQUAL m)
+  message(FATAL_ERROR "expected ${STEPS} losses from each run, got ${n} and ${m}:\n${output_REFERENCE_ARGS}\n${output_ARGS}")
+endif()
+math(EXPR last "${n} - 1")
+foreach(i RANGE ${last})
+  list(GET losses_REFERENCE_ARGS ${i} a)
+  list(GET losses_ARGS ${i} b)
+  math(EXPR d "${a} - ${b}")
+  if(d GREATER 1 OR d LESS -1)
+    message(FATAL_ERROR "step ${i}: loss ${b} (last digits) where one device printed ${a}:\n${output_REFERENCE_ARGS}\n${output_ARGS}")
+  endif()
+endforeach()
+message("${n} losses equal to one device's: ${losses_ARGS}")

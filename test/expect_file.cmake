@@ -1,0 +1,15 @@
+# Runs PROGRAM with ARGS; passes only if it exits 0 and then FILE exists and matches CONTENT
+# (a regular expression): a program's output file holds what it must.
+file(REMOVE "${FILE}")
+execute_process(COMMAND ${PROGRAM} ${ARGS} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 300)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "${PROGRAM} ${ARGS}: exit '${rc}'\n${out}${err}")
+endif()
+if(NOT EXISTS "${FILE}")
+  message(FATAL_ERROR "${PROGRAM} ${ARGS} did not write ${FILE}\n${out}${err}")
+endif()
+file(READ "${FILE}" content)
+if(NOT content MATCHES "${CONTENT}")
+  message(FATAL_ERROR "${FILE} does not match '${CONTENT}'")
+endif()
+message("${FILE} matches '${CONTENT}'")
