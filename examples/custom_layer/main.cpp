@@ -40,11 +40,12 @@ int main(int argc, char** argv) try {
   // 2. Trained as part of a model: 4 classes of points, the batch divided among the ranks.
   return epl::launch(cfg, [&](epl::Context& ctx) {
     constexpr std::int64_t kBatch = 12, kFeatures = 6, kClasses = 4;
-    EPL_CHECK(kBatch % ctx.size() == 0, "the batch of ", kBatch, " does not divide among ", ctx.size(), " ranks");
     epl::Trainer<Classifier, epl::optim::AdamW> trainer(
         ctx, cfg, Classifier{custom::GatedLinear(kFeatures, 16), nn::LayerNorm(16), nn::Linear(16, kClasses)},
         epl::optim::AdamW({.lr = 0.02, .weight_decay = 0}), {.seed = 7});
-    const std::int64_t per = kBatch / ctx.size(), first = ctx.rank() * per;
+    const epl::data::Shard shard = trainer.data_shard();  // the replicas divide each batch
+    EPL_CHECK(kBatch % shard.ranks == 0, "the batch of ", kBatch, " does not divide among ", shard.ranks, " replicas");
+    const std::int64_t per = kBatch / shard.ranks, first = shard.rank * per;
     epl::Tensor x = ctx.cpu().empty({per, kFeatures}, epl::DType::kF32), y = ctx.cpu().empty({per}, epl::DType::kI32);
     for (std::int64_t s = 1; s <= cfg.get(steps); ++s) {
       for (std::int64_t r = 0; r < per; ++r) {  // point r of the global batch: its class decides its features

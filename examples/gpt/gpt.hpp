@@ -22,27 +22,11 @@ struct Head {
   nn::LayerNorm ln;
   nn::Linear lm;
 };
-/// Embedding, a stack of blocks, the head. The block count is a run-time value, so the stack
-/// is a combinator-free loop over a vector: a layer type of its own.
-struct Blocks {
-  std::vector<Block> blocks;
-  template <class V> void visit(V&& v) {
-    for (std::size_t i = 0; i < blocks.size(); ++i) v(std::to_string(i), blocks[i]);
-  }
-  template <class Ctx> epl::Tensor forward(Ctx& ctx, const epl::Tensor& x) {
-    epl::Tensor h = x;
-    for (auto& b : blocks) h = nn::forward(b, ctx, h);
-    return h;
-  }
-  template <class Ctx> epl::Tensor backward(Ctx& ctx, const epl::Tensor& dy) {
-    epl::Tensor g = dy;
-    for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) g = nn::backward(*it, ctx, g);
-    return g;
-  }
-};
+/// Embedding, a stack of blocks (their count chosen at run time: nn::Repeat, which a pipeline
+/// can cut between), the head.
 struct Gpt {
   Embed embed;
-  Blocks body;
+  nn::Repeat<Block> body;
   Head head;
 };
 
@@ -52,8 +36,20 @@ inline Block make_block(const Shape& s) {
 }
 inline Gpt make_gpt(const Shape& s) {
   Gpt g{{nn::Embedding(s.vocab, s.dim), nn::PositionEmbedding(s.context, s.dim)}, {}, {nn::LayerNorm(s.dim), nn::Linear(s.dim, s.vocab)}};
-  for (std::int64_t i = 0; i < s.layers; ++i) g.body.blocks.push_back(make_block(s));
+  for (std::int64_t i = 0; i < s.layers; ++i) g.body.layers.push_back(make_block(s));
   return g;
+}
+/// The same layers declared as a two-stage pipeline (epl::Pipeline): the embedding and the first
+/// half of the blocks on one stage, the other half and the head on the next. Its parameters are
+/// numbered in the same order as Gpt's, so it starts from the same initialisation.
+using TwoStageGpt = epl::Pipeline<epl::Replicate<1, Embed, nn::Repeat<Block>>, epl::Replicate<1, nn::Repeat<Block>, Head>>;
+inline TwoStageGpt make_two_stage_gpt(const Shape& s) {
+  Gpt g = make_gpt(s);
+  const auto half = static_cast<std::ptrdiff_t>(g.body.layers.size() / 2);
+  nn::Repeat<Block> first(std::vector<Block>(g.body.layers.begin(), g.body.layers.begin() + half));
+  nn::Repeat<Block> second(std::vector<Block>(g.body.layers.begin() + half, g.body.layers.end()));
+  return TwoStageGpt(epl::Replicate<1, Embed, nn::Repeat<Block>>(g.embed, std::move(first)),
+                     epl::Replicate<1, nn::Repeat<Block>, Head>(std::move(second), g.head));
 }
 /// Training FLOPs per token: 6 per parameter-use (forward 2, backward 4) plus attention's
 /// q k^T and p v (forward 4 t d per layer, backward twice that; t = context).

@@ -1,10 +1,14 @@
 // A byte-level GPT trained on real text that a Debian package ships (fortune cookies from
-// the `fortunes` packages), on one device. A progress line per step: loss, tokens/s, peak memory.
+// the `fortunes` packages). A progress line per step: loss, tokens/s, peak memory.
 //
 //   gpt [--steps=N] [--data=FILE]... [--layers=N --dim=N --heads=N --context=N --batch=N]
-//       [--pipeline.num_micro_batch=M] [--ranks=R] [--threads=N] [--io.slicing=true ...]   (--help)
+//       [--pipeline.num_micro_batch=M] [--ranks=R] [--threads=N] [--io.slicing=true ...]
+//       [--trace=FILE]   (--help)
 // Data parallel on R thread ranks (--ranks or EPL_NUM_RANKS), or on MPI processes:
 //   epl-launch --num_workers 2 -- gpt --steps=50
+// Pipelined: cut into stages automatically, or declared as two stages (--two_stage):
+//   gpt --ranks=2 --pipeline.num_stages=2 --auto.auto_parallel=true --pipeline.num_micro_batch=4
+//   gpt --ranks=2 --two_stage --pipeline.strategy=PreferForward --pipeline.num_micro_batch=4
 #include <epl/epl.hpp>
 #include <epl/runtime/launch.hpp>
 
@@ -28,6 +32,42 @@ std::vector<std::filesystem::path> default_corpus() {
   EPL_CHECK(!files.empty(), "no text found in ", dir, "; install the Debian package fortunes (or fortunes-min), or pass --data=FILE");
   return files;
 }
+
+struct Run {
+  gpt::Shape shape;
+  std::int64_t steps = 0, global_batch = 0;
+  std::vector<std::filesystem::path> files;
+};
+
+// Every rank runs this with the model type chosen on the command line.
+template <class Model>
+void train(epl::Context& ctx, const epl::Config& cfg, const Run& run, Model model) {
+  const auto& cpu = ctx.cpu();
+  epl::Trainer<Model, epl::optim::AdamW> trainer(ctx, cfg, std::move(model), epl::optim::AdamW({.lr = 2e-3, .weight_decay = 0.0}),
+                                                 {.seed = 42, .clip_norm = 1.0});
+  // The data-parallel replicas divide each global batch; a pipeline's stages read the same rows.
+  const epl::data::Shard shard = trainer.data_shard();
+  auto files_here = epl::data::slice_files(run.files, shard, cfg);
+  auto text = epl::data::TokenDataset::from_text(files_here);
+  epl::data::WindowLoader loader(text, run.shape.context, run.global_batch, 1234, shard);
+  const auto& plan = trainer.plan();
+  epl::log_rank(ctx.rank(), "of ", ctx.size(), ": ", cpu.id().str(), ", ", cpu.threads(), " thread(s), ", files_here.size(),
+                " file(s), replica ", shard.rank, " of ", shard.ranks, " (", run.global_batch / shard.ranks, " of each batch's ",
+                run.global_batch, " windows)", plan.pipeline > 1 ? ", pipeline stage " + std::to_string(trainer.mesh().coord().pipeline) +
+                " of " + std::to_string(plan.pipeline) : std::string());
+  if (ctx.rank() == 0)
+    std::printf("gpt: %lld parameters, %lld layers, dim %lld, context %lld, global batch %lld on %d rank(s) x %d thread(s), "
+                "%lld MiB of text in %zu files\n",
+                static_cast<long long>(epl::nn::parameter_count(trainer.model())), static_cast<long long>(run.shape.layers),
+                static_cast<long long>(run.shape.dim), static_cast<long long>(run.shape.context), static_cast<long long>(run.global_batch),
+                ctx.size(), cpu.threads(), static_cast<long long>(text.size() >> 20), run.files.size());
+  for (std::int64_t s = 1; s <= run.steps; ++s) {
+    auto t0 = std::chrono::steady_clock::now();
+    double loss = trainer.step(loader.next(cpu));
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (ctx.rank() == 0) epl::print_progress(s, loss, static_cast<double>(run.global_batch * run.shape.context) / secs, "tokens", cpu.id());
+  }
+}
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -41,42 +81,24 @@ int main(int argc, char** argv) try {
   const epl::Flag<std::int64_t> batch{"batch", 16, "windows per global batch (divided among the ranks)", {.min = 1}};
   const epl::Flag<std::int64_t> ranks{"ranks", 0, "thread ranks (0: EPL_NUM_RANKS, else 1)", {.min = 0, .max = 4096}};
   const epl::Flag<std::int64_t> threads{"threads", 0, "OpenMP threads per rank (0: the cores / ranks)", {.min = 0, .max = 4096}};
-  auto cfg = epl::Config::from_args(argc, argv, steps, data, layers, dim, heads, context, batch, ranks, threads);
+  const epl::Flag<bool> two_stage{"two_stage", false, "train the model declared as two pipeline stages (gpt::TwoStageGpt)"};
+  auto cfg = epl::Config::from_args(argc, argv, steps, data, layers, dim, heads, context, batch, ranks, threads, two_stage);
   if (cfg.help_requested()) {
-    std::fputs(cfg.usage("gpt", "A byte-level GPT trained on the fortunes; data parallel on thread ranks or MPI processes.").c_str(), stdout);
+    std::fputs(cfg.usage("gpt", "A byte-level GPT trained on the fortunes; data parallel and pipelined on thread ranks or MPI processes.").c_str(), stdout);
     return 0;
   }
   const gpt::Shape shape{.vocab = 256, .context = cfg.get(context), .layers = cfg.get(layers), .heads = cfg.get(heads), .dim = cfg.get(dim)};
   EPL_CHECK(shape.dim % shape.heads == 0, "--dim=", shape.dim, " is not a multiple of --heads=", shape.heads,
             "; every attention head needs dim / heads columns");
-  std::vector<std::filesystem::path> files;
-  for (const auto& f : cfg.get(data)) files.emplace_back(f);
-  if (files.empty()) files = default_corpus();
-  const std::int64_t global_batch = cfg.get(batch);
+  Run run{shape, cfg.get(steps), cfg.get(batch), {}};
+  for (const auto& f : cfg.get(data)) run.files.emplace_back(f);
+  if (run.files.empty()) run.files = default_corpus();
 
   // Every rank runs this: thread ranks by default (--ranks or EPL_NUM_RANKS), MPI processes
-  // under epl-launch. The global batch is divided among the ranks; the model is replicated.
+  // under epl-launch. The model is replicated, or cut into pipeline stages when asked.
   return epl::launch(cfg, [&](epl::Context& ctx) {
-    const auto& cpu = ctx.cpu();
-    auto files_here = epl::data::slice_files(files, {ctx.rank(), ctx.size()}, cfg);
-    auto text = epl::data::TokenDataset::from_text(files_here);
-    epl::data::WindowLoader loader(text, shape.context, global_batch, 1234, {ctx.rank(), ctx.size()});
-    epl::Trainer<gpt::Gpt, epl::optim::AdamW> trainer(ctx, cfg, gpt::make_gpt(shape), epl::optim::AdamW({.lr = 2e-3, .weight_decay = 0.0}),
-                                                      {.seed = 42, .clip_norm = 1.0});
-    epl::log_rank(ctx.rank(), "of ", ctx.size(), ": ", cpu.id().str(), ", ", cpu.threads(), " thread(s), ", files_here.size(),
-                  " file(s), ", global_batch / ctx.size(), " of each batch's ", global_batch, " windows");
-    if (ctx.rank() == 0)
-      std::printf("gpt: %lld parameters, %lld layers, dim %lld, context %lld, global batch %lld on %d rank(s) x %d thread(s), "
-                  "%lld MiB of text in %zu files\n",
-                  static_cast<long long>(epl::nn::parameter_count(trainer.model())), static_cast<long long>(shape.layers),
-                  static_cast<long long>(shape.dim), static_cast<long long>(shape.context), static_cast<long long>(global_batch),
-                  ctx.size(), cpu.threads(), static_cast<long long>(text.size() >> 20), files.size());
-    for (std::int64_t s = 1; s <= cfg.get(steps); ++s) {
-      auto t0 = std::chrono::steady_clock::now();
-      double loss = trainer.step(loader.next(cpu));
-      double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      if (ctx.rank() == 0) epl::print_progress(s, loss, static_cast<double>(global_batch * shape.context) / secs, "tokens", cpu.id());
-    }
+    if (cfg.get(two_stage)) train(ctx, cfg, run, gpt::make_two_stage_gpt(shape));
+    else train(ctx, cfg, run, gpt::make_gpt(shape));
   }, {.ranks = static_cast<int>(cfg.get(ranks)), .threads_per_rank = static_cast<int>(cfg.get(threads))});
 } catch (const std::exception& e) {
   std::fprintf(stderr, "%s\n", e.what());

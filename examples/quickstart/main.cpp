@@ -33,7 +33,6 @@ int main(int argc, char** argv) try {
   return epl::launch(cfg, [&](epl::Context& ctx) {
     const auto& cpu = ctx.cpu();
     constexpr std::int64_t kSamples = 500, kFeatures = 20, kClasses = 10, kBatch = 10;
-    EPL_CHECK(kBatch % ctx.size() == 0, "the quick start's batch of ", kBatch, " does not divide among ", ctx.size(), " ranks");
     // Random data as in EPL's example: integer features in [0, 10), labels in [0, 10).
     auto key = epl::stream_key(2022, 0);
     epl::Tensor x = cpu.empty({kSamples, kFeatures}, epl::DType::kF32);
@@ -43,12 +42,16 @@ int main(int argc, char** argv) try {
 
     epl::Trainer<Net, epl::optim::Momentum> trainer(ctx, cfg, Net{nn::Linear(kFeatures, 2), nn::Linear(2, kClasses)},
                                                     epl::optim::Momentum({.lr = 0.001, .momentum = 0.9}));
-    const std::int64_t per = kBatch / ctx.size();
+    // This rank's share of each batch: the data-parallel replicas divide it (pipeline stages of
+    // one replica read the same rows).
+    const epl::data::Shard shard = trainer.data_shard();
+    EPL_CHECK(kBatch % shard.ranks == 0, "the quick start's batch of ", kBatch, " does not divide among ", shard.ranks, " replicas");
+    const std::int64_t per = kBatch / shard.ranks;
     epl::log_rank(ctx.rank(), "of ", ctx.size(), ": ", per, " of each batch's ", kBatch, " samples");
     int iteration = 0;
     for (std::int64_t e = 0; e < epochs; ++e)
       for (std::int64_t b = 0; b < kSamples; b += kBatch) {
-        const std::int64_t lo = b + ctx.rank() * per;
+        const std::int64_t lo = b + shard.rank * per;
         double loss = trainer.step({x.slice(lo, lo + per), y.slice(lo, lo + per)});
         if (ctx.rank() == 0) std::printf("Iteration %d, loss: %.6f\n", iteration, loss);
         ++iteration;
