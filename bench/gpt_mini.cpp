@@ -1,9 +1,12 @@
 // Training throughput of gpt-mini (vocab 4096, context 256, 6 layers, 6 heads, width 384,
-// global batch 8, fp32, AdamW) on random tokens, on one device or data parallel over thread
-// ranks. Prints one JSON line:
+// global batch 8, fp32, AdamW) on random tokens, on one device, data parallel over thread ranks,
+// or pipelined. Prints one JSON line:
 //   bench_gpt_mini [--threads=N] [--ranks=R] [--steps=N] [--warmup=N]
+//                  [--stages=S --micro=M --schedule=PreferBackward]
 // With R > 1, each rank has N threads and 8/R of the batch; "overlap" is the median fraction of
-// gradient all-reduce time hidden behind the backward pass.
+// gradient all-reduce time hidden behind the backward pass. With S > 1 the model is cut into S
+// stages (auto.auto_parallel) over the R ranks (R / S replicas), M micro-batches a step;
+// "peak_mib" is the largest rank's peak memory, "peak_mib_ranks" every rank's.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -47,9 +50,13 @@ std::vector<double> run(T& trainer, L& loader, const epl::device::Cpu& cpu, int 
 }  // namespace
 
 int main(int argc, char** argv) {
-  int threads = 1, ranks = 1, steps = 6, warmup = 2;
+  int threads = 1, ranks = 1, steps = 6, warmup = 2, stages = 1, micro = 1;
+  std::string schedule = "PreferBackward";
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
+    if (a.rfind("--stages=", 0) == 0) stages = std::stoi(a.substr(9));
+    if (a.rfind("--micro=", 0) == 0) micro = std::stoi(a.substr(8));
+    if (a.rfind("--schedule=", 0) == 0) schedule = a.substr(11);
     if (a.rfind("--threads=", 0) == 0) threads = std::stoi(a.substr(10));
     if (a.rfind("--ranks=", 0) == 0) ranks = std::stoi(a.substr(8));
     if (a.rfind("--steps=", 0) == 0) steps = std::stoi(a.substr(8));
@@ -59,35 +66,45 @@ int main(int argc, char** argv) {
   double loss = 0, step_s = 0, overlap = -1;
   std::int64_t params = 0;
   double peak = 0;
+  std::vector<double> peaks(static_cast<std::size_t>(ranks));
+  epl::Config cfg;
+  cfg.set(epl::keys::num_micro_batch, micro);
+  if (stages > 1) cfg.set(epl::keys::num_stages, stages).set(epl::keys::auto_parallel, true).set(epl::keys::pipeline_strategy, schedule);
   if (ranks == 1) {
     epl::device::Cpu cpu(0, threads);
-    epl::Trainer<gpt::Gpt, epl::optim::AdamW> trainer(cpu, epl::Config{}, gpt::make_gpt(kShape), epl::optim::AdamW({.lr = 1e-4}));
+    epl::Trainer<gpt::Gpt, epl::optim::AdamW> trainer(cpu, cfg, gpt::make_gpt(kShape), epl::optim::AdamW({.lr = 1e-4}));
     epl::data::WindowLoader loader(ds, kShape.context, kBatch, 3);
     step_s = median(run(trainer, loader, cpu, warmup, steps, loss, [] {}));
     params = epl::nn::parameter_count(trainer.model());
-    peak = static_cast<double>(epl::memory_stats(cpu.id()).total_peak);
+    peak = peaks[0] = static_cast<double>(epl::memory_stats(cpu.id()).total_peak);
   } else {
     epl::comm::run_threads(ranks, [&](epl::comm::ThreadCommunicator& c) {
       epl::Context ctx(c, c.rank(), threads);
       const auto& cpu = ctx.cpu();
-      epl::Trainer<gpt::Gpt, epl::optim::AdamW> trainer(ctx, epl::Config{}, gpt::make_gpt(kShape), epl::optim::AdamW({.lr = 1e-4}));
-      epl::data::WindowLoader loader(ds, kShape.context, kBatch, 3, {c.rank(), c.size()});
+      epl::Trainer<gpt::Gpt, epl::optim::AdamW> trainer(ctx, cfg, gpt::make_gpt(kShape), epl::optim::AdamW({.lr = 1e-4}));
+      epl::data::WindowLoader loader(ds, kShape.context, kBatch, 3, trainer.data_shard());
       std::vector<double> overlaps;
       double l = 0;
       auto secs = run(trainer, loader, cpu, warmup, steps, l, [&] { c.barrier(); }, &overlaps);
+      peaks[static_cast<std::size_t>(c.rank())] = static_cast<double>(epl::memory_stats(cpu.id()).total_peak);
       if (c.rank() == 0) {
         step_s = median(secs);
         overlap = median(overlaps);
         loss = l;
         params = epl::nn::parameter_count(trainer.model());
-        peak = static_cast<double>(epl::memory_stats(cpu.id()).total_peak);
       }
     }, {.threads_per_rank = threads});
+    peak = *std::max_element(peaks.begin(), peaks.end());
   }
   const double tps = static_cast<double>(kBatch * kShape.context) / step_s;
-  const std::string impl = ranks == 1 ? BENCH_IMPL : std::string(BENCH_IMPL) + " dp " + std::to_string(ranks) + "x" + std::to_string(threads);
+  std::string impl = ranks == 1 ? BENCH_IMPL : std::string(BENCH_IMPL) + " dp " + std::to_string(ranks) + "x" + std::to_string(threads);
+  if (stages > 1)
+    impl = std::string(BENCH_IMPL) + " pp " + std::to_string(stages) + (ranks > stages ? "x dp " + std::to_string(ranks / stages) : "") +
+           " " + schedule + " m" + std::to_string(micro);
+  std::string per_rank;
+  for (double p : peaks) per_rank += (per_rank.empty() ? "" : ", ") + std::to_string(p / 1048576.0);
   std::printf("{\"impl\": \"%s\", \"threads\": %d, \"ranks\": %d, \"params\": %lld, \"tokens_per_s\": %.1f, \"gflops\": %.1f, "
-              "\"step_s\": %.4f, \"loss\": %.4f, \"peak_mib\": %.1f, \"overlap\": %.3f}\n",
+              "\"step_s\": %.4f, \"loss\": %.4f, \"peak_mib\": %.1f, \"peak_mib_ranks\": [%s], \"overlap\": %.3f}\n",
               impl.c_str(), threads, ranks, static_cast<long long>(params), tps, tps * gpt::flops_per_token(kShape, params) / 1e9, step_s,
-              loss, peak / 1048576.0, overlap);
+              loss, peak / 1048576.0, per_rank.c_str(), overlap);
 }
