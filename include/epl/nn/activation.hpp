@@ -2,6 +2,7 @@
 /// \file
 /// \brief Parameter-free element-wise layers: GELU (tanh form), ReLU, Dropout.
 #include "epl/nn/layer.hpp"
+#include "epl/nn/tensor_parallel.hpp"
 
 namespace epl {
 inline namespace v0 {
@@ -61,6 +62,10 @@ class Dropout {
   [[nodiscard]] const Options& options() const noexcept { return opt_; }
   template <class V> void visit(V&& v) { v("stream", stream); }
 
+  /// \brief Its input will be part `part` of the last dimension (inside a split group, after a
+  /// column-parallel Linear): each element then draws at its position in the whole tensor.
+  void shard_columns(SplitPart part) { columns_ = part; }
+
   template <class Ctx>
   Tensor forward(Ctx& ctx, const Tensor& x) {
     if (!ctx.training() || opt_.p == 0) {
@@ -69,7 +74,7 @@ class Dropout {
     }
     const auto key = ctx.random_key(stream);  // never 0: 0 marks "no mask applied"
     Tensor y = ctx.empty_like(x);
-    ctx.device().dropout(x, y, opt_.p, key, offset(ctx, x));
+    apply(ctx, x, y, key);
     ctx.save(this, {}, key);
     return y;
   }
@@ -78,18 +83,22 @@ class Dropout {
     Saved s = ctx.restore(this);
     if (s.aux == 0) return dy;
     Tensor dx = ctx.empty_like(dy);
-    ctx.device().dropout(dy, dx, opt_.p, s.aux, offset(ctx, dy));
+    apply(ctx, dy, dx, s.aux);
     return dx;
   }
 
  private:
-  // the global position of this pass's first element: samples before it times elements per sample
+  // The mask drawn at the global position of each element: the samples before this pass's first
+  // times elements per sample (of the whole tensor, when this is a column part), plus its own.
   template <class Ctx>
-  static std::int64_t offset(const Ctx& ctx, const Tensor& x) {
-    const std::int64_t per_sample = x.rank() > 0 && x.dim(0) > 0 ? x.numel() / x.dim(0) : x.numel();
-    return ctx.first_sample() * per_sample;
+  void apply(const Ctx& ctx, const Tensor& x, const Tensor& y, std::uint64_t key) const {
+    const std::int64_t per_sample = (x.rank() > 0 && x.dim(0) > 0 ? x.numel() / x.dim(0) : x.numel()) * columns_.parts;
+    const std::int64_t offset = ctx.first_sample() * per_sample;
+    if (columns_.whole()) ctx.device().dropout(x, y, opt_.p, key, offset);
+    else ctx.device().dropout_columns(x, y, opt_.p, key, offset, x.shape().back() * columns_.parts, columns_.index * x.shape().back());
   }
   Options opt_;
+  SplitPart columns_;
 };
 
 }  // namespace nn

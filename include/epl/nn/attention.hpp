@@ -31,6 +31,19 @@ class CausalSelfAttention {
   [[nodiscard]] Options options() const noexcept { return {dim_, heads_}; }
   [[nodiscard]] std::int64_t heads() const noexcept { return heads_; }
 
+  /// \brief Runs as part `part` of a split group, by heads (before materialize): the fused
+  /// projection holds this part's heads of q, of k and of v (column-parallel in three blocks),
+  /// the output projection their columns (row-parallel), so the pair costs one all-reduce forward
+  /// and one backward. The head count must divide by the parts.
+  void parallelize(SplitPart part) {
+    EPL_CHECK(heads_ % part.parts == 0, "CausalSelfAttention(dim ", dim_, ", heads ", heads_, "): ", heads_,
+              " heads do not divide by the split degree ", part.parts, "; use a head count that is a multiple of ", part.parts,
+              " or another epl::Split<N>");
+    qkv.parallelize(Linear::Parallel::kColumn, part, 3);
+    proj.parallelize(Linear::Parallel::kRow, part);
+    part_ = part;
+  }
+
   template <class V> void visit(V&& v) {
     v("qkv", qkv);
     v("proj", proj);
@@ -41,21 +54,22 @@ class CausalSelfAttention {
     EPL_CHECK(x.rank() == 3 && x.dim(2) == dim_, "CausalSelfAttention(dim ", dim_, ") got input ", x.shape(),
               "; expected [batch, t, ", dim_, "]");
     const auto& d = ctx.device();
-    const auto b = x.dim(0), t = x.dim(1), hd = dim_ / heads_;
-    Tensor h = nn::forward(qkv, ctx, x);  // [b, t, 3 dim]
-    Tensor q = ctx.empty({b, heads_, t, hd}, x.dtype()), k = ctx.empty_like(q), v = ctx.empty_like(q);
+    // this rank's heads: all of them, or its part's inside a split group
+    const auto b = x.dim(0), t = x.dim(1), hd = dim_ / heads_, heads = heads_ / part_.parts, dim = dim_ / part_.parts;
+    Tensor h = nn::forward(qkv, ctx, x);  // [b, t, 3 dim]: q | k | v, heads inside each
+    Tensor q = ctx.empty({b, heads, t, hd}, x.dtype()), k = ctx.empty_like(q), v = ctx.empty_like(q);
     d.permute_heads(h, q, 0, true);
-    d.permute_heads(h, k, dim_, true);
-    d.permute_heads(h, v, 2 * dim_, true);
-    const Shape batched{b * heads_, t, hd};
-    Tensor s = ctx.empty({b * heads_, t, t}, x.dtype());
+    d.permute_heads(h, k, dim, true);
+    d.permute_heads(h, v, 2 * dim, true);
+    const Shape batched{b * heads, t, hd};
+    Tensor s = ctx.empty({b * heads, t, t}, x.dtype());
     d.gemm_batched(q.view(batched), false, k.view(batched), true, s);  // [bh, t, t]
     Tensor p = ctx.empty_like(s);
     d.softmax_causal(s, p, scale());
     Tensor o = ctx.empty(batched, x.dtype());
     d.gemm_batched(p, false, v.view(batched), false, o);  // [bh, t, hd]
-    Tensor merged = ctx.empty({b, t, dim_}, x.dtype());
-    d.permute_heads(merged, o.view({b, heads_, t, hd}), 0, false);
+    Tensor merged = ctx.empty({b, t, dim}, x.dtype());
+    d.permute_heads(merged, o.view({b, heads, t, hd}), 0, false);
     ctx.save(this, {q, k, v, p});
     return nn::forward(proj, ctx, merged);
   }
@@ -66,8 +80,8 @@ class CausalSelfAttention {
     Saved s = ctx.restore(this);
     const Tensor &q = s[0], &k = s[1], &v = s[2], &p = s[3];
     const auto& d = ctx.device();
-    const auto b = q.dim(0), t = q.dim(2), hd = q.dim(3);
-    const Shape batched{b * heads_, t, hd};
+    const auto b = q.dim(0), t = q.dim(2), hd = q.dim(3), heads = q.dim(1), dim = heads * hd;
+    const Shape batched{b * heads, t, hd};
     Tensor dout = ctx.empty(q.shape(), q.dtype());
     d.permute_heads(dmerged, dout, 0, true);
     Tensor dp = ctx.empty_like(p);
@@ -79,16 +93,17 @@ class CausalSelfAttention {
     Tensor dq = ctx.empty_like(q), dk = ctx.empty_like(q);
     d.gemm_batched(ds, false, k.view(batched), false, dq.view(batched));  // dQ = dS K
     d.gemm_batched(ds, true, q.view(batched), false, dk.view(batched));   // dK = dS^T Q
-    Tensor dh = ctx.empty({b, t, 3 * dim_}, q.dtype());
+    Tensor dh = ctx.empty({b, t, 3 * dim}, q.dtype());
     d.permute_heads(dh, dq, 0, false);
-    d.permute_heads(dh, dk, dim_, false);
-    d.permute_heads(dh, dv, 2 * dim_, false);
+    d.permute_heads(dh, dk, dim, false);
+    d.permute_heads(dh, dv, 2 * dim, false);
     return nn::backward(qkv, ctx, dh);
   }
 
  private:
   [[nodiscard]] double scale() const { return 1.0 / std::sqrt(static_cast<double>(dim_ / heads_)); }
   std::int64_t dim_ = 0, heads_ = 1;
+  SplitPart part_;
 };
 
 /// \brief The transformer feed-forward block: proj(GELU(fc(x))), dim -> hidden -> dim.
@@ -106,6 +121,14 @@ class Mlp {
       : fc(dim, hidden ? hidden : 4 * dim), proj(hidden ? hidden : 4 * dim, dim) {}
   explicit Mlp(Options o) : Mlp(o.dim, o.hidden) {}
   [[nodiscard]] Options options() const noexcept { return {fc.in_features(), fc.out_features()}; }
+
+  /// \brief Runs as part `part` of a split group (before materialize): fc column-parallel, proj
+  /// row-parallel, so the hidden activations stay split and the pair costs one all-reduce forward
+  /// and one backward (Megatron-LM's MLP). The hidden size must divide by the parts.
+  void parallelize(SplitPart part) {
+    fc.parallelize(Linear::Parallel::kColumn, part);
+    proj.parallelize(Linear::Parallel::kRow, part);
+  }
 
   template <class V> void visit(V&& v) {
     v("fc", fc);

@@ -50,6 +50,7 @@ class Seq {
 template <class L>
 class Repeat {
  public:
+  using value_type = L;
   std::vector<L> layers;
 
   Repeat() = default;
@@ -114,6 +115,8 @@ template <class T> struct is_seq : std::false_type {};
 template <class... L> struct is_seq<Seq<L...>> : std::true_type {};
 template <class T> struct is_repeat : std::false_type {};
 template <class L> struct is_repeat<Repeat<L>> : std::true_type {};
+template <class T> struct is_residual : std::false_type {};
+template <class... L> struct is_residual<Residual<L...>> : std::true_type {};
 }  // namespace detail
 
 /// \brief If l is a sequence — an aggregate of layers (without forward/backward of its own), a

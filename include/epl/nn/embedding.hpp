@@ -3,6 +3,7 @@
 /// \brief nn::Embedding (token ids -> vectors) and nn::PositionEmbedding (adds a learned
 /// vector per position).
 #include "epl/nn/layer.hpp"
+#include "epl/nn/tensor_parallel.hpp"
 
 namespace epl {
 inline namespace v0 {
@@ -25,21 +26,37 @@ class Embedding {
   [[nodiscard]] Options options() const { return {weight.global_shape()[0], weight.shape[1]}; }
   template <class V> void visit(V&& v) { v("weight", weight); }
 
+  /// \brief Runs vocabulary-parallel as part `part` of a split group (before materialize): it
+  /// holds rows [index V/N, (index + 1) V/N) of the table, looks up the ids in its range (zero
+  /// rows for the others) and sums the parts' rows over the group (one all-reduce forward, none
+  /// backward). The vocabulary must divide by the parts.
+  void parallelize(SplitPart part) {
+    weight.shard_along(0, part.index, part.parts, "Embedding(" + std::to_string(weight.shape[0]) + ", " +
+                                                      std::to_string(weight.shape[1]) + ").weight (its vocabulary)");
+    part_ = part;
+  }
+
   template <class Ctx>
   Tensor forward(Ctx& ctx, const Tensor& ids) {
     Shape out = ids.shape();
     out.push_back(weight.shape[1]);
     Tensor y = ctx.empty(out, weight.value.dtype());
-    ctx.device().embedding(ids, weight.value, y);
+    const std::int64_t rows = weight.shape[0];
+    ctx.device().embedding(ids, weight.value, y, part_.index * rows, rows * part_.parts);
+    if (!part_.whole()) tensor_all_reduce(ctx, y, "a vocabulary-parallel Embedding");
     ctx.save(this, {ids});
     return y;
   }
   template <class Ctx>
   Tensor backward(Ctx& ctx, const Tensor& dy) {
     Saved s = ctx.restore(this);
-    ctx.device().embedding_backward(s[0], dy, weight.grad);
+    const std::int64_t rows = weight.shape[0];
+    ctx.device().embedding_backward(s[0], dy, weight.grad, part_.index * rows, rows * part_.parts);
     return {};
   }
+
+ private:
+  SplitPart part_;
 };
 
 /// \brief x [batch, t, dim] + P[0:t] with P [max_len, dim] learned. Init N(0, 0.02).

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "epl/nn/layer.hpp"
+#include "epl/nn/tensor_parallel.hpp"
 
 namespace epl {
 inline namespace v0 {
@@ -12,8 +13,16 @@ namespace nn {
 /// \brief A fully connected layer. W is [out, in] (PyTorch's layout, so a column-parallel
 /// shard is a contiguous block of rows), b is [out]. Input [..., in] -> output [..., out].
 /// Init as PyTorch: W, b ~ U(-1/sqrt(in), 1/sqrt(in)).
+///
+/// Inside epl::Split it runs tensor-parallel (Megatron-LM's pairs): column-parallel, it holds
+/// rows of W and b and gives its part of the output's last dimension, and its backward sums the
+/// input gradient over the group (one all-reduce); row-parallel, it takes its part of the input's
+/// last dimension, holds those columns of W, sums the output over the group (one all-reduce) and
+/// adds the whole b.
 class Linear {
  public:
+  /// \brief How the layer runs in a split group.
+  enum class Parallel : std::uint8_t { kNone, kColumn, kRow };
   struct Options {
     std::int64_t in = 0, out = 0;
     bool bias = true;
@@ -39,32 +48,83 @@ class Linear {
     if (opt_.bias) v("bias", bias);
   }
 
+  /// \brief Runs column- or row-parallel as part `part` of a split group (before materialize).
+  /// Column-parallel outputs may come in `blocks` blocks (a fused q|k|v projection), each split.
+  void parallelize(Parallel mode, SplitPart part, std::int64_t blocks = 1) {
+    const std::string what = "Linear(" + std::to_string(opt_.in) + " -> " + std::to_string(opt_.out) + ")";
+    if (mode == Parallel::kColumn) {
+      weight.shard_along(0, part.index, part.parts, what + ".weight (its outputs)", blocks);
+      if (opt_.bias) bias.shard_along(0, part.index, part.parts, what + ".bias", blocks);
+    } else if (mode == Parallel::kRow) {
+      weight.shard_along(1, part.index, part.parts, what + ".weight (its inputs)");
+    }
+    mode_ = mode;
+    part_ = part;
+  }
+  [[nodiscard]] Parallel parallel() const noexcept { return mode_; }
+  /// \brief Column-parallel: all-gather the parts of the output so every rank holds all of it
+  /// (when what follows needs the whole last dimension). Backward then takes its part of the
+  /// output gradient, with no communication.
+  void gather_output(bool on) { gather_ = on; }
+  [[nodiscard]] bool gathers_output() const noexcept { return gather_; }
+  /// \brief Column-parallel: leave the input gradient as this part's share for the caller to
+  /// reduce (a colocated split's reduce-scatter does, instead of this layer's all-reduce).
+  void defer_input_grad_reduction(bool on) { defer_dx_ = on; }
+  /// \brief The output features this rank computes (all of them unless column-parallel).
+  [[nodiscard]] std::int64_t local_out() const noexcept { return mode_ == Parallel::kColumn ? opt_.out / part_.parts : opt_.out; }
+  /// \brief The input features this rank takes (all of them unless row-parallel).
+  [[nodiscard]] std::int64_t local_in() const noexcept { return mode_ == Parallel::kRow ? opt_.in / part_.parts : opt_.in; }
+
   template <class Ctx>
   Tensor forward(Ctx& ctx, const Tensor& x) {
-    EPL_CHECK(x.shape().back() == opt_.in, "Linear(", opt_.in, " -> ", opt_.out, ") got input ", x.shape(),
-              "; its last dimension must be ", opt_.in);
+    EPL_CHECK(x.shape().back() == local_in(), "Linear(", opt_.in, " -> ", opt_.out, ") got input ", x.shape(),
+              "; its last dimension must be ", local_in(), mode_ == Parallel::kRow ? " (its part of the split input)" : "");
     const auto& d = ctx.device();
-    Tensor y = ctx.empty(x.shape().with_back(opt_.out), x.dtype());
+    Tensor y = ctx.empty(x.shape().with_back(local_out()), x.dtype());
     d.gemm(x, false, weight.value, true, y);  // [rows, in] x [in, out]
+    if (mode_ == Parallel::kRow) tensor_all_reduce(ctx, y, "a row-parallel Linear");  // the partial products' sum
     if (opt_.bias) d.add_row_vector(y, bias.value);
     ctx.save(this, {x});
-    return y;
+    return gather_ ? gather_columns(ctx, y) : y;
   }
 
   template <class Ctx>
-  Tensor backward(Ctx& ctx, const Tensor& dy) {
+  Tensor backward(Ctx& ctx, const Tensor& dy_in) {
     Saved s = ctx.restore(this);
     const Tensor& x = s[0];
     const auto& d = ctx.device();
+    const Tensor dy = gather_ ? own_columns(ctx, dy_in) : dy_in;
     d.gemm(dy, true, x, false, weight.grad, 1, 1);  // dW += dy^T x: [out, rows] x [rows, in]
     if (opt_.bias) d.sum_rows(dy, bias.grad, 1);
     Tensor dx = ctx.empty_like(x);
     d.gemm(dy, false, weight.value, false, dx);     // dx = dy W: [rows, out] x [out, in]
+    if (mode_ == Parallel::kColumn && !defer_dx_) tensor_all_reduce(ctx, dx, "a column-parallel Linear");  // the parts' shares of dx
     return dx;
   }
 
  private:
+  // [..., out / N] parts -> [..., out] on every rank: all_gather gives [N, rows, out / N]
+  template <class Ctx>
+  Tensor gather_columns(Ctx& ctx, const Tensor& part) const {
+    const std::int64_t rows = part.shape().rows(), cols = part.shape().back();
+    Tensor parts = ctx.empty({part_.parts, rows, cols}, part.dtype());
+    detail::tensor_group(ctx, "a column-parallel Linear").all_gather(part, parts);
+    Tensor whole = ctx.empty(part.shape().with_back(opt_.out), part.dtype());
+    ctx.device().permute_heads(whole.view({1, rows, opt_.out}), parts.view({1, part_.parts, rows, cols}), 0, false);
+    return whole;
+  }
+  // [..., out] -> this rank's columns [..., out / N]
+  template <class Ctx>
+  Tensor own_columns(Ctx& ctx, const Tensor& whole) const {
+    const std::int64_t rows = whole.shape().rows(), cols = opt_.out / part_.parts;
+    Tensor mine = ctx.empty(whole.shape().with_back(cols), whole.dtype());
+    ctx.device().permute_heads(whole.view({1, rows, opt_.out}), mine.view({1, 1, rows, cols}), part_.index * cols, true);
+    return mine;
+  }
   Options opt_{0, 0, false};
+  Parallel mode_ = Parallel::kNone;
+  SplitPart part_;
+  bool gather_ = false, defer_dx_ = false;
 };
 
 }  // namespace nn

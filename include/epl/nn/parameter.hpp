@@ -5,6 +5,7 @@
 /// and initialised by param::materialize.
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "epl/core/random.hpp"
@@ -38,12 +39,15 @@ struct Init {
   }
 };
 
-/// \brief Which part of the whole parameter a rank holds: part `index` of `parts` equal parts
-/// along `axis` (axis -1: the whole). Set by a strategy that shards the layer (Split).
+/// \brief Which part of the whole parameter a rank holds: along `axis`, the whole is `blocks`
+/// equal blocks (1: one), each cut into `parts` equal parts, and the rank holds part `index` of
+/// every block (a fused q|k|v weight sharded by heads holds its heads of q, of k and of v).
+/// axis -1: the whole. Set by a strategy that shards the layer (Split).
 struct Shard {
   int axis = -1;
   std::int64_t index = 0;
   std::int64_t parts = 1;
+  std::int64_t blocks = 1;
   [[nodiscard]] bool whole() const noexcept { return axis < 0 || parts == 1; }
 };
 
@@ -79,10 +83,28 @@ struct Parameter {
       stride /= shape[d];
       std::int64_t c = rest / stride;
       rest %= stride;
-      if (d == shard.axis) c += shard.index * shape[d];
+      if (d == shard.axis) {  // part `index` of its block: the block's start, then the part's
+        const std::int64_t part = shape[d] / shard.blocks;
+        c = (c / part) * part * shard.parts + shard.index * part + c % part;
+      }
       index = index * g[d] + c;
     }
     return static_cast<std::uint64_t>(index);
+  }
+  /// \brief Makes this parameter part `index` of `parts` along `axis` (of each of `blocks`
+  /// blocks), before it is materialized; `what` names it in the error when the axis does not
+  /// divide: "Linear(64 -> 30).weight: dimension 0 (30) does not divide by the split degree 4".
+  void shard_along(int axis, std::int64_t index, std::int64_t parts, const std::string& what, std::int64_t blocks = 1) {
+    EPL_CHECK(!materialized(), what, ": shard a parameter before materialize");
+    EPL_CHECK(shard.whole(), what, " is already sharded");
+    EPL_CHECK(axis >= 0 && axis < shape.rank(), what, ": no dimension ", axis, " in its shape ", shape);
+    EPL_CHECK(parts >= 1 && index >= 0 && index < parts && blocks >= 1, what, ": part ", index, " of ", parts, " is not a part");
+    EPL_CHECK(shape[axis] % (blocks * parts) == 0, what, ": dimension ", axis, " (", shape[axis], blocks > 1 ? ", " + std::to_string(blocks) + " blocks" : "",
+              ") does not divide by the split degree ", parts, "; choose sizes that are multiples of ", blocks * parts,
+              " or another epl::Split<N>");
+    if (parts == 1) return;
+    shard = {axis, index, parts, blocks};
+    shape[axis] /= parts;
   }
 };
 

@@ -5,6 +5,7 @@
 /// ones) and which rank runs which, and the schedule. plan::make checks the model type, the
 /// configuration and the world size against each other, and names the fix when they do not fit
 /// (CUTLASS's can_implement, before run).
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -16,20 +17,88 @@ namespace epl {
 inline namespace v0 {
 namespace plan {
 
+namespace detail {
+// The degree two parts of a model agree on: 1 when one has none, -1 when they differ.
+constexpr int combine_degree(int a, int b) { return a == 1 ? b : b == 1 ? a : a == b ? a : -1; }
+// The device count of the strategy parts of a model type that Kind picks (Split or Replicate),
+// found by walking the type: strategies, Pipeline stages, Seq, Repeat, Residual, aggregates.
+// -1: two parts differ; -2: a part of that kind inside another.
+template <template <class> class Kind, class... L>
+constexpr int degree_of_all();
+template <template <class> class Kind, class M>
+constexpr int degree_of() {
+  if constexpr (is_split_v<M>) {
+    return []<int N, class... L>(Split<N, L...>*) {
+      constexpr int inner = degree_of_all<Kind, L...>();
+      return !Kind<M>::value ? inner : inner == 1 ? N : -2;
+    }(static_cast<M*>(nullptr));
+  } else if constexpr (is_pipeline_v<M>) {
+    return []<class... S>(Pipeline<S...>*) { return degree_of_all<Kind, S...>(); }(static_cast<M*>(nullptr));
+  } else if constexpr (is_strategy_v<M>) {  // Replicate<D, L...>
+    return []<int D, class... L>(Replicate<D, L...>*) {
+      constexpr int inner = degree_of_all<Kind, L...>();
+      return !Kind<M>::value ? inner : inner == 1 ? D : -2;
+    }(static_cast<M*>(nullptr));
+  } else if constexpr (nn::detail::is_seq<M>::value) {
+    return []<class... L>(nn::Seq<L...>*) { return degree_of_all<Kind, L...>(); }(static_cast<M*>(nullptr));
+  } else if constexpr (nn::detail::is_repeat<M>::value) {
+    return degree_of<Kind, typename M::value_type>();
+  } else if constexpr (nn::detail::is_residual<M>::value) {
+    return []<class... L>(nn::Residual<L...>*) { return degree_of_all<Kind, L...>(); }(static_cast<M*>(nullptr));
+  } else if constexpr (!nn::leaf_layer<M> && reflect::is_reflectable_v<M>) {
+    return []<std::size_t... I>(std::index_sequence<I...>) { return degree_of_all<Kind, reflect::field_t<I, M>...>(); }(
+        std::make_index_sequence<reflect::field_count_v<M>>{});
+  } else {
+    return 1;
+  }
+}
+template <template <class> class Kind, class... L>
+constexpr int degree_of_all() {
+  int d = 1;
+  ((d = d < 0 ? d : degree_of<Kind, L>() < 0 ? degree_of<Kind, L>() : combine_degree(d, degree_of<Kind, L>())), ...);
+  return d;
+}
+template <class M> struct is_replicate : std::false_type {};
+template <int D, class... L> struct is_replicate<Replicate<D, L...>> : std::true_type {};
+}  // namespace detail
+
+/// \brief The tensor-parallel degree of a model type: the N of its epl::Split parts (1: none).
+/// Every Split of a model uses the same N, and a Split holds no Split (compile errors).
+template <class Model>
+inline constexpr int tensor_degree_v = [] {
+  constexpr int d = detail::degree_of<is_split, Model>();
+  static_assert(d != -1, "epl: the epl::Split parts of this model use different device counts; every Split of a model "
+                         "spans the same N devices (the mesh's tensor axis)");
+  static_assert(d != -2, "epl: an epl::Split inside an epl::Split; a split group's layers are split once");
+  return d;
+}();
+/// \brief The devices of a model type's epl::Replicate<D, ...> parts (1: none, or D = 1).
+template <class Model>
+inline constexpr int replicate_degree_v = [] {
+  constexpr int d = detail::degree_of<detail::is_replicate, Model>();
+  static_assert(d != -1, "epl: the epl::Replicate parts of this model use different device counts; give them the same D");
+  static_assert(d != -2, "epl: an epl::Replicate inside an epl::Replicate; replicate a part once");
+  return d;
+}();
+
 /// \brief The pipeline schedules of pipeline.strategy.
 enum class Schedule : std::uint8_t { kAccumulate, kGPipe, kOneFOneB, kInterleaved };
 
 /// \brief A run's plan on a world of a given size.
 struct Plan {
   int pipeline = 1;          ///< ranks along the pipeline axis (p)
+  int tensor = 1;            ///< ranks along the tensor axis: the N of the model's epl::Split parts
   int chunks = 1;            ///< model chunks: pipeline stages, counting virtual ones (p v)
   int devices_per_stage = 1; ///< Replicate<D, ...>: the ranks of one stage in a model replica
   int micro_batches = 1;     ///< pipeline.num_micro_batch
   Schedule schedule = Schedule::kAccumulate;
   bool prefer_intra_node = true;
+  /// Replicate<N, ...> and Split<N, ...> on the same N ranks (cluster.colocate_split_and_replicate):
+  /// the replicated part runs data parallel over the tensor axis, on its own rows.
+  bool colocated = false;
 
   [[nodiscard]] int virtual_stages() const noexcept { return chunks / pipeline; }
-  [[nodiscard]] strategy::MeshShape mesh_shape() const { return {pipeline, 1, prefer_intra_node}; }
+  [[nodiscard]] strategy::MeshShape mesh_shape() const { return {pipeline, tensor, prefer_intra_node}; }
   /// \brief The chunks of pipeline rank `stage`: stage, stage + p, ...
   [[nodiscard]] std::vector<int> chunks_of(int stage) const {
     std::vector<int> out;
@@ -67,6 +136,7 @@ struct PlanOptions {
   int virtual_stages = 2;            ///< pipeline.num_virtual_stages
   bool auto_parallel = false;        ///< auto.auto_parallel
   bool prefer_intra_node = true;     ///< cluster.device_place_prefer_intra_node
+  bool colocate = false;             ///< cluster.colocate_split_and_replicate
 };
 
 /// \brief The plan of Model on a world of world_size ranks; an epl::Error names what does not
@@ -84,14 +154,13 @@ Plan make(const PlanOptions& opt, int world_size) {
     EPL_CHECK(Model::kStages % p == 0, "the model has ", Model::kStages, " pipeline stages (epl::Pipeline<...>), which do "
               "not divide among pipeline.num_stages = ", p, " pipeline ranks; use a divisor of ", Model::kStages);
     plan.chunks = p == 1 ? 1 : Model::kStages;
-    plan.devices_per_stage = Model::kDevicesPerStage;
   } else {
     EPL_CHECK(p == 1 || opt.auto_parallel, "pipeline.num_stages = ", p, " needs stages: declare the model as "
               "epl::Pipeline<epl::Replicate<1, ...>, ...>, or set auto.auto_parallel=true to cut it into ", p,
               " balanced stages");
     plan.chunks = p == 1 ? 1 : (schedule == "Interleaved" ? p * opt.virtual_stages : p);
-    plan.devices_per_stage = devices_per_replica_v<Model>;
   }
+  plan.devices_per_stage = replicate_degree_v<Model>;
   plan.pipeline = p;
   const int v = plan.virtual_stages();
   if (p == 1) plan.schedule = Schedule::kAccumulate;
@@ -104,10 +173,25 @@ Plan make(const PlanOptions& opt, int world_size) {
   EPL_CHECK(plan.schedule != Schedule::kInterleaved || v >= 2, "pipeline.strategy=Interleaved runs several stages per rank, but "
             "the model's ", plan.chunks, " stages on pipeline.num_stages = ", p, " ranks make ", v, " per rank; use PreferBackward, "
             "or declare ", 2 * p, " or more stages");
-  const int per_replica = p * plan.devices_per_stage;
+  plan.tensor = tensor_degree_v<Model>;
+  const int t = plan.tensor, d = plan.devices_per_stage;
+  if (t > 1 && d > 1) {
+    EPL_CHECK(d == t, "the model has epl::Replicate<", d, ", ...> and epl::Split<", t, ", ...> parts; to run them on the same "
+              "devices (cluster.colocate_split_and_replicate) give both the same device count");
+    EPL_CHECK(opt.colocate, "the model has epl::Replicate<", d, ", ...> and epl::Split<", t, ", ...> parts: set "
+              "cluster.colocate_split_and_replicate=true to run both on the same ", t, " devices (the replicated part data "
+              "parallel, its features all-gathered into the split part); EPL's placement of the two on separate devices is "
+              "not supported yet");
+    plan.colocated = true;
+  }
+  EPL_CHECK(!opt.colocate || plan.colocated, "cluster.colocate_split_and_replicate=true, but the model has no epl::Replicate<N, "
+            "...> part beside an epl::Split<N, ...> part to colocate (it has Replicate<", d, "> and a tensor-parallel degree of ", t,
+            "); leave the key at false");
+  const int per_stage = std::max(d, t), per_replica = p * per_stage;
   EPL_CHECK(world_size % per_replica == 0, "world size ", world_size, " cannot hold replicas of ", per_replica, " devices each (",
-            p, " pipeline stage", p > 1 ? "s" : "", " x Replicate<", plan.devices_per_stage, ", ...>); use a world size that is a "
-            "multiple of ", per_replica, is_pipeline_v<Model> && p > 1 ? ", or pipeline.num_stages=1 to run every stage on each rank" : "");
+            p, " pipeline stage", p > 1 ? "s" : "", " x ", t > 1 ? "Split<" + std::to_string(t) : "Replicate<" + std::to_string(d),
+            ", ...>); use a world size that is a multiple of ", per_replica,
+            is_pipeline_v<Model> && p > 1 ? ", or pipeline.num_stages=1 to run every stage on each rank" : "");
   (void)plan.actions(0);  // the schedule's own checks (micro-batches a multiple of p for Interleaved)
   return plan;
 }

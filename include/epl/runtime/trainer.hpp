@@ -30,6 +30,7 @@
 #include "epl/runtime/data.hpp"
 #include "epl/runtime/trace.hpp"
 #include "epl/plan/plan.hpp"
+#include "epl/plan/shard.hpp"
 #include "epl/strategy/engine.hpp"
 
 namespace epl {
@@ -60,7 +61,7 @@ inline policy::BucketOptions bucket_options(const Config& cfg) {
 }
 
 /// The hooks of a training pass: in the last micro-batch, each layer's gradients go to the
-/// reducer the moment the layer's backward returns.
+/// reducers the moment the layer's backward returns.
 template <class Reducer>
 struct ReduceHooks {
   Reducer* reducer = nullptr;
@@ -110,7 +111,7 @@ class Trainer {
   static_assert((nn::require_layer<Model>(), true));
   static_assert((device::require_trainable<D>(), true));
   static_assert(Policy::zero::kStage == 0, "epl::Zero<1|2|3> is not built yet in this version; use epl::Policies<> (Zero<0>)");
-  using Reducer = policy::AllReduceReducer<D>;
+  using Reducer = policy::ReducerSet<D>;
   using Hooks = detail::ReduceHooks<Reducer>;
   using PassContext = nn::Context<D, Hooks>;
 
@@ -162,9 +163,10 @@ class Trainer {
 
   /// \brief Data parallel: fails unless every replica holds bit-identical parameters.
   void check_replicas() {
-    std::vector<std::uint64_t> hashes(static_cast<std::size_t>(scalars_.size()));
+    auto& replicas = replica_scalars_;
+    std::vector<std::uint64_t> hashes(static_cast<std::size_t>(replicas.size()));
     std::uint64_t mine = detail::content_hash(arena_.values());
-    scalars_.all_gather(comm::Buffer(&mine, 1, DType::kI64), comm::Buffer(hashes.data(), scalars_.size(), DType::kI64));
+    replicas.all_gather(comm::Buffer(&mine, 1, DType::kI64), comm::Buffer(hashes.data(), replicas.size(), DType::kI64));
     for (std::size_t r = 1; r < hashes.size(); ++r)
       EPL_CHECK(hashes[r] == hashes[0], "after step ", steps_, " the parameters of data-parallel rank ", r,
                 " differ from rank 0's: the replicas drifted apart (non-deterministic code on one rank, or a gradient "
@@ -180,7 +182,12 @@ class Trainer {
   /// \brief The rows of each global batch this rank reads (its data-parallel share): hand it to
   /// the loader (data::WindowLoader(..., trainer.data_shard())). The stages of one pipeline
   /// replica read the same rows.
-  [[nodiscard]] data::Shard data_shard() const { return {mesh_->coord().data, mesh_->data_size()}; }
+  [[nodiscard]] data::Shard data_shard() const {
+    const auto& c = mesh_->coord();
+    // a colocated split's replicated part runs data parallel over the tensor axis too
+    if (plan_.colocated) return {c.data * mesh_->tensor_size() + c.tensor, mesh_->data_size() * mesh_->tensor_size()};
+    return {c.data, mesh_->data_size()};
+  }
   /// \brief What this run does on its world: pipeline ranks, chunks, schedule.
   [[nodiscard]] const plan::Plan& plan() const noexcept { return plan_; }
   /// \brief This rank's list of actions for a step (the schedule's, with sends and receives).
@@ -210,29 +217,28 @@ class Trainer {
               " inputs but ", batch.targets.defined() && batch.targets.rank() > 0 ? batch.targets.dim(0) : 0, " targets");
     EPL_CHECK(rows > 0 && rows % m_count == 0, "batch of ", rows, " samples does not divide into pipeline.num_micro_batch = ",
               m_count, " micro-batches; make the batch a multiple of ", m_count);
-    agree_on_rows(rows);
+    agree_on_rows(batch);
     device_->fill(arena_.grads(), 0.0);
-    const std::int64_t per = rows / m_count, first = static_cast<std::int64_t>(mesh_->coord().data) * rows;
-    double loss = executor_->run(actions_, {batch.inputs, batch.targets, m_count}, [&](int m) {
+    const std::int64_t per = rows / m_count, first = static_cast<std::int64_t>(data_shard().rank) * rows;
+    // A colocated split's loss sees the group's rows: its targets, gathered, micro-batch by micro-batch.
+    const Tensor targets = plan_.colocated ? gather_targets(batch.targets, m_count) : batch.targets;
+    double loss = executor_->run(actions_, {batch.inputs, targets, m_count}, [&](int m) {
       return PassContext(*device_, nn::PassOptions{true, opt_.seed, static_cast<std::uint64_t>(steps_), static_cast<std::uint64_t>(m),
                                                    first + m * per},
-                         &hooks_, nn::Groups{nullptr, &mesh_->data()});
+                         &hooks_, groups());
     }, [&](int m) { hooks_.active = overlap_ && m + 1 == m_count; });  // a chunk's gradients are final in its last micro-batch
     hooks_.active = false;
     if (!overlap_) {  // EPL's per-replica clipping: clip the local gradient, then reduce it
-      last_grad_norm_ = optim::clip_grad_norm(*device_, arena_.grads(), opt_.clip_norm, stages());
+      last_grad_norm_ = clip(opt_.clip_norm);
       reducer_->ready_all();
     }
     reducer_->finish();
     if (auto* p = stages()) p->all_reduce(comm::Buffer(&loss, 1, DType::kF64), comm::ReduceOp::kSum);  // the last stage's
-    scalars_.all_reduce(comm::Buffer(&loss, 1, DType::kF64), comm::ReduceOp::kMean);
+    loss_group().all_reduce(comm::Buffer(&loss, 1, DType::kF64), comm::ReduceOp::kMean);
     EPL_CHECK(!opt_.check_finite || std::isfinite(loss), "the loss is ", loss, " at step ", steps_ + 1,
               ": training diverged or the data holds bad values; lower the learning rate, clip gradients "
               "(TrainerOptions::clip_norm) or check the inputs");
-    if (overlap_) {
-      last_grad_norm_ = opt_.clip_norm > 0 ? optim::clip_grad_norm(*device_, arena_.grads(), opt_.clip_norm, stages())
-                                           : optim::global_norm(*device_, std::span<const Tensor>(&arena_.grads(), 1), stages());
-    }
+    if (overlap_) last_grad_norm_ = clip(opt_.clip_norm);
     if (opt_.check_finite && !std::isfinite(last_grad_norm_)) fail_non_finite_gradient();
     updater_.step(*device_, arena_.values(), arena_.grads());
     ++steps_;
@@ -241,8 +247,9 @@ class Trainer {
     return loss;
   }
   double evaluate_loss(const Batch& batch) {
-    double loss = executor_->run(plan_.forward_only(mesh_->coord().pipeline), {batch.inputs, batch.targets, 1}, [&](int) {
-      return PassContext(*device_, nn::PassOptions{false, opt_.seed, static_cast<std::uint64_t>(steps_), 0, 0}, &hooks_);
+    const Tensor targets = plan_.colocated ? gather_targets(batch.targets, 1) : batch.targets;
+    double loss = executor_->run(plan_.forward_only(mesh_->coord().pipeline), {batch.inputs, targets, 1}, [&](int) {
+      return PassContext(*device_, nn::PassOptions{false, opt_.seed, static_cast<std::uint64_t>(steps_), 0, 0}, &hooks_, groups());
     });
     if (auto* p = stages()) p->all_reduce(comm::Buffer(&loss, 1, DType::kF64), comm::ReduceOp::kSum);
     return loss;
@@ -255,12 +262,22 @@ class Trainer {
                                .schedule = cfg.get(keys::pipeline_strategy),
                                .virtual_stages = static_cast<int>(cfg.get(keys::num_virtual_stages)),
                                .auto_parallel = cfg.get(keys::auto_parallel),
-                               .prefer_intra_node = cfg.get(keys::prefer_intra_node)},
+                               .prefer_intra_node = cfg.get(keys::prefer_intra_node),
+                               .colocate = cfg.get(keys::colocate_split_and_replicate)},
                               world_->size());
     // Replicate<D, ...> spans D devices of one replica (per stage), each with its share of the
-    // batch: on the mesh, those ranks are on the data axis.
+    // batch: on the mesh, those ranks are on the data axis; Split<N, ...> parts on the tensor axis.
     mesh_ = std::make_unique<strategy::Mesh>(*world_, plan_.mesh_shape());
-    scalars_ = mesh_->data().split(0, mesh_->data().rank());
+    // The step's own small collectives (loss, norms, checks) go on groups of their own, so the
+    // data and tensor groups' byte counts are the gradients' and the layers' traffic alone.
+    // scalars_: the ranks that share the loss (each with its rows); replica_scalars_: the ranks
+    // that hold the same parameters (a colocated split: only those of the same tensor part).
+    replica_scalars_ = mesh_->data().split(0, 0);
+    if (plan_.colocated) scalars_ = stage_group().split(0, 0);
+    if (mesh_->tensor_size() > 1) tensor_scalars_ = mesh_->tensor().split(0, 0);
+    // The Split parts sharded for this rank's place on the tensor axis, before anything is drawn.
+    const nn::SplitPart part{mesh_->coord().tensor, mesh_->tensor_size()};
+    const bool vocab_parallel = plan::shard_model(model_, part, plan_.colocated).sharded_output;
     // This rank's chunks, and only their parameters materialized (every parameter is numbered).
     auto all = strategy::cut_into_chunks<PassContext>(model_, plan_.chunks);
     const int stage = mesh_->coord().pipeline;
@@ -281,13 +298,24 @@ class Trainer {
     facts.add_number("TrainerOptions::dtype", static_cast<double>(opt_.dtype));
     facts.add_number("TrainerOptions::check_replicas_every", static_cast<double>(opt_.check_replicas_every));
     check_agreement(*world_, facts, world_->size() == mesh_->data_size() ? "data-parallel" : "the");
-    // Replicas start from one copy: rank 0's.
-    if (mesh_->data_size() > 1) mesh_->data().broadcast(arena_.values(), 0);
-    reducer_ = std::make_unique<Reducer>(*device_, mesh_->data(), arena_, detail::bucket_options(cfg));
+    // Gradients meet over the data axis; a colocated split's replicated part (the parameters
+    // before its first Split, at the end of the backward-ordered arena) over data and tensor.
+    const std::int64_t replicated_from = plan_.colocated ? first_offset_before_split() : arena_.size();
+    reducer_ = std::make_unique<Reducer>();
+    reducer_->add(*device_, mesh_->data(), arena_, detail::bucket_options(cfg), {0, replicated_from});
+    if (plan_.colocated) {  // each rank holds its rows' share of a replica's gradient: summed over the tensor axis
+      auto o = detail::bucket_options(cfg);
+      o.mean_over = mesh_->data_size();
+      reducer_->add(*device_, stage_group(), arena_, o, {replicated_from, arena_.size()});
+    }
     hooks_.reducer = reducer_.get();
+    // Replicas start from one copy: rank 0's.
+    if (mesh_->data_size() > 1) mesh_->data().broadcast(arena_.values().slice(0, replicated_from), 0);
+    if (plan_.colocated) stage_group().broadcast(arena_.values().slice(replicated_from, arena_.size()), 0);
     overlap_ = cfg.get(keys::clip_after_allreduce) || opt_.clip_norm <= 0;
     actions_ = plan_.actions(stage);
     executor_.emplace(*device_, std::move(mine), plan_.chunks, plan_.pipeline, stage, mesh_->pipeline());
+    if (vocab_parallel) executor_->loss().parallelize(part);
     if (trace_path_ = cfg.get(keys::trace); !trace_path_.empty()) {
       trace_group_ = world_->split(0, world_->rank());
       // rank 0 writes the file at the end: find out now, on every rank, whether it can
@@ -305,15 +333,72 @@ class Trainer {
   // The pipeline group when the model is cut into stages across ranks (norms and the loss sum
   // over it), else null.
   comm::Communicator* stages() { return mesh_->pipeline_size() > 1 ? &mesh_->pipeline() : nullptr; }
-  // Every data-parallel rank must train on an equal share of the global batch.
-  void agree_on_rows(std::int64_t rows) {
-    if (scalars_.size() == 1) return;
-    std::vector<std::int64_t> all(static_cast<std::size_t>(scalars_.size()));
-    scalars_.all_gather(comm::Buffer(&rows, 1, DType::kI64), comm::Buffer(all.data(), scalars_.size(), DType::kI64));
-    for (std::size_t r = 1; r < all.size(); ++r)
-      EPL_CHECK(all[r] == all[0], "at step ", steps_ + 1, " data-parallel rank ", r, " got a batch of ", all[r],
-                " rows and rank 0 one of ", all[0], "; every rank must get an equal share of the global batch "
-                "(data::WindowLoader with trainer.data_shard() does this)");
+  // The ranks of this pipeline stage on every replica and tensor part (a colocated split's
+  // replicated part is data parallel over them).
+  comm::Communicator& stage_group() {
+    if (!stage_group_.valid()) stage_group_ = world_->split(mesh_->coord().pipeline, world_->rank());
+    return stage_group_;
+  }
+  comm::Communicator& loss_group() { return scalars_.valid() ? scalars_ : replica_scalars_; }
+  nn::Groups groups() { return {mesh_->tensor_size() > 1 ? &mesh_->tensor() : nullptr, &mesh_->data()}; }
+  // The first arena offset of the parameters visited before the model's first Split part.
+  std::int64_t first_offset_before_split() {
+    std::int64_t first = arena_.size();
+    plan::for_each_parameter_before_split(model_, [&](nn::Parameter& p) {
+      if (p.materialized()) first = std::min(first, p.offset);
+    });
+    return first;
+  }
+  // Every data-parallel rank must train on an equal share of the global batch, and the ranks of
+  // a split group (unless colocated) on the same rows.
+  void agree_on_rows(const Batch& batch) {
+    const std::int64_t rows = batch.inputs.dim(0);
+    auto& sharers = loss_group();
+    if (sharers.size() > 1) {
+      std::vector<std::int64_t> all(static_cast<std::size_t>(sharers.size()));
+      std::int64_t mine = rows;
+      sharers.all_gather(comm::Buffer(&mine, 1, DType::kI64), comm::Buffer(all.data(), sharers.size(), DType::kI64));
+      for (std::size_t r = 1; r < all.size(); ++r)
+        EPL_CHECK(all[r] == all[0], "at step ", steps_ + 1, " data-parallel rank ", r, " got a batch of ", all[r],
+                  " rows and rank 0 one of ", all[0], "; every rank must get an equal share of the global batch "
+                  "(data::WindowLoader with trainer.data_shard() does this)");
+    }
+    if (mesh_->tensor_size() > 1 && !plan_.colocated) {
+      std::uint64_t mine[2] = {detail::content_hash(batch.inputs), detail::content_hash(batch.targets)};
+      std::vector<std::uint64_t> all(static_cast<std::size_t>(2 * mesh_->tensor_size()));
+      tensor_scalars_.all_gather(comm::Buffer(mine, 2, DType::kI64), comm::Buffer(all.data(), 2 * mesh_->tensor_size(), DType::kI64));
+      for (int r = 1; r < mesh_->tensor_size(); ++r)
+        EPL_CHECK(all[2 * r] == all[0] && all[2 * r + 1] == all[1], "at step ", steps_ + 1, " tensor-parallel rank ", r,
+                  " of a split group got other rows than its rank 0; the ranks of an epl::Split group work on the same rows "
+                  "(read them with data::WindowLoader and trainer.data_shard())");
+    }
+  }
+  // The split group's targets of a colocated split, [group rows] micro-batch by micro-batch: each
+  // micro-batch's rows of every part in group order (what the split's entry gathers).
+  Tensor gather_targets(const Tensor& mine, int micro_batches) {
+    const std::int64_t n = mesh_->tensor_size(), rows = mine.dim(0), per = rows / micro_batches;
+    Tensor all = device_->empty({n * rows}, mine.dtype(), MemoryCategory::kActivations);
+    mesh_->tensor().all_gather(mine, all);
+    Tensor ordered = device_->empty({n * rows}, mine.dtype(), MemoryCategory::kActivations);
+    for (std::int64_t m = 0; m < micro_batches; ++m)
+      for (std::int64_t q = 0; q < n; ++q)
+        device_->copy(all.slice(q * rows + m * per, q * rows + (m + 1) * per), ordered.slice((m * n + q) * per, (m * n + q + 1) * per));
+    return ordered;
+  }
+  // The global L2 norm of the gradients, clipped to max_norm when it is positive; returns it
+  // before clipping. A split group's parts hold parts of the sharded gradients (summed over the
+  // tensor axis) and all of the replicated ones (counted once); the pipeline's stages sum.
+  double clip(double max_norm) {
+    double sq[2] = {0, 0};  // replicated, sharded
+    if (mesh_->tensor_size() == 1) sq[0] = device_->sum_squares(arena_.grads());
+    else
+      for (auto* p : arena_.parameters()) sq[p->shard.whole() ? 0 : 1] += device_->sum_squares(p->grad);
+    if (mesh_->tensor_size() > 1) tensor_scalars_.all_reduce(comm::Buffer(&sq[1], 1, DType::kF64), comm::ReduceOp::kSum);
+    double total = sq[0] + sq[1];
+    if (auto* p = stages()) p->all_reduce(comm::Buffer(&total, 1, DType::kF64), comm::ReduceOp::kSum);
+    const double norm = std::sqrt(total);
+    if (max_norm > 0 && max_norm / (norm + 1e-6) < 1) device_->scale(arena_.grads(), max_norm / (norm + 1e-6));  // PyTorch's rule
+    return norm;
   }
   [[noreturn]] void fail_non_finite_gradient() {
     std::string where;
@@ -334,14 +419,14 @@ class Trainer {
   plan::Plan plan_;
   std::vector<strategy::Action> actions_;
   std::unique_ptr<strategy::Mesh> mesh_;
-  comm::Communicator scalars_;
+  comm::Communicator scalars_, replica_scalars_, tensor_scalars_;
   param::Arena arena_;
   std::unique_ptr<Reducer> reducer_;
   Hooks hooks_;
   std::optional<strategy::Executor<PassContext, Loss>> executor_;
   std::unique_ptr<Timeline> timeline_;
   std::string trace_path_;
-  comm::Communicator trace_group_;
+  comm::Communicator trace_group_, stage_group_;
   bool overlap_ = true;
   std::int64_t steps_ = 0;
   double last_grad_norm_ = 0;

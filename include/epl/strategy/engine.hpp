@@ -26,13 +26,20 @@ namespace epl {
 inline namespace v0 {
 namespace strategy {
 
-/// \brief What a step runs on: the micro-batches' inputs and targets (rows [m per, (m+1) per)).
+/// \brief What a step runs on: the micro-batches' inputs and targets, micro-batch m being the m-th
+/// of `count` equal parts of each (the targets may hold more rows: a colocated split's loss sees
+/// its group's rows).
 struct MicroBatches {
   Tensor inputs, targets;
   int count = 1;
-  [[nodiscard]] std::int64_t per() const { return inputs.dim(0) / count; }
-  [[nodiscard]] Tensor input(int m) const { return inputs.slice(m * per(), (m + 1) * per()); }
-  [[nodiscard]] Tensor target(int m) const { return targets.slice(m * per(), (m + 1) * per()); }
+  [[nodiscard]] Tensor input(int m) const { return part(inputs, m); }
+  [[nodiscard]] Tensor target(int m) const { return part(targets, m); }
+
+ private:
+  [[nodiscard]] Tensor part(const Tensor& t, int m) const {
+    const std::int64_t per = t.dim(0) / count;
+    return t.slice(m * per, (m + 1) * per);
+  }
 };
 
 /// \brief Runs actions on this rank's chunks of a model of `chunks` chunks placed round `ranks`
@@ -58,6 +65,8 @@ class Executor {
   }
 
   [[nodiscard]] const std::vector<Chunk<Ctx>>& chunks() const noexcept { return local_; }
+  /// \brief The loss the last chunk's output goes to (to configure it: vocabulary-parallel).
+  [[nodiscard]] Loss& loss() noexcept { return loss_; }
   /// \brief Spans of each forward, backward, send and receive go to t (null: none).
   void set_timeline(Timeline* t) noexcept { timeline_ = t; }
   /// \brief Bytes this rank's sends and receives moved so far (headers included).

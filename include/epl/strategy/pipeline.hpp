@@ -12,6 +12,7 @@
 #include <tuple>
 
 #include "epl/strategy/replicate.hpp"
+#include "epl/strategy/split.hpp"
 
 namespace epl {
 inline namespace v0 {
@@ -19,23 +20,25 @@ inline namespace v0 {
 /// \brief True for a strategy type: a stage of a Pipeline.
 template <class T> struct is_strategy : std::false_type {};
 template <int D, class... L> struct is_strategy<Replicate<D, L...>> : std::true_type {};
+template <int N, class... L> struct is_strategy<Split<N, L...>> : std::true_type {};
 template <class T> inline constexpr bool is_strategy_v = is_strategy<T>::value;
 
 /// \brief Pipeline stages, in order.
-/// \tparam Stages each a strategy: Replicate<D, L...>, all over the same number of devices
+/// \tparam Stages each a strategy: Replicate<D, L...> (all with the same D) or Split<N, L...>
+///         (a stage outside any Split is replicated over a Split stage's N devices)
 template <class... Stages>
 class Pipeline {
   static_assert(sizeof...(Stages) >= 1, "epl::Pipeline<Stages...>: give at least one stage");
   static_assert((is_strategy_v<Stages> && ...),
-                "epl::Pipeline<Stages...>: every stage must be a strategy, epl::Replicate<D, Layers...> (a plain layer "
-                "type as a stage does not say where it runs: wrap it as epl::Replicate<1, Layer>)");
+                "epl::Pipeline<Stages...>: every stage must be a strategy, epl::Replicate<D, Layers...> or "
+                "epl::Split<N, Layers...> (a plain layer type as a stage does not say where it runs: wrap it as "
+                "epl::Replicate<1, Layer>)");
   static_assert(((devices_per_replica_v<Stages> == devices_per_replica_v<std::tuple_element_t<0, std::tuple<Stages...>>>) && ...),
                 "epl::Pipeline<Stages...>: every stage must span the same number of devices (uneven stages are not "
                 "supported: give each stage the same Replicate<D, ...>)");
 
  public:
   static constexpr int kStages = static_cast<int>(sizeof...(Stages));
-  static constexpr int kDevicesPerStage = devices_per_replica_v<std::tuple_element_t<0, std::tuple<Stages...>>>;
   std::tuple<Stages...> stages;
 
   Pipeline() = default;

@@ -194,21 +194,62 @@ class BasicCpu {
       epl::detail::cpu::softmax_causal_backward(p.data<T>(), dp.data<T>(), ds.data<T>(), p.dim(0), p.dim(1), T(scale));
     });
   }
-  /// out[i, :] = table[ids[i], :]; ids out of [0, rows) are an error naming the bad id.
-  void embedding(const Tensor& ids, const Tensor& table, const Tensor& out) const {
-    check_ids(ids, table.dim(0), "embedding");
+  /// out[i, :] = table[ids[i], :]; ids out of [0, rows) are an error naming the bad id. A part
+  /// of a vocabulary-parallel table holds rows [first, first + its rows) of a vocabulary of
+  /// `vocab` (0: its own rows): ids of other parts give zero rows, ids outside the vocabulary are
+  /// the error.
+  void embedding(const Tensor& ids, const Tensor& table, const Tensor& out, std::int64_t first = 0, std::int64_t vocab = 0) const {
+    check_ids(ids, vocab > 0 ? vocab : table.dim(0), "embedding");
     EPL_CHECK(out.numel() == ids.numel() * table.dim(1), "embedding: output ", out.shape(), " for ", ids.shape(), " ids");
     visit_index(ids.dtype(), [&]<class I>() {
       visit(table.dtype(), [&]<class T>() {
-        epl::detail::cpu::embedding(ids.data<I>(), table.data<T>(), out.data<T>(), ids.numel(), table.dim(1));
+        epl::detail::cpu::embedding(ids.data<I>(), table.data<T>(), out.data<T>(), ids.numel(), table.dim(1), first, table.dim(0));
       });
     });
   }
-  void embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable) const {
-    check_ids(ids, dtable.dim(0), "embedding_backward");
+  void embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable, std::int64_t first = 0,
+                          std::int64_t vocab = 0) const {
+    check_ids(ids, vocab > 0 ? vocab : dtable.dim(0), "embedding_backward");
     visit_index(ids.dtype(), [&]<class I>() {
       visit(dtable.dtype(), [&]<class T>() {
-        epl::detail::cpu::embedding_backward(ids.data<I>(), dout.data<T>(), dtable.data<T>(), ids.numel(), dtable.dim(1));
+        epl::detail::cpu::embedding_backward(ids.data<I>(), dout.data<T>(), dtable.data<T>(), ids.numel(), dtable.dim(1), first,
+                                             dtable.dim(0));
+      });
+    });
+  }
+  /// out[r] = max over the last dimension of x's row r.
+  void row_max(const Tensor& x, const Tensor& out) const {
+    EPL_CHECK(out.numel() == x.shape().rows(), "row_max: ", out.numel(), " outputs for ", x.shape().rows(), " rows of ", x.shape());
+    detail::same_dtype(x, out, "row_max");
+    visit(x.dtype(), [&]<class T>() { epl::detail::cpu::row_max(x.data<T>(), out.data<T>(), x.shape().rows(), x.shape().back()); });
+  }
+  /// A part of a vocabulary-parallel cross-entropy: logits [rows, cols] are classes [first, first +
+  /// cols) of a vocabulary of `vocab`; given each row's maximum over the whole vocabulary, writes
+  /// each row's sum of exp(logit - max) over this part and its target's logit (0 when the target is
+  /// in another part). Targets outside the vocabulary are an error naming them.
+  void cross_entropy_stats(const Tensor& logits, const Tensor& targets, const Tensor& max, const Tensor& sum_exp,
+                           const Tensor& target_logit, std::int64_t first, std::int64_t vocab) const {
+    check_ids(targets, vocab, "cross_entropy targets");
+    const auto rows = logits.shape().rows();
+    EPL_CHECK(targets.numel() == rows && max.numel() == rows && sum_exp.numel() == rows && target_logit.numel() == rows,
+              "cross_entropy_stats: ", targets.numel(), " targets and ", max.numel(), ", ", sum_exp.numel(), ", ", target_logit.numel(),
+              " row statistics for ", rows, " rows of logits ", logits.shape());
+    visit_index(targets.dtype(), [&]<class I>() {
+      visit(logits.dtype(), [&]<class T>() {
+        epl::detail::cpu::cross_entropy_stats(logits.data<T>(), targets.data<I>(), max.data<T>(), sum_exp.data<T>(), target_logit.data<T>(),
+                                              rows, logits.shape().back(), first);
+      });
+    });
+  }
+  /// dlogits = scale (softmax - onehot(target)) over a part of the classes, from the whole rows'
+  /// maxima and sums of exponentials (cross_entropy_stats, summed over the parts).
+  void cross_entropy_part_backward(const Tensor& logits, const Tensor& targets, const Tensor& max, const Tensor& sum_exp,
+                                   const Tensor& dlogits, std::int64_t first, double scale) const {
+    detail::same(logits, dlogits, "cross_entropy_part_backward");
+    visit_index(targets.dtype(), [&]<class I>() {
+      visit(logits.dtype(), [&]<class T>() {
+        epl::detail::cpu::cross_entropy_part_backward(logits.data<T>(), targets.data<I>(), max.data<T>(), sum_exp.data<T>(),
+                                                      dlogits.data<T>(), logits.shape().rows(), logits.shape().back(), first, T(scale));
       });
     });
   }
@@ -237,6 +278,18 @@ class BasicCpu {
   void dropout(const Tensor& x, const Tensor& y, double p, std::uint64_t key, std::int64_t offset = 0) const {
     detail::same(x, y, "dropout");
     visit(x.dtype(), [&]<class T>() { epl::detail::cpu::dropout(x.data<T>(), y.data<T>(), x.numel(), p, key, offset); });
+  }
+  /// dropout of columns [col0, col0 + x's last dimension) of a tensor whose rows hold
+  /// `whole_cols`: each element draws at its position in the whole tensor, so a tensor-parallel
+  /// part draws exactly its part of the single-device mask.
+  void dropout_columns(const Tensor& x, const Tensor& y, double p, std::uint64_t key, std::int64_t offset, std::int64_t whole_cols,
+                       std::int64_t col0) const {
+    detail::same(x, y, "dropout_columns");
+    EPL_CHECK(col0 >= 0 && col0 + x.shape().back() <= whole_cols, "dropout_columns: columns [", col0, ", ", col0 + x.shape().back(),
+              ") outside rows of ", whole_cols);
+    visit(x.dtype(), [&]<class T>() {
+      epl::detail::cpu::dropout_columns(x.data<T>(), y.data<T>(), x.shape().rows(), x.shape().back(), p, key, offset, whole_cols, col0);
+    });
   }
   /// Between tokens [b, t, row] (heads at column offset + h d) and heads [b, h, t, d].
   void permute_heads(const Tensor& tokens, const Tensor& heads, std::int64_t offset, bool to_heads) const {

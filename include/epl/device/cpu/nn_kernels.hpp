@@ -89,16 +89,62 @@ void softmax_causal_backward(const T* p, const T* dp, T* ds, std::int64_t batch,
 }
 
 /// out[i, :] = table[ids[i], :]
+/// out[i, :] = table[ids[i] - first, :] for ids in [first, first + rows), else 0 (a part of a
+/// vocabulary-parallel table: the ids of other parts give zero rows).
 template <class T, class I>
-void embedding(const I* ids, const T* table, T* out, std::int64_t n, std::int64_t dim) {
+void embedding(const I* ids, const T* table, T* out, std::int64_t n, std::int64_t dim, std::int64_t first, std::int64_t rows) {
   parallel_for(n, row_grain(dim), [&](std::int64_t b, std::int64_t e) {
-    for (std::int64_t i = b; i < e; ++i) RowMap<T>(out + i * dim, dim) = ConstRowMap<T>(table + ids[i] * dim, dim);
+    for (std::int64_t i = b; i < e; ++i) {
+      const std::int64_t r = static_cast<std::int64_t>(ids[i]) - first;
+      if (r >= 0 && r < rows) RowMap<T>(out + i * dim, dim) = ConstRowMap<T>(table + r * dim, dim);
+      else RowMap<T>(out + i * dim, dim).setZero();
+    }
   });
 }
-/// dtable[ids[i], :] += dout[i, :]; serial, since ids repeat.
+/// dtable[ids[i] - first, :] += dout[i, :] for ids in this part; serial, since ids repeat.
 template <class T, class I>
-void embedding_backward(const I* ids, const T* dout, T* dtable, std::int64_t n, std::int64_t dim) {
-  for (std::int64_t i = 0; i < n; ++i) RowMap<T>(dtable + ids[i] * dim, dim) += ConstRowMap<T>(dout + i * dim, dim);
+void embedding_backward(const I* ids, const T* dout, T* dtable, std::int64_t n, std::int64_t dim, std::int64_t first, std::int64_t rows) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::int64_t r = static_cast<std::int64_t>(ids[i]) - first;
+    if (r >= 0 && r < rows) RowMap<T>(dtable + r * dim, dim) += ConstRowMap<T>(dout + i * dim, dim);
+  }
+}
+
+/// For a part of the classes of logits [rows, cols] (classes [first, first + cols) of the whole):
+/// the row maxima; then, given the whole rows' maxima, each row's sum of exp(logit - max) and its
+/// target's logit (0 when the target is another part's). A vocabulary-parallel cross-entropy sums
+/// these over the parts.
+template <class T>
+void row_max(const T* x, T* out, std::int64_t rows, std::int64_t cols) {
+  parallel_for(rows, row_grain(cols), [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t r = b; r < e; ++r) out[r] = ConstRowMap<T>(x + r * cols, cols).maxCoeff();
+  });
+}
+template <class T, class I>
+void cross_entropy_stats(const T* logits, const I* targets, const T* max, T* sum_exp, T* target_logit, std::int64_t rows,
+                         std::int64_t cols, std::int64_t first) {
+  parallel_for(rows, row_grain(cols), [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t r = b; r < e; ++r) {
+      ConstRowMap<T> lr(logits + r * cols, cols);
+      sum_exp[r] = (lr - max[r]).exp().sum();
+      const std::int64_t c = static_cast<std::int64_t>(targets[r]) - first;
+      target_logit[r] = c >= 0 && c < cols ? lr[c] : T(0);
+    }
+  });
+}
+/// dlogits = scale * (softmax - onehot(target)) over a part of the classes, from the whole rows'
+/// maxima and sums of exponentials.
+template <class T, class I>
+void cross_entropy_part_backward(const T* logits, const I* targets, const T* max, const T* sum_exp, T* dlogits, std::int64_t rows,
+                                 std::int64_t cols, std::int64_t first, T scale) {
+  parallel_for(rows, row_grain(cols), [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t r = b; r < e; ++r) {
+      RowMap<T> dr(dlogits + r * cols, cols);
+      dr = (ConstRowMap<T>(logits + r * cols, cols) - max[r]).exp() * (scale / sum_exp[r]);
+      const std::int64_t c = static_cast<std::int64_t>(targets[r]) - first;
+      if (c >= 0 && c < cols) dr[c] -= scale;
+    }
+  });
 }
 
 /// Sum over rows of -log softmax(logits)[target]; accumulated in double.
@@ -141,6 +187,21 @@ void dropout(const T* x, T* y, std::int64_t n, double p, std::uint64_t key, std:
   parallel_for(n, kGrain, [&](std::int64_t b, std::int64_t e) {
     for (std::int64_t i = b; i < e; ++i)
       y[i] = uniform01(key, static_cast<std::uint64_t>(offset + i)) >= p ? x[i] * keep_scale : T(0);
+  });
+}
+/// dropout of a column part of a tensor: x holds columns [col0, col0 + cols) of rows of
+/// `whole_cols`, and element (r, c) draws at offset + r * whole_cols + col0 + c, the whole
+/// tensor's position.
+template <class T>
+void dropout_columns(const T* x, T* y, std::int64_t rows, std::int64_t cols, double p, std::uint64_t key, std::int64_t offset,
+                     std::int64_t whole_cols, std::int64_t col0) {
+  const T keep_scale = T(1.0 / (1.0 - p));
+  parallel_for(rows, row_grain(cols), [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t r = b; r < e; ++r)
+      for (std::int64_t c = 0; c < cols; ++c) {
+        const auto at = static_cast<std::uint64_t>(offset + r * whole_cols + col0 + c);
+        y[r * cols + c] = uniform01(key, at) >= p ? x[r * cols + c] * keep_scale : T(0);
+      }
   });
 }
 

@@ -1,0 +1,95 @@
+#pragma once
+/// \file
+/// \brief plan::shard_model — a model's epl::Split parts sharded for this rank's place on the
+/// tensor axis, before materialize: each Split's layers by their split rules, and what the
+/// layout of activations between parts asks for. A Split whose output stays sharded (it ends in
+/// a column-parallel Linear) makes that Linear gather when anything follows it; when nothing
+/// does, the model's output is sharded and the loss runs vocabulary-parallel.
+#include "epl/strategy/pipeline.hpp"
+
+namespace epl {
+inline namespace v0 {
+namespace plan {
+
+/// \brief What shard_model found.
+struct ShardResult {
+  /// The model's output is the last dimension's part `part.index` (a split classifier or LM
+  /// head): the loss must run vocabulary-parallel.
+  bool sharded_output = false;
+};
+
+namespace detail {
+struct ShardWalk {
+  nn::SplitPart part;
+  bool colocated = false;
+  nn::Linear* pending = nullptr;  // the Linear whose sharded output is the activation so far
+  void need_whole() {
+    if (pending) pending->gather_output(true);
+    pending = nullptr;
+  }
+};
+template <class M>
+void shard_walk(M& m, ShardWalk& w) {
+  using T = std::remove_cvref_t<M>;
+  if constexpr (is_split_v<T>) {
+    w.need_whole();
+    strategy::SplitContext sc{w.part};
+    if (m.shard(sc, w.colocated) == nn::Layout::kLastDimSharded) w.pending = sc.sharded_by;
+  } else if constexpr (is_pipeline_v<T>) {
+    std::apply([&](auto&... stage) { (shard_walk(stage, w), ...); }, m.stages);
+  } else if constexpr (is_strategy_v<T>) {
+    shard_walk(m.body(), w);
+  } else if constexpr (nn::detail::is_residual<T>::value) {
+    w.need_whole();
+    shard_walk(m.body, w);
+    w.need_whole();
+  } else {
+    if (!nn::for_each_part(m, [&](auto& part) { shard_walk(part, w); })) w.need_whole();  // any other layer takes the whole
+  }
+}
+}  // namespace detail
+
+/// \brief Shards model's Split parts as part `part` of the tensor axis (a no-op with one part).
+/// `colocated`: the Splits take this rank's rows from a replicated part that runs data parallel
+/// over the tensor axis (cluster.colocate_split_and_replicate).
+template <class Model>
+ShardResult shard_model(Model& model, nn::SplitPart part, bool colocated) {
+  if (part.whole()) return {};
+  detail::ShardWalk w{part, colocated};
+  detail::shard_walk(model, w);
+  return {w.pending != nullptr};
+}
+
+namespace detail {
+// Calls fn for the parameters met before the first Split, in forward order; true once it is met.
+template <class M, class Fn>
+bool before_split(M& m, Fn& fn) {
+  using T = std::remove_cvref_t<M>;
+  if constexpr (is_split_v<T>) {
+    return true;
+  } else if constexpr (is_pipeline_v<T>) {
+    bool met = false;
+    std::apply([&](auto&... stage) { ((met = met || before_split(stage, fn)), ...); }, m.stages);
+    return met;
+  } else if constexpr (is_strategy_v<T>) {
+    return before_split(m.body(), fn);
+  } else if constexpr (nn::detail::is_residual<T>::value) {
+    return before_split(m.body, fn);
+  } else {
+    bool met = false;
+    if (!nn::for_each_part(m, [&](auto& part) { met = met || before_split(part, fn); })) nn::for_each_parameter(m, fn);
+    return met;
+  }
+}
+}  // namespace detail
+
+/// \brief Calls fn(Parameter&) for each parameter a model's forward meets before its first
+/// epl::Split part (a colocated split's replicated part).
+template <class Model, class Fn>
+void for_each_parameter_before_split(Model& model, Fn&& fn) {
+  detail::before_split(model, fn);
+}
+
+}  // namespace plan
+}  // namespace v0
+}  // namespace epl

@@ -1,0 +1,331 @@
+// Split (tensor parallelism) on thread ranks trains exactly like one device with the same global
+// batch: each built-in rule (Linear column/row pairs in Mlp, attention by heads, Embedding and
+// the cross-entropy by vocabulary, Dropout on split columns) on 2 and 4 ranks, Split x data
+// parallel, Split inside a pipeline stage; each rule moves exactly its formula's bytes; bad
+// setups are clear errors.
+#include <map>
+#include <set>
+
+#include "../../examples/gpt/gpt.hpp"
+#include "../helpers.hpp"
+#include "epl/comm/run_threads.hpp"
+
+using namespace epl;
+
+namespace {
+gpt::Shape shape() { return {.vocab = 32, .context = 8, .layers = 2, .heads = 4, .dim = 16}; }
+constexpr int kSteps = 4;
+constexpr std::int64_t kBatch = 8;
+
+// The GPT with every part split N ways: the embedding by vocabulary, the blocks by heads and
+// Mlp columns/rows, the head's output layer by vocabulary (so the loss runs vocabulary-parallel).
+template <int N>
+struct SplitGpt {
+  Split<N, gpt::Embed> embed;
+  Split<N, nn::Repeat<gpt::Block>> body;
+  Split<N, gpt::Head> head;
+};
+template <int N>
+SplitGpt<N> make_split_gpt(const gpt::Shape& s) {
+  auto g = gpt::make_gpt(s);
+  return {Split<N, gpt::Embed>(g.embed), Split<N, nn::Repeat<gpt::Block>>(g.body), Split<N, gpt::Head>(g.head)};
+}
+
+struct Run {
+  std::vector<double> losses;
+  std::map<std::int64_t, std::vector<double>> params;  // by ordinal: this rank's part
+  std::map<std::int64_t, nn::Parameter> specs;          // how each is sharded
+};
+Config config(std::int64_t micro) {
+  Config c;
+  c.set(keys::num_micro_batch, micro);
+  return c;
+}
+template <class Model>
+Run train(Context& ctx, const Config& cfg, Model model, double dropout_free_lr = 0.05) {
+  Trainer<Model, optim::Momentum> t(ctx, cfg, std::move(model), optim::Momentum({.lr = dropout_free_lr}), {.seed = 3, .clip_norm = 0.5});
+  auto ds = test::token_corpus(4000);
+  data::WindowLoader loader(ds, 8, kBatch, 17, t.data_shard());
+  Run r;
+  for (int s = 0; s < kSteps; ++s) r.losses.push_back(t.step(loader.next(ctx.cpu())));
+  nn::for_each_parameter(t.model(), [&](nn::Parameter& p) {
+    if (!p.materialized()) return;
+    r.params[p.ordinal] = test::values(p.value);
+    r.specs[p.ordinal] = p;
+  });
+  return r;
+}
+// The elements of the whole parameter that a part holds, from the whole's values.
+std::vector<double> part_of(const nn::Parameter& spec, const std::vector<double>& whole) {
+  std::vector<double> out;
+  for (std::int64_t i = 0; i < spec.numel(); ++i) out.push_back(whole.at(spec.global_index(i)));
+  return out;
+}
+// n ranks, split `tensor` ways: every rank's losses and its parts of the parameters against one
+// device's; together the ranks hold every parameter, and the split ones really are split.
+template <class Make>
+void expect_equal(int n, const Config& cfg, const Run& ref, Make make, int tensor = 0) {
+  if (tensor == 0) tensor = n;
+  std::vector<Run> runs(static_cast<std::size_t>(n));
+  comm::run_threads(n, [&](comm::ThreadCommunicator& c) {
+    Context ctx(c, 400 + c.rank());
+    runs[c.rank()] = train(ctx, cfg, make());
+  });
+  std::set<std::int64_t> held;
+  int sharded = 0;
+  for (int r = 0; r < n; ++r) {
+    CAPTURE(r);
+    CHECK(test::max_rel_diff(runs[r].losses, ref.losses) < 1e-5);
+    for (const auto& [ordinal, spec] : runs[r].specs) sharded += spec.shard.parts == tensor;
+    for (const auto& [ordinal, values] : runs[r].params) {
+      CAPTURE(ordinal);
+      CHECK(test::max_rel_diff(values, part_of(runs[r].specs.at(ordinal), ref.params.at(ordinal))) < 1e-5);
+      held.insert(ordinal);
+    }
+  }
+  CHECK(held.size() == ref.params.size());
+  CHECK(sharded > 0);  // the split parts really are split
+}
+Run reference(const Config& cfg) {
+  Context solo = Context::solo(399);
+  return train(solo, cfg, gpt::make_gpt(shape()));
+}
+}  // namespace
+
+TEST_SUITE("cpu") {
+TEST_CASE("split: the GPT's embedding, blocks and head split 2 and 4 ways equal one device, with accumulation") {
+  for (std::int64_t micro : {1, 2}) {
+    CAPTURE(micro);
+    const Run ref = reference(config(micro));
+    expect_equal(2, config(micro), ref, [] { return make_split_gpt<2>(shape()); });
+    expect_equal(4, config(micro), ref, [] { return make_split_gpt<4>(shape()); });
+  }
+}
+
+TEST_CASE("split x data parallel: the split GPT on 2 x 2 ranks equals one device") {
+  const Run ref = reference(config(2));
+  expect_equal(4, config(2), ref, [] { return make_split_gpt<2>(shape()); }, 2);
+}
+
+TEST_CASE("split inside a pipeline stage: a replicated stage and a split stage, with and without data parallel") {
+  using Stage0 = Replicate<1, gpt::Embed, nn::Repeat<gpt::Block>>;
+  using Stage1 = Split<2, nn::Repeat<gpt::Block>, gpt::Head>;
+  auto make = [] {
+    auto g = gpt::make_gpt(shape());
+    nn::Repeat<gpt::Block> first({g.body.layers[0]}), second({g.body.layers[1]});
+    return Pipeline<Stage0, Stage1>(Stage0(g.embed, first), Stage1(second, g.head));
+  };
+  Config cfg = config(4);
+  cfg.set(keys::pipeline_strategy, "PreferBackward");
+  const Run ref = reference(config(4));
+  expect_equal(4, cfg, ref, make, 2);  // 2 stages x tensor 2
+  expect_equal(8, cfg, ref, make, 2);  // x 2 replicas
+}
+
+TEST_CASE("split with dropout on split columns draws the single-device masks") {
+  struct Net {
+    nn::Embedding tok;
+    Split<2, nn::Linear, nn::GELU, nn::Dropout, nn::Linear> mlp;
+    nn::Dropout drop;
+    nn::Linear out;
+  };
+  struct Plain {
+    nn::Embedding tok;
+    nn::Seq<nn::Linear, nn::GELU, nn::Dropout, nn::Linear> mlp;
+    nn::Dropout drop;
+    nn::Linear out;
+  };
+  auto ref_run = [&] {
+    Context solo = Context::solo(398);
+    return train(solo, config(2), Plain{nn::Embedding(32, 16), nn::Seq<nn::Linear, nn::GELU, nn::Dropout, nn::Linear>(
+                                        nn::Linear(16, 64), {}, nn::Dropout(0.3), nn::Linear(64, 16)), nn::Dropout(0.2), nn::Linear(16, 32)});
+  }();
+  expect_equal(2, config(2), ref_run, [] {
+    return Net{nn::Embedding(32, 16), Split<2, nn::Linear, nn::GELU, nn::Dropout, nn::Linear>(nn::Linear(16, 64), {}, nn::Dropout(0.3),
+                                                                                              nn::Linear(64, 16)),
+               nn::Dropout(0.2), nn::Linear(16, 32)};
+  });
+}
+
+// Exact communication: a split Mlp moves one all-reduce of the block's activations forward and
+// one backward; the vocabulary-parallel loss moves 3 values a row, whatever the vocabulary.
+TEST_CASE("split: the bytes each block moves over the tensor axis equal the formula") {
+  constexpr std::int64_t rows = 12, dim = 8, vocab = 4000;
+  auto bytes_of_a_step = [&](auto make, int n) {
+    std::int64_t sent = -1;
+    comm::run_threads(n, [&](comm::ThreadCommunicator& c) {
+      Context ctx(c, 420 + c.rank());
+      auto model = make();
+      Trainer<decltype(model), optim::SGD> t(ctx, Config{}, std::move(model), optim::SGD({}));
+      Tensor x = test::random({rows, dim}, 5), y = test::ids({rows}, 8, 6);
+      const auto before = t.mesh().tensor().stats().bytes_sent;
+      (void)t.step({x, y});
+      if (c.rank() == 0) sent = t.mesh().tensor().stats().bytes_sent - before;
+    });
+    return sent;
+  };
+  for (int n : {2, 4}) {
+    CAPTURE(n);
+    const std::int64_t ring = 2 * (n - 1);  // an all-reduce moves 2(n-1)/n of its buffer per rank
+    struct MlpNet {
+      Split<4, nn::Mlp> mlp;
+    };
+    struct MlpNet2 {
+      Split<2, nn::Mlp> mlp;
+    };
+    const std::int64_t mlp = n == 2 ? bytes_of_a_step([] { return MlpNet2{Split<2, nn::Mlp>(nn::Mlp(dim, 32))}; }, 2)
+                                    : bytes_of_a_step([] { return MlpNet{Split<4, nn::Mlp>(nn::Mlp(dim, 32))}; }, 4);
+    // forward: proj's all-reduce of [rows, dim]; backward: fc's input gradient [rows, dim]
+    CHECK(mlp == 2 * ring * rows * dim * 4 / n);
+  }
+  struct Classifier {
+    Split<2, nn::Linear> fc;
+  };
+  const std::int64_t loss = bytes_of_a_step([] { return Classifier{Split<2, nn::Linear>(nn::Linear(dim, vocab))}; }, 2);
+  // max and (sum, target logit) a row forward, the input gradient [rows, dim] backward: no vocabulary term
+  CHECK(loss == 2 * (3 * rows + rows * dim) * 4 / 2);
+}
+
+TEST_CASE("split: sizes that do not divide, a world that does not fit and split ranks with other rows are errors") {
+  auto fails = [](int ranks, auto make, const char* message) {
+    CHECK_THROWS_WITH_AS(comm::run_threads(ranks, [&](comm::ThreadCommunicator& c) {
+      Context ctx(c, 440 + c.rank());
+      auto model = make();
+      Trainer<decltype(model), optim::SGD> t(ctx, Config{}, std::move(model), optim::SGD({}));
+    }, {.report = false}), doctest::Contains(message), Error);
+  };
+  struct Att {
+    Split<2, nn::CausalSelfAttention> att;
+  };
+  fails(2, [] { return Att{Split<2, nn::CausalSelfAttention>(nn::CausalSelfAttention(12, 3))}; },
+        "CausalSelfAttention(dim 12, heads 3): 3 heads do not divide by the split degree 2");
+  struct Emb {
+    Split<2, nn::Embedding> tok;
+    nn::Linear out;
+  };
+  fails(2, [] { return Emb{Split<2, nn::Embedding>(nn::Embedding(33, 4)), nn::Linear(4, 2)}; },
+        "Embedding(33, 4).weight (its vocabulary): dimension 0 (33) does not divide by the split degree 2");
+  struct Lin {
+    Split<2, nn::Linear> fc;
+  };
+  fails(2, [] { return Lin{Split<2, nn::Linear>(nn::Linear(4, 7))}; },
+        "Linear(4 -> 7).weight (its outputs): dimension 0 (7) does not divide by the split degree 2");
+  fails(3, [] { return Lin{Split<2, nn::Linear>(nn::Linear(4, 8))}; }, "world size 3 cannot hold replicas of 2 devices each");
+  CHECK_THROWS_WITH_AS(comm::run_threads(2, [&](comm::ThreadCommunicator& c) {
+    Context ctx(c, 450 + c.rank());
+    Trainer<Lin, optim::SGD> t(ctx, Config{}, Lin{Split<2, nn::Linear>(nn::Linear(4, 8))}, optim::SGD({}));
+    (void)t.step({test::random({2, 4}, 10 + c.rank()), test::ids({2}, 8, 3)});  // each rank its own rows: wrong
+  }, {.report = false}), doctest::Contains("tensor-parallel rank 1 of a split group got other rows than its rank 0"), Error);
+}
+
+// EPL's large classifier: a replicated backbone and a split classifier on the same devices
+// (cluster.colocate_split_and_replicate). The backbone runs data parallel on each rank's rows; the
+// features are all-gathered into the classifier and their gradients reduce-scattered back.
+namespace {
+struct Backbone {
+  nn::Linear fc1;
+  nn::ReLU act;
+  nn::Linear fc2;
+};
+struct Classifier {
+  nn::Linear fc;
+};
+Backbone backbone() { return {nn::Linear(12, 16), {}, nn::Linear(16, 8)}; }
+template <int N>
+struct Colocated {
+  Replicate<N, Backbone> backbone;
+  Split<N, Classifier> classifier;
+};
+struct Plain {
+  Backbone backbone;
+  Classifier classifier;
+};
+constexpr std::int64_t kRows = 8;
+// the rows a data shard reads of step s's global batch: features and class ids from the row's index
+Batch class_batch(const device::Cpu& cpu, int step, data::Shard shard, std::int64_t classes) {
+  const std::int64_t per = kRows / shard.ranks;
+  Tensor x = cpu.empty({per, 12}, DType::kF32), y = cpu.empty({per}, DType::kI32);
+  for (std::int64_t r = 0; r < per; ++r) {
+    const std::int64_t g = step * kRows + shard.rank * per + r;
+    y.span<std::int32_t>()[r] = static_cast<std::int32_t>((g * 7) % classes);
+    for (std::int64_t f = 0; f < 12; ++f)
+      x.span<float>()[r * 12 + f] = static_cast<float>(uniform01(21, static_cast<std::uint64_t>(g * 12 + f)) - 0.5);
+  }
+  return {x, y};
+}
+template <class Model>
+Run train_classifier(Context& ctx, const Config& cfg, Model model, std::int64_t classes) {
+  Trainer<Model, optim::Momentum> t(ctx, cfg, std::move(model), optim::Momentum({.lr = 0.1}), {.seed = 5, .clip_norm = 1.0});
+  Run r;
+  for (int s = 0; s < kSteps; ++s) r.losses.push_back(t.step(class_batch(ctx.cpu(), s, t.data_shard(), classes)));
+  nn::for_each_parameter(t.model(), [&](nn::Parameter& p) {
+    r.params[p.ordinal] = test::values(p.value);
+    r.specs[p.ordinal] = p;
+  });
+  return r;
+}
+}  // namespace
+
+TEST_CASE("colocated: a replicated backbone and a split classifier on the same 2 and 4 ranks equal one device") {
+  constexpr std::int64_t classes = 64;
+  Config cfg = config(1);
+  Context solo = Context::solo(397);
+  const Run ref = train_classifier(solo, cfg, Plain{backbone(), {nn::Linear(8, classes)}}, classes);
+  cfg.set(keys::colocate_split_and_replicate, true);
+  auto check = [&](int n, auto make, int parts) {
+    std::vector<Run> runs(static_cast<std::size_t>(n));
+    comm::run_threads(n, [&](comm::ThreadCommunicator& c) {
+      Context ctx(c, 460 + c.rank());
+      runs[c.rank()] = train_classifier(ctx, cfg, make(), classes);
+    });
+    for (int r = 0; r < n; ++r) {
+      CAPTURE(n);
+      CAPTURE(r);
+      CHECK(test::max_rel_diff(runs[r].losses, ref.losses) < 1e-5);
+      for (const auto& [ordinal, values] : runs[r].params)
+        CHECK(test::max_rel_diff(values, part_of(runs[r].specs.at(ordinal), ref.params.at(ordinal))) < 1e-5);
+      CHECK(runs[r].specs.at(4).shard.parts == parts);  // the classifier's weight is split
+    }
+  };
+  check(2, [] { return Colocated<2>{Replicate<2, Backbone>(backbone()), Split<2, Classifier>(Classifier{nn::Linear(8, classes)})}; }, 2);
+  check(4, [] { return Colocated<4>{Replicate<4, Backbone>(backbone()), Split<4, Classifier>(Classifier{nn::Linear(8, classes)})}; }, 4);
+  // 2 x 2: two replicas of a colocated pair
+  check(4, [] { return Colocated<2>{Replicate<2, Backbone>(backbone()), Split<2, Classifier>(Classifier{nn::Linear(8, classes)})}; }, 2);
+  // without the key: an error that names it
+  CHECK_THROWS_WITH_AS(comm::run_threads(2, [&](comm::ThreadCommunicator& c) {
+    Context ctx(c, 470 + c.rank());
+    Trainer<Colocated<2>, optim::SGD> t(ctx, config(1), Colocated<2>{Replicate<2, Backbone>(backbone()), Split<2, Classifier>(
+                                                             Classifier{nn::Linear(8, classes)})}, optim::SGD({}));
+  }, {.report = false}), doctest::Contains("set cluster.colocate_split_and_replicate=true"), Error);
+}
+
+TEST_CASE("split memory: a 100,000-class classifier's parameter, gradient and optimizer bytes per rank fall as 1/N") {
+  constexpr std::int64_t classes = 100000;
+  auto bytes = [&](int n, auto make) {
+    std::int64_t held = 0;
+    comm::run_threads(n, [&](comm::ThreadCommunicator& c) {
+      Context ctx(c, 480 + c.rank());
+      Config cfg;
+      cfg.set(keys::colocate_split_and_replicate, n > 1);
+      auto model = make();
+      Trainer<decltype(model), optim::AdamW> t(ctx, cfg, std::move(model), optim::AdamW({.lr = 1e-3}));
+      (void)t.step(class_batch(ctx.cpu(), 0, t.data_shard(), classes));
+      const auto st = memory_stats(ctx.cpu().id());
+      if (c.rank() == 0)
+        held = st.current_of(MemoryCategory::kParameters) + st.current_of(MemoryCategory::kGradients) +
+               st.current_of(MemoryCategory::kOptimizerState);
+    });
+    return held;
+  };
+  const std::int64_t one = bytes(1, [] { return Plain{backbone(), {nn::Linear(8, classes)}}; });
+  const std::int64_t backbone_bytes = 4 * 4 * (12 * 16 + 16 + 16 * 8 + 8 + 4 * 16);  // with alignment padding, roughly
+  const std::int64_t two = bytes(2, [] { return Colocated<2>{Replicate<2, Backbone>(backbone()), Split<2, Classifier>(Classifier{nn::Linear(8, classes)})}; });
+  const std::int64_t four = bytes(4, [] { return Colocated<4>{Replicate<4, Backbone>(backbone()), Split<4, Classifier>(Classifier{nn::Linear(8, classes)})}; });
+  CAPTURE(one);
+  CAPTURE(two);
+  CAPTURE(four);
+  CHECK(one > 4 * 4 * 9 * classes);  // AdamW: value, gradient and 2 state words for the 9 x 100,000 classifier
+  CHECK(std::abs(static_cast<double>(two - backbone_bytes) / static_cast<double>(one - backbone_bytes) - 0.5) < 0.01);
+  CHECK(std::abs(static_cast<double>(four - backbone_bytes) / static_cast<double>(one - backbone_bytes) - 0.25) < 0.01);
+}
+}
