@@ -50,6 +50,20 @@ TEST_CASE("gradcheck: Mlp, Seq, Residual") {
                    test::random<double>({4, 3}, 11));
   expect_gradients(nn::Residual<nn::LayerNorm, nn::Linear>(nn::LayerNorm(4), nn::Linear(4, 4)), test::random<double>({3, 4}, 12));
 }
+TEST_CASE("gradcheck: MoE, top-1 and top-2, with dropped tokens and the load-balancing loss") {
+  // 12 tokens over 4 experts: capacity ceil(0.5 x 12 k / 4) leaves some choices dropped
+  for (std::int64_t k : {1, 2}) {
+    CAPTURE(k);
+    nn::MoE moe({.dim = 6, .hidden = 5, .experts = 4, .top_k = k, .capacity_factor = 0.5, .aux_weight = 0.3});
+    (void)param::materialize(moe, test::cpu64(), {.dtype = DType::kF64, .seed = 3});
+    auto r = testing::gradcheck(moe, test::random<double>({3, 4, 6}, 40 + k));
+    CAPTURE(r.worst);
+    CHECK(r.checked > 0);
+    CHECK(r.max_error <= 1e-6);
+    CHECK(moe.last_routing().dropped > 0);  // capacity ceil(0.5 x 12 k / 4): some choices do not fit
+    CHECK(moe.last_routing().aux > 0.9);    // E sum f P >= 1 at balance
+  }
+}
 TEST_CASE("gradcheck: a user's transformer block struct") { expect_gradients(block(8, 2), test::random<double>({2, 4, 8}, 13)); }
 
 TEST_CASE("gradcheck: SoftmaxCrossEntropy") {

@@ -328,4 +328,81 @@ TEST_CASE("split memory: a 100,000-class classifier's parameter, gradient and op
   CHECK(std::abs(static_cast<double>(two - backbone_bytes) / static_cast<double>(one - backbone_bytes) - 0.5) < 0.01);
   CHECK(std::abs(static_cast<double>(four - backbone_bytes) / static_cast<double>(one - backbone_bytes) - 0.25) < 0.01);
 }
+
+// A mixture-of-experts transformer: attention and the gate replicated, the experts split over the
+// group with all_to_all dispatch and combine.
+namespace {
+template <class Ffn>
+struct MoeBlock {
+  nn::Residual<nn::LayerNorm, nn::CausalSelfAttention> attn;
+  nn::Residual<Ffn> ffn;
+};
+template <class Ffn>
+struct MoeGpt {
+  gpt::Embed embed;
+  MoeBlock<Ffn> b0, b1;
+  gpt::Head head;
+};
+using PlainFfn = nn::Seq<nn::LayerNorm, nn::MoE>;
+template <int N>
+using SplitFfn = Split<N, nn::LayerNorm, nn::MoE>;
+nn::MoE::Options moe_options(double capacity, double aux) {
+  return {.dim = 16, .hidden = 24, .experts = 4, .top_k = 2, .capacity_factor = capacity, .aux_weight = aux};
+}
+template <class Ffn>
+MoeGpt<Ffn> make_moe_gpt(double capacity, double aux) {
+  const auto s = shape();
+  auto g = gpt::make_gpt(s);
+  auto block = [&] {
+    return MoeBlock<Ffn>{nn::Residual<nn::LayerNorm, nn::CausalSelfAttention>(nn::LayerNorm(s.dim), nn::CausalSelfAttention(s.dim, s.heads)),
+                         nn::Residual<Ffn>(Ffn(nn::LayerNorm(s.dim), nn::MoE(moe_options(capacity, aux))))};
+  };
+  return {g.embed, block(), block(), g.head};
+}
+}  // namespace
+
+TEST_CASE("moe: experts split 2 and 4 ways equal one device, with and without dropped tokens, top-2 and the balancing loss") {
+  for (double capacity : {2.0, 0.5}) {  // 2: nothing dropped (4 experts, top-2); 0.5: drops
+    CAPTURE(capacity);
+    Context solo = Context::solo(396);
+    const Run ref = train(solo, config(2), make_moe_gpt<PlainFfn>(capacity, 0.05));
+    expect_equal(2, config(2), ref, [&] { return make_moe_gpt<SplitFfn<2>>(capacity, 0.05); });
+    expect_equal(4, config(2), ref, [&] { return make_moe_gpt<SplitFfn<4>>(capacity, 0.05); });
+  }
+  // x data parallel: each replica routes its own tokens, so without drops and the balancing loss
+  // (both depend on which tokens meet) it equals one device
+  Context solo = Context::solo(395);
+  const Run ref = train(solo, config(1), make_moe_gpt<PlainFfn>(2.0, 0));
+  expect_equal(4, config(1), ref, [&] { return make_moe_gpt<SplitFfn<2>>(2.0, 0); }, 2);
+}
+
+TEST_CASE("moe: dropped tokens are counted, the all_to_all moves each routed token twice each way") {
+  comm::run_threads(2, [&](comm::ThreadCommunicator& c) {
+    Context ctx(c, 490 + c.rank());
+    struct Net {
+      SplitFfn<2> ffn;
+    };
+    Trainer<Net, optim::SGD> t(ctx, Config{}, Net{SplitFfn<2>(nn::LayerNorm(16), nn::MoE(moe_options(0.5, 0.01)))}, optim::SGD({}));
+    Tensor x = test::random({8, 16}, 31), y = test::ids({8}, 16, 32);
+    const auto before = t.mesh().tensor().stats().bytes_sent;
+    (void)t.step({x, y});
+    const std::int64_t sent = t.mesh().tensor().stats().bytes_sent - before;
+    auto& moe = std::get<2>(t.model().ffn.body().layers);
+    const auto& r = moe.last_routing();
+    CHECK(r.capacity == 2);  // ceil(0.5 x 8 tokens x 2 / 4 experts)
+    CHECK(r.dropped == 16 - 4 * 2);
+    CHECK(moe.dropped() == r.dropped);
+    // my tokens' accepted choices for the other rank's experts go there and their outputs come
+    // back (forward), their gradients go and input gradients come back (backward); plus the
+    // all-gathers of the outputs, the probabilities' gradient and the input gradient (rank 0's
+    // half each): 4 x 4 bytes x 16 per row sent out, 3 all-gathers of 4 rows of 16 and 4 rows of 4
+    std::int64_t remote = 0;
+    for (std::int64_t e = 2; e < 4; ++e)  // rank 1's experts
+      for (auto choice : r.by_expert[static_cast<std::size_t>(e)]) remote += choice / 2 < 4;  // tokens 0-3 are rank 0's
+    std::int64_t local_sent_to_me = 0;
+    for (std::int64_t e = 0; e < 2; ++e)
+      for (auto choice : r.by_expert[static_cast<std::size_t>(e)]) local_sent_to_me += choice / 2 >= 4;
+    if (c.rank() == 0) CHECK(sent == 4 * 16 * (2 * remote + 2 * local_sent_to_me) + 4 * (4 * 16 + 4 * 4 + 4 * 16));
+  });
+}
 }

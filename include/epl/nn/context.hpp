@@ -9,6 +9,7 @@
 /// flight through one layer (a pipeline) and a checkpoint can drop and recompute them.
 #include <cstdint>
 #include <initializer_list>
+#include <memory>
 #include <type_traits>
 #include <vector>
 
@@ -21,12 +22,20 @@ namespace epl {
 inline namespace v0 {
 namespace nn {
 
-/// \brief What a layer saved in forward: tensors plus one integer (a dropout key, a length).
+/// \brief What a layer saved in forward: tensors plus one integer (a dropout key, a length) and,
+/// for a layer with host-side decisions to remember (an MoE's routing), an object of its own.
 struct Saved {
   const void* owner = nullptr;
   std::vector<Tensor> tensors;
   std::uint64_t aux = 0;
+  std::shared_ptr<const void> extra;
   const Tensor& operator[](std::size_t i) const { return tensors.at(i); }
+  /// \brief The saved object, as the type the layer saved.
+  template <class T>
+  [[nodiscard]] const T& get() const {
+    EPL_CHECK(extra != nullptr, "backward: the layer saved no object in forward");
+    return *static_cast<const T*>(extra.get());
+  }
 };
 
 /// \brief Options of one pass: training mode, and the coordinates that seed its randomness.
@@ -38,6 +47,9 @@ struct PassOptions {
   /// Index in the global batch of this pass's first sample: random draws are made at global
   /// positions, so a rank's share, a micro-batch and the whole batch on one device agree.
   std::int64_t first_sample = 0;
+  /// What backward scales the loss by (1/M with M micro-batches): a layer that adds a loss of its
+  /// own (an MoE's load-balancing loss) scales its gradient alike.
+  double loss_scale = 1.0;
 };
 
 /// \brief The hooks a strategy or policy runs around each layer; this one runs nothing.
@@ -88,7 +100,12 @@ class Context {
 
   /// \brief Saves tensors for owner's backward (a stack: backward pops in reverse order).
   void save(const void* owner, std::initializer_list<Tensor> tensors, std::uint64_t aux = 0) {
-    stack_.push_back(Saved{owner, std::vector<Tensor>(tensors), aux});
+    stack_.push_back(Saved{owner, std::vector<Tensor>(tensors), aux, nullptr});
+  }
+  /// \brief As above, with an object of the layer's own for its backward.
+  template <class T>
+  void save(const void* owner, std::initializer_list<Tensor> tensors, std::shared_ptr<const T> extra) {
+    stack_.push_back(Saved{owner, std::vector<Tensor>(tensors), 0, std::move(extra)});
   }
   /// \brief Takes back what owner saved; fails if backward runs out of forward's order.
   [[nodiscard]] Saved restore(const void* owner) {
@@ -101,6 +118,11 @@ class Context {
     return s;
   }
   [[nodiscard]] std::size_t saved_count() const noexcept { return stack_.size(); }
+
+  /// \brief A layer's own term of the loss (an auxiliary loss), added to the pass's loss; the
+  /// layer's backward adds its gradient, scaled by options().loss_scale.
+  void add_loss(double value) noexcept { extra_loss_ += value; }
+  [[nodiscard]] double extra_loss() const noexcept { return extra_loss_; }
   /// \brief Bytes held by saved activations (views of one storage may be counted twice).
   [[nodiscard]] std::int64_t saved_bytes() const {
     std::int64_t n = 0;
@@ -126,6 +148,7 @@ class Context {
   Hooks* hooks_;
   Groups groups_;
   std::vector<Saved> stack_;
+  double extra_loss_ = 0;
 };
 
 }  // namespace nn

@@ -7,4 +7,5 @@
 #include "epl/nn/embedding.hpp"
 #include "epl/nn/linear.hpp"
 #include "epl/nn/loss.hpp"
+#include "epl/nn/moe.hpp"
 #include "epl/nn/norm.hpp"

@@ -224,7 +224,7 @@ class Trainer {
     const Tensor targets = plan_.colocated ? gather_targets(batch.targets, m_count) : batch.targets;
     double loss = executor_->run(actions_, {batch.inputs, targets, m_count}, [&](int m) {
       return PassContext(*device_, nn::PassOptions{true, opt_.seed, static_cast<std::uint64_t>(steps_), static_cast<std::uint64_t>(m),
-                                                   first + m * per},
+                                                   first + m * per, 1.0 / m_count},
                          &hooks_, groups());
     }, [&](int m) { hooks_.active = overlap_ && m + 1 == m_count; });  // a chunk's gradients are final in its last micro-batch
     hooks_.active = false;

@@ -84,7 +84,8 @@ class Executor {
 
   /// \brief Runs the actions; make_pass(m) builds micro-batch m's pass context, before_backward(m)
   /// runs before each backward. Returns this rank's loss: the sum over micro-batches of
-  /// loss / count, from the last chunk (0 on the other ranks).
+  /// loss / count, from the last chunk (0 on the other ranks), plus the loss terms its layers
+  /// added (ctx.add_loss), likewise over count.
   double run(const std::vector<Action>& actions, const MicroBatches& mb, const std::function<Ctx(int m)>& make_pass,
              const std::function<void(int m)>& before_backward = {}) {
     EPL_CHECK(mb.count >= 1, "pipeline.num_micro_batch = ", mb.count, " must be at least 1");
@@ -92,7 +93,7 @@ class Executor {
     std::vector<std::vector<std::optional<Ctx>>> passes(local_.size());
     for (auto& p : passes) p.resize(static_cast<std::size_t>(mb.count));
     std::map<std::pair<int, int>, Tensor> inputs, grads, outputs, input_grads;  // by (chunk, micro-batch)
-    double loss = 0;
+    double loss = 0, extra = 0;
     const bool traced = timeline_ != nullptr;
     for (const auto& a : actions) {
       const int c = a.chunk, m = a.micro_batch;
@@ -116,6 +117,7 @@ class Executor {
           pass.emplace(make_pass(m));
           Tensor x = c == 0 ? mb.input(m) : take(inputs, c, m);
           Tensor y = local_[static_cast<std::size_t>(c / ranks_)].forward(*pass, x);
+          extra += pass->extra_loss() / mb.count;  // layers' own loss terms (an MoE's balancing loss)
           if (c == chunks_ - 1) loss += loss_.forward(*pass, y, mb.target(m)) / mb.count;
           else if (rank_of(c + 1) == stage_) inputs[{c + 1, m}] = y;  // the next chunk is this rank's
           else outputs[{c, m}] = y;
@@ -140,8 +142,11 @@ class Executor {
       sends_.front().works[1].wait();
       sends_.pop_front();
     }
-    return loss;
+    last_extra_loss_ = extra;
+    return loss + extra;
   }
+  /// \brief The part of the last run's loss that layers added themselves (auxiliary losses).
+  [[nodiscard]] double last_extra_loss() const noexcept { return last_extra_loss_; }
 
  private:
   enum Channel { kActivation = 0, kGradient = 1 };
@@ -213,6 +218,7 @@ class Executor {
   std::deque<Pending> sends_;
   Loss loss_;
   Timeline* timeline_ = nullptr;
+  double last_extra_loss_ = 0;
 };
 
 }  // namespace strategy

@@ -24,6 +24,8 @@ namespace strategy {
 /// \brief What split rules share while a split group's layers are sharded.
 struct SplitContext {
   nn::SplitPart part;
+  /// The split takes its rows from a replicated part that ran data parallel over the group.
+  bool colocated = false;
   /// The column-parallel Linear whose output the current activation is (null when it is whole):
   /// a layer that needs the whole activation makes it gather.
   nn::Linear* sharded_by = nullptr;
@@ -124,6 +126,14 @@ struct split_rule<nn::CausalSelfAttention> {
   }
 };
 template <>
+struct split_rule<nn::MoE> {
+  static nn::Layout apply(nn::MoE& l, strategy::SplitContext& sc, nn::Layout in) {
+    strategy::need_whole(sc, in);
+    l.parallelize(sc.part);  // experts over the group, tokens dispatched by all_to_all
+    return nn::Layout::kWhole;
+  }
+};
+template <>
 struct split_rule<nn::Embedding> {
   static nn::Layout apply(nn::Embedding& l, strategy::SplitContext& sc, nn::Layout in) {
     strategy::need_whole(sc, in);
@@ -144,6 +154,10 @@ struct split_rule<nn::detail::Pointwise<K>> {
 template <>
 struct split_rule<nn::Dropout> {
   static nn::Layout apply(nn::Dropout& l, strategy::SplitContext& sc, nn::Layout in) {
+    // a colocated split's rows come from every rank of the group: a pass's first sample does not
+    // say where they sit in the batch, so the mask could not be the single-device one
+    EPL_CHECK(!sc.colocated, "Dropout inside a colocated epl::Split (cluster.colocate_split_and_replicate) is not supported; "
+              "put it in the replicated part before the Split");
     if (in == nn::Layout::kLastDimSharded) l.shard_columns(sc.part);  // draws at its whole-tensor positions
     return in;
   }
@@ -219,7 +233,7 @@ class Split {
     EPL_CHECK(sc.part.parts == N, "epl::Split<", N, ", ...> on a tensor-parallel group of ", sc.part.parts,
               " ranks; every Split of a model must use the same N");
     auto& entry = std::get<0>(body_.layers);
-    sc.defer_entry_grad = colocated;
+    sc.defer_entry_grad = sc.colocated = colocated;
     sc.at_entry = true;
     nn::Layout out = nn::Layout::kWhole;
     [&]<std::size_t... I>(std::index_sequence<I...>) {

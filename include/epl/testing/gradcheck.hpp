@@ -93,10 +93,10 @@ GradcheckResult gradcheck(L& layer, const Tensor& x, GradcheckOptions opt = {}) 
   Tensor proj = cpu.empty(y0.shape(), DType::kF64);
   auto key = stream_key(opt.seed, 99);
   for (std::int64_t i = 0; i < proj.numel(); ++i) proj.span<double>()[i] = normal01(key, static_cast<std::uint64_t>(i));
-  auto loss = [&] {
+  auto loss = [&] {  // a fixed projection of the output, plus any loss the layer adds itself (an MoE's)
     CheckContext ctx(cpu, pass);
     Tensor y = run(ctx);
-    double s = 0;
+    double s = ctx.extra_loss();
     for (std::int64_t i = 0; i < y.numel(); ++i) s += y.span<double>()[i] * proj.span<double>()[i];
     return s;
   };

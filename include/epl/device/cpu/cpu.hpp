@@ -217,6 +217,42 @@ class BasicCpu {
       });
     });
   }
+  /// y = softmax over the last dimension of each row of x.
+  void softmax_rows(const Tensor& x, const Tensor& y) const {
+    detail::same(x, y, "softmax_rows");
+    visit(x.dtype(), [&]<class T>() { epl::detail::cpu::softmax_rows(x.data<T>(), y.data<T>(), x.shape().rows(), x.shape().back()); });
+  }
+  /// dx = y (dy - sum(dy y)) per row: softmax_rows' backward from its output y.
+  void softmax_rows_backward(const Tensor& y, const Tensor& dy, const Tensor& dx) const {
+    detail::same(y, dy, "softmax_rows_backward");
+    detail::same(y, dx, "softmax_rows_backward");
+    visit(y.dtype(), [&]<class T>() {
+      epl::detail::cpu::softmax_rows_backward(y.data<T>(), dy.data<T>(), dx.data<T>(), y.shape().rows(), y.shape().back());
+    });
+  }
+  /// dst[i, :] = src[index[i], :]; index an i64 tensor of row numbers of src.
+  void gather_rows(const Tensor& src, const Tensor& index, const Tensor& dst) const {
+    check_rows(src, index, dst, "gather_rows");
+    visit(src.dtype(), [&]<class T>() {
+      epl::detail::cpu::gather_rows(src.data<T>(), index.data<std::int64_t>(), dst.data<T>(), index.numel(), src.shape().back());
+    });
+  }
+  /// dst[index[i], :] += weight[i] src[i, :] (weight undefined: 1).
+  void scatter_add_rows(const Tensor& src, const Tensor& index, const Tensor& weight, const Tensor& dst) const {
+    check_rows(dst, index, src, "scatter_add_rows");
+    EPL_CHECK(!weight.defined() || weight.numel() == index.numel(), "scatter_add_rows: ", weight.numel(), " weights for ",
+              index.numel(), " rows");
+    visit(src.dtype(), [&]<class T>() {
+      epl::detail::cpu::scatter_add_rows(src.data<T>(), index.data<std::int64_t>(), weight.defined() ? weight.data<T>() : nullptr,
+                                         dst.data<T>(), index.numel(), src.shape().back());
+    });
+  }
+  /// out[i] = the dot product of row i of a and of b.
+  void row_dot(const Tensor& a, const Tensor& b, const Tensor& out) const {
+    detail::same(a, b, "row_dot");
+    EPL_CHECK(out.numel() == a.shape().rows(), "row_dot: ", out.numel(), " outputs for ", a.shape().rows(), " rows");
+    visit(a.dtype(), [&]<class T>() { epl::detail::cpu::row_dot(a.data<T>(), b.data<T>(), out.data<T>(), a.shape().rows(), a.shape().back()); });
+  }
   /// out[r] = max over the last dimension of x's row r.
   void row_max(const Tensor& x, const Tensor& out) const {
     EPL_CHECK(out.numel() == x.shape().rows(), "row_max: ", out.numel(), " outputs for ", x.shape().rows(), " rows of ", x.shape());
@@ -327,6 +363,14 @@ class BasicCpu {
   }
 
  private:
+  // rows[index[i]] of `table` and rows[i] of `rows` exist, and both have the same row length
+  static void check_rows(const Tensor& table, const Tensor& index, const Tensor& rows, const char* what) {
+    EPL_CHECK(index.dtype() == DType::kI64 && rows.shape().rows() == index.numel() && table.shape().back() == rows.shape().back(),
+              what, ": table ", table.shape(), ", ", index.numel(), " ", name_of(index.dtype()), " indices, rows ", rows.shape());
+    detail::same_dtype(table, rows, what);
+    for (auto i : index.span<std::int64_t>())
+      EPL_CHECK(i >= 0 && i < table.shape().rows(), what, ": row ", i, " outside [0, ", table.shape().rows(), ")");
+  }
   static void check_ids(const Tensor& ids, std::int64_t limit, const char* what) {
     visit_index(ids.dtype(), [&]<class I>() {
       for (auto id : ids.span<I>())

@@ -110,6 +110,48 @@ void embedding_backward(const I* ids, const T* dout, T* dtable, std::int64_t n, 
   }
 }
 
+/// y = softmax over each row of x [rows, cols]; its backward dx = y * (dy - sum(dy * y)).
+template <class T>
+void softmax_rows(const T* x, T* y, std::int64_t rows, std::int64_t cols) {
+  parallel_for(rows, row_grain(cols), [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t r = b; r < e; ++r) {
+      ConstRowMap<T> xr(x + r * cols, cols);
+      RowMap<T> yr(y + r * cols, cols);
+      yr = (xr - xr.maxCoeff()).exp();
+      yr /= yr.sum();
+    }
+  });
+}
+template <class T>
+void softmax_rows_backward(const T* y, const T* dy, T* dx, std::int64_t rows, std::int64_t cols) {
+  parallel_for(rows, row_grain(cols), [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t r = b; r < e; ++r) {
+      ConstRowMap<T> yr(y + r * cols, cols), dyr(dy + r * cols, cols);
+      RowMap<T>(dx + r * cols, cols) = yr * (dyr - (dyr * yr).sum());
+    }
+  });
+}
+/// dst[i, :] = src[index[i], :] for the k rows of dst.
+template <class T>
+void gather_rows(const T* src, const std::int64_t* index, T* dst, std::int64_t k, std::int64_t cols) {
+  parallel_for(k, row_grain(cols), [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t i = b; i < e; ++i) RowMap<T>(dst + i * cols, cols) = ConstRowMap<T>(src + index[i] * cols, cols);
+  });
+}
+/// dst[index[i], :] += weight[i] src[i, :] (weight null: 1); serial, since indices repeat.
+template <class T>
+void scatter_add_rows(const T* src, const std::int64_t* index, const T* weight, T* dst, std::int64_t k, std::int64_t cols) {
+  for (std::int64_t i = 0; i < k; ++i)
+    RowMap<T>(dst + index[i] * cols, cols) += ConstRowMap<T>(src + i * cols, cols) * (weight ? weight[i] : T(1));
+}
+/// out[i] = a[i, :] . b[i, :]
+template <class T>
+void row_dot(const T* a, const T* b, T* out, std::int64_t rows, std::int64_t cols) {
+  parallel_for(rows, row_grain(cols), [&](std::int64_t s, std::int64_t e) {
+    for (std::int64_t r = s; r < e; ++r) out[r] = (ConstRowMap<T>(a + r * cols, cols) * ConstRowMap<T>(b + r * cols, cols)).sum();
+  });
+}
+
 /// For a part of the classes of logits [rows, cols] (classes [first, first + cols) of the whole):
 /// the row maxima; then, given the whole rows' maxima, each row's sum of exp(logit - max) and its
 /// target's logit (0 when the target is another part's). A vocabulary-parallel cross-entropy sums
