@@ -25,6 +25,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -94,7 +95,7 @@ class ThreadGroup {
  public:
   ThreadGroup(std::vector<int> world_ranks, std::shared_ptr<AbortFlag> abort, std::string name, CommOptions opt)
       : world_ranks_(std::move(world_ranks)), abort_(std::move(abort)), name_(std::move(name)), opt_(opt),
-        slots_(world_ranks_.size()), arrived_(world_ranks_.size(), 0) {}
+        slots_(world_ranks_.size()), arrived_(world_ranks_.size()) {}
 
   [[nodiscard]] int size() const noexcept { return static_cast<int>(world_ranks_.size()); }
   [[nodiscard]] const std::string& name() const noexcept { return name_; }
@@ -109,44 +110,34 @@ class ThreadGroup {
   /// withdrawn its arrival, so the others can never pass this barrier with it counted.
   /// `cancelled` is the calling handle's flag (ThreadCommunicator::cancel): it stops this wait too.
   void enter(int rank, const char* op, const std::atomic<bool>& cancelled) {
-    std::unique_lock lock(mutex_);
     if (abort_->raised()) EPL_FAIL(op, " on group '", name_, "' at rank ", rank, " not started: ", abort_->reason());
     EPL_CHECK(!cancelled.load(), op, " on group '", name_, "' at rank ", rank, " not started: this rank's communicator was cancelled");
-    const std::uint64_t my = generation_;
-    arrived_[rank] = my + 1;
-    if (++count_ == size()) {
-      release();
-      return;
-    }
+    const std::uint64_t my = arrive(rank);
+    if (generation_of(state_.load()) != my) return;  // the last to arrive released it
     const auto deadline = std::chrono::steady_clock::now() + opt_.timeout;
-    while (generation_ == my) {
-      if (abort_->raised()) {
-        withdraw(rank);
-        EPL_FAIL(op, " on group '", name_, "' at rank ", rank, " stopped: ", abort_->reason());
-      }
-      if (cancelled.load()) {
-        withdraw(rank);
-        EPL_FAIL(op, " on group '", name_, "' at rank ", rank, " stopped: this rank's communicator was cancelled");
-      }
-      if (std::chrono::steady_clock::now() >= deadline) {
-        std::string what = timeout_message(op, rank, my);
-        withdraw(rank);
-        abort_->raise(world_ranks_[rank], what);
-        EPL_FAIL(what);
-      }
-      cv_.wait_for(lock, std::chrono::milliseconds(20));
+    // Why not to wait: the barrier passed (""), or the reason to stop.
+    auto check = [&]() -> std::string {
+      if (generation_of(state_.load()) != my) return {};
+      if (abort_->raised()) return epl::detail::concat(op, " on group '", name_, "' at rank ", rank, " stopped: ", abort_->reason());
+      if (cancelled.load()) return epl::detail::concat(op, " on group '", name_, "' at rank ", rank, " stopped: this rank's communicator was cancelled");
+      if (std::chrono::steady_clock::now() >= deadline) return timeout_message(op, rank, my);
+      return "wait";
+    };
+    while (true) {
+      std::string why = wait_for_release(my, check);
+      if (why.empty()) return;
+      if (why == "wait") continue;
+      if (!withdraw(rank, my)) return;  // released meanwhile: the operation goes on
+      if (why.find(" timed out after ") != std::string::npos) abort_->raise(world_ranks_[rank], why);
+      EPL_FAIL(why);
     }
   }
   /// A barrier inside the data phase: every rank that entered will arrive (nothing between
   /// enter() and the last sync() can fail), so it neither times out nor aborts.
   void sync() noexcept {
-    std::unique_lock lock(mutex_);
-    const std::uint64_t my = generation_;
-    if (++count_ == size()) {
-      release();
-      return;
-    }
-    cv_.wait(lock, [&] { return generation_ != my; });
+    const std::uint64_t my = arrive(-1);
+    while (generation_of(state_.load()) == my)
+      (void)wait_for_release(my, [&]() -> std::string { return generation_of(state_.load()) == my ? "wait" : ""; });
   }
 
   // ---- point-to-point mailbox (buffered sends) ------------------------------------------
@@ -195,19 +186,74 @@ class ThreadGroup {
   }
 
  private:
-  void release() {
-    count_ = 0;
-    ++generation_;
+  // The barrier's state is one word: generation (high 32 bits) and arrivals (low 32), so an
+  // arrival, the release by the last arrival and a withdrawal are each one atomic step.
+  static std::uint64_t generation_of(std::uint64_t state) noexcept { return state >> 32; }
+  static std::uint64_t arrivals_of(std::uint64_t state) noexcept { return state & 0xffffffffu; }
+  // Counts this rank in (rank -1: a data-phase sync, not recorded); the last arrival releases
+  // the waiters. Returns the generation waited on.
+  std::uint64_t arrive(int rank) noexcept {
+    std::uint64_t s = state_.load();
+    while (true) {
+      const std::uint64_t g = generation_of(s), n = arrivals_of(s) + 1;
+      if (rank >= 0) arrived_[static_cast<std::size_t>(rank)].store(g + 1);
+      const std::uint64_t next = n == static_cast<std::uint64_t>(size()) ? (g + 1) << 32 : (g << 32) | n;
+      if (state_.compare_exchange_weak(s, next)) {
+        if (n == static_cast<std::uint64_t>(size())) wake();
+        return g;
+      }
+    }
+  }
+  // Takes this rank's arrival back, unless the barrier of generation `my` was released already
+  // (then the caller has passed it after all): true when withdrawn.
+  bool withdraw(int rank, std::uint64_t my) noexcept {
+    std::uint64_t s = state_.load();
+    while (generation_of(s) == my) {
+      if (state_.compare_exchange_weak(s, s - 1)) {
+        arrived_[static_cast<std::size_t>(rank)].store(0);
+        return true;
+      }
+    }
+    return false;
+  }
+  // Spins briefly (a barrier of ranks on their own cores passes in well under a microsecond),
+  // yields a while (ranks sharing cores), then sleeps until woken or 20 ms pass. Returns what
+  // check() says once it says anything but "wait".
+  template <class Check>
+  std::string wait_for_release(std::uint64_t my, Check&& check) {
+    for (int i = 0; i < 2000; ++i) {
+      if (generation_of(state_.load(std::memory_order_acquire)) != my) return {};
+      cpu_relax();
+    }
+    for (int i = 0; i < 200; ++i) {
+      std::string why = check();
+      if (why != "wait") return why;
+      std::this_thread::yield();
+    }
+    {
+      std::unique_lock lock(mutex_);
+      sleepers_.fetch_add(1);
+      if (generation_of(state_.load()) == my) cv_.wait_for(lock, std::chrono::milliseconds(20));
+      sleepers_.fetch_sub(1);
+    }
+    return check();
+  }
+  void wake() {
+    if (sleepers_.load() == 0) return;
+    std::lock_guard lock(mutex_);
     cv_.notify_all();
   }
-  void withdraw(int rank) {
-    --count_;
-    arrived_[rank] = 0;
+  static void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#else
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+#endif
   }
   std::string timeout_message(const char* op, int rank, std::uint64_t my) const {
     std::string missing;
     for (int r = 0; r < size(); ++r)
-      if (arrived_[r] != my + 1) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+      if (arrived_[static_cast<std::size_t>(r)].load() != my + 1) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
     return std::string(op) + " on group '" + name_ + "' (size " + std::to_string(size()) + ") timed out after " +
            std::to_string(opt_.timeout.count()) + " ms at rank " + std::to_string(rank) + ": ranks " + missing +
            " did not arrive (a rank died, hangs, or called a different collective; the timeout is the key "
@@ -219,11 +265,11 @@ class ThreadGroup {
   std::string name_;
   CommOptions opt_;
   std::vector<Slot> slots_;
+  std::atomic<std::uint64_t> state_{0};  // generation << 32 | arrivals
+  std::atomic<int> sleepers_{0};
   std::mutex mutex_;
   std::condition_variable cv_;
-  int count_ = 0;
-  std::uint64_t generation_ = 0;
-  std::vector<std::uint64_t> arrived_;
+  std::vector<std::atomic<std::uint64_t>> arrived_;  // per rank: the generation it arrived for, + 1 (messages only)
   std::mutex mail_mutex_;
   std::condition_variable mail_cv_;
   std::map<std::tuple<int, int, int>, std::deque<Message>> mail_;
