@@ -5,10 +5,14 @@
 #include <mpi.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <mutex>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "epl/core/error.hpp"
 
@@ -55,6 +59,77 @@ class MpiFailure {
   std::string reason_;
 };
 }  // namespace detail
+
+/// \brief Ends the job loudly when a blocking MPI call outlives its deadline. A collective that
+/// has proved every rank arrived (the header exchange) may run as MPI's blocking call, which
+/// cannot time out; a rank that stops in the middle of it would leave its peers waiting forever.
+/// The watchdog (one thread per process, started on first use) prints what was waited for and
+/// aborts the job instead.
+class MpiWatchdog {
+ public:
+  /// \brief Watches the calling scope: past `timeout`, the job is aborted naming `what`.
+  class Guard {
+   public:
+    Guard(const char* what, std::chrono::milliseconds timeout) : id_(get().watch(what, timeout)) {}
+    ~Guard() { get().unwatch(id_); }
+    Guard(const Guard&) = delete;
+    Guard& operator=(const Guard&) = delete;
+
+   private:
+    std::uint64_t id_;
+  };
+
+ private:
+  struct Watch {
+    std::uint64_t id;
+    const char* what;
+    std::chrono::steady_clock::time_point deadline;
+    std::chrono::milliseconds timeout;
+    int rank;
+  };
+  static MpiWatchdog& get() {
+    static auto* w = new MpiWatchdog;  // never destroyed: its thread runs until the process ends
+    return *w;
+  }
+  std::uint64_t watch(const char* what, std::chrono::milliseconds timeout) {
+    std::lock_guard lock(mutex_);
+    if (!started_) {
+      started_ = true;
+      std::thread([this] { run(); }).detach();
+    }
+    watches_.push_back({++next_, what, std::chrono::steady_clock::now() + timeout, timeout, current_rank()});
+    return next_;
+  }
+  void unwatch(std::uint64_t id) {
+    std::lock_guard lock(mutex_);
+    for (std::size_t i = 0; i < watches_.size(); ++i)
+      if (watches_[i].id == id) {
+        watches_[i] = watches_.back();
+        watches_.pop_back();
+        return;
+      }
+  }
+  [[noreturn]] void run() {
+    while (true) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      std::lock_guard lock(mutex_);
+      const auto now = std::chrono::steady_clock::now();
+      for (const auto& w : watches_)
+        if (now >= w.deadline) {
+          std::fprintf(stderr, "[rank %d] epl error: %s did not complete within %lld ms after every rank had arrived: a rank "
+                               "stopped or died in the transfer (the timeout is the key communication.timeout); aborting the job\n",
+                       w.rank, w.what, static_cast<long long>(w.timeout.count()));
+          std::fflush(stderr);
+          MPI_Abort(MPI_COMM_WORLD, 2);
+          std::_Exit(2);
+        }
+    }
+  }
+  std::mutex mutex_;
+  bool started_ = false;
+  std::uint64_t next_ = 0;
+  std::vector<Watch> watches_;
+};
 
 /// \brief Initialises MPI (thread-multiple, for asynchronous operations) for its lifetime.
 ///
