@@ -5,9 +5,11 @@
 // row's 100,000 logits). Synthetic data: each class has a prototype; a sample is its class's
 // prototype plus noise.
 //
-//   classification [--ranks=N] [--classes=100000] [--steps=30] [--batch=64] [--replicate]
+//   classification [--ranks=N] [--classes=100000] [--steps=30] [--batch=64] [--replicate] [--separate]
 // N = 1, 2 or 4 thread ranks (or MPI processes under epl-launch); --replicate trains the same
-// model data parallel (every rank holding the whole classifier) for comparison.
+// model data parallel (every rank holding the whole classifier) for comparison; --separate (4
+// ranks) places the backbone on 2 ranks and the classifier split over 2 others, EPL's placement
+// without cluster.colocate_split_and_replicate.
 #include <epl/epl.hpp>
 #include <epl/runtime/launch.hpp>
 
@@ -85,7 +87,8 @@ int main(int argc, char** argv) try {
   const epl::Flag<std::int64_t> batch{"batch", 64, "samples per global batch", {.min = 1, .max = 1 << 20}};
   const epl::Flag<std::int64_t> ranks{"ranks", 0, "thread ranks: 1, 2 or 4 (0: EPL_NUM_RANKS, else 1)", {.min = 0, .max = 4}};
   const epl::Flag<bool> replicate{"replicate", false, "train the classifier data parallel instead of split (for comparison)"};
-  auto cfg = epl::Config::from_args(argc, argv, classes, steps, batch, ranks, replicate);
+  const epl::Flag<bool> separate{"separate", false, "4 ranks: the backbone on 2, the classifier split over the 2 others"};
+  auto cfg = epl::Config::from_args(argc, argv, classes, steps, batch, ranks, replicate, separate);
   if (cfg.help_requested()) {
     std::fputs(cfg.usage("classification", "A replicated backbone and a split 100,000-class classifier on the same devices.").c_str(),
                stdout);
@@ -96,6 +99,11 @@ int main(int argc, char** argv) try {
   return epl::launch(cfg, [&](epl::Context& ctx) {
     const int n = ctx.size();
     if (cfg.get(replicate) || n == 1) return train(ctx, cfg, st, Replicated{backbone(), classifier()}, "data parallel");
+    if (cfg.get(separate)) {
+      EPL_CHECK(n == 4, "--separate places the backbone and the classifier on 2 ranks each: run it on 4 ranks (--ranks=4), got ", n);
+      return train(ctx, cfg, st, Colocated<2>{epl::Replicate<2, Backbone>(backbone()), epl::Split<2, Classifier>(classifier())},
+                   "backbone and split classifier on separate ranks");
+    }
     epl::Config colocated = cfg;
     colocated.set(epl::keys::colocate_split_and_replicate, true);
     if (n == 2)

@@ -291,12 +291,45 @@ TEST_CASE("colocated: a replicated backbone and a split classifier on the same 2
   check(4, [] { return Colocated<4>{Replicate<4, Backbone>(backbone()), Split<4, Classifier>(Classifier{nn::Linear(8, classes)})}; }, 4);
   // 2 x 2: two replicas of a colocated pair
   check(4, [] { return Colocated<2>{Replicate<2, Backbone>(backbone()), Split<2, Classifier>(Classifier{nn::Linear(8, classes)})}; }, 2);
-  // without the key: an error that names it
+}
+
+TEST_CASE("separate placement (EPL's, without the key): the backbone on N ranks, the split classifier on N others, equal one device") {
+  constexpr std::int64_t classes = 64;
+  auto make = [] { return Colocated<2>{Replicate<2, Backbone>(backbone()), Split<2, Classifier>(Classifier{nn::Linear(8, classes)})}; };
+  for (std::int64_t micro : {1, 2}) {
+    CAPTURE(micro);
+    Context solo = Context::solo(394);
+    const Run ref = train_classifier(solo, config(micro), Plain{backbone(), {nn::Linear(8, classes)}}, classes);
+    for (int n : {4, 8}) {  // 2 stages of 2 ranks, and 2 replicas of that
+      CAPTURE(n);
+      std::vector<Run> runs(static_cast<std::size_t>(n));
+      std::vector<int> stage(static_cast<std::size_t>(n));
+      comm::run_threads(n, [&](comm::ThreadCommunicator& c) {
+        Context ctx(c, 500 + c.rank());
+        Trainer<Colocated<2>, optim::Momentum> t(ctx, config(micro), make(), optim::Momentum({.lr = 0.1}), {.seed = 5, .clip_norm = 1.0});
+        stage[c.rank()] = t.mesh().coord().pipeline;
+        for (int s = 0; s < kSteps; ++s) runs[c.rank()].losses.push_back(t.step(class_batch(ctx.cpu(), s, t.data_shard(), classes)));
+        nn::for_each_parameter(t.model(), [&](nn::Parameter& p) {
+          if (!p.materialized()) return;
+          runs[c.rank()].params[p.ordinal] = test::values(p.value);
+          runs[c.rank()].specs[p.ordinal] = p;
+        });
+      });
+      for (int r = 0; r < n; ++r) {
+        CAPTURE(r);
+        CHECK(test::max_rel_diff(runs[r].losses, ref.losses) < 1e-5);
+        for (const auto& [ordinal, values] : runs[r].params)
+          CHECK(test::max_rel_diff(values, part_of(runs[r].specs.at(ordinal), ref.params.at(ordinal))) < 1e-5);
+        // the backbone's ranks hold only the backbone, the classifier's only their part of it
+        CHECK(runs[r].params.count(0) == (stage[r] == 0 ? 1u : 0u));
+        CHECK(runs[r].params.count(4) == (stage[r] == 1 ? 1u : 0u));
+      }
+    }
+  }
   CHECK_THROWS_WITH_AS(comm::run_threads(2, [&](comm::ThreadCommunicator& c) {
     Context ctx(c, 470 + c.rank());
-    Trainer<Colocated<2>, optim::SGD> t(ctx, config(1), Colocated<2>{Replicate<2, Backbone>(backbone()), Split<2, Classifier>(
-                                                             Classifier{nn::Linear(8, classes)})}, optim::SGD({}));
-  }, {.report = false}), doctest::Contains("set cluster.colocate_split_and_replicate=true"), Error);
+    Trainer<Colocated<2>, optim::SGD> t(ctx, config(1), make(), optim::SGD({}));
+  }, {.report = false}), doctest::Contains("world size 2 cannot hold replicas of 4 devices each"), Error);
 }
 
 TEST_CASE("split memory: a 100,000-class classifier's parameter, gradient and optimizer bytes per rank fall as 1/N") {

@@ -96,7 +96,16 @@ struct Plan {
   /// Replicate<N, ...> and Split<N, ...> on the same N ranks (cluster.colocate_split_and_replicate):
   /// the replicated part runs data parallel over the tensor axis, on its own rows.
   bool colocated = false;
+  /// Replicate<N, ...> and Split<N, ...> on separate ranks (EPL's placement without the key): two
+  /// pipeline stages, the replicated part's ranks data parallel over their tensor axis.
+  bool separate = false;
+  /// The model's first part cut at its first Split (separate placement of a model that is not a
+  /// Pipeline type).
+  bool cut_at_split = false;
 
+  /// \brief The replicated part runs data parallel over the tensor axis: each rank of a split
+  /// group reads rows of its own, gathered at the Split.
+  [[nodiscard]] bool rows_over_tensor() const noexcept { return colocated || separate; }
   [[nodiscard]] int virtual_stages() const noexcept { return chunks / pipeline; }
   [[nodiscard]] strategy::MeshShape mesh_shape() const { return {pipeline, tensor, prefer_intra_node}; }
   /// \brief The chunks of pipeline rank `stage`: stage, stage + p, ...
@@ -148,19 +157,44 @@ Plan make(const PlanOptions& opt, int world_size) {
   plan.prefer_intra_node = opt.prefer_intra_node;
   const std::string& schedule = opt.schedule;
   int p = opt.stages;
+  plan.tensor = tensor_degree_v<Model>;
+  plan.devices_per_stage = replicate_degree_v<Model>;
+  const int t = plan.tensor, d = plan.devices_per_stage;
+  if (t > 1 && d > 1) {
+    EPL_CHECK(d == t, "the model has epl::Replicate<", d, ", ...> and epl::Split<", t, ", ...> parts; a replicated part feeds a "
+              "split one with the same device count: give both the same N");
+    if (opt.colocate) {
+      plan.colocated = true;
+    } else {  // EPL's placement: the replicated part on N devices, the split part on N others
+      plan.separate = true;
+      if constexpr (!is_pipeline_v<Model>) {
+        EPL_CHECK(!opt.stages_given || p == 2, "the model's epl::Replicate<", d, "> and epl::Split<", t, "> parts run on separate "
+                  "devices as 2 pipeline stages, but pipeline.num_stages = ", p, "; leave it unset, or set "
+                  "cluster.colocate_split_and_replicate=true to run both on the same devices");
+        EPL_CHECK(schedule != "Interleaved", "the separate placement of epl::Replicate<", d, "> and epl::Split<", t, "> parts is 2 "
+                  "pipeline stages, one each: pipeline.strategy=Interleaved needs more; use PreferBackward or PreferForward");
+        p = 2;
+        plan.cut_at_split = true;
+      }
+    }
+  }
+  EPL_CHECK(!opt.colocate || plan.colocated, "cluster.colocate_split_and_replicate=true, but the model has no epl::Replicate<N, "
+            "...> part beside an epl::Split<N, ...> part to colocate (it has Replicate<", d, "> and a tensor-parallel degree of ", t,
+            "); leave the key at false");
   if constexpr (is_pipeline_v<Model>) {
     // A Pipeline type runs one stage per rank unless pipeline.num_stages says otherwise.
     if (!opt.stages_given) p = Model::kStages;
     EPL_CHECK(Model::kStages % p == 0, "the model has ", Model::kStages, " pipeline stages (epl::Pipeline<...>), which do "
               "not divide among pipeline.num_stages = ", p, " pipeline ranks; use a divisor of ", Model::kStages);
     plan.chunks = p == 1 ? 1 : Model::kStages;
+  } else if (plan.cut_at_split) {
+    plan.chunks = 2;
   } else {
     EPL_CHECK(p == 1 || opt.auto_parallel, "pipeline.num_stages = ", p, " needs stages: declare the model as "
               "epl::Pipeline<epl::Replicate<1, ...>, ...>, or set auto.auto_parallel=true to cut it into ", p,
               " balanced stages");
     plan.chunks = p == 1 ? 1 : (schedule == "Interleaved" ? p * opt.virtual_stages : p);
   }
-  plan.devices_per_stage = replicate_degree_v<Model>;
   plan.pipeline = p;
   const int v = plan.virtual_stages();
   if (p == 1) plan.schedule = Schedule::kAccumulate;
@@ -173,20 +207,6 @@ Plan make(const PlanOptions& opt, int world_size) {
   EPL_CHECK(plan.schedule != Schedule::kInterleaved || v >= 2, "pipeline.strategy=Interleaved runs several stages per rank, but "
             "the model's ", plan.chunks, " stages on pipeline.num_stages = ", p, " ranks make ", v, " per rank; use PreferBackward, "
             "or declare ", 2 * p, " or more stages");
-  plan.tensor = tensor_degree_v<Model>;
-  const int t = plan.tensor, d = plan.devices_per_stage;
-  if (t > 1 && d > 1) {
-    EPL_CHECK(d == t, "the model has epl::Replicate<", d, ", ...> and epl::Split<", t, ", ...> parts; to run them on the same "
-              "devices (cluster.colocate_split_and_replicate) give both the same device count");
-    EPL_CHECK(opt.colocate, "the model has epl::Replicate<", d, ", ...> and epl::Split<", t, ", ...> parts: set "
-              "cluster.colocate_split_and_replicate=true to run both on the same ", t, " devices (the replicated part data "
-              "parallel, its features all-gathered into the split part); EPL's placement of the two on separate devices is "
-              "not supported yet");
-    plan.colocated = true;
-  }
-  EPL_CHECK(!opt.colocate || plan.colocated, "cluster.colocate_split_and_replicate=true, but the model has no epl::Replicate<N, "
-            "...> part beside an epl::Split<N, ...> part to colocate (it has Replicate<", d, "> and a tensor-parallel degree of ", t,
-            "); leave the key at false");
   const int per_stage = std::max(d, t), per_replica = p * per_stage;
   EPL_CHECK(world_size % per_replica == 0, "world size ", world_size, " cannot hold replicas of ", per_replica, " devices each (",
             p, " pipeline stage", p > 1 ? "s" : "", " x ", t > 1 ? "Split<" + std::to_string(t) : "Replicate<" + std::to_string(d),

@@ -185,7 +185,7 @@ class Trainer {
   [[nodiscard]] data::Shard data_shard() const {
     const auto& c = mesh_->coord();
     // a colocated split's replicated part runs data parallel over the tensor axis too
-    if (plan_.colocated) return {c.data * mesh_->tensor_size() + c.tensor, mesh_->data_size() * mesh_->tensor_size()};
+    if (plan_.rows_over_tensor()) return {c.data * mesh_->tensor_size() + c.tensor, mesh_->data_size() * mesh_->tensor_size()};
     return {c.data, mesh_->data_size()};
   }
   /// \brief What this run does on its world: pipeline ranks, chunks, schedule.
@@ -221,7 +221,7 @@ class Trainer {
     device_->fill(arena_.grads(), 0.0);
     const std::int64_t per = rows / m_count, first = static_cast<std::int64_t>(data_shard().rank) * rows;
     // A colocated split's loss sees the group's rows: its targets, gathered, micro-batch by micro-batch.
-    const Tensor targets = plan_.colocated ? gather_targets(batch.targets, m_count) : batch.targets;
+    const Tensor targets = plan_.rows_over_tensor() ? gather_targets(batch.targets, m_count) : batch.targets;
     double loss = executor_->run(actions_, {batch.inputs, targets, m_count}, [&](int m) {
       return PassContext(*device_, nn::PassOptions{true, opt_.seed, static_cast<std::uint64_t>(steps_), static_cast<std::uint64_t>(m),
                                                    first + m * per, 1.0 / m_count},
@@ -247,7 +247,7 @@ class Trainer {
     return loss;
   }
   double evaluate_loss(const Batch& batch) {
-    const Tensor targets = plan_.colocated ? gather_targets(batch.targets, 1) : batch.targets;
+    const Tensor targets = plan_.rows_over_tensor() ? gather_targets(batch.targets, 1) : batch.targets;
     double loss = executor_->run(plan_.forward_only(mesh_->coord().pipeline), {batch.inputs, targets, 1}, [&](int) {
       return PassContext(*device_, nn::PassOptions{false, opt_.seed, static_cast<std::uint64_t>(steps_), 0, 0}, &hooks_, groups());
     });
@@ -273,13 +273,13 @@ class Trainer {
     // scalars_: the ranks that share the loss (each with its rows); replica_scalars_: the ranks
     // that hold the same parameters (a colocated split: only those of the same tensor part).
     replica_scalars_ = mesh_->data().split(0, 0);
-    if (plan_.colocated) scalars_ = stage_group().split(0, 0);
+    if (plan_.rows_over_tensor()) scalars_ = stage_group().split(0, 0);
     if (mesh_->tensor_size() > 1) tensor_scalars_ = mesh_->tensor().split(0, 0);
     // The Split parts sharded for this rank's place on the tensor axis, before anything is drawn.
     const nn::SplitPart part{mesh_->coord().tensor, mesh_->tensor_size()};
-    const bool vocab_parallel = plan::shard_model(model_, part, plan_.colocated).sharded_output;
+    const bool vocab_parallel = plan::shard_model(model_, part, plan_.rows_over_tensor()).sharded_output;
     // This rank's chunks, and only their parameters materialized (every parameter is numbered).
-    auto all = strategy::cut_into_chunks<PassContext>(model_, plan_.chunks);
+    auto all = plan_.cut_at_split ? strategy::cut_at_first_split<PassContext>(model_) : strategy::cut_into_chunks<PassContext>(model_, plan_.chunks);
     const int stage = mesh_->coord().pipeline;
     std::vector<strategy::Chunk<PassContext>> mine;
     std::set<const nn::Parameter*> owned;
@@ -300,10 +300,10 @@ class Trainer {
     check_agreement(*world_, facts, world_->size() == mesh_->data_size() ? "data-parallel" : "the");
     // Gradients meet over the data axis; a colocated split's replicated part (the parameters
     // before its first Split, at the end of the backward-ordered arena) over data and tensor.
-    const std::int64_t replicated_from = plan_.colocated ? first_offset_before_split() : arena_.size();
+    const std::int64_t replicated_from = plan_.rows_over_tensor() ? first_offset_before_split() : arena_.size();
     reducer_ = std::make_unique<Reducer>();
     reducer_->add(*device_, mesh_->data(), arena_, detail::bucket_options(cfg), {0, replicated_from});
-    if (plan_.colocated) {  // each rank holds its rows' share of a replica's gradient: summed over the tensor axis
+    if (plan_.rows_over_tensor()) {  // each rank holds its rows' share of a replica's gradient: summed over the tensor axis
       auto o = detail::bucket_options(cfg);
       o.mean_over = mesh_->data_size();
       reducer_->add(*device_, stage_group(), arena_, o, {replicated_from, arena_.size()});
@@ -311,7 +311,7 @@ class Trainer {
     hooks_.reducer = reducer_.get();
     // Replicas start from one copy: rank 0's.
     if (mesh_->data_size() > 1) mesh_->data().broadcast(arena_.values().slice(0, replicated_from), 0);
-    if (plan_.colocated) stage_group().broadcast(arena_.values().slice(replicated_from, arena_.size()), 0);
+    if (plan_.rows_over_tensor()) stage_group().broadcast(arena_.values().slice(replicated_from, arena_.size()), 0);
     overlap_ = cfg.get(keys::clip_after_allreduce) || opt_.clip_norm <= 0;
     actions_ = plan_.actions(stage);
     executor_.emplace(*device_, std::move(mine), plan_.chunks, plan_.pipeline, stage, mesh_->pipeline());
@@ -363,7 +363,7 @@ class Trainer {
                   " rows and rank 0 one of ", all[0], "; every rank must get an equal share of the global batch "
                   "(data::WindowLoader with trainer.data_shard() does this)");
     }
-    if (mesh_->tensor_size() > 1 && !plan_.colocated) {
+    if (mesh_->tensor_size() > 1 && !plan_.rows_over_tensor()) {
       std::uint64_t mine[2] = {detail::content_hash(batch.inputs), detail::content_hash(batch.targets)};
       std::vector<std::uint64_t> all(static_cast<std::size_t>(2 * mesh_->tensor_size()));
       tensor_scalars_.all_gather(comm::Buffer(mine, 2, DType::kI64), comm::Buffer(all.data(), 2 * mesh_->tensor_size(), DType::kI64));

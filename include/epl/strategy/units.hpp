@@ -24,6 +24,7 @@ struct Unit {
   void (*parameters)(void*, const std::function<void(nn::Parameter&)>&) = nullptr;
   double cost = 0;
   std::string name;
+  bool split_entry = false;  ///< the first unit of an epl::Split
 };
 
 /// \brief A list of units run in order: a model chunk (a pipeline stage on this rank).
@@ -66,6 +67,7 @@ Unit<Ctx> make_unit(L& l, std::string name) {
   u.parameters = [](void* p, const std::function<void(nn::Parameter&)>& fn) { nn::for_each_parameter(*static_cast<L*>(p), fn); };
   u.cost = unit_cost(l);
   u.name = std::move(name);
+  u.split_entry = std::is_same_v<L, epl::detail::SplitEntry>;
   return u;
 }
 
@@ -119,6 +121,21 @@ std::vector<Chunk<Ctx>> cut_into_chunks(M& model, int chunks) {
       out.emplace_back(std::vector<Unit<Ctx>>(units.begin() + static_cast<std::ptrdiff_t>(cut[c]),
                                               units.begin() + static_cast<std::ptrdiff_t>(cut[c + 1])));
   }
+  return out;
+}
+
+/// \brief A model cut in two at its first epl::Split: the replicated part before it and the rest
+/// (EPL's placement of a Replicate<N> and a Split<N> part on separate devices).
+template <class Ctx, class M>
+std::vector<Chunk<Ctx>> cut_at_first_split(M& model) {
+  std::vector<Unit<Ctx>> units;
+  flatten<Ctx>(model, units);
+  std::size_t at = 0;
+  while (at < units.size() && !units[at].split_entry) ++at;
+  EPL_CHECK(at > 0 && at < units.size(), "the model has no part before its first epl::Split to place on separate devices");
+  std::vector<Chunk<Ctx>> out;
+  out.emplace_back(std::vector<Unit<Ctx>>(units.begin(), units.begin() + static_cast<std::ptrdiff_t>(at)));
+  out.emplace_back(std::vector<Unit<Ctx>>(units.begin() + static_cast<std::ptrdiff_t>(at), units.end()));
   return out;
 }
 
