@@ -330,6 +330,17 @@ TEST_CASE("separate placement (EPL's, without the key): the backbone on N ranks,
     Context ctx(c, 470 + c.rank());
     Trainer<Colocated<2>, optim::SGD> t(ctx, config(1), make(), optim::SGD({}));
   }, {.report = false}), doctest::Contains("world size 2 cannot hold replicas of 4 devices each"), Error);
+  struct Backwards {  // the replicated part after the split one
+    Split<2, Classifier> classifier;
+    Replicate<2, nn::Linear> after;
+  };
+  CHECK_THROWS_WITH_AS(comm::run_threads(2, [&](comm::ThreadCommunicator& c) {
+    Context ctx(c, 475 + c.rank());
+    Config cfg = config(1);
+    cfg.set(keys::colocate_split_and_replicate, true);
+    Trainer<Backwards, optim::SGD> t(ctx, cfg, Backwards{Split<2, Classifier>(Classifier{nn::Linear(8, 8)}), Replicate<2, nn::Linear>(nn::Linear(8, 8))},
+                                     optim::SGD({}));
+  }, {.report = false}), doctest::Contains("an epl::Replicate<2, ...> part after an epl::Split part"), Error);
 }
 
 TEST_CASE("split memory: a 100,000-class classifier's parameter, gradient and optimizer bytes per rank fall as 1/N") {

@@ -23,6 +23,7 @@ struct ShardWalk {
   nn::SplitPart part;
   bool colocated = false;
   nn::Linear* pending = nullptr;  // the Linear whose sharded output is the activation so far
+  bool met_split = false;
   void need_whole() {
     if (pending) pending->gather_output(true);
     pending = nullptr;
@@ -35,9 +36,14 @@ void shard_walk(M& m, ShardWalk& w) {
     w.need_whole();
     strategy::SplitContext sc{w.part};
     if (m.shard(sc, w.colocated) == nn::Layout::kLastDimSharded) w.pending = sc.sharded_by;
+    w.met_split = true;
   } else if constexpr (is_pipeline_v<T>) {
     std::apply([&](auto&... stage) { (shard_walk(stage, w), ...); }, m.stages);
   } else if constexpr (is_strategy_v<T>) {
+    // a replicated part that runs data parallel over the split group feeds the Split: it cannot follow one
+    EPL_CHECK(!(w.colocated && w.met_split && T::kDevicesPerReplica > 1), "an epl::Replicate<", T::kDevicesPerReplica,
+              ", ...> part after an epl::Split part: a replicated part running on the split group's ranks must come before "
+              "the Split it feeds");
     shard_walk(m.body(), w);
   } else if constexpr (nn::detail::is_residual<T>::value) {
     w.need_whole();
