@@ -69,13 +69,15 @@ void train(epl::Context& ctx, const epl::Config& cfg, const Settings& st) {
   };
   for (std::int64_t s = 1; s <= st.steps; ++s) {
     const auto before = dropped();
+    const auto sent = trainer.mesh().tensor().stats().bytes_sent;  // the experts' all_to_all and all-gathers
     auto t0 = std::chrono::steady_clock::now();
     const double loss = trainer.step(loader.next(cpu));
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const auto after = dropped();
     if (ctx.rank() == 0) {
-      std::printf("dropped %5.1f%%  ", 100.0 * static_cast<double>(after.first - before.first) /
-                                           static_cast<double>(std::max<std::int64_t>(1, after.second - before.second)));
+      std::printf("dropped %5.1f%%  sent %7.1f KiB  ", 100.0 * static_cast<double>(after.first - before.first) /
+                                                           static_cast<double>(std::max<std::int64_t>(1, after.second - before.second)),
+                  static_cast<double>(trainer.mesh().tensor().stats().bytes_sent - sent) / 1024.0);
       epl::print_progress(s, loss, static_cast<double>(st.batch * st.shape.context) / secs, "tokens", cpu.id());
     }
   }

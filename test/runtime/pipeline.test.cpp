@@ -63,9 +63,10 @@ void expect_equal(int n, const Config& cfg, const Run& ref, auto make_model) {
   for (int r = 0; r < n; ++r) {
     CAPTURE(r);
     CHECK(test::max_rel_diff(runs[r].losses, ref.losses) < 1e-5);
-    for (const auto& [ordinal, values] : runs[r].params) {
+    for (const auto& entry : runs[r].params) {
+      const std::int64_t ordinal = entry.first;  // named, not bound: clang 14's CAPTURE cannot take a binding
       CAPTURE(ordinal);
-      CHECK(test::max_rel_diff(values, ref.params.at(ordinal)) < 1e-5);
+      CHECK(test::max_rel_diff(entry.second, ref.params.at(ordinal)) < 1e-5);
       ++seen[ordinal];
     }
   }

@@ -77,9 +77,10 @@ void expect_equal(int n, const Config& cfg, const Run& ref, Make make, int tenso
     CAPTURE(r);
     CHECK(test::max_rel_diff(runs[r].losses, ref.losses) < 1e-5);
     for (const auto& [ordinal, spec] : runs[r].specs) sharded += spec.shard.parts == tensor;
-    for (const auto& [ordinal, values] : runs[r].params) {
+    for (const auto& entry : runs[r].params) {
+      const std::int64_t ordinal = entry.first;  // named, not bound: clang 14's CAPTURE cannot take a binding
       CAPTURE(ordinal);
-      CHECK(test::max_rel_diff(values, part_of(runs[r].specs.at(ordinal), ref.params.at(ordinal))) < 1e-5);
+      CHECK(test::max_rel_diff(entry.second, part_of(runs[r].specs.at(ordinal), ref.params.at(ordinal))) < 1e-5);
       held.insert(ordinal);
     }
   }

@@ -120,7 +120,7 @@ class Trainer {
   /// configuration say), on device d.
   Trainer(Context& ctx, const D& device, const Config& cfg, Model model, Optimizer optimizer, TrainerOptions opt = {})
       : device_(&device), world_(&ctx.world()), model_(std::move(model)), updater_(std::move(optimizer)), opt_(opt) {
-    init(cfg);
+    if constexpr (device::trainable<D>) init(cfg);  // else the one static_assert above says why
   }
   /// \brief Trains over the ranks of ctx on the rank's CPU.
   Trainer(Context& ctx, const Config& cfg, Model model, Optimizer optimizer, TrainerOptions opt = {})
@@ -130,7 +130,7 @@ class Trainer {
   Trainer(const D& device, const Config& cfg, Model model, Optimizer optimizer, TrainerOptions opt = {})
       : device_(&device), solo_(comm::Communicator(comm::ThreadCommunicator::solo(comm::CommOptions{}))), world_(&*solo_),
         model_(std::move(model)), updater_(std::move(optimizer)), opt_(opt) {
-    init(cfg);
+    if constexpr (device::trainable<D>) init(cfg);  // else the one static_assert above says why
   }
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
