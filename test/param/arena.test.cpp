@@ -9,6 +9,10 @@ struct One {
   nn::Parameter w{Shape{4, 6}, nn::Init::normal(1.0)};
   template <class V> void visit(V&& v) { v("w", w); }
 };
+struct Big {
+  nn::Parameter w{Shape{300, 1000}, nn::Init::normal(0.02)};
+  template <class V> void visit(V&& v) { v("w", w); }
+};
 struct Three {
   nn::Linear a{4, 3};
   nn::Dropout drop{0.5};
@@ -40,6 +44,30 @@ TEST_CASE("arena: the last parameter first, each aligned, values and gradients v
   CHECK(m.drop.stream.ordinal == 0);
 }
 
+TEST_CASE("materialize: staging is the rank's own and small; a large parameter draws the same values in chunks") {
+  // Thread ranks materialize at once: their host staging once all went to cpu:0's account,
+  // whole parameters at a time in f64 (a 100,000-class classifier: 3x its size on rank 0).
+  device::Cpu zero(0), mine(81);
+  memory_account(zero.id()).reset_peaks();
+  memory_account(mine.id()).reset_peaks();
+  const auto zero_before = memory_stats(zero.id()).peak_of(MemoryCategory::kWorkspace);
+  Big m;
+  auto arena = param::materialize(m, mine, {.seed = 5});
+  CHECK(memory_stats(zero.id()).peak_of(MemoryCategory::kWorkspace) == zero_before);
+  const auto staging = memory_stats(mine.id()).peak_of(MemoryCategory::kWorkspace);
+  CHECK(staging > 0);
+  CHECK(staging <= (8 + 4) * (std::int64_t{1} << 16));  // one f64 chunk and its f32 copy
+  // Element i is still init(seed, ordinal, i), across the chunk boundaries.
+  device::CpuF64 host(81);
+  Big ref;
+  auto ref_arena = param::materialize(ref, host, {.dtype = DType::kF64, .seed = 5});
+  const auto got = m.w.value.span<float>();
+  const auto want = ref.w.value.span<double>();
+  REQUIRE(got.size() == want.size());
+  for (std::size_t i : {std::size_t{0}, std::size_t{65535}, std::size_t{65536}, std::size_t{299999}})
+    CHECK(got[i] == static_cast<float>(want[i]));
+  CHECK(got[65536] != got[65535]);
+}
 TEST_CASE("materialize: the same seed draws the same values; another seed other values") {
   Three x, y, z;
   (void)param::materialize(x, test::cpu(), {.seed = 7});

@@ -7,6 +7,7 @@
 /// The flat layout is in backward order (the last layer's parameters first, at offset 0), so the
 /// gradients of a bucket that backward completes are one contiguous range: a bucket all-reduces
 /// in place, with no copy in or out, and a ZeRO partition is a range too.
+#include <algorithm>
 #include <functional>
 #include <vector>
 
@@ -95,23 +96,26 @@ Arena materialize(L& l, const D& d, MaterializeOptions opt) {
   a.values_ = d.zeros({a.size_}, opt.dtype, MemoryCategory::kParameters);
   a.grads_ = d.zeros({a.size_}, opt.dtype, MemoryCategory::kGradients);
 
-  // Values are drawn on the host in double and converted once per parameter.
-  device::CpuF64 host;
-  std::vector<double> draw;
+  // Values are drawn on the host in double, in chunks (staging stays small however large a
+  // parameter is), on the host account of d's own index: thread ranks materialize at once, and
+  // each one's staging is its own rank's, not cpu:0's.
+  constexpr std::int64_t kChunk = std::int64_t{1} << 16;
+  device::CpuF64 host(d.id().index);
   for (auto* p : a.order_) {
-    draw.resize(static_cast<std::size_t>(p->numel()));
-    const auto key = stream_key(opt.seed, static_cast<std::uint64_t>(p->ordinal));
-    for (std::int64_t i = 0; i < p->numel(); ++i) draw[static_cast<std::size_t>(i)] = p->init.value(key, p->global_index(i));
-    Tensor staged = host.empty({p->numel()}, DType::kF64, MemoryCategory::kWorkspace);
-    std::copy(draw.begin(), draw.end(), staged.data<double>());
-    Tensor typed = staged;
-    if (opt.dtype != DType::kF64) {
-      typed = host.empty({p->numel()}, opt.dtype, MemoryCategory::kWorkspace);
-      host.cast(staged, typed);
-    }
     p->value = a.values(Arena::range_of(*p)).view(p->shape);
     p->grad = a.grads(Arena::range_of(*p)).view(p->shape);
-    d.upload(typed.raw(), p->value);
+    const auto key = stream_key(opt.seed, static_cast<std::uint64_t>(p->ordinal));
+    const std::int64_t n = p->numel();
+    Tensor staged = host.empty({std::min(n, kChunk)}, DType::kF64, MemoryCategory::kWorkspace);
+    Tensor typed = opt.dtype == DType::kF64 ? staged : host.empty({std::min(n, kChunk)}, opt.dtype, MemoryCategory::kWorkspace);
+    for (std::int64_t begin = 0; begin < n; begin += kChunk) {
+      const std::int64_t len = std::min(kChunk, n - begin);
+      auto* out = staged.data<double>();
+      for (std::int64_t i = 0; i < len; ++i) out[i] = p->init.value(key, p->global_index(begin + i));
+      Tensor from = typed.slice(0, len);
+      if (opt.dtype != DType::kF64) host.cast(staged.slice(0, len), from);
+      d.upload(from.raw(), a.values({p->offset + begin, p->offset + begin + len}));
+    }
   }
   return a;
 }
