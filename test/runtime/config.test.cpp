@@ -70,6 +70,19 @@ TEST_CASE("wrong type, out of range and invalid choice name the key and the vali
   CHECK_THROWS_WITH_AS((void)c.get<bool>("pipeline.num_micro_batch"), doctest::Contains("holds an integer"), Error);
 }
 
+TEST_CASE("an integer too large for what it counts is out of range, never narrowed to another number") {
+  // 4294967298 = 2^32 + 2 once ran as 2 micro-batches; INT64_MAX as -1.
+  Config c;
+  CHECK_THROWS_WITH_AS(c.set_text("pipeline.num_micro_batch", "4294967298"),
+                       doctest::Contains("pipeline.num_micro_batch = 4294967298 is out of range; it must be at most 1048576"), Error);
+  CHECK_THROWS_WITH_AS(c.set_text("pipeline.num_stages", "9223372036854775807"), doctest::Contains("must be at most 4096"), Error);
+  CHECK_THROWS_WITH_AS(c.set_text("pipeline.num_virtual_stages", "4294967298"), doctest::Contains("must be at most 1024"), Error);
+  CHECK_THROWS_WITH_AS(c.set_text("communication.fp16_scale", "1000000"), doctest::Contains("must be at most 65504"), Error);
+  for (const auto& k : detail::config_keys()) {
+    CAPTURE(k.name);
+    if (std::holds_alternative<std::int64_t>(k.default_value)) CHECK(k.max <= std::numeric_limits<std::int32_t>::max());
+  }
+}
 TEST_CASE("a feature this version does not have is rejected, not ignored") {
   Config c;
   CHECK_THROWS_WITH_AS(c.set("zero.level", "v1"), doctest::Contains("zero.level = \"v1\" is not supported yet"), Error);

@@ -216,7 +216,7 @@ TEST_CASE("split: sizes that do not divide, a world that does not fit and split 
     Context ctx(c, 450 + c.rank());
     Trainer<Lin, optim::SGD> t(ctx, Config{}, Lin{Split<2, nn::Linear>(nn::Linear(4, 8))}, optim::SGD({}));
     (void)t.step({test::random({2, 4}, 10 + c.rank()), test::ids({2}, 8, 3)});  // each rank its own rows: wrong
-  }, {.report = false}), doctest::Contains("tensor-parallel rank 1 of a split group got other rows than its rank 0"), Error);
+  }, {.report = false}), doctest::Contains("tensor-parallel rank 1 of a split group got other inputs than its tensor-parallel rank 0"), Error);
 }
 
 // EPL's large classifier: a replicated backbone and a split classifier on the same devices

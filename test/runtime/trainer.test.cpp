@@ -69,6 +69,8 @@ TEST_CASE("a batch that does not divide into micro-batches names both numbers") 
   data::WindowLoader loader(ds, 8, 8, 1);
   CHECK_THROWS_WITH_AS(t.step(loader.next(test::cpu())),
                        doctest::Contains("batch of 8 samples does not divide into pipeline.num_micro_batch = 3"), Error);
+  Batch empty{test::ids({0, 8}, 256, 1), test::ids({0, 8}, 256, 2)};  // zero rows: once "a multiple of 3"
+  CHECK_THROWS_WITH_AS(t.step(empty), doctest::Contains("the batch has no rows; give every step at least one row"), Error);
 }
 
 TEST_CASE("evaluation leaves parameters unchanged and matches the training loss without dropout") {

@@ -33,7 +33,10 @@ constexpr int degree_of() {
       return !Kind<M>::value ? inner : inner == 1 ? N : -2;
     }(static_cast<M*>(nullptr));
   } else if constexpr (is_pipeline_v<M>) {
-    return []<class... S>(Pipeline<S...>*) { return degree_of_all<Kind, S...>(); }(static_cast<M*>(nullptr));
+    return []<class... S>(Pipeline<S...>*) {
+      constexpr int inner = degree_of_all<Kind, S...>();
+      return !Kind<M>::value ? inner : 1 + static_cast<int>(sizeof...(S));  // > 1: there is one
+    }(static_cast<M*>(nullptr));
   } else if constexpr (is_strategy_v<M>) {  // Replicate<D, L...>
     return []<int D, class... L>(Replicate<D, L...>*) {
       constexpr int inner = degree_of_all<Kind, L...>();
@@ -60,7 +63,19 @@ constexpr int degree_of_all() {
 }
 template <class M> struct is_replicate : std::false_type {};
 template <int D, class... L> struct is_replicate<Replicate<D, L...>> : std::true_type {};
+template <class M> struct is_pipeline_kind : std::bool_constant<is_pipeline_v<M>> {};
 }  // namespace detail
+
+/// \brief True, or a compile error when an epl::Pipeline is a part of a model rather than the
+/// model itself (its stages would run as plain layers: data parallel, silently).
+template <class Model>
+inline constexpr bool pipeline_at_top_v = [] {
+  static_assert(is_pipeline_v<Model> || detail::degree_of<detail::is_pipeline_kind, Model>() == 1,
+                "epl: an epl::Pipeline<Stages...> must be the model itself (the Trainer's Model type), not a field or part of "
+                "it: declare the whole model as the Pipeline, its first stage holding the layers before, its last the layers "
+                "after");
+  return true;
+}();
 
 /// \brief The tensor-parallel degree of a model type: the N of its epl::Split parts (1: none).
 /// Every Split of a model uses the same N, and a Split holds no Split (compile errors).
@@ -143,6 +158,7 @@ struct PlanOptions {
   bool stages_given = false;         ///< pipeline.num_stages was set (else a Pipeline type's own count)
   std::string schedule = "PreferBackward";  ///< pipeline.strategy
   int virtual_stages = 2;            ///< pipeline.num_virtual_stages
+  bool virtual_stages_given = false; ///< pipeline.num_virtual_stages was set (it must then be what runs)
   bool auto_parallel = false;        ///< auto.auto_parallel
   bool prefer_intra_node = true;     ///< cluster.device_place_prefer_intra_node
   bool colocate = false;             ///< cluster.colocate_split_and_replicate
@@ -157,6 +173,7 @@ Plan make(const PlanOptions& opt, int world_size) {
   plan.prefer_intra_node = opt.prefer_intra_node;
   const std::string& schedule = opt.schedule;
   int p = opt.stages;
+  static_assert(pipeline_at_top_v<Model>);
   plan.tensor = tensor_degree_v<Model>;
   plan.devices_per_stage = replicate_degree_v<Model>;
   const int t = plan.tensor, d = plan.devices_per_stage;
@@ -204,6 +221,13 @@ Plan make(const PlanOptions& opt, int world_size) {
   EPL_CHECK(v == 1 || plan.schedule == Schedule::kInterleaved, "pipeline.num_stages = ", p, " ranks hold ", plan.chunks,
             " stages, ", v, " each: that needs pipeline.strategy=Interleaved (PreferForward and PreferBackward run one "
             "stage per rank)");
+  EPL_CHECK(!opt.virtual_stages_given || p == 1 || (plan.schedule == Schedule::kInterleaved && v == opt.virtual_stages),
+            "pipeline.num_virtual_stages = ", opt.virtual_stages, ", but ",
+            plan.schedule != Schedule::kInterleaved
+                ? std::string("it applies to pipeline.strategy=Interleaved only; set that, or leave the key unset")
+                : "the model's " + std::to_string(plan.chunks) + " stages (an epl::Pipeline type) on "
+                  "pipeline.num_stages = " + std::to_string(p) + " ranks make " + std::to_string(v) + " per rank; leave the "
+                  "key unset (the Pipeline type's stages decide it), or set it to " + std::to_string(v));
   EPL_CHECK(plan.schedule != Schedule::kInterleaved || v >= 2, "pipeline.strategy=Interleaved runs several stages per rank, but "
             "the model's ", plan.chunks, " stages on pipeline.num_stages = ", p, " ranks make ", v, " per rank; use PreferBackward, "
             "or declare ", 2 * p, " or more stages");
@@ -211,7 +235,9 @@ Plan make(const PlanOptions& opt, int world_size) {
   EPL_CHECK(world_size % per_replica == 0, "world size ", world_size, " cannot hold replicas of ", per_replica, " devices each (",
             p, " pipeline stage", p > 1 ? "s" : "", " x ", t > 1 ? "Split<" + std::to_string(t) : "Replicate<" + std::to_string(d),
             ", ...>); use a world size that is a multiple of ", per_replica,
-            is_pipeline_v<Model> && p > 1 ? ", or pipeline.num_stages=1 to run every stage on each rank" : "");
+            is_pipeline_v<Model> && p > 1 ? ", or pipeline.num_stages=1 to run every stage on each rank" : "",
+            plan.separate ? ", or cluster.colocate_split_and_replicate=true to run the Replicate and Split parts on the same "
+                            "devices" : "");
   (void)plan.actions(0);  // the schedule's own checks (micro-batches a multiple of p for Interleaved)
   return plan;
 }

@@ -287,9 +287,12 @@ class Config {
     return v;
   }
   static void check_value(const ConfigKey& k, const ConfigValue& v) {
+    auto bound = [](double b) {  // an integral bound as digits (1048576, not 1.04858e+06)
+      return b == std::floor(b) && std::abs(b) < 1e15 ? std::to_string(static_cast<std::int64_t>(b)) : detail::concat(b);
+    };
     auto range = [&](double x, const std::string& shown) {
-      EPL_CHECK(x >= k.min, what(k), " = ", shown, " is out of range; it must be at least ", detail::concat(k.min));
-      EPL_CHECK(x <= k.max, what(k), " = ", shown, " is out of range; it must be at most ", detail::concat(k.max));
+      EPL_CHECK(x >= k.min, what(k), " = ", shown, " is out of range; it must be at least ", bound(k.min));
+      EPL_CHECK(x <= k.max, what(k), " = ", shown, " is out of range; it must be at most ", bound(k.max));
     };
     if (auto* i = std::get_if<std::int64_t>(&v)) range(static_cast<double>(*i), std::to_string(*i));
     if (auto* d = std::get_if<double>(&v)) {

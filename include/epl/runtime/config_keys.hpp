@@ -24,7 +24,8 @@ struct ConfigKey {
   ConfigValue default_value;
   std::vector<std::string_view> choices;  ///< strings: the valid values (empty: free text)
   double min = -std::numeric_limits<double>::infinity();  ///< numbers: the smallest valid value
-  double max = std::numeric_limits<double>::infinity();   ///< numbers: the largest valid value
+  double max = std::numeric_limits<double>::infinity();   ///< numbers: the largest valid value (every integer key has one:
+                                                           ///< no value is ever narrowed to another number)
   bool implemented = true;  ///< false: only the default is accepted for now ("not supported yet")
   std::string_view help;
   bool program = false;  ///< a program's own flag (--name), not an EPL key (no EPL_* variable)
@@ -109,32 +110,33 @@ inline const std::vector<ConfigKey>& config_keys() {
   using I = std::int64_t;
   constexpr double kNone = std::numeric_limits<double>::infinity();
   static const std::vector<ConfigKey> keys = {
-      {"pipeline.num_micro_batch", I{1}, {}, 1, kNone, true, "micro-batches per step; gradient accumulation with one task graph"},
-      {"pipeline.num_stages", I{1}, {}, 1, kNone, true,
+      {"pipeline.num_micro_batch", I{1}, {}, 1, 1 << 20, true, "micro-batches per step; gradient accumulation with one task graph"},
+      {"pipeline.num_stages", I{1}, {}, 1, 4096, true,
        "ranks along the pipeline: the stages of an epl::Pipeline model, or of a model cut automatically (auto.auto_parallel)"},
       {"pipeline.strategy", S{"PreferBackward"}, {"PreferBackward", "PreferForward", "Interleaved"}, -kNone, kNone, true,
        "pipeline schedule: PreferBackward (1F1B), PreferForward (GPipe), Interleaved (1F1B over virtual stages, epl)"},
-      {"pipeline.num_virtual_stages", I{2}, {}, 2, kNone, true,
+      {"pipeline.num_virtual_stages", I{2}, {}, 2, 1024, true,
        "model chunks per pipeline rank under the Interleaved schedule (epl)"},
       {"gradient_checkpoint.type", S{""}, {"", "collection", "auto"}, -kNone, kNone, false, "which activations to recompute"},
-      {"gradient_checkpoint.end_taskgraph", I{-1}, {}, -1, kNone, false, "last task graph that checkpoints"},
+      {"gradient_checkpoint.end_taskgraph", I{-1}, {}, -1, 1 << 20, false, "last task graph that checkpoints"},
       {"gradient_checkpoint.check_gradients", false, {}, -kNone, kNone, false, "compare checkpointed gradients with plain ones"},
       {"zero.level", S{""}, {"", "v0", "v1"}, -kNone, kNone, false, "ZeRO: v0 shards optimizer state, v1 also gradients"},
       {"offload.level", S{""}, {"", "v0"}, -kNone, kNone, false, "keep weights in host memory"},
       {"amp.level", S{""}, {"", "O1"}, -kNone, kNone, false, "automatic mixed precision"},
       {"amp.debug_log", false, {}, -kNone, kNone, false, "log loss-scale changes"},
       {"amp.loss_scale", S{"dynamic"}, {}, -kNone, kNone, false, "\"dynamic\" or a positive number"},
-      {"optimizer.num_apply_group", I{1}, {}, 1, kNone, false, "apply the optimizer in this many groups"},
+      {"optimizer.num_apply_group", I{1}, {}, 1, 1 << 20, false, "apply the optimizer in this many groups"},
       {"cluster.device_place_prefer_intra_node", true, {}, -kNone, kNone, true,
        "place a tensor-parallel group on neighbouring ranks (one node); false: the data-parallel groups"},
       {"cluster.run_visible_devices", S{""}, {}, -kNone, kNone, false, "comma-separated device ids to use"},
       {"cluster.colocate_split_and_replicate", false, {}, -kNone, kNone, true,
        "run a model's Replicate<N, ...> and Split<N, ...> parts on the same N devices"},
-      {"communication.num_communicators", I{2}, {}, 1, kNone, false, "communicators used for gradient traffic"},
+      {"communication.num_communicators", I{2}, {}, 1, 1024, false, "communicators used for gradient traffic"},
       {"communication.sparse_as_dense", false, {}, -kNone, kNone, false, "reduce sparse gradients as dense"},
-      {"communication.max_splits", I{5}, {}, 1, kNone, true, "gradient fusion buckets"},
+      {"communication.max_splits", I{5}, {}, 1, 1 << 20, true, "gradient fusion buckets"},
       {"communication.fp16", false, {}, -kNone, kNone, true, "send gradients as fp16"},
-      {"communication.fp16_scale", I{128}, {}, 1, kNone, true, "scale applied before the fp16 cast"},
+      {"communication.fp16_scale", I{128}, {}, 1, 65504, true,
+       "scale applied before the fp16 cast (at most 65504, fp16's largest finite value)"},
       {"communication.clip_after_allreduce", true, {}, -kNone, kNone, true, "clip the averaged gradient (true) or per replica (false)"},
       {"communication.gradients_reduce_method", S{"mean"}, {"mean", "sum"}, -kNone, kNone, true, "how replicas' gradients combine"},
       {"io.slicing", false, {}, -kNone, kNone, true, "divide input files among data-parallel ranks"},

@@ -215,7 +215,9 @@ class Trainer {
     const int m_count = plan_.micro_batches;
     EPL_CHECK(batch.targets.defined() && batch.targets.rank() > 0 && batch.targets.dim(0) == rows, "batch has ", rows,
               " inputs but ", batch.targets.defined() && batch.targets.rank() > 0 ? batch.targets.dim(0) : 0, " targets");
-    EPL_CHECK(rows > 0 && rows % m_count == 0, "batch of ", rows, " samples does not divide into pipeline.num_micro_batch = ",
+    EPL_CHECK(rows > 0, "the batch has no rows; give every step at least one row per micro-batch (pipeline.num_micro_batch = ",
+              m_count, ")");
+    EPL_CHECK(rows % m_count == 0, "batch of ", rows, " samples does not divide into pipeline.num_micro_batch = ",
               m_count, " micro-batches; make the batch a multiple of ", m_count);
     agree_on_rows(batch);
     device_->fill(arena_.grads(), 0.0);
@@ -261,6 +263,7 @@ class Trainer {
                                .stages_given = cfg.source(keys::num_stages) != Config::Source::kDefault,
                                .schedule = cfg.get(keys::pipeline_strategy),
                                .virtual_stages = static_cast<int>(cfg.get(keys::num_virtual_stages)),
+                               .virtual_stages_given = cfg.source(keys::num_virtual_stages) != Config::Source::kDefault,
                                .auto_parallel = cfg.get(keys::auto_parallel),
                                .prefer_intra_node = cfg.get(keys::prefer_intra_node),
                                .colocate = cfg.get(keys::colocate_split_and_replicate)},
@@ -275,6 +278,7 @@ class Trainer {
     replica_scalars_ = mesh_->data().split(0, 0);
     if (plan_.rows_over_tensor()) scalars_ = stage_group().split(0, 0);
     if (mesh_->tensor_size() > 1) tensor_scalars_ = mesh_->tensor().split(0, 0);
+    if (mesh_->pipeline_size() > 1) pipeline_scalars_ = mesh_->pipeline().split(0, 0);
     // The Split parts sharded for this rank's place on the tensor axis, before anything is drawn.
     const nn::SplitPart part{mesh_->coord().tensor, mesh_->tensor_size()};
     const bool vocab_parallel = plan::shard_model(model_, part, plan_.rows_over_tensor()).sharded_output;
@@ -302,6 +306,7 @@ class Trainer {
     // before its first Split, at the end of the backward-ordered arena) over data and tensor.
     const std::int64_t replicated_from = plan_.rows_over_tensor() ? first_offset_before_split() : arena_.size();
     reducer_ = std::make_unique<Reducer>();
+    if (cfg.get(keys::fp16) && (mesh_->data_size() > 1 || plan_.rows_over_tensor())) fp16_scale_ = static_cast<double>(cfg.get(keys::fp16_scale));
     reducer_->add(*device_, mesh_->data(), arena_, detail::bucket_options(cfg), {0, replicated_from});
     if (plan_.rows_over_tensor()) {  // each rank holds its rows' share of a replica's gradient: summed over the tensor axis
       auto o = detail::bucket_options(cfg);
@@ -322,7 +327,7 @@ class Trainer {
       std::int64_t writable = trace_group_.rank() == 0 ? std::ofstream(trace_path_, std::ios::app).good() : 0;
       trace_group_.broadcast(comm::Buffer(&writable, 1, DType::kI64), 0);
       EPL_CHECK(writable == 1, "cannot write the trace file ", detail::quoted(trace_path_),
-                " (trace); give --trace a path in a writable directory");
+                " (the trace key); give it, as --trace=FILE or EPL_TRACE=FILE, a path in a writable directory");
       timeline_ = std::make_unique<Timeline>();
       trace_group_.barrier();  // the ranks' clocks start together
       timeline_->set_origin();
@@ -363,14 +368,21 @@ class Trainer {
                   " rows and rank 0 one of ", all[0], "; every rank must get an equal share of the global batch "
                   "(data::WindowLoader with trainer.data_shard() does this)");
     }
-    if (mesh_->tensor_size() > 1 && !plan_.rows_over_tensor()) {
-      std::uint64_t mine[2] = {detail::content_hash(batch.inputs), detail::content_hash(batch.targets)};
-      std::vector<std::uint64_t> all(static_cast<std::size_t>(2 * mesh_->tensor_size()));
-      tensor_scalars_.all_gather(comm::Buffer(mine, 2, DType::kI64), comm::Buffer(all.data(), 2 * mesh_->tensor_size(), DType::kI64));
-      for (int r = 1; r < mesh_->tensor_size(); ++r)
-        EPL_CHECK(all[2 * r] == all[0] && all[2 * r + 1] == all[1], "at step ", steps_ + 1, " tensor-parallel rank ", r,
-                  " of a split group got other rows than its rank 0; the ranks of an epl::Split group work on the same rows "
-                  "(read them with data::WindowLoader and trainer.data_shard())");
+    if (mesh_->tensor_size() > 1 && !plan_.rows_over_tensor())
+      same_rows(tensor_scalars_, batch, "tensor-parallel rank ", " of a split group", "the ranks of an epl::Split group work on the same rows");
+    if (pipeline_scalars_.valid())
+      same_rows(pipeline_scalars_, batch, "pipeline stage ", "",
+                "the stages of one pipeline replica work on the same rows (stage 0 reads their inputs, the last stage their targets)");
+  }
+  // The ranks of group must have been given the same rows (inputs and targets).
+  void same_rows(comm::Communicator& group, const Batch& batch, const char* who, const char* of, const char* why) {
+    std::uint64_t mine[2] = {detail::content_hash(batch.inputs), detail::content_hash(batch.targets)};
+    std::vector<std::uint64_t> all(static_cast<std::size_t>(2 * group.size()));
+    group.all_gather(comm::Buffer(mine, 2, DType::kI64), comm::Buffer(all.data(), 2 * group.size(), DType::kI64));
+    for (int r = 1; r < group.size(); ++r) {
+      const bool inputs = all[2 * r] == all[0], targets = all[2 * r + 1] == all[1];
+      EPL_CHECK(inputs && targets, "at step ", steps_ + 1, " ", who, r, of, " got other ", inputs ? "targets" : "inputs",
+                " than its ", who, "0; ", why, " (read them with data::WindowLoader and trainer.data_shard())");
     }
   }
   // The split group's targets of a colocated split, [group rows] micro-batch by micro-batch: each
@@ -407,7 +419,10 @@ class Trainer {
     });
     EPL_FAIL("the gradient norm is ", last_grad_norm_, " at step ", steps_ + 1, where.empty() ? "" : "; the first parameter with a "
              "NaN or infinite gradient is " + where, ": training diverged or a layer's backward is wrong; lower the learning "
-             "rate, clip gradients (TrainerOptions::clip_norm) or gradcheck the layer");
+             "rate, clip gradients (TrainerOptions::clip_norm) or gradcheck the layer",
+             fp16_scale_ > 0 ? "; or, as gradients travel as fp16 (communication.fp16), lower communication.fp16_scale = " +
+                                   detail::concat(fp16_scale_) + ": a gradient times the scale past 65504 is infinite"
+                             : std::string());
   }
 
   const D* device_;
@@ -419,7 +434,8 @@ class Trainer {
   plan::Plan plan_;
   std::vector<strategy::Action> actions_;
   std::unique_ptr<strategy::Mesh> mesh_;
-  comm::Communicator scalars_, replica_scalars_, tensor_scalars_;
+  comm::Communicator scalars_, replica_scalars_, tensor_scalars_, pipeline_scalars_;
+  double fp16_scale_ = 0;  // communication.fp16_scale when gradients travel as fp16, else 0
   param::Arena arena_;
   std::unique_ptr<Reducer> reducer_;
   Hooks hooks_;

@@ -76,7 +76,8 @@ constexpr std::array<std::size_t, K + 1> balanced_partition(const std::array<dou
 /// \brief The same at run time: an error names both numbers when there are fewer units than stages.
 inline std::vector<std::size_t> balanced_partition(const std::vector<double>& costs, std::size_t stages) {
   EPL_CHECK(stages >= 1 && stages <= costs.size(), "a model of ", costs.size(), " sequential units cannot be cut into ", stages,
-            " pipeline stages; use at most ", costs.size(), " stages (pipeline.num_stages), or split the model into more "
+            " pipeline stages; use at most ", costs.size(), " stages (pipeline.num_stages, times pipeline.num_virtual_stages under "
+            "pipeline.strategy=Interleaved), or split the model into more "
             "layers (a struct of layers, nn::Seq or nn::Repeat)");
   std::vector<std::size_t> cut(stages + 1);
   detail::balanced_cut(costs.data(), costs.size(), stages, cut.data());

@@ -34,8 +34,10 @@ class Pipeline {
                 "epl::Split<N, Layers...> (a plain layer type as a stage does not say where it runs: wrap it as "
                 "epl::Replicate<1, Layer>)");
   static_assert(((devices_per_replica_v<Stages> == devices_per_replica_v<std::tuple_element_t<0, std::tuple<Stages...>>>) && ...),
-                "epl::Pipeline<Stages...>: every stage must span the same number of devices (uneven stages are not "
-                "supported: give each stage the same Replicate<D, ...>)");
+                "epl::Pipeline<Stages...>: every stage must span the same number of devices of one pipeline replica: a "
+                "Replicate<D, ...> stage spans 1 (its D replicas are data parallel), a Split<N, ...> stage N; uneven "
+                "stages are not supported (a replicated backbone followed by a split part on other devices is a plain "
+                "struct { Replicate<N, ...>; Split<N, ...>; } without cluster.colocate_split_and_replicate: docs/split.md)");
 
  public:
   static constexpr int kStages = static_cast<int>(sizeof...(Stages));
