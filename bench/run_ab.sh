@@ -41,15 +41,18 @@ print(f"old = {sys.argv[2]} ({sys.argv[3]}), new = this tree ({sys.argv[4]} + ch
 print(f"compile examples/gpt/main.cpp: old {compile['old']['seconds']:.1f} s, {compile['old']['max_rss_kib']/1024:.0f} MiB;"
       f" new {compile['new']['seconds']:.1f} s, {compile['new']['max_rss_kib']/1024:.0f} MiB")
 out = {"compile": compile, "runs": runs}
-print(f"{'run':<22}{'old tokens/s':>14}{'new tokens/s':>14}{'new / old':>11}{'old hidden':>12}{'new hidden':>12}")
+# new / old twice: the ratio of the medians, and the median of each round's ratio (the runs of a
+# round are seconds apart, so a round's ratio cancels the machine's minute-to-minute drift).
+print(f"{'run':<22}{'old tokens/s':>14}{'new tokens/s':>14}{'ratio of medians':>18}{'median ratio':>14}{'old hidden':>12}{'new hidden':>12}")
 for ranks in (1, 2):
-    med = {}
+    med, sel = {}, {}
     for tree in ("old", "new"):
-        sel = [r for r in runs if r["tree"] == tree and r["ranks"] == ranks]
-        med[tree] = (statistics.median(r["tokens_per_s"] for r in sel), statistics.median(r["overlap"] for r in sel))
+        sel[tree] = [r for r in runs if r["tree"] == tree and r["ranks"] == ranks]
+        med[tree] = (statistics.median(r["tokens_per_s"] for r in sel[tree]), statistics.median(r["overlap"] for r in sel[tree]))
+    paired = statistics.median(n["tokens_per_s"] / o["tokens_per_s"] for o, n in zip(sel["old"], sel["new"]))
     name = "1 rank x 1 thread" if ranks == 1 else "dp 2 ranks x 1 thread"
     hid = (lambda t: f"{100*med[t][1]:.0f}%" if ranks == 2 else "-")
-    print(f"{name:<22}{med['old'][0]:>14.1f}{med['new'][0]:>14.1f}{med['new'][0]/med['old'][0]:>11.3f}{hid('old'):>12}{hid('new'):>12}")
-    out[f"ranks{ranks}"] = {"old": med["old"], "new": med["new"]}
+    print(f"{name:<22}{med['old'][0]:>14.1f}{med['new'][0]:>14.1f}{med['new'][0]/med['old'][0]:>18.3f}{paired:>14.3f}{hid('old'):>12}{hid('new'):>12}")
+    out[f"ranks{ranks}"] = {"old": med["old"], "new": med["new"], "median_round_ratio": paired}
 json.dump(out, open("bench/results/ab.json", "w"), indent=1)
 PY
