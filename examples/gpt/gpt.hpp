@@ -51,6 +51,20 @@ inline TwoStageGpt make_two_stage_gpt(const Shape& s) {
   return TwoStageGpt(epl::Replicate<1, Embed, nn::Repeat<Block>>(g.embed, std::move(first)),
                      epl::Replicate<1, nn::Repeat<Block>, Head>(std::move(second), g.head));
 }
+/// The same layers with every part split N ways (epl::Split): the embedding by vocabulary, the
+/// blocks by heads and Mlp columns/rows, the head's output layer by vocabulary (so the loss runs
+/// vocabulary-parallel). Numbered like Gpt, so it starts from the same initialisation.
+template <int N>
+struct SplitGpt {
+  epl::Split<N, Embed> embed;
+  epl::Split<N, nn::Repeat<Block>> body;
+  epl::Split<N, Head> head;
+};
+template <int N>
+SplitGpt<N> make_split_gpt(const Shape& s) {
+  Gpt g = make_gpt(s);
+  return {epl::Split<N, Embed>(g.embed), epl::Split<N, nn::Repeat<Block>>(g.body), epl::Split<N, Head>(g.head)};
+}
 /// Training FLOPs per token: 6 per parameter-use (forward 2, backward 4) plus attention's
 /// q k^T and p v (forward 4 t d per layer, backward twice that; t = context).
 inline double flops_per_token(const Shape& s, std::int64_t params) {

@@ -13,15 +13,8 @@ extern epl::comm::MpiCommunicator* g_world;
 namespace {
 const gpt::Shape kShape{.vocab = 32, .context = 8, .layers = 2, .heads = 4, .dim = 16};
 template <int N>
-struct SplitGpt {
-  Split<N, gpt::Embed> embed;
-  Split<N, nn::Repeat<gpt::Block>> body;
-  Split<N, gpt::Head> head;
-};
-template <int N>
-SplitGpt<N> make_split_gpt() {
-  auto g = gpt::make_gpt(kShape);
-  return {Split<N, gpt::Embed>(g.embed), Split<N, nn::Repeat<gpt::Block>>(g.body), Split<N, gpt::Head>(g.head)};
+gpt::SplitGpt<N> make_split_gpt() {
+  return gpt::make_split_gpt<N>(kShape);
 }
 template <int N>
 struct MoeNet {

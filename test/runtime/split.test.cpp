@@ -17,19 +17,7 @@ gpt::Shape shape() { return {.vocab = 32, .context = 8, .layers = 2, .heads = 4,
 constexpr int kSteps = 4;
 constexpr std::int64_t kBatch = 8;
 
-// The GPT with every part split N ways: the embedding by vocabulary, the blocks by heads and
-// Mlp columns/rows, the head's output layer by vocabulary (so the loss runs vocabulary-parallel).
-template <int N>
-struct SplitGpt {
-  Split<N, gpt::Embed> embed;
-  Split<N, nn::Repeat<gpt::Block>> body;
-  Split<N, gpt::Head> head;
-};
-template <int N>
-SplitGpt<N> make_split_gpt(const gpt::Shape& s) {
-  auto g = gpt::make_gpt(s);
-  return {Split<N, gpt::Embed>(g.embed), Split<N, nn::Repeat<gpt::Block>>(g.body), Split<N, gpt::Head>(g.head)};
-}
+using gpt::make_split_gpt;
 
 struct Run {
   std::vector<double> losses;
