@@ -119,7 +119,9 @@ class MpiCommunicator {
     EPL_CHECK(total == out.count, "all_gather on group '", name(), "': the inputs hold ", total, " elements, rank ", rank(),
               "'s output ", out.count);
     MPI_Request req;
-    EPL_MPI_CHECK(MPI_Iallgatherv(in.data, static_cast<int>(in.count), detail::mpi_type(in.dtype), out.data, counts.data(),
+    // in place (a ZeRO unit: this rank's slice inside the whole), which MPI spells MPI_IN_PLACE
+    const bool in_place = in.data == out.byte_ptr(displs[static_cast<std::size_t>(rank())]);
+    EPL_MPI_CHECK(MPI_Iallgatherv(in_place ? MPI_IN_PLACE : in.data, static_cast<int>(in.count), detail::mpi_type(in.dtype), out.data, counts.data(),
                                   displs.data(), detail::mpi_type(out.dtype), st_->data, &req));
     complete("all_gather", req);
     account((size() - 1) * static_cast<std::int64_t>(in.bytes()), static_cast<std::int64_t>(out.bytes() - in.bytes()));

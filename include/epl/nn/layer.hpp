@@ -107,12 +107,14 @@ Tensor forward(L& l, Ctx& ctx, const Tensor& x) {
 }
 
 /// \brief Runs layer l backward: accumulates parameter gradients, returns the input gradient.
-/// Once a leaf layer's backward returns, its gradients are final for this pass, and the
+/// A hooks type with before_backward(layer, ctx) sees each leaf first (ZeRO gathers its
+/// parameters and makes room for its gradients). Once a leaf layer's backward returns, its gradients are final for this pass, and the
 /// context's hooks are told (data parallelism starts reducing them then).
 template <class L, class Ctx>
 Tensor backward(L& l, Ctx& ctx, const Tensor& dy) {
   require_layer<L, Ctx>();
   if constexpr (leaf_layer<L, Ctx>) {
+    if constexpr (requires { ctx.hooks().before_backward(l, ctx); }) ctx.hooks().before_backward(l, ctx);
     Tensor dx = l.backward(ctx, dy);
     ctx.hooks().after_backward(l, ctx);
     return dx;
@@ -120,6 +122,38 @@ Tensor backward(L& l, Ctx& ctx, const Tensor& dy) {
     Tensor g = dy;
     reflect::for_each_field_reverse(l, [&](auto& field, auto) { g = nn::backward(field, ctx, g); });
     return g;
+  }
+}
+
+/// \brief Calls fn(Parameter&) for the parameters leaf layer l holds itself: those not inside a
+/// sub-layer, whose own hooks see them (attention's projections are its Linears'). Each
+/// parameter of a model is some leaf's own, so per-layer hooks that act on own parameters act
+/// on each parameter once per pass.
+template <class L, class Fn>
+void for_each_own_parameter(L& l, Fn&& fn) {
+  auto walk = [&](auto& self, auto& node) -> void {
+    using T = std::remove_cvref_t<decltype(node)>;
+    if constexpr (std::is_same_v<T, Parameter>) {
+      fn(node);
+    } else if constexpr (std::is_same_v<T, RandomStream>) {
+    } else if constexpr (requires { node.visit([](std::string_view, auto&) {}); }) {
+      node.visit([&](std::string_view, auto& member) {
+        if constexpr (!layer<std::remove_cvref_t<decltype(member)>>) self(self, member);
+      });
+    } else if constexpr (reflect::is_reflectable_v<T>) {
+      reflect::for_each_field(node, [&](auto& field, auto) {
+        if constexpr (!layer<std::remove_cvref_t<decltype(field)>>) self(self, field);
+      });
+    }
+  };
+  if constexpr (requires { l.visit([](std::string_view, auto&) {}); }) {
+    l.visit([&](std::string_view, auto& member) {
+      if constexpr (!layer<std::remove_cvref_t<decltype(member)>>) walk(walk, member);
+    });
+  } else if constexpr (reflect::is_reflectable_v<L>) {
+    reflect::for_each_field(l, [&](auto& field, auto) {
+      if constexpr (!layer<std::remove_cvref_t<decltype(field)>>) walk(walk, field);
+    });
   }
 }
 

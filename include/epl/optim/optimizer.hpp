@@ -43,21 +43,36 @@ class Updater {
   /// update's temporaries peak at about 1 / groups (optimizer.num_apply_group).
   template <class D>
   void step(const D& d, const Tensor& values, const Tensor& grads, std::int64_t groups = 1) {
-    EPL_CHECK(values.rank() == 1 && grads.rank() == 1 && values.numel() == grads.numel(), "optimizer step on values ",
-              values.shape(), " and gradients ", grads.shape(), "; both must be 1-D ranges of one length");
-    if (state_.empty())
-      for (int i = 0; i < O::kStateSlots; ++i) state_.push_back(d.zeros({values.numel()}, values.dtype(), MemoryCategory::kOptimizerState));
-    EPL_CHECK(state_.empty() || state_.front().numel() == values.numel(), "optimizer step on a range of ", values.numel(),
-              " elements; its state holds ", state_.front().numel());
+    step(d, std::span<const Tensor>(&values, 1), std::span<const Tensor>(&grads, 1), groups);
+  }
+  /// \brief One step on several ranges at once (a ZeRO rank's slices of each unit): values[i]
+  /// and grads[i] are 1-D and of one length; the state is one buffer as long as all of them,
+  /// each range its consecutive part. groups splits the whole into parts of about equal length.
+  template <class D>
+  void step(const D& d, std::span<const Tensor> values, std::span<const Tensor> grads, std::int64_t groups = 1) {
+    EPL_CHECK(values.size() == grads.size(), "optimizer step on ", values.size(), " value ranges and ", grads.size(), " gradient ranges");
+    std::int64_t n = 0;
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      EPL_CHECK(values[i].rank() == 1 && grads[i].rank() == 1 && values[i].numel() == grads[i].numel(), "optimizer step on values ",
+                values[i].shape(), " and gradients ", grads[i].shape(), "; both must be 1-D ranges of one length");
+      n += values[i].numel();
+    }
+    if (state_.empty() && n > 0)
+      for (int i = 0; i < O::kStateSlots; ++i) state_.push_back(d.zeros({n}, values[0].dtype(), MemoryCategory::kOptimizerState));
+    EPL_CHECK(state_.empty() || state_.front().numel() == n, "optimizer step on ranges of ", n, " elements; its state holds ",
+              state_.front().numel());
     ++steps_;
-    const std::int64_t n = values.numel();
     groups = std::max<std::int64_t>(1, std::min(groups, n));
     std::vector<Tensor> part(state_.size());
-    for (std::int64_t g = 0; g < groups; ++g) {
-      const std::int64_t b = n * g / groups, e = n * (g + 1) / groups;
-      for (std::size_t s = 0; s < state_.size(); ++s) part[s] = state_[s].slice(b, e);
-      opt_.update(d, values.slice(b, e), grads.slice(b, e), std::span<const Tensor>(part), steps_);
-    }
+    // group g covers [n g / groups, n (g + 1) / groups) of the ranges laid end to end
+    std::int64_t first = 0;  // where values[i] starts in that line
+    for (std::size_t i = 0; i < values.size(); first += values[i].numel(), ++i)
+      for (std::int64_t g = 0; g < groups; ++g) {
+        const std::int64_t b = std::max(first, n * g / groups), e = std::min(first + values[i].numel(), n * (g + 1) / groups);
+        if (b >= e) continue;
+        for (std::size_t s = 0; s < state_.size(); ++s) part[s] = state_[s].slice(b, e);
+        opt_.update(d, values[i].slice(b - first, e - first), grads[i].slice(b - first, e - first), std::span<const Tensor>(part), steps_);
+      }
   }
   [[nodiscard]] std::int64_t steps() const noexcept { return steps_; }
   [[nodiscard]] O& optimizer() noexcept { return opt_; }

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <exception>
 #include <fstream>
@@ -24,6 +25,7 @@
 #include "epl/param/arena.hpp"
 #include "epl/policy/policies.hpp"
 #include "epl/policy/reducer.hpp"
+#include "epl/policy/zero.hpp"
 #include "epl/runtime/agreement.hpp"
 #include "epl/runtime/config.hpp"
 #include "epl/runtime/context.hpp"
@@ -60,14 +62,38 @@ inline policy::BucketOptions bucket_options(const Config& cfg) {
   return o;
 }
 
+/// The stage a run uses: zero.level when given (EPL's "v0" stage 1, "v1" stage 2, "v2" stage 3,
+/// "" none), else the compiled one; a stage above the compiled one is an error naming both.
+inline int zero_stage(const Config& cfg, int compiled) {
+  const std::string level = cfg.get(keys::zero_level);
+  if (cfg.source(keys::zero_level) == Config::Source::kDefault) return compiled;
+  const int stage = level.empty() ? 0 : level[1] - '0' + 1;
+  EPL_CHECK(stage <= compiled, "zero.level = \"", level, "\" asks for ZeRO stage ", stage, " but this program was built with ",
+            compiled == 0 ? std::string("no ZeRO (epl::Policies<>)") : "epl::Zero<" + std::to_string(compiled) + ">",
+            "; build the Trainer with epl::Policies<epl::Zero<", stage, ">> (or higher: it runs every stage up to its own)",
+            " or choose a zero.level up to ", compiled == 0 ? std::string("\"\"") : "\"v" + std::to_string(compiled - 1) + "\"");
+  return stage;
+}
+
 /// The hooks of a training pass: in the last micro-batch, each layer's gradients go to the
-/// reducers the moment the layer's backward returns.
-template <class Reducer>
-struct ReduceHooks {
+/// reducers the moment the layer's backward returns; under ZeRO the sharder gathers each
+/// layer's parameters before it runs and reduce-scatters its gradients after.
+template <class Reducer, class Sharder>
+struct StepHooks {
   Reducer* reducer = nullptr;
+  Sharder* sharder = nullptr;  // null: no ZeRO this run
   bool active = false;
-  template <class L, class Ctx> void before_forward(L&, Ctx&) {}
+  template <class L, class Ctx> void before_forward(L& l, Ctx&) {
+    if constexpr (!std::is_void_v<Sharder>)
+      if (sharder) sharder->before_forward(l);
+  }
+  template <class L, class Ctx> void before_backward(L& l, Ctx&) {
+    if constexpr (!std::is_void_v<Sharder>)
+      if (sharder) sharder->before_backward(l);
+  }
   template <class L, class Ctx> void after_backward(L& l, Ctx&) {
+    if constexpr (!std::is_void_v<Sharder>)
+      if (sharder) sharder->after_backward(l);
     if (active) nn::for_each_parameter(l, [&](nn::Parameter& p) { reducer->ready(p); });
   }
 };
@@ -110,9 +136,10 @@ template <class Model, optim::optimizer Optimizer, class Policy = Policies<>, cl
 class Trainer {
   static_assert((nn::require_layer<Model>(), true));
   static_assert((device::require_trainable<D>(), true));
-  static_assert(Policy::zero::kStage == 0, "epl::Zero<1|2|3> is not built yet in this version; use epl::Policies<> (Zero<0>)");
+  static constexpr int kZero = Policy::zero::kStage;  // the highest ZeRO stage compiled in
   using Reducer = policy::ReducerSet<D>;
-  using Hooks = detail::ReduceHooks<Reducer>;
+  using Sharder = std::conditional_t<kZero == 0, void, policy::ZeroSharder<D>>;
+  using Hooks = detail::StepHooks<Reducer, Sharder>;
   using PassContext = nn::Context<D, Hooks>;
 
  public:
@@ -198,7 +225,16 @@ class Trainer {
   /// \brief The fraction of the last step's gradient all-reduce time hidden behind backward.
   [[nodiscard]] double last_overlap() const noexcept { return reducer_->last_overlap(); }
   [[nodiscard]] std::size_t gradient_buckets() const noexcept { return reducer_->buckets(); }
-  /// \brief The flat parameter and gradient buffers (this rank's stages').
+  /// \brief The ZeRO stage this run uses (0: none): zero.level, or the compiled epl::Zero<k>.
+  [[nodiscard]] int zero_stage() const noexcept { return zero_stage_; }
+  /// \brief ZeRO stage 3 keeps only this rank's shard of the parameters between layers: this
+  /// gathers all of them so model() can be read (a collective over the data-parallel group;
+  /// every rank calls it). They stay until the next step or evaluation. Other runs: no-op.
+  void gather_parameters() {
+    if (sharder_) sharder_->gather_all();
+  }
+  /// \brief The flat parameter and gradient buffers (this rank's stages'; under ZeRO 2 the
+  /// gradients and under ZeRO 3 the values too are not kept whole: those buffers are empty).
   [[nodiscard]] const param::Arena& arena() const noexcept { return arena_; }
   [[nodiscard]] strategy::Mesh& mesh() noexcept { return *mesh_; }
   /// \brief Bytes the gradient reduction moved so far (the data-parallel group's counts).
@@ -220,7 +256,8 @@ class Trainer {
     EPL_CHECK(rows % m_count == 0, "batch of ", rows, " samples does not divide into pipeline.num_micro_batch = ",
               m_count, " micro-batches; make the batch a multiple of ", m_count);
     agree_on_rows(batch);
-    device_->fill(arena_.grads(), 0.0);
+    if (sharder_) sharder_->zero_grads();
+    else device_->fill(arena_.grads(), 0.0);
     const std::int64_t per = rows / m_count, first = static_cast<std::int64_t>(data_shard().rank) * rows;
     // A colocated split's loss sees the group's rows: its targets, gathered, micro-batch by micro-batch.
     const Tensor targets = plan_.rows_over_tensor() ? gather_targets(batch.targets, m_count) : batch.targets;
@@ -235,6 +272,7 @@ class Trainer {
       reducer_->ready_all();
     }
     reducer_->finish();
+    if (sharder_) sharder_->finish();
     if (auto* p = stages()) p->all_reduce(comm::Buffer(&loss, 1, DType::kF64), comm::ReduceOp::kSum);  // the last stage's
     loss_group().all_reduce(comm::Buffer(&loss, 1, DType::kF64), comm::ReduceOp::kMean);
     EPL_CHECK(!opt_.check_finite || std::isfinite(loss), "the loss is ", loss, " at step ", steps_ + 1,
@@ -242,9 +280,10 @@ class Trainer {
               "(TrainerOptions::clip_norm) or check the inputs");
     if (overlap_) last_grad_norm_ = clip(opt_.clip_norm);
     if (opt_.check_finite && !std::isfinite(last_grad_norm_)) fail_non_finite_gradient();
-    updater_.step(*device_, arena_.values(), arena_.grads());
+    update();
     ++steps_;
-    if (opt_.check_replicas_every > 0 && mesh_->data_size() > 1 && (steps_ == 1 || steps_ % opt_.check_replicas_every == 0))
+    if (opt_.check_replicas_every > 0 && mesh_->data_size() > 1 && zero_stage_ < 3 &&
+        (steps_ == 1 || steps_ % opt_.check_replicas_every == 0))
       check_replicas();
     return loss;
   }
@@ -253,8 +292,17 @@ class Trainer {
     double loss = executor_->run(plan_.forward_only(mesh_->coord().pipeline), {batch.inputs, targets, 1}, [&](int) {
       return PassContext(*device_, nn::PassOptions{false, opt_.seed, static_cast<std::uint64_t>(steps_), 0, 0}, &hooks_, groups());
     });
+    if (sharder_) sharder_->release_all();
     if (auto* p = stages()) p->all_reduce(comm::Buffer(&loss, 1, DType::kF64), comm::ReduceOp::kSum);
     return loss;
+  }
+  // The optimizer over this rank's values: all of them, or under ZeRO its slices, which then
+  // meet again. optimizer.num_apply_group splits the update into that many parts.
+  void update() {
+    if (!sharder_) return updater_.step(*device_, arena_.values(), arena_.grads(), apply_groups_);
+    const auto values = sharder_->owned_values(), grads = sharder_->owned_grads();
+    updater_.step(*device_, std::span<const Tensor>(values), std::span<const Tensor>(grads), apply_groups_);
+    sharder_->after_update();
   }
 
   void init(const Config& cfg) {
@@ -291,8 +339,21 @@ class Trainer {
       all[static_cast<std::size_t>(c)].for_each_parameter([&](nn::Parameter& q) { owned.insert(&q); });
       mine.push_back(all[static_cast<std::size_t>(c)]);
     }
-    arena_ = param::materialize(model_, *device_, {.dtype = opt_.dtype, .seed = opt_.seed,
-                                                   .owned = [&](const nn::Parameter& q) { return owned.count(&q) > 0; }});
+    zero_stage_ = detail::zero_stage(cfg, kZero);
+    apply_groups_ = cfg.get(keys::num_apply_group);
+    param::MaterializeOptions mo{.dtype = opt_.dtype, .seed = opt_.seed, .owned = [&](const nn::Parameter& q) { return owned.count(&q) > 0; }};
+    std::map<const nn::Parameter*, int> chunk_of;  // ZeRO's units never span two chunks
+    if (zero_stage_ > 0) {
+      check_zero_setup(cfg);
+      std::int64_t total = 0;
+      for (int c : plan_.chunks_of(stage))
+        all[static_cast<std::size_t>(c)].for_each_parameter([&](nn::Parameter& q) { chunk_of[&q] = c; total += q.numel(); });
+      const std::int64_t splits = cfg.get(keys::max_splits);
+      mo.unit_elements = (total + splits - 1) / splits;
+      mo.shards = mesh_->data_size();
+      mo.segment = [&](const nn::Parameter& q) { return chunk_of.at(&q); };
+    }
+    arena_ = param::materialize(model_, *device_, mo);
     RunFacts facts;
     add_model_facts(facts, model_);
     add_config_facts(facts, cfg);
@@ -307,7 +368,8 @@ class Trainer {
     const std::int64_t replicated_from = plan_.rows_over_tensor() ? first_offset_before_split() : arena_.size();
     reducer_ = std::make_unique<Reducer>();
     if (cfg.get(keys::fp16) && (mesh_->data_size() > 1 || plan_.rows_over_tensor())) fp16_scale_ = static_cast<double>(cfg.get(keys::fp16_scale));
-    reducer_->add(*device_, mesh_->data(), arena_, detail::bucket_options(cfg), {0, replicated_from});
+    // ZeRO 2 and 3: the sharder reduces every gradient, into shards
+    reducer_->add(*device_, mesh_->data(), arena_, detail::bucket_options(cfg), {0, zero_stage_ >= 2 ? 0 : replicated_from});
     if (plan_.rows_over_tensor()) {  // each rank holds its rows' share of a replica's gradient: summed over the tensor axis
       auto o = detail::bucket_options(cfg);
       o.mean_over = mesh_->data_size();
@@ -317,6 +379,13 @@ class Trainer {
     // Replicas start from one copy: rank 0's.
     if (mesh_->data_size() > 1) mesh_->data().broadcast(arena_.values().slice(0, replicated_from), 0);
     if (plan_.rows_over_tensor()) stage_group().broadcast(arena_.values().slice(replicated_from, arena_.size()), 0);
+    if constexpr (kZero > 0) {
+      if (zero_stage_ > 0) {
+        const auto op = cfg.get(keys::gradients_reduce_method) == "sum" ? comm::ReduceOp::kSum : comm::ReduceOp::kMean;
+        sharder_ = std::make_unique<policy::ZeroSharder<D>>(*device_, mesh_->data(), arena_, zero_stage_, op);
+        hooks_.sharder = sharder_.get();
+      }
+    }
     overlap_ = cfg.get(keys::clip_after_allreduce) || opt_.clip_norm <= 0;
     actions_ = plan_.actions(stage);
     executor_.emplace(*device_, std::move(mine), plan_.chunks, plan_.pipeline, stage, mesh_->pipeline());
@@ -333,6 +402,19 @@ class Trainer {
       timeline_->set_origin();
       executor_->set_timeline(timeline_.get());
       reducer_->set_timeline(timeline_.get());
+    }
+  }
+  // What ZeRO cannot be combined with (yet), named with the key that asks for it.
+  void check_zero_setup(const Config& cfg) {
+    EPL_CHECK(!plan_.rows_over_tensor(), "zero.level (ZeRO stage ", zero_stage_, ") with cluster.colocate_split_and_replicate is not "
+              "supported: the colocated replicated part reduces over the data and tensor axes; drop one of the two keys");
+    if (zero_stage_ >= 2) {
+      EPL_CHECK(!cfg.get(keys::fp16), "communication.fp16 with ZeRO stage ", zero_stage_, " (zero.level = \"v", zero_stage_ - 1,
+                "\") is not supported: the gradient shards are reduced in full precision; set communication.fp16=false or use "
+                "zero.level=\"v0\"");
+      EPL_CHECK(cfg.get(keys::clip_after_allreduce) || opt_.clip_norm <= 0, "communication.clip_after_allreduce=false clips each "
+                "replica's whole local gradient, which ZeRO stage ", zero_stage_, " never holds; clip after the reduction "
+                "(communication.clip_after_allreduce=true) or use zero.level=\"v0\"");
     }
   }
   // The pipeline group when the model is cut into stages across ranks (norms and the loss sum
@@ -402,20 +484,33 @@ class Trainer {
   // tensor axis) and all of the replicated ones (counted once); the pipeline's stages sum.
   double clip(double max_norm) {
     double sq[2] = {0, 0};  // replicated, sharded
-    if (mesh_->tensor_size() == 1) sq[0] = device_->sum_squares(arena_.grads());
+    const bool sharded_grads = zero_stage_ >= 2;  // each data-parallel rank holds a shard: they sum
+    if (mesh_->tensor_size() == 1 && !sharded_grads) sq[0] = device_->sum_squares(arena_.grads());
     else
-      for (auto* p : arena_.parameters()) sq[p->shard.whole() ? 0 : 1] += device_->sum_squares(p->grad);
+      for (auto* p : arena_.parameters()) sq[p->shard.whole() ? 0 : 1] += device_->sum_squares(grad_here(*p));
+    if (sharded_grads && mesh_->data_size() > 1) replica_scalars_.all_reduce(comm::Buffer(sq, 2, DType::kF64), comm::ReduceOp::kSum);
     if (mesh_->tensor_size() > 1) tensor_scalars_.all_reduce(comm::Buffer(&sq[1], 1, DType::kF64), comm::ReduceOp::kSum);
     double total = sq[0] + sq[1];
     if (auto* p = stages()) p->all_reduce(comm::Buffer(&total, 1, DType::kF64), comm::ReduceOp::kSum);
     const double norm = std::sqrt(total);
-    if (max_norm > 0 && max_norm / (norm + 1e-6) < 1) device_->scale(arena_.grads(), max_norm / (norm + 1e-6));  // PyTorch's rule
+    if (max_norm > 0 && max_norm / (norm + 1e-6) < 1) {  // PyTorch's rule
+      if (sharded_grads)
+        for (const auto& g : sharder_->owned_grads()) device_->scale(g, max_norm / (norm + 1e-6));
+      else device_->scale(arena_.grads(), max_norm / (norm + 1e-6));
+    }
     return norm;
+  }
+  // p's reduced gradient as this rank holds it: whole, or under ZeRO 2 and 3 the part in its
+  // shard (possibly none: an empty tensor, whose sum of squares is 0).
+  Tensor grad_here(const nn::Parameter& p) const {
+    if (zero_stage_ < 2) return p.grad;
+    Tensor part = sharder_->owned_grad_of(p).first;
+    return part.defined() ? part : device_->empty({0}, arena_.dtype(), MemoryCategory::kWorkspace);
   }
   [[noreturn]] void fail_non_finite_gradient() {
     std::string where;
     nn::visit_parameters(model_, [&](std::string_view path, nn::Parameter& p) {
-      if (where.empty() && p.materialized() && !std::isfinite(device_->sum_squares(p.grad))) where = std::string(path);
+      if (where.empty() && p.materialized() && !std::isfinite(device_->sum_squares(grad_here(p)))) where = std::string(path);
     });
     EPL_FAIL("the gradient norm is ", last_grad_norm_, " at step ", steps_ + 1, where.empty() ? "" : "; the first parameter with a "
              "NaN or infinite gradient is " + where, ": training diverged or a layer's backward is wrong; lower the learning "
@@ -438,6 +533,9 @@ class Trainer {
   double fp16_scale_ = 0;  // communication.fp16_scale when gradients travel as fp16, else 0
   param::Arena arena_;
   std::unique_ptr<Reducer> reducer_;
+  std::unique_ptr<policy::ZeroSharder<D>> sharder_;  // null: no ZeRO this run
+  int zero_stage_ = 0;
+  std::int64_t apply_groups_ = 1;
   Hooks hooks_;
   std::optional<strategy::Executor<PassContext, Loss>> executor_;
   std::unique_ptr<Timeline> timeline_;

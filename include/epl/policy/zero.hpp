@@ -1,0 +1,327 @@
+#pragma once
+/// \file
+/// \brief policy::ZeroSharder — ZeRO stages 1 to 3 over the data-parallel group, on the units of a
+/// flat arena.
+///
+/// The arena is laid out in units (param::MaterializeOptions::unit_elements), each padded so the
+/// group's N ranks own equal, aligned slices of it: rank r owns slice r of every unit, and its
+/// optimizer state covers those slices only.
+///   stage 1  gradients all-reduce as without ZeRO (policy::AllReduceReducer); the update runs on
+///            the owned slices; each unit's values are then all-gathered in place.
+///   stage 2  no full gradient buffer: a unit's gradient buffer exists from the backward of its
+///            first layer until its reduce_scatter, which starts (asynchronously) the moment its
+///            last gradient of the micro-batch is final, into this rank's shard; the shards add up
+///            over the micro-batches. Values as stage 1.
+///   stage 3  values too live as shards: a unit is all-gathered before the forward or backward of
+///            a layer that holds parameters in it, and the next unit's gather starts then too (in
+///            forward or backward order); a unit is freed when a gather starts and no running
+///            layer uses it. So a step holds the running layer's units and the next one.
+/// Every rank of the group issues the same collectives in the same order (the hooks fire in the
+/// schedule's order), so asynchronous gathers and reductions queue up alike everywhere.
+#include <algorithm>
+#include <deque>
+#include <unordered_map>
+#include <vector>
+
+#include "epl/comm/any_communicator.hpp"
+#include "epl/nn/layer.hpp"
+#include "epl/param/arena.hpp"
+
+namespace epl {
+inline namespace v0 {
+namespace policy {
+
+/// \brief ZeRO stages 1, 2 and 3 over one group, on an arena cut into units of group.size() shards.
+template <class D>
+class ZeroSharder {
+ public:
+  /// \param stage 1, 2 or 3
+  /// \param op how gradients meet (mean or sum: communication.gradients_reduce_method)
+  ZeroSharder(const D& device, comm::Communicator& group, param::Arena& arena, int stage, comm::ReduceOp op)
+      : device_(&device), group_(&group), arena_(&arena), stage_(stage), op_(op), units_(arena.units().size()) {
+    EPL_CHECK(stage >= 1 && stage <= 3, "ZeRO stage ", stage, " is not 1, 2 or 3");
+    EPL_CHECK(arena.shards() == group.size(), "the arena is cut into ", arena.shards(), " shards for a group of ", group.size(),
+              " ranks; materialize it with shards = the data-parallel size");
+    const int r = group.rank();
+    std::int64_t at = 0;
+    for (std::size_t u = 0; u < units_.size(); ++u) {
+      units_[u].owned = arena.shard(u, r);
+      units_[u].at = at;
+      at += units_[u].owned.size();
+    }
+    shard_size_ = at;
+    for (auto* p : arena.parameters()) {
+      auto& unit = units_[arena.unit_of(p->offset)];
+      index_[p] = {arena.unit_of(p->offset), unit.members.size()};
+      unit.members.push_back(p);
+    }
+    for (auto& u : units_) u.marked.assign(u.members.size(), 0);
+    if (stage_ >= 2) {
+      grad_shard_ = device.zeros({shard_size_}, arena.dtype(), MemoryCategory::kGradients);
+      arena.drop_grads();
+    }
+    if (stage_ == 3) {
+      value_shard_ = device.empty({shard_size_}, arena.dtype(), MemoryCategory::kParameters);
+      for (std::size_t u = 0; u < units_.size(); ++u) device.copy(arena.values(units_[u].owned), own_values(u));
+      shapes_.reserve(arena.parameters().size());
+      for (auto* p : arena.parameters()) shapes_[p] = p->value.shape();
+      arena.drop_values();
+    }
+  }
+  ZeroSharder(const ZeroSharder&) = delete;
+  ZeroSharder& operator=(const ZeroSharder&) = delete;
+  /// Destroyed in the middle of a step (its rank is unwinding), it cancels the group's
+  /// outstanding gathers and reductions and waits for them, as the all-reduce reducer does.
+  ~ZeroSharder() {
+    bool outstanding = false;
+    for (auto& p : pending_) outstanding |= !p.work.test();
+    for (auto& u : units_) outstanding |= !u.gather.test();
+    if (!outstanding) return;
+    group_->cancel("the ZeRO sharder was destroyed in the middle of a step");
+    auto quietly = [](comm::Work& w) {
+      try {
+        w.wait();
+      } catch (...) {  // the step failed; its error is already on its way up
+      }
+    };
+    for (auto& p : pending_) quietly(p.work);
+    for (auto& u : units_) quietly(u.gather);
+  }
+
+  [[nodiscard]] int stage() const noexcept { return stage_; }
+  /// \brief Elements this rank owns (the sum of its slices of every unit, padding included).
+  [[nodiscard]] std::int64_t shard_size() const noexcept { return shard_size_; }
+  [[nodiscard]] std::size_t units() const noexcept { return units_.size(); }
+
+  // ---- the hooks: called around each leaf layer, with the parameters it holds itself ------
+  /// \brief Stage 3: the layer's units are gathered before its forward; the next unit's gather
+  /// (in forward order) starts.
+  template <class L>
+  void before_forward(L& l) {
+    if (stage_ < 3) return;
+    ++clock_;  // a new layer: the units it uses are not evicted while it runs
+    std::size_t last = kNone;
+    nn::for_each_own_parameter(l, [&](nn::Parameter& p) { require(last = at(p).unit); });
+    if (last != kNone && last > 0) prefetch(last - 1);  // the layout is in backward order
+  }
+  /// \brief Stages 2 and 3: the layer's units get their gradient buffers; stage 3 gathers them
+  /// and starts the next unit's gather (in backward order).
+  template <class L>
+  void before_backward(L& l) {
+    if (stage_ < 2) return;
+    ++clock_;
+    std::size_t last = kNone;
+    nn::for_each_own_parameter(l, [&](nn::Parameter& p) {
+      last = at(p).unit;
+      if (stage_ == 3) require(last);
+      open_gradients(last);
+    });
+    if (stage_ == 3 && last != kNone && last + 1 < units_.size()) prefetch(last + 1);
+  }
+  /// \brief Stages 2 and 3: the layer's gradients are final for this micro-batch; a unit whose
+  /// gradients all are starts its reduce_scatter.
+  template <class L>
+  void after_backward(L& l) {
+    if (stage_ < 2) return;
+    nn::for_each_own_parameter(l, [&](nn::Parameter& p) {
+      const auto [u, i] = at(p);
+      auto& unit = units_[u];
+      if (unit.marked[i]) return;
+      unit.marked[i] = 1;
+      if (++unit.ready == static_cast<int>(unit.members.size())) launch(u);
+    });
+  }
+
+  // ---- the step around the hooks -------------------------------------------------------
+  /// \brief Before a step's first micro-batch: gradients start at zero (stage 1: the arena's).
+  void zero_grads() {
+    if (stage_ >= 2) device_->fill(grad_shard_, 0.0);
+    else device_->fill(arena_->grads(), 0.0);
+    for (auto& u : units_) u.reduced = false;
+    release_all();
+  }
+  /// \brief After the last micro-batch: waits for every reduction. A unit with gradients never
+  /// marked final is an error (a layer's backward ran without the hooks).
+  void finish() {
+    if (stage_ < 2) return;
+    for (std::size_t u = 0; u < units_.size(); ++u)
+      EPL_CHECK(units_[u].ready == 0 && units_[u].reduced, "ZeRO unit ", u, " has ", units_[u].ready, " of ",
+                units_[u].members.size(), " gradients final at the end of the step: a layer's backward ran without the hooks "
+                "(call nn::backward, not layer.backward, on sub-layers) or a parameter took no part in this step");
+    while (!pending_.empty()) complete_front();
+  }
+  /// \brief The values this rank updates: its slice of each unit (stage 3: of its shard).
+  [[nodiscard]] std::vector<Tensor> owned_values() const {
+    std::vector<Tensor> v;
+    for (std::size_t u = 0; u < units_.size(); ++u) v.push_back(stage_ == 3 ? own_values(u) : arena_->values(units_[u].owned));
+    return v;
+  }
+  /// \brief The gradients of those values, reduced over the group.
+  [[nodiscard]] std::vector<Tensor> owned_grads() const {
+    std::vector<Tensor> v;
+    for (std::size_t u = 0; u < units_.size(); ++u) v.push_back(stage_ >= 2 ? own_grads(u) : arena_->grads(units_[u].owned));
+    return v;
+  }
+  /// \brief After the update: every rank's updated slices meet again (stages 1 and 2: each
+  /// unit all-gathered in place; stage 3: gathered copies are dropped, now stale).
+  void after_update() {
+    if (stage_ == 3) return release_all();
+    std::vector<comm::Work> works;
+    for (std::size_t u = 0; u < units_.size(); ++u)
+      works.push_back(group_->all_gather_async(arena_->values(units_[u].owned), arena_->values(arena_->units()[u])));
+    for (auto& w : works) w.wait();
+  }
+  /// \brief Stage 3: gathers every unit so the model's parameters can be read (a collective
+  /// over the group); they stay until the next step or evaluation frees them.
+  void gather_all() {
+    if (stage_ < 3) return;
+    pinned_ = true;
+    for (std::size_t u = 0; u < units_.size(); ++u) require(u);
+  }
+  /// \brief Stage 3: drops every gathered unit (after an evaluation).
+  void release_all() {
+    if (stage_ < 3) return;
+    pinned_ = false;
+    for (std::size_t u = 0; u < units_.size(); ++u) release(u);
+  }
+  /// \brief This rank's part of p's reduced gradient (stages 2 and 3: from its shard; empty when
+  /// it owns none of p), as a flat view with its first element's index in p.
+  [[nodiscard]] std::pair<Tensor, std::int64_t> owned_grad_of(const nn::Parameter& p) const {
+    const auto& unit = units_[at(p).unit];
+    const std::int64_t b = std::max(p.offset, unit.owned.begin), e = std::min(p.offset + p.numel(), unit.owned.end);
+    if (b >= e) return {Tensor{}, 0};
+    const Tensor all = stage_ >= 2 ? own_grads(at(p).unit) : arena_->grads(unit.owned);
+    return {all.slice(b - unit.owned.begin, e - unit.owned.begin), b - p.offset};
+  }
+
+ private:
+  static constexpr std::size_t kNone = static_cast<std::size_t>(-1);
+  struct Unit {
+    param::Range owned;             // this rank's slice, in arena offsets
+    std::int64_t at = 0;            // its offset in the shard buffers
+    std::vector<nn::Parameter*> members;
+    std::vector<char> marked;       // final in this micro-batch
+    int ready = 0;
+    bool reduced = false;           // reduced at least once this step
+    Tensor grads;                   // stages 2 and 3: the unit's gradient buffer, while open
+    Tensor values;                  // stage 3: the gathered unit, while resident
+    comm::Work gather;
+    std::uint64_t used = 0;         // last use, for eviction
+  };
+  struct Where {
+    std::size_t unit, index;
+  };
+  struct Pending {
+    std::size_t unit;
+    comm::Work work;
+    Tensor buffer, staging;         // kept alive until the reduction completes
+  };
+
+  [[nodiscard]] Where at(const nn::Parameter& p) const {
+    auto it = index_.find(&p);
+    EPL_CHECK(it != index_.end(), "a parameter the ZeRO sharder does not hold reached its hooks (materialize the model with "
+              "this trainer's arena)");
+    return it->second;
+  }
+  [[nodiscard]] Tensor own_values(std::size_t u) const {
+    return value_shard_.slice(units_[u].at, units_[u].at + units_[u].owned.size());
+  }
+  [[nodiscard]] Tensor own_grads(std::size_t u) const {
+    return grad_shard_.slice(units_[u].at, units_[u].at + units_[u].owned.size());
+  }
+  // A view of unit-local range r of buffer (a unit's gradients or gathered values) shaped as p.
+  [[nodiscard]] Tensor view(const Tensor& buffer, std::size_t u, const nn::Parameter& p, const Shape& s) const {
+    const std::int64_t b = p.offset - arena_->units()[u].begin;
+    return buffer.slice(b, b + p.numel()).view(s);
+  }
+
+  // Stage 2 and 3: the unit's gradient buffer, zero, with its members' grad views in it.
+  void open_gradients(std::size_t u) {
+    auto& unit = units_[u];
+    if (unit.grads.defined()) return;
+    unit.grads = device_->zeros({arena_->units()[u].size()}, arena_->dtype(), MemoryCategory::kGradients);
+    for (auto* p : unit.members) p->grad = view(unit.grads, u, *p, shape_of(*p));
+  }
+  [[nodiscard]] Shape shape_of(const nn::Parameter& p) const {
+    if (stage_ < 3) return p.value.shape();
+    return shapes_.at(&p);
+  }
+  // The unit's gradients are final for this micro-batch: reduce-scatter them into the shard
+  // (the first time this step) or into a staging slice added to it when the reduction completes.
+  void launch(std::size_t u) {
+    auto& unit = units_[u];
+    EPL_CHECK(unit.grads.defined(), "ZeRO unit ", u, ": gradients final before its backward began");
+    Pending job{u, {}, std::move(unit.grads), {}};
+    for (auto* p : unit.members) p->grad = {};
+    Tensor out = own_grads(u);
+    if (unit.reduced) out = job.staging = device_->empty({unit.owned.size()}, arena_->dtype(), MemoryCategory::kGradients);
+    job.work = group_->reduce_scatter_async(job.buffer, out, op_);
+    unit.reduced = true;
+    unit.ready = 0;
+    std::fill(unit.marked.begin(), unit.marked.end(), 0);
+    pending_.push_back(std::move(job));
+    while (pending_.size() > 2) complete_front();  // at most two gradient buffers in flight
+  }
+  void complete_front() {
+    Pending job = std::move(pending_.front());
+    pending_.pop_front();
+    job.work.wait();
+    if (job.staging.defined()) device_->axpy(1.0, job.staging, own_grads(job.unit));
+  }
+
+  // Stage 3: the unit gathered and its members' value views in it.
+  void require(std::size_t u) {
+    auto& unit = units_[u];
+    unit.used = clock_;
+    if (!unit.values.defined()) start_gather(u);
+    unit.gather.wait();
+    if (!unit.members.empty() && !unit.members.front()->value.defined())
+      for (auto* p : unit.members) p->value = view(unit.values, u, *p, shapes_.at(p));
+  }
+  void prefetch(std::size_t u) {
+    if (!units_[u].values.defined()) {
+      start_gather(u);
+      units_[u].used = clock_ - 1;  // not used yet: it goes before the running layer's units
+    }
+  }
+  void start_gather(std::size_t u) {
+    evict_for_one_more(u);
+    auto& unit = units_[u];
+    unit.values = device_->empty({arena_->units()[u].size()}, arena_->dtype(), MemoryCategory::kParameters);
+    unit.gather = group_->all_gather_async(own_values(u), unit.values);
+  }
+  // Makes room for gathering u: frees every other resident unit but those of the running layer,
+  // so what stage 3 holds gathered is the running layer's units and the next one (never while
+  // pinned by gather_all). Each rank of the group frees alike: the same uses in the same order.
+  void evict_for_one_more(std::size_t u) {
+    if (pinned_) return;
+    for (std::size_t k = 0; k < units_.size(); ++k)
+      if (units_[k].values.defined() && k != u && units_[k].used != clock_) release(k);
+  }
+  void release(std::size_t u) {
+    auto& unit = units_[u];
+    if (!unit.values.defined()) return;
+    unit.gather.wait();
+    for (auto* p : unit.members) p->value = {};
+    unit.values = {};
+    unit.gather = {};
+  }
+
+  const D* device_;
+  comm::Communicator* group_;
+  param::Arena* arena_;
+  int stage_;
+  comm::ReduceOp op_;
+  std::vector<Unit> units_;
+  std::unordered_map<const nn::Parameter*, Where> index_;
+  std::unordered_map<const nn::Parameter*, Shape> shapes_;
+  std::int64_t shard_size_ = 0;
+  Tensor grad_shard_, value_shard_;
+  std::deque<Pending> pending_;
+  std::uint64_t clock_ = 0;
+  bool pinned_ = false;
+};
+
+}  // namespace policy
+}  // namespace v0
+}  // namespace epl

@@ -1,0 +1,210 @@
+// ZeRO 1-3: on 1, 2 and 4 thread ranks, with accumulation, clipping, apply groups, a pipeline
+// and a split, each stage trains exactly like the same run without ZeRO; the allocator's bytes
+// per rank equal the ZeRO formulas; what cannot combine, or was not compiled, is a clear error.
+#include "../../examples/gpt/gpt.hpp"
+#include "../helpers.hpp"
+#include "epl/comm/run_threads.hpp"
+
+using namespace epl;
+
+namespace {
+gpt::Shape tiny() { return {.vocab = 32, .context = 8, .layers = 2, .heads = 2, .dim = 16}; }
+constexpr int kSteps = 4;
+constexpr std::int64_t kGlobalBatch = 8;
+
+struct Run {
+  std::vector<double> losses, params;
+  double grad_norm = 0;
+};
+
+Config config(const char* level, std::int64_t micro = 1, int splits = 5) {
+  Config c;
+  if (level) c.set("zero.level", level);
+  c.set("pipeline.num_micro_batch", micro);
+  c.set("communication.max_splits", splits);
+  return c;
+}
+
+// n thread ranks train Model (data parallel over the ranks the model does not use otherwise),
+// each its share of the same global batches; returns each rank's run.
+template <class Model, class Make>
+std::vector<Run> train(int n, const Config& cfg, Make make, double clip = 0.5) {
+  std::vector<Run> runs(static_cast<std::size_t>(n));
+  comm::run_threads(n, [&](comm::ThreadCommunicator& c) {
+    Context ctx(c, 200 + c.rank());
+    // eps well above rounding noise: Adam's first steps turn any nonzero gradient into a step of
+    // lr, so a gradient that is zero but for rounding (a key bias) would make noise of lr
+    Trainer<Model, optim::AdamW, Policies<Zero<3>>> t(ctx, cfg, make(), optim::AdamW({.lr = 0.01, .eps = 1e-3}),
+                                                      {.seed = 5, .clip_norm = clip, .check_replicas_every = 1});
+    auto ds = test::token_corpus(4000);
+    data::WindowLoader loader(ds, 8, kGlobalBatch, 17, t.data_shard());
+    Run& r = runs[static_cast<std::size_t>(c.rank())];
+    for (int s = 0; s < kSteps; ++s) r.losses.push_back(t.step(loader.next(ctx.cpu())));
+    r.grad_norm = t.last_grad_norm();
+    t.gather_parameters();
+    nn::for_each_parameter(t.model(), [&](nn::Parameter& p) {  // a pipeline rank holds its stages' only
+      if (p.materialized())
+        for (float x : p.value.span<float>()) r.params.push_back(x);
+    });
+  });
+  return runs;
+}
+std::vector<Run> gpt_runs(int n, const Config& cfg, double clip = 0.5) {
+  return train<gpt::Gpt>(n, cfg, [] { return gpt::make_gpt(tiny()); }, clip);
+}
+void expect_same(const std::vector<Run>& runs, const std::vector<Run>& ref, double tol) {
+  REQUIRE(runs.size() == ref.size());
+  for (std::size_t r = 0; r < runs.size(); ++r) {
+    CAPTURE(r);
+    CHECK(test::max_rel_diff(runs[r].losses, ref[r].losses) <= tol);
+    CHECK(test::max_rel_diff(runs[r].params, ref[r].params) <= tol);
+    CHECK(std::abs(runs[r].grad_norm - ref[r].grad_norm) <= tol * ref[r].grad_norm);
+  }
+}
+}  // namespace
+
+TEST_SUITE("cpu") {
+TEST_CASE("zero: stages 1, 2 and 3 on 1, 2 and 4 thread ranks equal the run without ZeRO, with and without accumulation") {
+  for (std::int64_t micro : {1, 2})
+    for (int n : {1, 2, 4}) {
+      const auto plain = gpt_runs(n, config("", micro));
+      for (const char* level : {"v0", "v1", "v2"}) {
+        CAPTURE(micro);
+        CAPTURE(n);
+        CAPTURE(level);
+        expect_same(gpt_runs(n, config(level, micro)), plain, 1e-6);
+      }
+    }
+}
+
+TEST_CASE("zero: many small units (communication.max_splits = 40) and apply groups change nothing") {
+  const auto plain = gpt_runs(2, config(""));
+  expect_same(gpt_runs(2, config("v2", 2, 40)), gpt_runs(2, config("", 2, 40)), 1e-6);
+  Config groups = config("v1");
+  groups.set("optimizer.num_apply_group", 3);
+  expect_same(gpt_runs(2, groups), plain, 1e-6);
+  Config plain_groups = config("");
+  plain_groups.set("optimizer.num_apply_group", 7);
+  expect_same(gpt_runs(2, plain_groups), plain, 1e-6);  // elementwise, but for the kernels' vector tails
+}
+
+TEST_CASE("zero: the sum reduction and no clipping") {
+  Config sum = config("v2");
+  sum.set("communication.gradients_reduce_method", "sum");
+  Config plain = config("");
+  plain.set("communication.gradients_reduce_method", "sum");
+  expect_same(gpt_runs(2, sum, 0), gpt_runs(2, plain, 0), 1e-6);
+}
+
+TEST_CASE("zero: stage 3 under a two-stage pipeline (2 x 2 ranks) and with a split (2 tensor x 2 data)") {
+  auto two_stage = [] { return gpt::make_two_stage_gpt(tiny()); };
+  for (const char* level : {"v0", "v2"}) {
+    CAPTURE(level);
+    expect_same(train<gpt::TwoStageGpt>(4, config(level, 2), two_stage), train<gpt::TwoStageGpt>(4, config("", 2), two_stage), 1e-6);
+  }
+  auto split = [] { return gpt::make_split_gpt<2>(tiny()); };
+  expect_same(train<gpt::SplitGpt<2>>(4, config("v2"), split), train<gpt::SplitGpt<2>>(4, config(""), split), 1e-6);
+}
+
+TEST_CASE("zero: per-rank parameter, gradient and optimizer bytes are the ZeRO formulas") {
+  // fp32 AdamW, psi elements (padding included): stage 1 4psi + 4psi + 8psi/N, stage 2
+  // 4psi + 4psi/N + 8psi/N, stage 3 (4 + 4 + 8) psi / N, between steps
+  const gpt::Shape shape{.vocab = 64, .context = 8, .layers = 2, .heads = 2, .dim = 64};
+  for (int n : {1, 2, 4})
+    for (int stage : {0, 1, 2, 3}) {
+      CAPTURE(n);
+      CAPTURE(stage);
+      std::vector<std::array<std::int64_t, 4>> seen(static_cast<std::size_t>(n));
+      comm::run_threads(n, [&](comm::ThreadCommunicator& c) {
+        Context ctx(c, 240 + c.rank());
+        const std::string level = stage == 0 ? "" : "v" + std::to_string(stage - 1);
+        Trainer<gpt::Gpt, optim::AdamW, Policies<Zero<3>>> t(ctx, config(level.c_str()), gpt::make_gpt(shape),
+                                                             optim::AdamW({.lr = 0.01}), {.seed = 5});
+        auto ds = test::token_corpus(4000);
+        data::WindowLoader loader(ds, 8, kGlobalBatch, 17, t.data_shard());
+        t.step(loader.next(ctx.cpu()));
+        const auto m = memory_stats(ctx.cpu().id());
+        seen[static_cast<std::size_t>(c.rank())] = {t.arena().size(), m.current_of(MemoryCategory::kParameters),
+                                                    m.current_of(MemoryCategory::kGradients),
+                                                    m.current_of(MemoryCategory::kOptimizerState)};
+      });
+      for (const auto& [psi, params, grads, state] : seen) {
+        const std::int64_t whole = 4 * psi, part = 4 * psi / n;
+        CHECK(params == (stage == 3 ? part : whole));
+        CHECK(grads == (stage >= 2 ? part : whole));
+        CHECK(state == (stage >= 1 ? 2 * part : 2 * whole));
+      }
+      // the padding that makes the shards equal is under 1% of the model
+      gpt::Gpt model = gpt::make_gpt(shape);
+      CHECK(static_cast<double>(seen[0][0]) <= 1.01 * static_cast<double>(nn::parameter_count(model)));
+    }
+}
+
+TEST_CASE("zero: stage 3 holds its shard and a few units of gathered parameters during a step, not the model") {
+  const gpt::Shape shape{.vocab = 64, .context = 8, .layers = 4, .heads = 2, .dim = 64};
+  std::int64_t peak = 0, psi = 0, unit = 0;
+  comm::run_threads(4, [&](comm::ThreadCommunicator& c) {
+    Context ctx(c, 260 + c.rank());
+    Trainer<gpt::Gpt, optim::AdamW, Policies<Zero<3>>> t(ctx, config("v2", 1, 20), gpt::make_gpt(shape), optim::AdamW({.lr = 0.01}),
+                                                         {.seed = 5});
+    auto ds = test::token_corpus(4000);
+    data::WindowLoader loader(ds, 8, kGlobalBatch, 17, t.data_shard());
+    memory_account(ctx.cpu().id()).reset_peaks();  // init draws the whole model once, then shards it
+    t.step(loader.next(ctx.cpu()));
+    t.step(loader.next(ctx.cpu()));
+    if (c.rank() == 0) {
+      peak = memory_stats(ctx.cpu().id()).peak_of(MemoryCategory::kParameters);
+      psi = t.arena().size();
+      for (const auto& u : t.arena().units()) unit = std::max(unit, u.size());
+    }
+  });
+  CAPTURE(psi);
+  CAPTURE(unit);
+  CHECK(unit < psi / 10);
+  // the shard (psi / 4), the running layer's units (two when it spans two) and the next one
+  CHECK(peak <= 4 * psi / 4 + 4 * 3 * unit);
+  CHECK(peak < 4 * psi / 2);
+}
+
+TEST_CASE("zero: a stage the program was not built with, and what ZeRO does not combine with, are named") {
+  auto make = [] { return gpt::make_gpt(tiny()); };
+  auto fails = [&](auto build, const std::string& what) {
+    std::string message;
+    comm::run_threads(2, [&](comm::ThreadCommunicator& c) {
+      Context ctx(c, 280 + c.rank());
+      try {
+        build(ctx);
+      } catch (const Error& e) {
+        if (c.rank() == 0) message = e.what();
+      }
+    });
+    CAPTURE(message);
+    CHECK(message.find(what) != std::string::npos);
+  };
+  fails([&](Context& ctx) { Trainer<gpt::Gpt, optim::AdamW> t(ctx, config("v0"), make(), optim::AdamW({})); },
+        "built with no ZeRO (epl::Policies<>)");
+  fails([&](Context& ctx) { Trainer<gpt::Gpt, optim::AdamW, Policies<Zero<1>>> t(ctx, config("v2"), make(), optim::AdamW({})); },
+        "zero.level = \"v2\" asks for ZeRO stage 3 but this program was built with epl::Zero<1>");
+  Config fp16 = config("v1");
+  fp16.set("communication.fp16", true);
+  fails([&](Context& ctx) { Trainer<gpt::Gpt, optim::AdamW, Policies<Zero<2>>> t(ctx, fp16, make(), optim::AdamW({})); },
+        "communication.fp16 with ZeRO stage 2");
+  Config per_replica = config("v2");
+  per_replica.set("communication.clip_after_allreduce", false);
+  fails([&](Context& ctx) {
+    Trainer<gpt::Gpt, optim::AdamW, Policies<Zero<3>>> t(ctx, per_replica, make(), optim::AdamW({}), {.clip_norm = 1});
+  }, "communication.clip_after_allreduce=false");
+  Config bad;
+  CHECK_THROWS_WITH_AS(bad.set("zero.level", "v3"), doctest::Contains("zero.level"), Error);
+}
+
+TEST_CASE("zero: unset, zero.level is the compiled stage; set to \"\", it turns ZeRO off") {
+  comm::run_threads(2, [&](comm::ThreadCommunicator& c) {
+    Context ctx(c, 290 + c.rank());
+    Trainer<gpt::Gpt, optim::AdamW, Policies<Zero<2>>> by_type(ctx, Config{}, gpt::make_gpt(tiny()), optim::AdamW({}));
+    CHECK(by_type.zero_stage() == 2);
+    Trainer<gpt::Gpt, optim::AdamW, Policies<Zero<2>>> off(ctx, config(""), gpt::make_gpt(tiny()), optim::AdamW({}));
+    CHECK(off.zero_stage() == 0);
+  });
+}
+}
