@@ -9,6 +9,8 @@
 // Pipelined: cut into stages automatically, or declared as two stages (--two_stage):
 //   gpt --ranks=2 --pipeline.num_stages=2 --auto.auto_parallel=true --pipeline.num_micro_batch=4
 //   gpt --ranks=2 --two_stage --pipeline.strategy=PreferForward --pipeline.num_micro_batch=4
+// Memory policies, alone or combined (built in; off unless asked for):
+//   gpt --ranks=2 --zero.level=v2 --optimizer.num_apply_group=4
 #include <epl/epl.hpp>
 #include <epl/runtime/launch.hpp>
 
@@ -39,12 +41,20 @@ struct Run {
   std::vector<std::filesystem::path> files;
 };
 
+// zero.level as given, else "" (no ZeRO): a Trainer built with epl::Zero<3> would otherwise run
+// stage 3, its compiled stage.
+epl::Config with_zero_off_by_default(epl::Config cfg) {
+  if (cfg.source(epl::keys::zero_level) == epl::Config::Source::kDefault) cfg.set("zero.level", "");
+  return cfg;
+}
+
 // Every rank runs this with the model type chosen on the command line.
 template <class Model>
 void train(epl::Context& ctx, const epl::Config& cfg, const Run& run, Model model) {
   const auto& cpu = ctx.cpu();
-  epl::Trainer<Model, epl::optim::AdamW> trainer(ctx, cfg, std::move(model), epl::optim::AdamW({.lr = 2e-3, .weight_decay = 0.0}),
-                                                 {.seed = 42, .clip_norm = 1.0});
+  // Built with every ZeRO stage; zero.level picks one ("" when not given: none).
+  epl::Trainer<Model, epl::optim::AdamW, epl::Policies<epl::Zero<3>>> trainer(
+      ctx, with_zero_off_by_default(cfg), std::move(model), epl::optim::AdamW({.lr = 2e-3, .weight_decay = 0.0}), {.seed = 42, .clip_norm = 1.0});
   // The data-parallel replicas divide each global batch; a pipeline's stages read the same rows.
   const epl::data::Shard shard = trainer.data_shard();
   auto files_here = epl::data::slice_files(run.files, shard, cfg);
@@ -53,7 +63,8 @@ void train(epl::Context& ctx, const epl::Config& cfg, const Run& run, Model mode
   const auto& plan = trainer.plan();
   epl::log_rank(ctx.rank(), "of ", ctx.size(), ": ", cpu.id().str(), ", ", cpu.threads(), " thread(s), ", files_here.size(),
                 " file(s), replica ", shard.rank, " of ", shard.ranks, " (", run.global_batch / shard.ranks, " of each batch's ",
-                run.global_batch, " windows)", plan.pipeline > 1 ? ", pipeline stage " + std::to_string(trainer.mesh().coord().pipeline) +
+                run.global_batch, " windows)", trainer.zero_stage() > 0 ? ", ZeRO stage " + std::to_string(trainer.zero_stage()) : std::string(),
+                plan.pipeline > 1 ? ", pipeline stage " + std::to_string(trainer.mesh().coord().pipeline) +
                 " of " + std::to_string(plan.pipeline) : std::string());
   if (ctx.rank() == 0)
     std::printf("gpt: %lld parameters, %lld layers, dim %lld, context %lld, global batch %lld on %d rank(s) x %d thread(s), "
@@ -61,11 +72,20 @@ void train(epl::Context& ctx, const epl::Config& cfg, const Run& run, Model mode
                 static_cast<long long>(epl::nn::parameter_count(trainer.model())), static_cast<long long>(run.shape.layers),
                 static_cast<long long>(run.shape.dim), static_cast<long long>(run.shape.context), static_cast<long long>(run.global_batch),
                 ctx.size(), cpu.threads(), static_cast<long long>(text.size() >> 20), run.files.size());
+  // The progress line's peak is training's: the start-up draws the whole model once before ZeRO
+  // shards it.
+  epl::memory_account(cpu.id()).reset_peaks();
   for (std::int64_t s = 1; s <= run.steps; ++s) {
     auto t0 = std::chrono::steady_clock::now();
     double loss = trainer.step(loader.next(cpu));
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (ctx.rank() == 0) epl::print_progress(s, loss, static_cast<double>(run.global_batch * run.shape.context) / secs, "tokens", cpu.id());
+  }
+  if (ctx.rank() == 0) {
+    const auto m = epl::memory_stats(cpu.id());
+    auto mib = [&](epl::MemoryCategory c) { return static_cast<double>(m.current_of(c)) / (1024.0 * 1024.0); };
+    std::printf("rank 0 holds parameters %.2f MiB, gradients %.2f MiB, optimizer state %.2f MiB\n", mib(epl::MemoryCategory::kParameters),
+                mib(epl::MemoryCategory::kGradients), mib(epl::MemoryCategory::kOptimizerState));
   }
 }
 }  // namespace

@@ -28,7 +28,7 @@ Config config(const char* level, std::int64_t micro = 1, int splits = 5) {
 // n thread ranks train Model (data parallel over the ranks the model does not use otherwise),
 // each its share of the same global batches; returns each rank's run.
 template <class Model, class Make>
-std::vector<Run> train(int n, const Config& cfg, Make make, double clip = 0.5) {
+std::vector<Run> train(int n, const Config& cfg, Make make, double clip = 0.5, std::int64_t batch = kGlobalBatch) {
   std::vector<Run> runs(static_cast<std::size_t>(n));
   comm::run_threads(n, [&](comm::ThreadCommunicator& c) {
     Context ctx(c, 200 + c.rank());
@@ -37,9 +37,10 @@ std::vector<Run> train(int n, const Config& cfg, Make make, double clip = 0.5) {
     Trainer<Model, optim::AdamW, Policies<Zero<3>>> t(ctx, cfg, make(), optim::AdamW({.lr = 0.01, .eps = 1e-3}),
                                                       {.seed = 5, .clip_norm = clip, .check_replicas_every = 1});
     auto ds = test::token_corpus(4000);
-    data::WindowLoader loader(ds, 8, kGlobalBatch, 17, t.data_shard());
+    data::WindowLoader loader(ds, 8, batch, 17, t.data_shard());
     Run& r = runs[static_cast<std::size_t>(c.rank())];
     for (int s = 0; s < kSteps; ++s) r.losses.push_back(t.step(loader.next(ctx.cpu())));
+    r.losses.push_back(t.evaluate(loader.next(ctx.cpu())));  // stage 3 gathers for it, then frees
     r.grad_norm = t.last_grad_norm();
     t.gather_parameters();
     nn::for_each_parameter(t.model(), [&](nn::Parameter& p) {  // a pipeline rank holds its stages' only
@@ -75,6 +76,14 @@ TEST_CASE("zero: stages 1, 2 and 3 on 1, 2 and 4 thread ranks equal the run with
         expect_same(gpt_runs(n, config(level, micro)), plain, 1e-6);
       }
     }
+}
+
+TEST_CASE("zero: 3 ranks, whose shares of each unit need padding") {
+  auto make = [] { return gpt::make_gpt(tiny()); };
+  for (const char* level : {"v0", "v1", "v2"}) {
+    CAPTURE(level);
+    expect_same(train<gpt::Gpt>(3, config(level, 2), make, 0.5, 6), train<gpt::Gpt>(3, config("", 2), make, 0.5, 6), 1e-6);
+  }
 }
 
 TEST_CASE("zero: many small units (communication.max_splits = 40) and apply groups change nothing") {
@@ -198,7 +207,7 @@ TEST_CASE("zero: a stage the program was not built with, and what ZeRO does not 
   CHECK_THROWS_WITH_AS(bad.set("zero.level", "v3"), doctest::Contains("zero.level"), Error);
 }
 
-TEST_CASE("zero: unset, zero.level is the compiled stage; set to \"\", it turns ZeRO off") {
+TEST_CASE("zero: unset, zero.level is the compiled stage, and set to the empty string it turns ZeRO off") {
   comm::run_threads(2, [&](comm::ThreadCommunicator& c) {
     Context ctx(c, 290 + c.rank());
     Trainer<gpt::Gpt, optim::AdamW, Policies<Zero<2>>> by_type(ctx, Config{}, gpt::make_gpt(tiny()), optim::AdamW({}));

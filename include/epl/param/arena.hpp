@@ -25,14 +25,14 @@ struct MaterializeOptions {
   std::int64_t align = 16;    ///< each parameter starts at a multiple of this many elements
   /// Parameters to allocate on this rank (a pipeline stage's, say); null: all. Every parameter
   /// is numbered, allocated or not, so ordinals and draws are the whole model's.
-  std::function<bool(const nn::Parameter&)> owned;
+  std::function<bool(const nn::Parameter&)> owned = nullptr;
   /// ZeRO: the layout is cut into units of about this many elements (0: one unit), a parameter
   /// never split; each unit is padded to a multiple of shards x align, so `shards` ranks own
   /// equal, aligned slices of it (what reduce_scatter and all_gather exchange).
   std::int64_t unit_elements = 0;
   int shards = 1;
   /// Parameters of different segments (a pipeline rank's chunks) never share a unit; null: one.
-  std::function<int(const nn::Parameter&)> segment;
+  std::function<int(const nn::Parameter&)> segment = nullptr;
 };
 
 class Arena;

@@ -134,10 +134,19 @@ class ZeroSharder {
 
   // ---- the step around the hooks -------------------------------------------------------
   /// \brief Before a step's first micro-batch: gradients start at zero (stage 1: the arena's).
+  /// What a step that failed part-way (its error caught) left open is dropped first.
   void zero_grads() {
+    while (!pending_.empty()) complete_front();
     if (stage_ >= 2) device_->fill(grad_shard_, 0.0);
     else device_->fill(arena_->grads(), 0.0);
-    for (auto& u : units_) u.reduced = false;
+    for (auto& u : units_) {
+      u.reduced = false;
+      u.ready = 0;
+      std::fill(u.marked.begin(), u.marked.end(), 0);
+      if (u.grads.defined())
+        for (auto* p : u.members) p->grad = {};
+      u.grads = {};
+    }
     release_all();
   }
   /// \brief After the last micro-batch: waits for every reduction. A unit with gradients never

@@ -341,7 +341,10 @@ class Trainer {
     }
     zero_stage_ = detail::zero_stage(cfg, kZero);
     apply_groups_ = cfg.get(keys::num_apply_group);
-    param::MaterializeOptions mo{.dtype = opt_.dtype, .seed = opt_.seed, .owned = [&](const nn::Parameter& q) { return owned.count(&q) > 0; }};
+    param::MaterializeOptions mo;
+    mo.dtype = opt_.dtype;
+    mo.seed = opt_.seed;
+    mo.owned = [&](const nn::Parameter& q) { return owned.count(&q) > 0; };
     std::map<const nn::Parameter*, int> chunk_of;  // ZeRO's units never span two chunks
     if (zero_stage_ > 0) {
       check_zero_setup(cfg);
