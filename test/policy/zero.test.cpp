@@ -217,3 +217,53 @@ TEST_CASE("zero: unset, zero.level is the compiled stage, and set to the empty s
   });
 }
 }
+
+TEST_SUITE("cpu") {
+TEST_CASE("zero: parameters written after gather_parameters() are trained on under every stage, as without ZeRO") {
+  // halve every parameter after 2 steps (on every rank alike), then train 2 more
+  auto run = [](const char* level) {
+    std::vector<double> out;
+    comm::run_threads(2, [&](comm::ThreadCommunicator& c) {
+      Context ctx(c, 300 + c.rank());
+      Trainer<gpt::Gpt, optim::AdamW, Policies<Zero<3>>> t(ctx, config(level), gpt::make_gpt(tiny()), optim::AdamW({.lr = 0.01, .eps = 1e-3}),
+                                                           {.seed = 5});
+      auto ds = test::token_corpus(4000);
+      data::WindowLoader loader(ds, 8, kGlobalBatch, 17, t.data_shard());
+      std::vector<double> losses;
+      for (int s = 0; s < 2; ++s) losses.push_back(t.step(loader.next(ctx.cpu())));
+      t.gather_parameters();
+      nn::for_each_parameter(t.model(), [](nn::Parameter& p) {
+        for (float& x : p.value.span<float>()) x *= 0.5f;
+      });
+      for (int s = 0; s < 2; ++s) losses.push_back(t.step(loader.next(ctx.cpu())));
+      if (c.rank() == 0) out = losses;
+    });
+    return out;
+  };
+  const auto plain = run("");
+  for (const char* level : {"v0", "v1", "v2"}) {
+    CAPTURE(level);
+    CHECK(test::max_rel_diff(run(level), plain) <= 1e-6);
+  }
+}
+
+TEST_CASE("zero: under stage 3 a parameter read outside a step without gather_parameters(), and check_replicas, are named") {
+  std::string read, replicas;
+  comm::run_threads(2, [&](comm::ThreadCommunicator& c) {
+    Context ctx(c, 310 + c.rank());
+    Trainer<gpt::Gpt, optim::AdamW, Policies<Zero<3>>> t(ctx, config("v2"), gpt::make_gpt(tiny()), optim::AdamW({}));
+    try {
+      (void)test::flat_params(t.model());
+    } catch (const Error& e) {
+      if (c.rank() == 0) read = e.what();
+    }
+    try {
+      t.check_replicas();
+    } catch (const Error& e) {
+      if (c.rank() == 0) replicas = e.what();
+    }
+  });
+  CHECK(read.find("until trainer.gather_parameters() gathers them") != std::string::npos);
+  CHECK(replicas.find("check_replicas compares the replicas' whole parameters, which ZeRO stage 3 never holds") != std::string::npos);
+}
+}

@@ -106,7 +106,9 @@ class Tensor {
     return std::max<std::size_t>(1, static_cast<std::size_t>(s.numel()) * size_of(t));
   }
   const Storage& require() const {
-    EPL_CHECK(storage_ != nullptr, "use of an undefined (empty) tensor");
+    EPL_CHECK(storage_ != nullptr, "use of an undefined (empty) tensor (a parameter this rank does not hold is one: another "
+              "pipeline stage's, or, under ZeRO stage 3, any parameter outside its layer's forward and backward until "
+              "trainer.gather_parameters() gathers them)");
     return *storage_;
   }
   std::shared_ptr<Storage> storage_;

@@ -35,8 +35,18 @@ struct find_policy<Kind, Default, First, Rest...> {
 /// \brief The policies of a run; any kind not given takes its default (Zero<0>).
 template <class... P>
 struct Policies {
+  static_assert((detail::is_kind<Zero, P>::value && ...),
+                "epl::Policies<...> takes policy types only: epl::Zero<k> (one of the types given is not a policy)");
+  static_assert((0 + ... + static_cast<int>(detail::is_kind<Zero, P>::value)) <= 1,
+                "epl::Policies<...> got more than one epl::Zero<k>; give one (it runs every stage up to k)");
   using zero = typename detail::find_policy<Zero, Zero<0>, P...>::type;
 };
+
+/// \brief True for epl::Policies<...>.
+template <class T>
+struct is_policies : std::false_type {};
+template <class... P>
+struct is_policies<Policies<P...>> : std::true_type {};
 
 }  // namespace v0
 }  // namespace epl

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "epl/comm/any_communicator.hpp"
+#include "epl/core/timeline.hpp"
 #include "epl/nn/layer.hpp"
 #include "epl/param/arena.hpp"
 
@@ -89,6 +90,8 @@ class ZeroSharder {
   }
 
   [[nodiscard]] int stage() const noexcept { return stage_; }
+  /// \brief Each reduce_scatter and all_gather becomes a span of t (null: none).
+  void set_timeline(Timeline* t) noexcept { timeline_ = t; }
   /// \brief Elements this rank owns (the sum of its slices of every unit, padding included).
   [[nodiscard]] std::int64_t shard_size() const noexcept { return shard_size_; }
   [[nodiscard]] std::size_t units() const noexcept { return units_.size(); }
@@ -178,10 +181,15 @@ class ZeroSharder {
     std::vector<comm::Work> works;
     for (std::size_t u = 0; u < units_.size(); ++u)
       works.push_back(group_->all_gather_async(arena_->values(units_[u].owned), arena_->values(arena_->units()[u])));
-    for (auto& w : works) w.wait();
+    for (std::size_t u = 0; u < works.size(); ++u) {
+      works[u].wait();
+      span("all_gather", u, works[u]);
+    }
   }
-  /// \brief Stage 3: gathers every unit so the model's parameters can be read (a collective
-  /// over the group); they stay until the next step or evaluation frees them.
+  /// \brief Stage 3: gathers every unit so the model's parameters can be read or written (a
+  /// collective over the group); they stay until the next step or the end of an evaluation, when
+  /// each rank copies its slice of them back into its shard (so writes made on every rank alike
+  /// are kept, as under the other stages).
   void gather_all() {
     if (stage_ < 3) return;
     pinned_ = true;
@@ -190,6 +198,14 @@ class ZeroSharder {
   /// \brief Stage 3: drops every gathered unit (after an evaluation).
   void release_all() {
     if (stage_ < 3) return;
+    if (pinned_)  // gathered for the user: what they wrote goes back into the shard
+      for (std::size_t u = 0; u < units_.size(); ++u)
+        if (units_[u].values.defined()) {
+          units_[u].gather.wait();
+          const auto own = arena_->shard(u, group_->rank());
+          const std::int64_t b = own.begin - arena_->units()[u].begin;
+          device_->copy(units_[u].values.slice(b, b + own.size()), own_values(u));
+        }
     pinned_ = false;
     for (std::size_t u = 0; u < units_.size(); ++u) release(u);
   }
@@ -215,6 +231,7 @@ class ZeroSharder {
     Tensor grads;                   // stages 2 and 3: the unit's gradient buffer, while open
     Tensor values;                  // stage 3: the gathered unit, while resident
     comm::Work gather;
+    bool gather_seen = false;       // waited for, its span recorded
     std::uint64_t used = 0;         // last use, for eviction
   };
   struct Where {
@@ -275,6 +292,7 @@ class ZeroSharder {
     Pending job = std::move(pending_.front());
     pending_.pop_front();
     job.work.wait();
+    span("reduce_scatter", job.unit, job.work);
     if (job.staging.defined()) device_->axpy(1.0, job.staging, own_grads(job.unit));
   }
 
@@ -283,7 +301,11 @@ class ZeroSharder {
     auto& unit = units_[u];
     unit.used = clock_;
     if (!unit.values.defined()) start_gather(u);
-    unit.gather.wait();
+    if (!unit.gather_seen) {
+      unit.gather.wait();
+      span("all_gather", u, unit.gather);
+      unit.gather_seen = true;
+    }
     if (!unit.members.empty() && !unit.members.front()->value.defined())
       for (auto* p : unit.members) p->value = view(unit.values, u, *p, shapes_.at(p));
   }
@@ -298,6 +320,11 @@ class ZeroSharder {
     auto& unit = units_[u];
     unit.values = device_->empty({arena_->units()[u].size()}, arena_->dtype(), MemoryCategory::kParameters);
     unit.gather = group_->all_gather_async(own_values(u), unit.values);
+    unit.gather_seen = false;
+  }
+  void span(const char* what, std::size_t u, const comm::Work& w) {
+    if (auto [start, end] = w.interval(); timeline_ && start != Timeline::Clock::time_point{})
+      timeline_->add(std::string(what) + " " + std::to_string(u), what, Span::Lane::kCommunication, start, end);
   }
   // Makes room for gathering u: frees every other resident unit but those of the running layer,
   // so what stage 3 holds gathered is the running layer's units and the next one (never while
@@ -329,6 +356,7 @@ class ZeroSharder {
   std::deque<Pending> pending_;
   std::uint64_t clock_ = 0;
   bool pinned_ = false;
+  Timeline* timeline_ = nullptr;
 };
 
 }  // namespace policy

@@ -62,6 +62,13 @@ inline policy::BucketOptions bucket_options(const Config& cfg) {
   return o;
 }
 
+/// The ZeRO stage a Policies list compiles (0 for what is not one: its static_assert says why).
+template <class P>
+constexpr int compiled_zero() {
+  if constexpr (is_policies<P>::value) return P::zero::kStage;
+  else return 0;
+}
+
 /// The stage a run uses: zero.level when given (EPL's "v0" stage 1, "v1" stage 2, "v2" stage 3,
 /// "" none), else the compiled one; a stage above the compiled one is an error naming both.
 inline int zero_stage(const Config& cfg, int compiled) {
@@ -136,7 +143,9 @@ template <class Model, optim::optimizer Optimizer, class Policy = Policies<>, cl
 class Trainer {
   static_assert((nn::require_layer<Model>(), true));
   static_assert((device::require_trainable<D>(), true));
-  static constexpr int kZero = Policy::zero::kStage;  // the highest ZeRO stage compiled in
+  static_assert(is_policies<Policy>::value, "epl::Trainer's third argument is an epl::Policies<...> list: wrap the policy, as "
+                                            "epl::Policies<epl::Zero<3>>");
+  static constexpr int kZero = detail::compiled_zero<Policy>();  // the highest ZeRO stage compiled in
   using Reducer = policy::ReducerSet<D>;
   using Sharder = std::conditional_t<kZero == 0, void, policy::ZeroSharder<D>>;
   using Hooks = detail::StepHooks<Reducer, Sharder>;
@@ -190,6 +199,8 @@ class Trainer {
 
   /// \brief Data parallel: fails unless every replica holds bit-identical parameters.
   void check_replicas() {
+    EPL_CHECK(zero_stage_ < 3, "check_replicas compares the replicas' whole parameters, which ZeRO stage 3 never holds (each rank "
+              "keeps its shard); it runs under zero.level \"\", \"v0\" and \"v1\"");
     auto& replicas = replica_scalars_;
     std::vector<std::uint64_t> hashes(static_cast<std::size_t>(replicas.size()));
     std::uint64_t mine = detail::content_hash(arena_.values());
@@ -405,6 +416,7 @@ class Trainer {
       timeline_->set_origin();
       executor_->set_timeline(timeline_.get());
       reducer_->set_timeline(timeline_.get());
+      if (sharder_) sharder_->set_timeline(timeline_.get());
     }
   }
   // What ZeRO cannot be combined with (yet), named with the key that asks for it.
