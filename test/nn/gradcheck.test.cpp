@@ -50,6 +50,12 @@ TEST_CASE("gradcheck: Mlp, Seq, Residual") {
                    test::random<double>({4, 3}, 11));
   expect_gradients(nn::Residual<nn::LayerNorm, nn::Linear>(nn::LayerNorm(4), nn::Linear(4, 4)), test::random<double>({3, 4}, 12));
 }
+TEST_CASE("gradcheck: Checkpoint (backward recomputes the forward, dropout masks included)") {
+  expect_gradients(epl::Checkpoint<nn::Linear, nn::GELU, nn::Dropout, nn::Linear>(nn::Linear(3, 5), nn::GELU{}, nn::Dropout(0.3),
+                                                                                   nn::Linear(5, 2)),
+                   test::random<double>({4, 3}, 13));
+  expect_gradients(epl::Checkpoint<Block>(block(4, 2)), test::random<double>({2, 3, 4}, 14));
+}
 TEST_CASE("gradcheck: MoE, top-1 and top-2, with dropped tokens and the load-balancing loss") {
   // 12 tokens over 4 experts: capacity ceil(0.5 x 12 k / 4) leaves some choices dropped
   for (std::int64_t k : {1, 2}) {

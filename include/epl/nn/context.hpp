@@ -50,6 +50,9 @@ struct PassOptions {
   /// What backward scales the loss by (1/M with M micro-batches): a layer that adds a loss of its
   /// own (an MoE's load-balancing loss) scales its gradient alike.
   double loss_scale = 1.0;
+  /// A training pass in which nn::Checkpoint boundaries drop their activations and recompute
+  /// them in backward (false: they keep them, as if not marked).
+  bool recompute = true;
 };
 
 /// \brief The hooks a strategy or policy runs around each layer; this one runs nothing.

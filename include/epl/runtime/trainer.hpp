@@ -274,7 +274,7 @@ class Trainer {
     const Tensor targets = plan_.rows_over_tensor() ? gather_targets(batch.targets, m_count) : batch.targets;
     double loss = executor_->run(actions_, {batch.inputs, targets, m_count}, [&](int m) {
       return PassContext(*device_, nn::PassOptions{true, opt_.seed, static_cast<std::uint64_t>(steps_), static_cast<std::uint64_t>(m),
-                                                   first + m * per, 1.0 / m_count},
+                                                   first + m * per, 1.0 / m_count, recompute_},
                          &hooks_, groups());
     }, [&](int m) { hooks_.active = overlap_ && m + 1 == m_count; });  // a chunk's gradients are final in its last micro-batch
     hooks_.active = false;
@@ -351,6 +351,14 @@ class Trainer {
       mine.push_back(all[static_cast<std::size_t>(c)]);
     }
     zero_stage_ = detail::zero_stage(cfg, kZero);
+    // gradient_checkpoint.type: unset, the model's epl::Checkpoint marks recompute; "" turns them
+    // off; "collection" asks for them (and a model without one is an error)
+    const std::string checkpoint = cfg.get(keys::checkpoint_type);
+    EPL_CHECK(checkpoint != "auto", "gradient_checkpoint.type = \"auto\" (boundaries chosen by the library) is not supported yet; "
+              "mark them in the model type with epl::Checkpoint<...> and use \"collection\"");
+    EPL_CHECK(checkpoint != "collection" || nn::has_checkpoint(model_), "gradient_checkpoint.type = \"collection\" but the model "
+              "marks no boundary; wrap the layers whose activations to recompute in epl::Checkpoint<...> (a field of the model)");
+    recompute_ = cfg.source(keys::checkpoint_type) == Config::Source::kDefault || checkpoint == "collection";
     apply_groups_ = cfg.get(keys::num_apply_group);
     param::MaterializeOptions mo;
     mo.dtype = opt_.dtype;
@@ -550,6 +558,7 @@ class Trainer {
   std::unique_ptr<Reducer> reducer_;
   std::unique_ptr<policy::ZeroSharder<D>> sharder_;  // null: no ZeRO this run
   int zero_stage_ = 0;
+  bool recompute_ = true;  // epl::Checkpoint boundaries recompute (gradient_checkpoint.type)
   std::int64_t apply_groups_ = 1;
   Hooks hooks_;
   std::optional<strategy::Executor<PassContext, Loss>> executor_;
