@@ -18,7 +18,7 @@ namespace comm {
 
 /// \brief Options of run_threads.
 struct ThreadLaunchOptions {
-  CommOptions comm;
+  CommOptions comm = {};
   int threads_per_rank = 1;  ///< OpenMP threads each rank's kernels use
   /// Print a failing rank's error to stderr the moment it fails ("[rank r] epl error ..."): the
   /// first failure only, the cause; the others' "stopped: rank r failed" follow from it.

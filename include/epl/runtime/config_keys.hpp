@@ -43,7 +43,7 @@ struct Key {
 struct FlagLimits {
   double min = -std::numeric_limits<double>::infinity();
   double max = std::numeric_limits<double>::infinity();
-  std::vector<std::string_view> choices;
+  std::vector<std::string_view> choices = {};  // "= {}": designated initializers may leave it out quietly
 };
 
 /// \brief A program's own option, declared once and read typed:

@@ -1,0 +1,94 @@
+// Gradient checkpointing's price and saving: examples/gpt's model with each block an
+// epl::Checkpoint boundary, trained on one device with its activations kept
+// (gradient_checkpoint.type = "") and recomputed ("collection"), alternating A B A B ... for
+// `rounds` rounds; prints the median step time of each, the recompute overhead, and the peak
+// activation bytes of a step, for gpt-mini's width at two depths.
+//   bench_checkpoint [--threads=1] [--rounds=5] [--steps=4] [--json=FILE]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "../examples/gpt/gpt.hpp"
+
+namespace {
+namespace nn = epl::nn;
+
+struct CheckpointedGpt {
+  gpt::Embed embed;
+  nn::Repeat<epl::Checkpoint<gpt::Block>> body;
+  gpt::Head head;
+};
+CheckpointedGpt make(const gpt::Shape& s) {
+  gpt::Gpt g = gpt::make_gpt(s);
+  CheckpointedGpt c{g.embed, {}, g.head};
+  for (auto& b : g.body.layers) c.body.layers.emplace_back(b);
+  return c;
+}
+
+struct Result {
+  double seconds = 0;                  // median step time
+  std::int64_t activation_peak = 0;    // bytes, the largest of a step
+};
+
+Result run(const gpt::Shape& shape, const char* type, int threads, int steps) {
+  epl::device::Cpu cpu(0, threads);
+  epl::Config cfg;
+  cfg.set("gradient_checkpoint.type", type);
+  epl::Trainer<CheckpointedGpt, epl::optim::AdamW> t(cpu, cfg, make(shape), epl::optim::AdamW({.lr = 1e-3}), {.seed = 1});
+  std::vector<std::int32_t> tokens(20000);
+  for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<std::int32_t>((i * i + 7 * i) % 251);
+  auto ds = epl::data::TokenDataset::from_tokens(tokens, 256);
+  epl::data::WindowLoader loader(ds, shape.context, 8, 3);
+  (void)t.step(loader.next(cpu));  // warm-up
+  std::vector<double> times;
+  epl::memory_account(cpu.id()).reset_peaks();
+  for (int s = 0; s < steps; ++s) {
+    auto batch = loader.next(cpu);
+    const auto t0 = std::chrono::steady_clock::now();
+    (void)t.step(batch);
+    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(times.begin(), times.end());
+  return {times[times.size() / 2], epl::memory_stats(cpu.id()).peak_of(epl::MemoryCategory::kActivations)};
+}
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+}  // namespace
+
+int main(int argc, char** argv) try {
+  const epl::Flag<std::int64_t> threads{"threads", 1, "OpenMP threads", {.min = 1, .max = 256}};
+  const epl::Flag<std::int64_t> rounds{"rounds", 5, "alternating rounds", {.min = 1, .max = 1000}};
+  const epl::Flag<std::int64_t> steps{"steps", 4, "timed steps per run", {.min = 1, .max = 1000}};
+  const epl::Flag<std::string> json{"json", "", "write the rows to this file"};
+  auto cfg = epl::Config::from_args(argc, argv, threads, rounds, steps, json);
+  std::string rows;
+  std::printf("%-26s %12s %12s %9s %16s %16s\n", "model", "keep s/step", "recompute", "overhead", "keep act. MiB", "recompute MiB");
+  for (std::int64_t layers : {4, 12}) {
+    const gpt::Shape shape{.vocab = 256, .context = 64, .layers = layers, .heads = 4, .dim = 128};
+    std::vector<double> keep, again;
+    Result k, a;
+    for (std::int64_t r = 0; r < cfg.get(rounds); ++r) {
+      k = run(shape, "", static_cast<int>(cfg.get(threads)), static_cast<int>(cfg.get(steps)));
+      a = run(shape, "collection", static_cast<int>(cfg.get(threads)), static_cast<int>(cfg.get(steps)));
+      keep.push_back(k.seconds);
+      again.push_back(a.seconds);
+    }
+    const double mk = median(keep), ma = median(again), mib = 1024.0 * 1024.0;
+    const std::string name = "gpt " + std::to_string(layers) + " blocks, dim 128";
+    std::printf("%-26s %12.4f %12.4f %8.1f%% %16.2f %16.2f\n", name.c_str(), mk, ma, 100 * (ma / mk - 1),
+                static_cast<double>(k.activation_peak) / mib, static_cast<double>(a.activation_peak) / mib);
+    rows += (rows.empty() ? "" : ",\n") + std::string("  {\"model\": \"") + name + "\", \"keep_s\": " + std::to_string(mk) +
+            ", \"recompute_s\": " + std::to_string(ma) + ", \"keep_activation_bytes\": " + std::to_string(k.activation_peak) +
+            ", \"recompute_activation_bytes\": " + std::to_string(a.activation_peak) + "}";
+  }
+  if (!cfg.get(json).empty()) std::ofstream(cfg.get(json)) << "[\n" << rows << "\n]\n";
+  return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "%s\n", e.what());
+  return 2;
+}
