@@ -14,19 +14,7 @@
 #include "../examples/gpt/gpt.hpp"
 
 namespace {
-namespace nn = epl::nn;
-
-struct CheckpointedGpt {
-  gpt::Embed embed;
-  nn::Repeat<epl::Checkpoint<gpt::Block>> body;
-  gpt::Head head;
-};
-CheckpointedGpt make(const gpt::Shape& s) {
-  gpt::Gpt g = gpt::make_gpt(s);
-  CheckpointedGpt c{g.embed, {}, g.head};
-  for (auto& b : g.body.layers) c.body.layers.emplace_back(b);
-  return c;
-}
+using gpt::CheckpointedGpt;
 
 struct Result {
   double seconds = 0;                  // median step time
@@ -37,7 +25,7 @@ Result run(const gpt::Shape& shape, const char* type, int threads, int steps) {
   epl::device::Cpu cpu(0, threads);
   epl::Config cfg;
   cfg.set("gradient_checkpoint.type", type);
-  epl::Trainer<CheckpointedGpt, epl::optim::AdamW> t(cpu, cfg, make(shape), epl::optim::AdamW({.lr = 1e-3}), {.seed = 1});
+  epl::Trainer<CheckpointedGpt, epl::optim::AdamW> t(cpu, cfg, gpt::make_checkpointed_gpt(shape), epl::optim::AdamW({.lr = 1e-3}), {.seed = 1});
   std::vector<std::int32_t> tokens(20000);
   for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<std::int32_t>((i * i + 7 * i) % 251);
   auto ds = epl::data::TokenDataset::from_tokens(tokens, 256);

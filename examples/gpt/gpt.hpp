@@ -65,6 +65,20 @@ SplitGpt<N> make_split_gpt(const Shape& s) {
   Gpt g = make_gpt(s);
   return {epl::Split<N, Embed>(g.embed), epl::Split<N, nn::Repeat<Block>>(g.body), epl::Split<N, Head>(g.head)};
 }
+/// The same layers with each block a gradient-checkpointing boundary (epl::Checkpoint): in
+/// training a block keeps only its input and recomputes its activations in backward. Numbered
+/// like Gpt.
+struct CheckpointedGpt {
+  Embed embed;
+  nn::Repeat<epl::Checkpoint<Block>> body;
+  Head head;
+};
+inline CheckpointedGpt make_checkpointed_gpt(const Shape& s) {
+  Gpt g = make_gpt(s);
+  CheckpointedGpt c{g.embed, {}, g.head};
+  for (auto& b : g.body.layers) c.body.layers.emplace_back(b);
+  return c;
+}
 /// Training FLOPs per token: 6 per parameter-use (forward 2, backward 4) plus attention's
 /// q k^T and p v (forward 4 t d per layer, backward twice that; t = context).
 inline double flops_per_token(const Shape& s, std::int64_t params) {

@@ -8,18 +8,8 @@
 using namespace epl;
 
 namespace {
-// examples/gpt's model with each block a checkpoint boundary; numbered like gpt::Gpt
-struct CheckpointedGpt {
-  gpt::Embed embed;
-  nn::Repeat<Checkpoint<gpt::Block>> body;
-  gpt::Head head;
-};
-CheckpointedGpt make(const gpt::Shape& s) {
-  gpt::Gpt g = gpt::make_gpt(s);
-  CheckpointedGpt c{g.embed, {}, g.head};
-  for (auto& b : g.body.layers) c.body.layers.emplace_back(b);
-  return c;
-}
+using gpt::CheckpointedGpt;
+CheckpointedGpt make(const gpt::Shape& s) { return gpt::make_checkpointed_gpt(s); }
 gpt::Shape tiny() { return {.vocab = 32, .context = 8, .layers = 3, .heads = 2, .dim = 16}; }
 
 Config config(const char* checkpoint, std::int64_t micro = 1) {
