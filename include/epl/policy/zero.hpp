@@ -202,9 +202,8 @@ class ZeroSharder {
       for (std::size_t u = 0; u < units_.size(); ++u)
         if (units_[u].values.defined()) {
           units_[u].gather.wait();
-          const auto own = arena_->shard(u, group_->rank());
-          const std::int64_t b = own.begin - arena_->units()[u].begin;
-          device_->copy(units_[u].values.slice(b, b + own.size()), own_values(u));
+          const std::int64_t b = units_[u].owned.begin - arena_->units()[u].begin;
+          device_->copy(units_[u].values.slice(b, b + units_[u].owned.size()), own_values(u));
         }
     pinned_ = false;
     for (std::size_t u = 0; u < units_.size(); ++u) release(u);

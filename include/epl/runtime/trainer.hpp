@@ -276,7 +276,9 @@ class Trainer {
       return PassContext(*device_, nn::PassOptions{true, opt_.seed, static_cast<std::uint64_t>(steps_), static_cast<std::uint64_t>(m),
                                                    first + m * per, 1.0 / m_count, recompute_},
                          &hooks_, groups());
-    }, [&](int m) { hooks_.active = overlap_ && m + 1 == m_count; });  // a chunk's gradients are final in its last micro-batch
+    }, [&](int m) {  // a chunk's gradients are final in its last micro-batch (ZeRO 2 and 3: no bucket; the sharder reduces)
+      hooks_.active = overlap_ && m + 1 == m_count && reducer_->buckets() > 0;
+    });
     hooks_.active = false;
     if (!overlap_) {  // EPL's per-replica clipping: clip the local gradient, then reduce it
       last_grad_norm_ = clip(opt_.clip_norm);
