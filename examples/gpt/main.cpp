@@ -11,6 +11,9 @@
 //   gpt --ranks=2 --two_stage --pipeline.strategy=PreferForward --pipeline.num_micro_batch=4
 // Memory policies, alone or combined (built in; off unless asked for):
 //   gpt --ranks=2 --zero.level=v2 --optimizer.num_apply_group=4
+//   gpt --gradient_checkpoint.type=auto          (the library's segments)
+//   gpt --gradient_checkpoint.type=collection    (each block an epl::Checkpoint: gpt::CheckpointedGpt)
+//   gpt --offload.level=v0                       (weights in host memory; brings zero.level=v2)
 #include <epl/epl.hpp>
 #include <epl/runtime/launch.hpp>
 
@@ -41,10 +44,13 @@ struct Run {
   std::vector<std::filesystem::path> files;
 };
 
-// zero.level as given, else "" (no ZeRO): a Trainer built with epl::Zero<3> would otherwise run
-// stage 3, its compiled stage.
-epl::Config with_zero_off_by_default(epl::Config cfg) {
-  if (cfg.source(epl::keys::zero_level) == epl::Config::Source::kDefault) cfg.set("zero.level", "");
+// The policies as given, else off: a Trainer built with epl::Zero<3> and epl::Offload would
+// otherwise run its compiled stage and level. Offload asked for alone brings ZeRO stage 3, the
+// per-layer gathers that stream the weights.
+epl::Config with_policies_off_by_default(epl::Config cfg) {
+  const bool offload = cfg.source(epl::keys::offload_level) != epl::Config::Source::kDefault && cfg.get(epl::keys::offload_level) == "v0";
+  if (cfg.source(epl::keys::offload_level) == epl::Config::Source::kDefault) cfg.set("offload.level", "");
+  if (cfg.source(epl::keys::zero_level) == epl::Config::Source::kDefault) cfg.set("zero.level", offload ? "v2" : "");
   return cfg;
 }
 
@@ -52,9 +58,9 @@ epl::Config with_zero_off_by_default(epl::Config cfg) {
 template <class Model>
 void train(epl::Context& ctx, const epl::Config& cfg, const Run& run, Model model) {
   const auto& cpu = ctx.cpu();
-  // Built with every ZeRO stage; zero.level picks one ("" when not given: none).
-  epl::Trainer<Model, epl::optim::AdamW, epl::Policies<epl::Zero<3>>> trainer(
-      ctx, with_zero_off_by_default(cfg), std::move(model), epl::optim::AdamW({.lr = 2e-3, .weight_decay = 0.0}), {.seed = 42, .clip_norm = 1.0});
+  // Built with every ZeRO stage and offload; zero.level and offload.level pick (off when not given).
+  epl::Trainer<Model, epl::optim::AdamW, epl::Policies<epl::Zero<3>, epl::Offload<epl::offload::V0>>> trainer(
+      ctx, with_policies_off_by_default(cfg), std::move(model), epl::optim::AdamW({.lr = 2e-3, .weight_decay = 0.0}), {.seed = 42, .clip_norm = 1.0});
   // The data-parallel replicas divide each global batch; a pipeline's stages read the same rows.
   const epl::data::Shard shard = trainer.data_shard();
   auto files_here = epl::data::slice_files(run.files, shard, cfg);
@@ -64,6 +70,7 @@ void train(epl::Context& ctx, const epl::Config& cfg, const Run& run, Model mode
   epl::log_rank(ctx.rank(), "of ", ctx.size(), ": ", cpu.id().str(), ", ", cpu.threads(), " thread(s), ", files_here.size(),
                 " file(s), replica ", shard.rank, " of ", shard.ranks, " (", run.global_batch / shard.ranks, " of each batch's ",
                 run.global_batch, " windows)", trainer.zero_stage() > 0 ? ", ZeRO stage " + std::to_string(trainer.zero_stage()) : std::string(),
+                trainer.offloaded() ? ", weights offloaded to host memory" : "",
                 plan.pipeline > 1 ? ", pipeline stage " + std::to_string(trainer.mesh().coord().pipeline) +
                 " of " + std::to_string(plan.pipeline) : std::string());
   if (ctx.rank() == 0)
@@ -86,6 +93,12 @@ void train(epl::Context& ctx, const epl::Config& cfg, const Run& run, Model mode
     auto mib = [&](epl::MemoryCategory c) { return static_cast<double>(m.current_of(c)) / (1024.0 * 1024.0); };
     std::printf("rank 0 holds parameters %.2f MiB, gradients %.2f MiB, optimizer state %.2f MiB\n", mib(epl::MemoryCategory::kParameters),
                 mib(epl::MemoryCategory::kGradients), mib(epl::MemoryCategory::kOptimizerState));
+    if (trainer.offloaded()) {
+      const auto h = epl::memory_stats(epl::DeviceId{epl::DeviceKind::kHost, cpu.id().index});
+      auto host = [&](epl::MemoryCategory c) { return static_cast<double>(h.current_of(c)) / (1024.0 * 1024.0); };
+      std::printf("and in its host pool parameters %.2f MiB, gradients %.2f MiB, optimizer state %.2f MiB\n",
+                  host(epl::MemoryCategory::kParameters), host(epl::MemoryCategory::kGradients), host(epl::MemoryCategory::kOptimizerState));
+    }
   }
 }
 }  // namespace
@@ -115,9 +128,11 @@ int main(int argc, char** argv) try {
   if (run.files.empty()) run.files = default_corpus();
 
   // Every rank runs this: thread ranks by default (--ranks or EPL_NUM_RANKS), MPI processes
-  // under epl-launch. The model is replicated, or cut into pipeline stages when asked.
+  // under epl-launch. The model is replicated, or cut into pipeline stages when asked; under
+  // gradient_checkpoint.type=collection, each block is marked a checkpoint boundary.
   return epl::launch(cfg, [&](epl::Context& ctx) {
     if (cfg.get(two_stage)) train(ctx, cfg, run, gpt::make_two_stage_gpt(shape));
+    else if (cfg.get(epl::keys::checkpoint_type) == "collection") train(ctx, cfg, run, gpt::make_checkpointed_gpt(shape));
     else train(ctx, cfg, run, gpt::make_gpt(shape));
   }, {.ranks = static_cast<int>(cfg.get(ranks)), .threads_per_rank = static_cast<int>(cfg.get(threads))});
 } catch (const std::exception& e) {

@@ -12,6 +12,21 @@ using gpt::CheckpointedGpt;
 CheckpointedGpt make(const gpt::Shape& s) { return gpt::make_checkpointed_gpt(s); }
 gpt::Shape tiny() { return {.vocab = 32, .context = 8, .layers = 3, .heads = 2, .dim = 16}; }
 
+// A layer whose forward adds how often it ran: a recomputed forward differs from the first, the
+// fault gradient_checkpoint.check_gradients is there to find.
+struct Jitter {
+  int calls = 0;
+  template <class Ctx>
+  Tensor forward(Ctx& ctx, const Tensor& x) {
+    Tensor shift = ctx.empty_like(x), y = ctx.empty_like(x);
+    ctx.device().fill(shift, 0.01 * ++calls);
+    ctx.device().add(x, shift, y);
+    return y;
+  }
+  template <class Ctx>
+  Tensor backward(Ctx&, const Tensor& dy) { return dy; }
+};
+
 Config config(const char* checkpoint, std::int64_t micro = 1) {
   Config c;
   if (checkpoint) c.set("gradient_checkpoint.type", checkpoint);
@@ -93,7 +108,104 @@ TEST_CASE("checkpoint: with accumulation on 2 data-parallel ranks under ZeRO sta
   }
 }
 
-TEST_CASE("checkpoint: collection without a boundary, auto, and a split layer inside a boundary are named") {
+TEST_CASE("checkpoint auto: the library's segments train exactly like keeping every activation") {
+  const auto plain = one_device(config(""), gpt::make_gpt(tiny()));
+  const auto run = one_device(config("auto"), gpt::make_gpt(tiny()));
+  CHECK(run.losses == plain.losses);
+  CHECK(run.params == plain.params);
+  // the marks keep their activations under auto: the same again, with no recompute nested
+  const auto marked = one_device(config("auto"), make(tiny()));
+  CHECK(marked.params == plain.params);
+}
+
+TEST_CASE("checkpoint auto: about sqrt(n) segments, the head kept, and the activation peak falls") {
+  const gpt::Shape deep{.vocab = 32, .context = 8, .layers = 8, .heads = 2, .dim = 32};
+  device::Cpu d(321);
+  Trainer<gpt::Gpt, optim::SGD> t(d, config("auto"), gpt::make_gpt(deep), optim::SGD({.lr = 0.1}));
+  const auto& chunk = t.local_chunks().at(0);
+  REQUIRE(chunk.units().size() == 20);  // embedding, position, 2 residuals a block, norm, output layer
+  std::size_t recomputed_segments = 0;
+  for (const auto& seg : chunk.segments()) recomputed_segments += seg.recompute ? 1 : 0;
+  CHECK(recomputed_segments == 3);  // round(sqrt(20)) = 4 pieces, the last kept
+  CHECK(!chunk.segments().back().recompute);
+  CHECK(chunk.segments().back().end == 20);
+  std::int64_t with = 0, without = 0;
+  (void)one_device(config("auto"), gpt::make_gpt(deep), &with);
+  (void)one_device(config(""), gpt::make_gpt(deep), &without);
+  CAPTURE(with);
+  CAPTURE(without);
+  CHECK(with < without * 6 / 10);
+}
+
+TEST_CASE("checkpoint auto: 2 data-parallel ranks, accumulation, ZeRO stage 3, equal to one device") {
+  const auto ref = one_device(config(nullptr, 2), gpt::make_gpt(tiny()));
+  std::vector<Run> runs(2);
+  comm::run_threads(2, [&](comm::ThreadCommunicator& c) {
+    Context ctx(c, 350 + c.rank());
+    Config cfg = config("auto", 2);
+    cfg.set("zero.level", "v2");
+    Trainer<gpt::Gpt, optim::AdamW, Policies<Zero<3>>> t(ctx, cfg, gpt::make_gpt(tiny()), optim::AdamW({.lr = 0.01, .eps = 1e-3}),
+                                                          {.seed = 5, .clip_norm = 0.5});
+    auto ds = test::token_corpus(4000);
+    data::WindowLoader loader(ds, 8, 8, 17, t.data_shard());
+    Run& r = runs[static_cast<std::size_t>(c.rank())];
+    for (int s = 0; s < 4; ++s) r.losses.push_back(t.step(loader.next(ctx.cpu())));
+    t.gather_parameters();
+    r.params = test::flat_params(t.model());
+  });
+  for (const auto& r : runs) {
+    CHECK(test::max_rel_diff(r.losses, ref.losses) <= 1e-6);
+    CHECK(test::max_rel_diff(r.params, ref.params) <= 1e-6);
+  }
+}
+
+TEST_CASE("checkpoint auto: end_taskgraph limits it to the first pipeline stages, equal to one device") {
+  const gpt::Shape s{.vocab = 32, .context = 8, .layers = 4, .heads = 2, .dim = 16};
+  const auto ref = one_device(config(nullptr, 2), gpt::make_gpt(s));
+  std::vector<Run> runs(2);
+  std::vector<std::size_t> segments(2);
+  comm::run_threads(2, [&](comm::ThreadCommunicator& c) {
+    Context ctx(c, 360 + c.rank());
+    Config cfg = config("auto", 2);
+    cfg.set("pipeline.num_stages", 2);
+    cfg.set("gradient_checkpoint.end_taskgraph", 0);
+    Trainer<gpt::TwoStageGpt, optim::AdamW> t(ctx, cfg, gpt::make_two_stage_gpt(s), optim::AdamW({.lr = 0.01, .eps = 1e-3}),
+                                              {.seed = 5, .clip_norm = 0.5});
+    segments[static_cast<std::size_t>(c.rank())] = t.local_chunks().at(0).segments().size();
+    auto ds = test::token_corpus(4000);
+    data::WindowLoader loader(ds, 8, 8, 17, t.data_shard());
+    Run& r = runs[static_cast<std::size_t>(c.rank())];
+    for (int k = 0; k < 4; ++k) r.losses.push_back(t.step(loader.next(ctx.cpu())));
+  });
+  CHECK(segments[0] > 0);   // stage 0 recomputes
+  CHECK(segments[1] == 0);  // stage 1 is after end_taskgraph
+  for (const auto& r : runs) CHECK(test::max_rel_diff(r.losses, ref.losses) <= 1e-6);
+}
+
+TEST_CASE("checkpoint: check_gradients reports no difference for a faithful recompute and finds one that is not") {
+  device::Cpu d(322);
+  Config cfg = config("auto");
+  cfg.set("gradient_checkpoint.check_gradients", true);
+  Trainer<gpt::Gpt, optim::SGD> t(d, cfg, gpt::make_gpt(tiny()), optim::SGD({.lr = 0.1}));
+  auto ds = test::token_corpus(4000);
+  data::WindowLoader loader(ds, 8, 8, 17);
+  (void)t.step(loader.next(d));
+  CHECK(t.checkpoint_gradient_difference() == 0.0);
+
+  struct Net {
+    nn::Embedding tok{32, 16};
+    Jitter jitter;
+    nn::Linear mid{16, 16};
+    nn::Linear out{16, 32};
+  };
+  Trainer<Net, optim::SGD> bad(d, cfg, Net{}, optim::SGD({.lr = 0.1}));
+  REQUIRE(bad.local_chunks().at(0).segments().front().recompute);
+  REQUIRE(bad.local_chunks().at(0).segments().front().end >= 3);  // the jitter and the layer after it
+  (void)bad.step(loader.next(d));
+  CHECK(bad.checkpoint_gradient_difference() > 1e-4);
+}
+
+TEST_CASE("checkpoint: collection without a boundary, bad checkpoint keys, and a split layer inside a boundary are named") {
   auto fails = [](auto build, const char* what) {
     std::string message;
     try {
@@ -105,7 +217,20 @@ TEST_CASE("checkpoint: collection without a boundary, auto, and a split layer in
     CHECK(message.find(what) != std::string::npos);
   };
   fails([] { (void)one_device(config("collection"), gpt::make_gpt(tiny())); }, "gradient_checkpoint.type = \"collection\" but the model marks no boundary");
-  fails([] { (void)one_device(config("auto"), make(tiny())); }, "gradient_checkpoint.type = \"auto\" (boundaries chosen by the library) is not supported yet");
+  fails([] {
+    Config cfg = config("auto");
+    cfg.set("gradient_checkpoint.end_taskgraph", 1);
+    (void)one_device(cfg, gpt::make_gpt(tiny()));
+  }, "gradient_checkpoint.end_taskgraph = 1 but the model runs as 1 task graph (pipeline stages, numbered from 0 in model order); choose -1 (all of them) or at most 0");
+  fails([] {
+    Config cfg = config("");
+    cfg.set("gradient_checkpoint.check_gradients", true);
+    (void)one_device(cfg, gpt::make_gpt(tiny()));
+  }, "gradient_checkpoint.check_gradients = true but nothing is recomputed");
+  struct OneLayer {
+    nn::Embedding tok{32, 32};
+  };
+  fails([] { (void)one_device(config("auto"), OneLayer{}); }, "gradient_checkpoint.type = \"auto\" finds nothing to recompute on pipeline rank 0");
   struct SplitInside {
     nn::Embedding tok{32, 16};
     Checkpoint<Split<2, nn::Mlp>> mid{Split<2, nn::Mlp>(nn::Mlp(16))};

@@ -20,8 +20,9 @@
 namespace epl {
 inline namespace v0 {
 
-/// \brief Where memory lives: host memory or one CUDA device.
-enum class DeviceKind : std::uint8_t { kCpu, kCuda };
+/// \brief Where memory lives: a CPU device's memory, one CUDA device, or the host pool a device
+/// offloads to (offload.level; on CUDA pinned memory the device's kernels can reach).
+enum class DeviceKind : std::uint8_t { kCpu, kCuda, kHost };
 
 /// \brief A device by kind and index. CPU thread ranks each get their own index, so their
 /// accounts are separate even though they share one host.
@@ -31,7 +32,8 @@ struct DeviceId {
   friend bool operator==(const DeviceId&, const DeviceId&) = default;
   friend auto operator<=>(const DeviceId&, const DeviceId&) = default;
   [[nodiscard]] std::string str() const {
-    return (kind == DeviceKind::kCpu ? "cpu:" : "cuda:") + std::to_string(index);
+    constexpr const char* names[] = {"cpu:", "cuda:", "host:"};
+    return names[static_cast<int>(kind)] + std::to_string(index);
   }
 };
 
@@ -186,15 +188,26 @@ struct HostMemory {
 /// \brief Host memory, 64-byte aligned, freed blocks cached by rounded size.
 using HostAllocator = CachingAllocator<detail::HostMemory>;
 
+namespace detail {
+inline HostAllocator& host_pool(DeviceId id) {
+  static auto* mutex = new std::mutex;
+  static auto* pools = new std::map<DeviceId, std::unique_ptr<HostAllocator>>;
+  std::lock_guard lock(*mutex);
+  auto& slot = (*pools)[id];
+  if (!slot) slot = std::make_unique<HostAllocator>(id);
+  return *slot;
+}
+}  // namespace detail
+
 /// \brief The process-wide host allocator of a CPU device index (never destroyed, like the
 /// accounts: static tensors may be freed into it at exit).
 inline HostAllocator& host_allocator(int index = 0) {
-  static auto* mutex = new std::mutex;
-  static auto* pools = new std::map<int, std::unique_ptr<HostAllocator>>;
-  std::lock_guard lock(*mutex);
-  auto& slot = (*pools)[index];
-  if (!slot) slot = std::make_unique<HostAllocator>(DeviceId{DeviceKind::kCpu, index});
-  return *slot;
+  return detail::host_pool(DeviceId{DeviceKind::kCpu, index});
+}
+/// \brief The host pool CPU device `index` offloads to (offload.level): host memory too, on an
+/// account of its own (host:index), so what offload moves off the device is measured.
+inline HostAllocator& offload_allocator(int index = 0) {
+  return detail::host_pool(DeviceId{DeviceKind::kHost, index});
 }
 
 }  // namespace v0

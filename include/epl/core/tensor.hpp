@@ -74,7 +74,7 @@ class Tensor {
   /// \brief The elements as a span; host tensors only.
   template <class T>
   [[nodiscard]] std::span<T> span() const {
-    EPL_CHECK(device().kind == DeviceKind::kCpu, "span() of a tensor on ", device().str(),
+    EPL_CHECK(device().kind != DeviceKind::kCuda, "span() of a tensor on ", device().str(),
               "; copy it to the host first");
     return {data<T>(), static_cast<std::size_t>(numel())};
   }

@@ -9,13 +9,38 @@ namespace epl {
 inline namespace v0 {
 namespace nn {
 
-/// \brief Runs L... in order (as Seq<L...>). When the pass recomputes (PassOptions::recompute: a
-/// Trainer's gradient_checkpoint.type, on by default), forward saves only its input and drops
-/// the activations of the layers inside; backward recomputes them from that input, in the same
-/// pass context (the same dropout masks: draws depend on the seed, step and sample positions
-/// only) and then runs their backward. A recomputed forward issues no collective again: a layer
-/// inside may not hold parameters split over a tensor-parallel group (checked: an error names
-/// the parameter). The ZeRO stage-3 gathers a recompute needs are the gathers backward makes.
+/// \brief The forward half of gradient checkpointing: runs body(pass, x) in a scratch pass
+/// context of ctx's kind (its saved activations are dropped when it returns) and saves only x,
+/// under owner, for recompute_backward.
+template <class Ctx, class Body>
+Tensor recompute_forward(Ctx& ctx, const void* owner, const Tensor& x, Body&& body) {
+  Ctx scratch(ctx.device(), ctx.options(), &ctx.hooks(), ctx.groups());
+  Tensor y = body(scratch, x);
+  ctx.add_loss(scratch.extra_loss());
+  ctx.save(owner, {x});
+  return y;
+}
+/// \brief The backward half: takes back owner's input, runs body_forward on it again in a
+/// fresh pass context of the same options (the same dropout masks: draws depend on the seed,
+/// step and sample positions only), then body_backward(pass, dy) there.
+template <class Ctx, class Forward, class Backward>
+Tensor recompute_backward(Ctx& ctx, const void* owner, const Tensor& dy, Forward&& body_forward, Backward&& body_backward) {
+  Saved s = ctx.restore(owner);
+  Ctx again(ctx.device(), ctx.options(), &ctx.hooks(), ctx.groups());
+  (void)body_forward(again, s[0]);  // the activations, recomputed
+  Tensor dx = body_backward(again, dy);
+  EPL_CHECK(again.saved_count() == 0, "gradient checkpointing: the recomputed layers left ", again.saved_count(),
+            " activation frames behind; a layer's backward must restore what its forward saved");
+  return dx;
+}
+
+/// \brief Runs L... in order (as Seq<L...>). When the pass recomputes the marks
+/// (PassOptions::recompute is Recompute::kMarked: a Trainer's gradient_checkpoint.type unset or
+/// "collection"), forward saves only its input and drops the activations of the layers inside;
+/// backward recomputes them from that input (recompute_forward / recompute_backward) and then
+/// runs their backward. A recomputed forward issues no collective again: a layer inside may not
+/// hold parameters split over a tensor-parallel group (checked: an error names the parameter).
+/// The ZeRO stage-3 gathers a recompute needs are the gathers backward makes.
 template <class... L>
 class Checkpoint {
  public:
@@ -28,27 +53,23 @@ class Checkpoint {
 
   template <class Ctx>
   Tensor forward(Ctx& ctx, const Tensor& x) {
-    if (!ctx.training() || !ctx.options().recompute) return nn::forward(body, ctx, x);
+    if (!recomputes(ctx)) return nn::forward(body, ctx, x);
     check_no_split_parameters();
-    Ctx scratch(ctx.device(), ctx.options(), &ctx.hooks(), ctx.groups());  // its saved activations are dropped
-    Tensor y = nn::forward(body, scratch, x);
-    ctx.add_loss(scratch.extra_loss());
-    ctx.save(this, {x});
-    return y;
+    return recompute_forward(ctx, this, x, [&](Ctx& pass, const Tensor& h) { return nn::forward(body, pass, h); });
   }
   template <class Ctx>
   Tensor backward(Ctx& ctx, const Tensor& dy) {
-    if (!ctx.options().recompute) return nn::backward(body, ctx, dy);
-    Saved s = ctx.restore(this);
-    Ctx again(ctx.device(), ctx.options(), &ctx.hooks(), ctx.groups());
-    (void)nn::forward(body, again, s[0]);  // the activations, recomputed
-    Tensor dx = nn::backward(body, again, dy);
-    EPL_CHECK(again.saved_count() == 0, "Checkpoint: the recomputed layers left ", again.saved_count(), " activation frames "
-              "behind; a layer's backward must restore what its forward saved");
-    return dx;
+    if (!recomputes(ctx)) return nn::backward(body, ctx, dy);
+    return recompute_backward(
+        ctx, this, dy, [&](Ctx& pass, const Tensor& h) { return nn::forward(body, pass, h); },
+        [&](Ctx& pass, const Tensor& g) { return nn::backward(body, pass, g); });
   }
 
  private:
+  template <class Ctx>
+  static bool recomputes(const Ctx& ctx) {
+    return ctx.training() && ctx.options().recompute == Recompute::kMarked;
+  }
   void check_no_split_parameters() {
     if (checked_) return;
     visit_parameters(body, [](std::string_view path, Parameter& p) {

@@ -38,6 +38,11 @@ struct Saved {
   }
 };
 
+/// \brief Which activations a training pass drops and recomputes in backward
+/// (gradient_checkpoint.type): none, those inside the model's nn::Checkpoint marks, or those of
+/// the segments the library chose (strategy::Chunk's, type "auto"; the marks then keep theirs).
+enum class Recompute : std::uint8_t { kNone, kMarked, kSegments };
+
 /// \brief Options of one pass: training mode, and the coordinates that seed its randomness.
 struct PassOptions {
   bool training = true;
@@ -50,9 +55,9 @@ struct PassOptions {
   /// What backward scales the loss by (1/M with M micro-batches): a layer that adds a loss of its
   /// own (an MoE's load-balancing loss) scales its gradient alike.
   double loss_scale = 1.0;
-  /// A training pass in which nn::Checkpoint boundaries drop their activations and recompute
-  /// them in backward (false: they keep them, as if not marked).
-  bool recompute = true;
+  /// What a training pass recomputes: by default the nn::Checkpoint marks (kNone: every layer
+  /// keeps its activations, as if not marked).
+  Recompute recompute = Recompute::kMarked;
 };
 
 /// \brief The hooks a strategy or policy runs around each layer; this one runs nothing.

@@ -38,6 +38,10 @@ class Updater {
  public:
   explicit Updater(O opt) : opt_(std::move(opt)) {}
 
+  /// \brief Keeps the state in the device's host pool (offload.level: the values and gradients
+  /// the update reads live there too). Takes effect when the state is first allocated.
+  void keep_state_in_host_pool(bool on = true) noexcept { host_ = on; }
+
   /// \brief One step on values and grads, 1-D ranges of equal length (the same length every
   /// step). With groups > 1 the range is updated in that many consecutive parts, so the
   /// update's temporaries peak at about 1 / groups (optimizer.num_apply_group).
@@ -58,7 +62,7 @@ class Updater {
       n += values[i].numel();
     }
     if (state_.empty() && n > 0)
-      for (int i = 0; i < O::kStateSlots; ++i) state_.push_back(d.zeros({n}, values[0].dtype(), MemoryCategory::kOptimizerState));
+      for (int i = 0; i < O::kStateSlots; ++i) state_.push_back(allocate_state(d, n, values[0].dtype()));
     EPL_CHECK(state_.empty() || state_.front().numel() == n, "optimizer step on ranges of ", n, " elements; its state holds ",
               state_.front().numel());
     ++steps_;
@@ -81,9 +85,17 @@ class Updater {
   [[nodiscard]] const std::vector<Tensor>& state() const noexcept { return state_; }
 
  private:
+  template <class D>
+  Tensor allocate_state(const D& d, std::int64_t n, DType t) const {
+    if constexpr (requires { d.host_zeros(Shape{n}, t, MemoryCategory::kOptimizerState); })
+      if (host_) return d.host_zeros({n}, t, MemoryCategory::kOptimizerState);
+    EPL_CHECK(!host_, "the optimizer state was asked to live in the host pool of a device that has none");
+    return d.zeros({n}, t, MemoryCategory::kOptimizerState);
+  }
   O opt_;
   std::vector<Tensor> state_;
   std::int64_t steps_ = 0;
+  bool host_ = false;
 };
 
 /// \brief The L2 norm of gradients held in flat ranges, summed over `group`'s ranks when the

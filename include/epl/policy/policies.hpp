@@ -16,7 +16,37 @@ struct Zero {
   static constexpr int kStage = Stage;
 };
 
+namespace offload {
+/// \brief Weights stay on the device (the default).
+struct None {};
+/// \brief EPL's offload.level "v0": weights, gradients and optimizer state live in the host pool
+/// and each layer's weights are copied to the device before it runs, the next one prefetched
+/// (the per-layer gathers of ZeRO stage 3, so it needs epl::Zero<3>).
+struct V0 {};
+}  // namespace offload
+
+/// \brief Where the weights live: offload::None (on the device) or offload::V0 (host memory).
+template <class Level>
+struct Offload {
+  static_assert(std::is_same_v<Level, offload::None> || std::is_same_v<Level, offload::V0>,
+                "epl::Offload<Level>: the level is epl::offload::None or epl::offload::V0");
+  static constexpr bool kHost = std::is_same_v<Level, offload::V0>;
+};
+
 namespace detail {
+template <class P>
+struct is_offload : std::false_type {};
+template <class L>
+struct is_offload<Offload<L>> : std::true_type {};
+template <class Default, class... P>
+struct find_offload {
+  using type = Default;
+};
+template <class Default, class First, class... Rest>
+struct find_offload<Default, First, Rest...> {
+  using type = std::conditional_t<is_offload<First>::value, First, typename find_offload<Default, Rest...>::type>;
+};
+
 template <template <int> class Kind, class P>
 struct is_kind : std::false_type {};
 template <template <int> class Kind, int N>
@@ -32,14 +62,22 @@ struct find_policy<Kind, Default, First, Rest...> {
 };
 }  // namespace detail
 
-/// \brief The policies of a run; any kind not given takes its default (Zero<0>).
+/// \brief The policies of a run; any kind not given takes its default (Zero<0>,
+/// Offload<offload::None>).
 template <class... P>
 struct Policies {
-  static_assert((detail::is_kind<Zero, P>::value && ...),
-                "epl::Policies<...> takes policy types only: epl::Zero<k> (one of the types given is not a policy)");
+  static_assert(((detail::is_kind<Zero, P>::value || detail::is_offload<P>::value) && ...),
+                "epl::Policies<...> takes policy types only: epl::Zero<k>, epl::Offload<level> (one of the types given is not a "
+                "policy)");
   static_assert((0 + ... + static_cast<int>(detail::is_kind<Zero, P>::value)) <= 1,
                 "epl::Policies<...> got more than one epl::Zero<k>; give one (it runs every stage up to k)");
+  static_assert((0 + ... + static_cast<int>(detail::is_offload<P>::value)) <= 1,
+                "epl::Policies<...> got more than one epl::Offload<level>; give one");
   using zero = typename detail::find_policy<Zero, Zero<0>, P...>::type;
+  using offloading = typename detail::find_offload<Offload<offload::None>, P...>::type;
+  static_assert(!offloading::kHost || zero::kStage == 3,
+                "epl::Offload<epl::offload::V0> streams each layer's weights to the device through ZeRO stage 3's per-layer "
+                "gathers: add epl::Zero<3> to the policies (it works on one rank too)");
 };
 
 /// \brief True for epl::Policies<...>.

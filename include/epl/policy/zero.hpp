@@ -18,6 +18,12 @@
 ///            layer uses it. So a step holds the running layer's units and the next one.
 /// Every rank of the group issues the same collectives in the same order (the hooks fire in the
 /// schedule's order), so asynchronous gathers and reductions queue up alike everywhere.
+///
+/// Offload (offload.level "v0", with stage 3): the shards — values, gradients and, in the
+/// Trainer's updater, the optimizer state — live in the device's host pool (device.host_empty).
+/// A gather first copies the host shard to the device (straight into the unit on a group of one,
+/// else into a staging buffer that is all-gathered); a unit's reduced gradient lands in a
+/// device staging buffer and is added to the host shard when the reduction completes.
 #include <algorithm>
 #include <deque>
 #include <unordered_map>
@@ -38,9 +44,12 @@ class ZeroSharder {
  public:
   /// \param stage 1, 2 or 3
   /// \param op how gradients meet (mean or sum: communication.gradients_reduce_method)
-  ZeroSharder(const D& device, comm::Communicator& group, param::Arena& arena, int stage, comm::ReduceOp op)
-      : device_(&device), group_(&group), arena_(&arena), stage_(stage), op_(op), units_(arena.units().size()) {
+  /// \param offload keep the shards in the host pool (stage 3 only)
+  ZeroSharder(const D& device, comm::Communicator& group, param::Arena& arena, int stage, comm::ReduceOp op, bool offload = false)
+      : device_(&device), group_(&group), arena_(&arena), stage_(stage), op_(op), offload_(offload), units_(arena.units().size()) {
     EPL_CHECK(stage >= 1 && stage <= 3, "ZeRO stage ", stage, " is not 1, 2 or 3");
+    EPL_CHECK(!offload || stage == 3, "offload keeps the weights in host memory and gathers them per layer, which needs ZeRO "
+              "stage 3, not ", stage);
     EPL_CHECK(arena.shards() == group.size(), "the arena is cut into ", arena.shards(), " shards for a group of ", group.size(),
               " ranks; materialize it with shards = the data-parallel size");
     const int r = group.rank();
@@ -58,11 +67,13 @@ class ZeroSharder {
     }
     for (auto& u : units_) u.marked.assign(u.members.size(), 0);
     if (stage_ >= 2) {
-      grad_shard_ = device.zeros({shard_size_}, arena.dtype(), MemoryCategory::kGradients);
+      grad_shard_ = offload_ ? host_zeros(shard_size_, MemoryCategory::kGradients)
+                             : device.zeros({shard_size_}, arena.dtype(), MemoryCategory::kGradients);
       arena.drop_grads();
     }
     if (stage_ == 3) {
-      value_shard_ = device.empty({shard_size_}, arena.dtype(), MemoryCategory::kParameters);
+      value_shard_ = offload_ ? host_zeros(shard_size_, MemoryCategory::kParameters)
+                              : device.empty({shard_size_}, arena.dtype(), MemoryCategory::kParameters);
       for (std::size_t u = 0; u < units_.size(); ++u) device.copy(arena.values(units_[u].owned), own_values(u));
       shapes_.reserve(arena.parameters().size());
       for (auto* p : arena.parameters()) shapes_[p] = p->value.shape();
@@ -90,6 +101,8 @@ class ZeroSharder {
   }
 
   [[nodiscard]] int stage() const noexcept { return stage_; }
+  /// \brief Whether the shards live in the host pool (offload.level "v0").
+  [[nodiscard]] bool offloaded() const noexcept { return offload_; }
   /// \brief Each reduce_scatter and all_gather becomes a span of t (null: none).
   void set_timeline(Timeline* t) noexcept { timeline_ = t; }
   /// \brief Elements this rank owns (the sum of its slices of every unit, padding included).
@@ -229,6 +242,7 @@ class ZeroSharder {
     bool reduced = false;           // reduced at least once this step
     Tensor grads;                   // stages 2 and 3: the unit's gradient buffer, while open
     Tensor values;                  // stage 3: the gathered unit, while resident
+    Tensor staging;                 // offload: the host shard copied to the device, while it is gathered
     comm::Work gather;
     bool gather_seen = false;       // waited for, its span recorded
     std::uint64_t used = 0;         // last use, for eviction
@@ -240,6 +254,7 @@ class ZeroSharder {
     std::size_t unit;
     comm::Work work;
     Tensor buffer, staging;         // kept alive until the reduction completes
+    bool first = false;             // staging replaces the shard (offload's first reduction) rather than adding to it
   };
 
   [[nodiscard]] Where at(const nn::Parameter& p) const {
@@ -279,7 +294,10 @@ class ZeroSharder {
     Pending job{u, {}, std::move(unit.grads), {}};
     for (auto* p : unit.members) p->grad = {};
     Tensor out = own_grads(u);
-    if (unit.reduced) out = job.staging = device_->empty({unit.owned.size()}, arena_->dtype(), MemoryCategory::kGradients);
+    if (unit.reduced || offload_) {  // offload: the reduction runs on the device, then goes to the host shard
+      out = job.staging = device_->empty({unit.owned.size()}, arena_->dtype(), MemoryCategory::kGradients);
+      job.first = !unit.reduced;
+    }
     job.work = group_->reduce_scatter_async(job.buffer, out, op_);
     unit.reduced = true;
     unit.ready = 0;
@@ -292,7 +310,8 @@ class ZeroSharder {
     pending_.pop_front();
     job.work.wait();
     span("reduce_scatter", job.unit, job.work);
-    if (job.staging.defined()) device_->axpy(1.0, job.staging, own_grads(job.unit));
+    if (job.first) device_->copy(job.staging, own_grads(job.unit));
+    else if (job.staging.defined()) device_->axpy(1.0, job.staging, own_grads(job.unit));
   }
 
   // Stage 3: the unit gathered and its members' value views in it.
@@ -304,6 +323,7 @@ class ZeroSharder {
       unit.gather.wait();
       span("all_gather", u, unit.gather);
       unit.gather_seen = true;
+      unit.staging = {};
     }
     if (!unit.members.empty() && !unit.members.front()->value.defined())
       for (auto* p : unit.members) p->value = view(unit.values, u, *p, shapes_.at(p));
@@ -318,8 +338,17 @@ class ZeroSharder {
     evict_for_one_more(u);
     auto& unit = units_[u];
     unit.values = device_->empty({arena_->units()[u].size()}, arena_->dtype(), MemoryCategory::kParameters);
-    unit.gather = group_->all_gather_async(own_values(u), unit.values);
     unit.gather_seen = false;
+    if (!offload_) {
+      unit.gather = group_->all_gather_async(own_values(u), unit.values);
+    } else if (group_->size() == 1) {
+      device_->copy(own_values(u), unit.values);  // host to device: the whole unit is this rank's
+      unit.gather = {};
+    } else {
+      unit.staging = device_->empty({units_[u].owned.size()}, arena_->dtype(), MemoryCategory::kParameters);
+      device_->copy(own_values(u), unit.staging);
+      unit.gather = group_->all_gather_async(unit.staging, unit.values);
+    }
   }
   void span(const char* what, std::size_t u, const comm::Work& w) {
     if (auto [start, end] = w.interval(); timeline_ && start != Timeline::Clock::time_point{})
@@ -339,7 +368,11 @@ class ZeroSharder {
     unit.gather.wait();
     for (auto* p : unit.members) p->value = {};
     unit.values = {};
+    unit.staging = {};
     unit.gather = {};
+  }
+  [[nodiscard]] Tensor host_zeros(std::int64_t n, MemoryCategory c) const {
+    return device_->host_zeros({n}, arena_->dtype(), c);
   }
 
   const D* device_;
@@ -347,6 +380,7 @@ class ZeroSharder {
   param::Arena* arena_;
   int stage_;
   comm::ReduceOp op_;
+  bool offload_ = false;
   std::vector<Unit> units_;
   std::unordered_map<const nn::Parameter*, Where> index_;
   std::unordered_map<const nn::Parameter*, Shape> shapes_;

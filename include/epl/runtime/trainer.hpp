@@ -69,6 +69,13 @@ constexpr int compiled_zero() {
   else return 0;
 }
 
+/// Whether a Policies list compiles offload (epl::Offload<epl::offload::V0>).
+template <class P>
+constexpr bool compiled_offload() {
+  if constexpr (is_policies<P>::value) return P::offloading::kHost;
+  else return false;
+}
+
 /// The stage a run uses: zero.level when given (EPL's "v0" stage 1, "v1" stage 2, "v2" stage 3,
 /// "" none), else the compiled one; a stage above the compiled one is an error naming both.
 inline int zero_stage(const Config& cfg, int compiled) {
@@ -119,6 +126,24 @@ inline std::uint64_t content_hash(const Tensor& t) {
   for (; i < n; ++i) h = mix64(h ^ p[i]);
   return h;
 }
+
+/// The largest absolute value of a floating-point tensor on device d (read back to the host).
+template <class D>
+double max_abs(const D& d, const Tensor& t) {
+  if (t.numel() == 0) return 0;
+  std::vector<double> host(static_cast<std::size_t>(t.numel()));
+  if (t.dtype() == DType::kF64) {
+    d.download(t, host.data());
+  } else {
+    EPL_CHECK(t.dtype() == DType::kF32, "max_abs: a ", name_of(t.dtype()), " tensor; expected f32 or f64");
+    std::vector<float> f(host.size());
+    d.download(t, f.data());
+    std::copy(f.begin(), f.end(), host.begin());
+  }
+  double most = 0;
+  for (double v : host) most = std::max(most, std::abs(v));
+  return most;
+}
 }  // namespace detail
 
 /// \brief Trains Model with Optimizer on device type D, on one device or over the ranks of an
@@ -146,6 +171,7 @@ class Trainer {
   static_assert(is_policies<Policy>::value, "epl::Trainer's third argument is an epl::Policies<...> list: wrap the policy, as "
                                             "epl::Policies<epl::Zero<3>>");
   static constexpr int kZero = detail::compiled_zero<Policy>();  // the highest ZeRO stage compiled in
+  static constexpr bool kOffload = detail::compiled_offload<Policy>();
   using Reducer = policy::ReducerSet<D>;
   using Sharder = std::conditional_t<kZero == 0, void, policy::ZeroSharder<D>>;
   using Hooks = detail::StepHooks<Reducer, Sharder>;
@@ -236,6 +262,12 @@ class Trainer {
   /// \brief The fraction of the last step's gradient all-reduce time hidden behind backward.
   [[nodiscard]] double last_overlap() const noexcept { return reducer_->last_overlap(); }
   [[nodiscard]] std::size_t gradient_buckets() const noexcept { return reducer_->buckets(); }
+  /// \brief gradient_checkpoint.check_gradients: the largest absolute difference, over every
+  /// rank, between the first step's gradients with and without recompute (0 before step 1).
+  [[nodiscard]] double checkpoint_gradient_difference() const noexcept { return checkpoint_difference_; }
+  /// \brief Whether this run keeps weights, gradients and optimizer state in the host pool
+  /// (offload.level "v0", or the compiled epl::Offload<epl::offload::V0>).
+  [[nodiscard]] bool offloaded() const noexcept { return offload_; }
   /// \brief The ZeRO stage this run uses (0: none): zero.level, or the compiled epl::Zero<k>.
   [[nodiscard]] int zero_stage() const noexcept { return zero_stage_; }
   /// \brief ZeRO stage 3 keeps only this rank's shard of the parameters between layers: this
@@ -267,25 +299,9 @@ class Trainer {
     EPL_CHECK(rows % m_count == 0, "batch of ", rows, " samples does not divide into pipeline.num_micro_batch = ",
               m_count, " micro-batches; make the batch a multiple of ", m_count);
     agree_on_rows(batch);
-    if (sharder_) sharder_->zero_grads();
-    else device_->fill(arena_.grads(), 0.0);
-    const std::int64_t per = rows / m_count, first = static_cast<std::int64_t>(data_shard().rank) * rows;
-    // A colocated split's loss sees the group's rows: its targets, gathered, micro-batch by micro-batch.
-    const Tensor targets = plan_.rows_over_tensor() ? gather_targets(batch.targets, m_count) : batch.targets;
-    double loss = executor_->run(actions_, {batch.inputs, targets, m_count}, [&](int m) {
-      return PassContext(*device_, nn::PassOptions{true, opt_.seed, static_cast<std::uint64_t>(steps_), static_cast<std::uint64_t>(m),
-                                                   first + m * per, 1.0 / m_count, recompute_},
-                         &hooks_, groups());
-    }, [&](int m) {  // a chunk's gradients are final in its last micro-batch (ZeRO 2 and 3: no bucket; the sharder reduces)
-      hooks_.active = overlap_ && m + 1 == m_count && reducer_->buckets() > 0;
-    });
-    hooks_.active = false;
-    if (!overlap_) {  // EPL's per-replica clipping: clip the local gradient, then reduce it
-      last_grad_norm_ = clip(opt_.clip_norm);
-      reducer_->ready_all();
-    }
-    reducer_->finish();
-    if (sharder_) sharder_->finish();
+    const auto plain = check_gradients_ && steps_ == 0 ? plain_gradients(batch) : std::vector<Tensor>{};
+    double loss = compute_gradients(batch, recompute_);
+    if (!plain.empty()) report_gradient_difference(plain);
     if (auto* p = stages()) p->all_reduce(comm::Buffer(&loss, 1, DType::kF64), comm::ReduceOp::kSum);  // the last stage's
     loss_group().all_reduce(comm::Buffer(&loss, 1, DType::kF64), comm::ReduceOp::kMean);
     EPL_CHECK(!opt_.check_finite || std::isfinite(loss), "the loss is ", loss, " at step ", steps_ + 1,
@@ -300,9 +316,70 @@ class Trainer {
       check_replicas();
     return loss;
   }
+  // Forward and backward of every micro-batch, and the gradients reduced over the replicas (and,
+  // with communication.clip_after_allreduce=false, clipped before); returns this rank's loss.
+  // recompute says which activations backward recomputes (chunks after end_taskgraph: none).
+  double compute_gradients(const Batch& batch, nn::Recompute recompute) {
+    const int m_count = plan_.micro_batches;
+    if (sharder_) sharder_->zero_grads();
+    else device_->fill(arena_.grads(), 0.0);
+    const std::int64_t rows = batch.inputs.dim(0), per = rows / m_count, first = static_cast<std::int64_t>(data_shard().rank) * rows;
+    // A colocated split's loss sees the group's rows: its targets, gathered, micro-batch by micro-batch.
+    const Tensor targets = plan_.rows_over_tensor() ? gather_targets(batch.targets, m_count) : batch.targets;
+    double loss = executor_->run(actions_, {batch.inputs, targets, m_count}, [&](int c, int m) {
+      const bool checkpointed = end_taskgraph_ < 0 || c <= end_taskgraph_;
+      return PassContext(*device_, nn::PassOptions{true, opt_.seed, static_cast<std::uint64_t>(steps_), static_cast<std::uint64_t>(m),
+                                                   first + m * per, 1.0 / m_count, checkpointed ? recompute : nn::Recompute::kNone},
+                         &hooks_, groups());
+    }, [&](int m) {  // a chunk's gradients are final in its last micro-batch (ZeRO 2 and 3: no bucket; the sharder reduces)
+      hooks_.active = overlap_ && m + 1 == m_count && reducer_->buckets() > 0;
+    });
+    hooks_.active = false;
+    if (!overlap_) {  // EPL's per-replica clipping: clip the local gradient, then reduce it
+      last_grad_norm_ = clip(opt_.clip_norm);
+      reducer_->ready_all();
+    }
+    reducer_->finish();
+    if (sharder_) sharder_->finish();
+    return loss;
+  }
+  // gradient_checkpoint.check_gradients, on the first step: the gradients computed without
+  // recompute (copies of what this rank holds), to compare with the run's own.
+  std::vector<Tensor> plain_gradients(const Batch& batch) {
+    (void)compute_gradients(batch, nn::Recompute::kNone);
+    std::vector<Tensor> plain;
+    for (const auto& g : held_grads()) {
+      plain.push_back(device_->empty(g.shape(), g.dtype(), MemoryCategory::kWorkspace));
+      device_->copy(g, plain.back());
+    }
+    return plain;
+  }
+  // The largest difference between plain and the gradients this rank holds now, over the world;
+  // kept for checkpoint_gradient_difference() and printed by world rank 0.
+  void report_gradient_difference(const std::vector<Tensor>& plain) {
+    const auto held = held_grads();
+    double most[2] = {0, 0};  // |plain - checkpointed|, |plain|
+    for (std::size_t i = 0; i < held.size(); ++i) {
+      most[1] = std::max(most[1], detail::max_abs(*device_, plain[i]));
+      device_->axpy(-1.0, held[i], plain[i]);
+      most[0] = std::max(most[0], detail::max_abs(*device_, plain[i]));
+    }
+    world_->all_reduce(comm::Buffer(most, 2, DType::kF64), comm::ReduceOp::kMax);
+    checkpoint_difference_ = most[0];
+    if (world_->rank() == 0) {
+      std::printf("gradient_checkpoint.check_gradients: at step 1 the recomputed gradients differ from the full-activation "
+                  "ones by at most %.3g (largest gradient %.3g)\n", most[0], most[1]);
+      std::fflush(stdout);
+    }
+  }
+  // The reduced gradients this rank holds: the whole buffer, or under ZeRO 2 and 3 its shards.
+  std::vector<Tensor> held_grads() const {
+    if (zero_stage_ >= 2) return sharder_->owned_grads();
+    return {arena_.grads()};
+  }
   double evaluate_loss(const Batch& batch) {
     const Tensor targets = plan_.rows_over_tensor() ? gather_targets(batch.targets, 1) : batch.targets;
-    double loss = executor_->run(plan_.forward_only(mesh_->coord().pipeline), {batch.inputs, targets, 1}, [&](int) {
+    double loss = executor_->run(plan_.forward_only(mesh_->coord().pipeline), {batch.inputs, targets, 1}, [&](int, int) {
       return PassContext(*device_, nn::PassOptions{false, opt_.seed, static_cast<std::uint64_t>(steps_), 0, 0}, &hooks_, groups());
     });
     if (sharder_) sharder_->release_all();
@@ -353,14 +430,8 @@ class Trainer {
       mine.push_back(all[static_cast<std::size_t>(c)]);
     }
     zero_stage_ = detail::zero_stage(cfg, kZero);
-    // gradient_checkpoint.type: unset, the model's epl::Checkpoint marks recompute; "" turns them
-    // off; "collection" asks for them (and a model without one is an error)
-    const std::string checkpoint = cfg.get(keys::checkpoint_type);
-    EPL_CHECK(checkpoint != "auto", "gradient_checkpoint.type = \"auto\" (boundaries chosen by the library) is not supported yet; "
-              "mark them in the model type with epl::Checkpoint<...> and use \"collection\"");
-    EPL_CHECK(checkpoint != "collection" || nn::has_checkpoint(model_), "gradient_checkpoint.type = \"collection\" but the model "
-              "marks no boundary; wrap the layers whose activations to recompute in epl::Checkpoint<...> (a field of the model)");
-    recompute_ = cfg.source(keys::checkpoint_type) == Config::Source::kDefault || checkpoint == "collection";
+    choose_offload(cfg);
+    choose_recompute(cfg, mine);
     apply_groups_ = cfg.get(keys::num_apply_group);
     param::MaterializeOptions mo;
     mo.dtype = opt_.dtype;
@@ -406,7 +477,8 @@ class Trainer {
     if constexpr (kZero > 0) {
       if (zero_stage_ > 0) {
         const auto op = cfg.get(keys::gradients_reduce_method) == "sum" ? comm::ReduceOp::kSum : comm::ReduceOp::kMean;
-        sharder_ = std::make_unique<policy::ZeroSharder<D>>(*device_, mesh_->data(), arena_, zero_stage_, op);
+        sharder_ = std::make_unique<policy::ZeroSharder<D>>(*device_, mesh_->data(), arena_, zero_stage_, op, offload_);
+        updater_.keep_state_in_host_pool(offload_);
         hooks_.sharder = sharder_.get();
       }
     }
@@ -428,6 +500,50 @@ class Trainer {
       reducer_->set_timeline(timeline_.get());
       if (sharder_) sharder_->set_timeline(timeline_.get());
     }
+  }
+  // gradient_checkpoint.*: type unset, the model's epl::Checkpoint marks recompute; "" turns them
+  // off; "collection" asks for them (a model without one is an error); "auto" recomputes the
+  // segments each chunk chooses (the marks then keep their activations). end_taskgraph: only
+  // chunks (pipeline stages, in model order) up to it recompute.
+  void choose_recompute(const Config& cfg, std::vector<strategy::Chunk<PassContext>>& mine) {
+    const std::string type = cfg.get(keys::checkpoint_type);
+    if (type == "auto") recompute_ = nn::Recompute::kSegments;
+    else if (type == "collection" || cfg.source(keys::checkpoint_type) == Config::Source::kDefault) recompute_ = nn::Recompute::kMarked;
+    else recompute_ = nn::Recompute::kNone;
+    EPL_CHECK(type != "collection" || nn::has_checkpoint(model_), "gradient_checkpoint.type = \"collection\" but the model "
+              "marks no boundary; wrap the layers whose activations to recompute in epl::Checkpoint<...> (a field of the model), "
+              "or let the library choose them with gradient_checkpoint.type = \"auto\"");
+    end_taskgraph_ = cfg.get(keys::checkpoint_end_taskgraph);
+    EPL_CHECK(end_taskgraph_ < plan_.chunks, "gradient_checkpoint.end_taskgraph = ", end_taskgraph_, " but the model runs as ",
+              plan_.chunks, " task graph", plan_.chunks == 1 ? "" : "s", " (pipeline stages, numbered from 0 in model order)",
+              "; choose -1 (all of them) or at most ", plan_.chunks - 1);
+    check_gradients_ = cfg.get(keys::checkpoint_check_gradients);
+    EPL_CHECK(!check_gradients_ || recompute_ != nn::Recompute::kNone, "gradient_checkpoint.check_gradients = true but nothing "
+              "is recomputed (gradient_checkpoint.type = \"\"); set the type to \"collection\" or \"auto\", or drop the check");
+    if (recompute_ != nn::Recompute::kSegments) return;
+    std::size_t recomputed = 0;
+    const auto chunks = plan_.chunks_of(mesh_->coord().pipeline);
+    for (std::size_t j = 0; j < mine.size(); ++j) {
+      const int c = chunks[j];
+      if (end_taskgraph_ < 0 || c <= end_taskgraph_) recomputed += mine[j].choose_segments(c + 1 == plan_.chunks);
+    }
+    const bool any_checkpointed = end_taskgraph_ < 0 || chunks.front() <= end_taskgraph_;
+    EPL_CHECK(recomputed > 0 || !any_checkpointed, "gradient_checkpoint.type = \"auto\" finds nothing to recompute on pipeline "
+              "rank ", mesh_->coord().pipeline, ": its layers are too few to cut (", mine.front().units().size(), " unit",
+              mine.front().units().size() == 1 ? "" : "s", ") or split over a tensor-parallel group; use a deeper model, "
+              "gradient_checkpoint.end_taskgraph to leave this stage out, or gradient_checkpoint.type = \"\"");
+  }
+  // offload.level: "v0" keeps weights, gradients and optimizer state in the host pool (built with
+  // epl::Offload<epl::offload::V0>, which comes with epl::Zero<3>: its per-layer gathers stream
+  // them); unset, the compiled level.
+  void choose_offload(const Config& cfg) {
+    const bool given = cfg.source(keys::offload_level) != Config::Source::kDefault;
+    offload_ = given ? cfg.get(keys::offload_level) == "v0" : kOffload;
+    EPL_CHECK(!offload_ || kOffload, "offload.level = \"v0\" but this program was built without offload; build the Trainer with "
+              "epl::Policies<epl::Zero<3>, epl::Offload<epl::offload::V0>> or leave offload.level empty");
+    EPL_CHECK(!offload_ || zero_stage_ == 3, "offload.level = \"v0\" streams each layer's weights from host memory through ZeRO "
+              "stage 3's per-layer gathers, but zero.level = \"", cfg.get(keys::zero_level), "\" asks for stage ", zero_stage_,
+              "; set zero.level = \"v2\" (it works on one rank too) or leave offload.level empty");
   }
   // What ZeRO cannot be combined with (yet), named with the key that asks for it.
   void check_zero_setup(const Config& cfg) {
@@ -560,7 +676,11 @@ class Trainer {
   std::unique_ptr<Reducer> reducer_;
   std::unique_ptr<policy::ZeroSharder<D>> sharder_;  // null: no ZeRO this run
   int zero_stage_ = 0;
-  bool recompute_ = true;  // epl::Checkpoint boundaries recompute (gradient_checkpoint.type)
+  bool offload_ = false;  // offload.level = "v0": the shards live in the device's host pool
+  nn::Recompute recompute_ = nn::Recompute::kMarked;  // gradient_checkpoint.type
+  std::int64_t end_taskgraph_ = -1;                   // the last chunk that recomputes (-1: all)
+  bool check_gradients_ = false;
+  double checkpoint_difference_ = 0;
   std::int64_t apply_groups_ = 1;
   Hooks hooks_;
   std::optional<strategy::Executor<PassContext, Loss>> executor_;

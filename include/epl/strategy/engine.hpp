@@ -82,11 +82,11 @@ class Executor {
     return s;
   }
 
-  /// \brief Runs the actions; make_pass(m) builds micro-batch m's pass context, before_backward(m)
+  /// \brief Runs the actions; make_pass(c, m) builds chunk c's pass context for micro-batch m, before_backward(m)
   /// runs before each backward. Returns this rank's loss: the sum over micro-batches of
   /// loss / count, from the last chunk (0 on the other ranks), plus the loss terms its layers
   /// added (ctx.add_loss), likewise over count.
-  double run(const std::vector<Action>& actions, const MicroBatches& mb, const std::function<Ctx(int m)>& make_pass,
+  double run(const std::vector<Action>& actions, const MicroBatches& mb, const std::function<Ctx(int c, int m)>& make_pass,
              const std::function<void(int m)>& before_backward = {}) {
     EPL_CHECK(mb.count >= 1, "pipeline.num_micro_batch = ", mb.count, " must be at least 1");
     // one pass context per (local chunk, micro-batch): its saved activations live from F to B
@@ -114,7 +114,7 @@ class Executor {
         case Action::Kind::kSendBackward: send(kGradient, take(input_grads, c, m), c - 1, m, c - 1, label); break;
         case Action::Kind::kForward: {
           SpanScope span(timeline_, label, "forward");
-          pass.emplace(make_pass(m));
+          pass.emplace(make_pass(c, m));
           Tensor x = c == 0 ? mb.input(m) : take(inputs, c, m);
           Tensor y = local_[static_cast<std::size_t>(c / ranks_)].forward(*pass, x);
           extra += pass->extra_loss() / mb.count;  // layers' own loss terms (an MoE's balancing loss)

@@ -2,7 +2,10 @@
 /// \file
 /// \brief A model as a list of sequential units — the pieces a pipeline stage boundary may fall
 /// between — each run through the generic nn::forward / nn::backward (so the hooks see it) by two
-/// function pointers specialised for the pass context type.
+/// function pointers specialised for the pass context type; and the segments a chunk of them
+/// recomputes under automatic gradient checkpointing.
+#include <algorithm>
+#include <cmath>
 #include <functional>
 #include <string>
 #include <vector>
@@ -25,22 +28,47 @@ struct Unit {
   double cost = 0;
   std::string name;
   bool split_entry = false;  ///< the first unit of an epl::Split
+  /// Its forward may run twice: it issues no collective (no parameter split over a
+  /// tensor-parallel group, not a colocated split's entry).
+  bool recomputable = true;
+};
+
+/// \brief Units [begin, end) of a chunk, recomputed in backward or not.
+struct Segment {
+  std::size_t begin = 0, end = 0;
+  bool recompute = false;
 };
 
 /// \brief A list of units run in order: a model chunk (a pipeline stage on this rank).
+///
+/// Under automatic gradient checkpointing (choose_segments, and a pass whose recompute is
+/// nn::Recompute::kSegments) forward keeps only each recomputed segment's input and backward
+/// runs the segment's forward again before its backward (nn::recompute_forward / _backward).
 template <class Ctx>
 class Chunk {
  public:
   Chunk() = default;
   explicit Chunk(std::vector<Unit<Ctx>> units) : units_(std::move(units)) {}
   Tensor forward(Ctx& ctx, const Tensor& x) const {
+    if (!segmented(ctx)) return run_forward(ctx, x, 0, units_.size());
     Tensor h = x;
-    for (const auto& u : units_) h = u.forward(u.layer, ctx, h);
+    for (const auto& s : segments_) {
+      if (!s.recompute) h = run_forward(ctx, h, s.begin, s.end);
+      else h = nn::recompute_forward(ctx, &s, h, [&](Ctx& pass, const Tensor& in) { return run_forward(pass, in, s.begin, s.end); });
+    }
     return h;
   }
   Tensor backward(Ctx& ctx, const Tensor& dy) const {
+    if (!segmented(ctx)) return run_backward(ctx, dy, 0, units_.size());
     Tensor g = dy;
-    for (auto it = units_.rbegin(); it != units_.rend(); ++it) g = it->backward(it->layer, ctx, g);
+    for (auto it = segments_.rbegin(); it != segments_.rend(); ++it) {
+      const Segment& s = *it;
+      if (!s.recompute) g = run_backward(ctx, g, s.begin, s.end);
+      else
+        g = nn::recompute_backward(
+            ctx, &s, g, [&](Ctx& pass, const Tensor& in) { return run_forward(pass, in, s.begin, s.end); },
+            [&](Ctx& pass, const Tensor& d) { return run_backward(pass, d, s.begin, s.end); });
+    }
     return g;
   }
   void for_each_parameter(const std::function<void(nn::Parameter&)>& fn) const {
@@ -53,8 +81,63 @@ class Chunk {
     return c;
   }
 
+  /// \brief Chooses the segments gradient_checkpoint.type = "auto" recomputes: the n units cut
+  /// into round(√n) pieces (at least 2) balanced by cost, as Chen et al.'s √n checkpointing
+  /// does, so a pass keeps about √n segment inputs plus one segment's activations. Every piece
+  /// is recomputed except, when keep_last, the last (the model's head: its backward is the
+  /// first to run, so recomputing it would only repeat its forward). A unit that is not
+  /// recomputable runs as itself between segments. Returns the number of units recomputed.
+  std::size_t choose_segments(bool keep_last) {
+    segments_.clear();
+    const std::size_t n = units_.size();
+    if (n < 2) {
+      if (n == 1) segments_.push_back({0, 1, false});
+      return 0;
+    }
+    const auto k = std::clamp<std::size_t>(static_cast<std::size_t>(std::llround(std::sqrt(static_cast<double>(n)))), 2, n);
+    std::vector<double> costs;
+    for (const auto& u : units_) costs.push_back(u.cost);
+    const auto cut = balanced_partition(costs, k);
+    std::size_t recomputed = 0;
+    for (std::size_t p = 0; p < k; ++p) {
+      if (keep_last && p + 1 == k) {
+        segments_.push_back({cut[p], cut[p + 1], false});
+        break;
+      }
+      for (std::size_t i = cut[p]; i < cut[p + 1];) {
+        std::size_t j = i;
+        while (j < cut[p + 1] && units_[j].recomputable) ++j;
+        if (j > i) {
+          segments_.push_back({i, j, true});
+          recomputed += j - i;
+        } else {
+          segments_.push_back({i, i + 1, false});
+          j = i + 1;
+        }
+        i = j;
+      }
+    }
+    return recomputed;
+  }
+  /// \brief The segments choose_segments chose (empty: none chosen).
+  [[nodiscard]] const std::vector<Segment>& segments() const noexcept { return segments_; }
+
  private:
+  bool segmented(const Ctx& ctx) const {
+    return ctx.training() && ctx.options().recompute == nn::Recompute::kSegments && !segments_.empty();
+  }
+  Tensor run_forward(Ctx& ctx, const Tensor& x, std::size_t begin, std::size_t end) const {
+    Tensor h = x;
+    for (std::size_t i = begin; i < end; ++i) h = units_[i].forward(units_[i].layer, ctx, h);
+    return h;
+  }
+  Tensor run_backward(Ctx& ctx, const Tensor& dy, std::size_t begin, std::size_t end) const {
+    Tensor g = dy;
+    for (std::size_t i = end; i-- > begin;) g = units_[i].backward(units_[i].layer, ctx, g);
+    return g;
+  }
   std::vector<Unit<Ctx>> units_;
+  std::vector<Segment> segments_;
 };
 
 /// \brief l as one unit.
@@ -68,6 +151,8 @@ Unit<Ctx> make_unit(L& l, std::string name) {
   u.cost = unit_cost(l);
   u.name = std::move(name);
   u.split_entry = std::is_same_v<L, epl::detail::SplitEntry>;
+  u.recomputable = !u.split_entry;
+  nn::for_each_parameter(l, [&](nn::Parameter& p) { u.recomputable = u.recomputable && p.shard.whole(); });
   return u;
 }
 

@@ -57,6 +57,17 @@ class BasicCpu {
     std::memset(x.raw(), 0, x.bytes());
     return x;
   }
+  /// \brief A tensor in the host pool this device offloads to (offload.level): host memory on
+  /// an account of its own (host:index), which every kernel of this device reads and writes.
+  [[nodiscard]] Tensor host_empty(Shape s, DType t, MemoryCategory c) const {
+    return Tensor(offload_allocator(id().index), s, t, c);
+  }
+  [[nodiscard]] Tensor host_zeros(Shape s, DType t, MemoryCategory c) const {
+    Tensor x = host_empty(s, t, c);
+    std::memset(x.raw(), 0, x.bytes());
+    return x;
+  }
+  /// dst = src, between this device's memory and its host pool in either direction too.
   void copy(const Tensor& src, const Tensor& dst) const {
     detail::same(src, dst, "copy");
     std::memcpy(dst.raw(), src.raw(), src.bytes());

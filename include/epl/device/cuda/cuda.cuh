@@ -6,6 +6,7 @@
 /// Models device_math (memory, BLAS, element-wise). The layer kernels of device_for_layers
 /// (norms, softmax, embedding, cross-entropy, optimizer updates) follow in a later step;
 /// docs/architecture.md tracks what each backend models.
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <vector>
@@ -35,13 +36,29 @@ struct CudaMemory {
 /// \brief Device memory with freed blocks cached by size.
 using CudaAllocator = CachingAllocator<CudaMemory>;
 
+/// \brief Pinned host memory (cudaHostAlloc, mapped: under unified addressing the device's
+/// kernels read and write it through the same pointer, and copies to and from it are
+/// asynchronous), the pool a device offloads to.
+struct PinnedMemory {
+  static void* allocate(DeviceId d, std::size_t size) {
+    void* p = nullptr;
+    EPL_CUDA_CHECK(cudaHostAlloc(&p, size, cudaHostAllocMapped | cudaHostAllocPortable));
+    (void)d;
+    return p;
+  }
+  static void release(void* p) noexcept { cudaFreeHost(p); }
+};
+using PinnedAllocator = CachingAllocator<PinnedMemory>;
+
 /// \brief One CUDA device and its stream. Operations are asynchronous on the stream;
 /// download() and synchronize() wait for them.
 class Cuda {
  public:
   static constexpr DeviceKind kind = DeviceKind::kCuda;
 
-  explicit Cuda(int index = 0) : alloc_(std::make_unique<CudaAllocator>(DeviceId{DeviceKind::kCuda, index})) {
+  explicit Cuda(int index = 0)
+      : alloc_(std::make_unique<CudaAllocator>(DeviceId{DeviceKind::kCuda, index})),
+        pinned_(std::make_unique<PinnedAllocator>(DeviceId{DeviceKind::kHost, index})) {
     int n = cuda_device_count();
     EPL_CHECK(index >= 0 && index < n, "CUDA device ", index, " requested, ", n, " visible; check CUDA_VISIBLE_DEVICES");
     EPL_CUDA_CHECK(cudaSetDevice(index));
@@ -70,9 +87,19 @@ class Cuda {
     EPL_CUDA_CHECK(cudaMemsetAsync(x.raw(), 0, x.bytes(), stream_));
     return x;
   }
+  /// \brief A tensor in pinned host memory (the pool offload.level keeps weights in); the
+  /// kernels of this device reach it through unified addressing.
+  [[nodiscard]] Tensor host_empty(Shape s, DType t, MemoryCategory c) const { return Tensor(*pinned_, s, t, c); }
+  [[nodiscard]] Tensor host_zeros(Shape s, DType t, MemoryCategory c) const {
+    Tensor x = host_empty(s, t, c);
+    synchronize();  // a cached block may still be read by work in flight
+    std::memset(x.raw(), 0, x.bytes());
+    return x;
+  }
+  /// dst = src, on the stream; either may be device memory or pinned host memory.
   void copy(const Tensor& src, const Tensor& dst) const {
     same(src, dst, "copy");
-    EPL_CUDA_CHECK(cudaMemcpyAsync(dst.raw(), src.raw(), src.bytes(), cudaMemcpyDeviceToDevice, stream_));
+    EPL_CUDA_CHECK(cudaMemcpyAsync(dst.raw(), src.raw(), src.bytes(), cudaMemcpyDefault, stream_));
   }
   /// Host -> device; the host buffer may be reused as soon as this returns.
   void upload(const void* host, const Tensor& dst) const {
@@ -196,6 +223,7 @@ class Cuda {
   static void same(const Tensor& a, const Tensor& b, const char* op) { detail::same(a, b, op); }
 
   std::unique_ptr<CudaAllocator> alloc_;
+  std::unique_ptr<PinnedAllocator> pinned_;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t blas_ = nullptr;
 };
