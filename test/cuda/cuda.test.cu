@@ -102,3 +102,26 @@ TEST_CASE("cuda memory is accounted per device") {
   CHECK(memory_stats(g.id()).current_of(MemoryCategory::kParameters) - before == 4096);
 }
 }
+
+TEST_SUITE("cuda") {
+TEST_CASE("cuda host pool: pinned memory on its own account, copied both ways and reached by the device's kernels") {
+  device::Cuda g;
+  const DeviceId pool{DeviceKind::kHost, g.id().index};
+  const auto before = memory_stats(pool).current_of(MemoryCategory::kParameters);
+  Tensor h = g.host_zeros({1000}, DType::kF32, MemoryCategory::kParameters);
+  CHECK(h.device() == pool);
+  CHECK(memory_stats(pool).current_of(MemoryCategory::kParameters) - before == 4000);
+  Tensor src = host_random({1000}, 9);
+  Tensor d = to_gpu(g, src);
+  g.copy(d, h);       // device to pinned host
+  g.axpy(1.0, d, h);  // a kernel writing pinned host memory: h = 2 src
+  Tensor back = g.empty({1000}, DType::kF32);
+  g.copy(h, back);    // pinned host to device
+  Tensor twice = cpu.empty({1000}, DType::kF32);
+  cpu.fill(twice, 0.0);
+  cpu.axpy(2.0, src, twice);
+  CHECK(max_diff(to_host(g, back), twice) < 1e-6);
+  g.synchronize();
+  CHECK(max_diff(h, twice) < 1e-6);  // and the host reads it directly
+}
+}
