@@ -189,8 +189,9 @@ TEST_CASE("checkpoint: check_gradients reports no difference for a faithful reco
   Trainer<gpt::Gpt, optim::SGD> t(d, cfg, gpt::make_gpt(tiny()), optim::SGD({.lr = 0.1}));
   auto ds = test::token_corpus(4000);
   data::WindowLoader loader(ds, 8, 8, 17);
+  CHECK(!t.checkpoint_gradient_difference().has_value());  // not run yet
   (void)t.step(loader.next(d));
-  CHECK(t.checkpoint_gradient_difference() == 0.0);
+  CHECK(t.checkpoint_gradient_difference() == std::optional<double>(0.0));
 
   struct Net {
     nn::Embedding tok{32, 16};
@@ -202,7 +203,8 @@ TEST_CASE("checkpoint: check_gradients reports no difference for a faithful reco
   REQUIRE(bad.local_chunks().at(0).segments().front().recompute);
   REQUIRE(bad.local_chunks().at(0).segments().front().end >= 3);  // the jitter and the layer after it
   (void)bad.step(loader.next(d));
-  CHECK(bad.checkpoint_gradient_difference() > 1e-4);
+  REQUIRE(bad.checkpoint_gradient_difference().has_value());
+  CHECK(*bad.checkpoint_gradient_difference() > 1e-4);
 }
 
 TEST_CASE("checkpoint: collection without a boundary, bad checkpoint keys, and a split layer inside a boundary are named") {
@@ -226,7 +228,17 @@ TEST_CASE("checkpoint: collection without a boundary, bad checkpoint keys, and a
     Config cfg = config("");
     cfg.set("gradient_checkpoint.check_gradients", true);
     (void)one_device(cfg, gpt::make_gpt(tiny()));
-  }, "gradient_checkpoint.check_gradients = true but nothing is recomputed");
+  }, "gradient_checkpoint.check_gradients = true but nothing is recomputed (gradient_checkpoint.type = \"\")");
+  fails([] {  // unset, the type recomputes the marks: a model without any recomputes nothing
+    Config cfg;
+    cfg.set("gradient_checkpoint.check_gradients", true);
+    (void)one_device(cfg, gpt::make_gpt(tiny()));
+  }, "gradient_checkpoint.check_gradients = true but nothing is recomputed (gradient_checkpoint.type = unset and the model marks no epl::Checkpoint)");
+  fails([] {
+    Config cfg = config("");
+    cfg.set("gradient_checkpoint.end_taskgraph", 0);
+    (void)one_device(cfg, gpt::make_gpt(tiny()));
+  }, "gradient_checkpoint.end_taskgraph is set but nothing is recomputed");
   struct OneLayer {
     nn::Embedding tok{32, 32};
   };
@@ -236,19 +248,29 @@ TEST_CASE("checkpoint: collection without a boundary, bad checkpoint keys, and a
     Checkpoint<Split<2, nn::Mlp>> mid{Split<2, nn::Mlp>(nn::Mlp(16))};
     nn::Linear out{16, 32};
   };
-  std::string message;
-  comm::run_threads(2, [&](comm::ThreadCommunicator& c) {
-    Context ctx(c, 340 + c.rank());
-    Trainer<SplitInside, optim::SGD> t(ctx, config("collection"), SplitInside{}, optim::SGD({.lr = 0.1}));
-    auto ds = test::token_corpus(4000);
-    data::WindowLoader loader(ds, 8, 8, 17, t.data_shard());
-    try {
-      t.step(loader.next(ctx.cpu()));
-    } catch (const Error& e) {
-      if (c.rank() == 0) message = e.what();
-    }
-  });
-  CAPTURE(message);
-  CHECK(message.find("epl::Checkpoint around a layer split over a tensor-parallel group") != std::string::npos);
+  struct InsideSplit {  // the other nesting: a Split's part holds the boundary
+    nn::Embedding tok{32, 16};
+    Split<2, Checkpoint<nn::Mlp>> mid{Split<2, Checkpoint<nn::Mlp>>(Checkpoint<nn::Mlp>(nn::Mlp(16)))};
+    nn::Linear out{16, 32};
+  };
+  auto first_step = [](auto model, int first_index) {
+    std::string message;
+    comm::run_threads(2, [&](comm::ThreadCommunicator& c) {
+      Context ctx(c, first_index + c.rank());
+      Trainer<decltype(model), optim::SGD> t(ctx, config("collection"), model, optim::SGD({.lr = 0.1}));
+      auto ds = test::token_corpus(4000);
+      data::WindowLoader loader(ds, 8, 8, 17, t.data_shard());
+      try {
+        t.step(loader.next(ctx.cpu()));
+      } catch (const Error& e) {
+        if (c.rank() == 0) message = e.what();
+      }
+    });
+    return message;
+  };
+  for (const auto& message : {first_step(SplitInside{}, 340), first_step(InsideSplit{}, 344)}) {
+    CAPTURE(message);
+    CHECK(message.find("epl::Checkpoint around a layer split over a tensor-parallel group") != std::string::npos);
+  }
 }
 }

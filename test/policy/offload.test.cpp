@@ -124,6 +124,19 @@ TEST_CASE("offload: a program built without it, and a ZeRO stage below 3, are na
     Trainer<gpt::Gpt, optim::SGD, Offloading> t(d, config("v0", "v1"), gpt::make_gpt(tiny()), optim::SGD({.lr = 0.1}));
   });
   CHECK(stage.find("but zero.level = \"v1\" asks for stage 2; set zero.level = \"v2\"") != std::string::npos);
+  const auto compiled_level = message_of([&] {  // offload.level unset: the compiled level, named as such
+    Trainer<gpt::Gpt, optim::SGD, Offloading> t(d, config(nullptr, "v0"), gpt::make_gpt(tiny()), optim::SGD({.lr = 0.1}));
+  });
+  CHECK(compiled_level.find("offload.level = \"v0\" (unset: the program's epl::Offload<epl::offload::V0>)") != std::string::npos);
+  CHECK(compiled_level.find("turn offload off with offload.level = \"\" (the empty string)") != std::string::npos);
+  const auto fp16 = message_of([&] {
+    Config cfg = config("v0", nullptr);
+    cfg.set("communication.fp16", true);
+    Trainer<gpt::Gpt, optim::SGD, Offloading> t(d, cfg, gpt::make_gpt(tiny()), optim::SGD({.lr = 0.1}));
+  });
+  CHECK(fp16.find("communication.fp16 with ZeRO stage 3 (zero.level = \"v2\", which offload.level = \"v0\" needs) is not "
+                  "supported") != std::string::npos);
+  CHECK(fp16.find("or use zero.level") == std::string::npos);  // offload rejects that
   // unset, offload.level is the compiled level; set to "" it is off
   Trainer<gpt::Gpt, optim::SGD, Offloading> compiled(d, config(nullptr, nullptr), gpt::make_gpt(tiny()), optim::SGD({.lr = 0.1}));
   CHECK(compiled.offloaded());

@@ -77,7 +77,7 @@ struct Policies {
   using offloading = typename detail::find_offload<Offload<offload::None>, P...>::type;
   static_assert(!offloading::kHost || zero::kStage == 3,
                 "epl::Offload<epl::offload::V0> streams each layer's weights to the device through ZeRO stage 3's per-layer "
-                "gathers: add epl::Zero<3> to the policies (it works on one rank too)");
+                "gathers: the policies need epl::Zero<3> (add it, or raise the epl::Zero<k> given to 3; it works on one rank too)");
 };
 
 /// \brief True for epl::Policies<...>.

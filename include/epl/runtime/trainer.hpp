@@ -263,8 +263,9 @@ class Trainer {
   [[nodiscard]] double last_overlap() const noexcept { return reducer_->last_overlap(); }
   [[nodiscard]] std::size_t gradient_buckets() const noexcept { return reducer_->buckets(); }
   /// \brief gradient_checkpoint.check_gradients: the largest absolute difference, over every
-  /// rank, between the first step's gradients with and without recompute (0 before step 1).
-  [[nodiscard]] double checkpoint_gradient_difference() const noexcept { return checkpoint_difference_; }
+  /// rank, between the first step's gradients with and without recompute (none until the check
+  /// ran: before step 1, or without the key).
+  [[nodiscard]] std::optional<double> checkpoint_gradient_difference() const noexcept { return checkpoint_difference_; }
   /// \brief Whether this run keeps weights, gradients and optimizer state in the host pool
   /// (offload.level "v0", or the compiled epl::Offload<epl::offload::V0>).
   [[nodiscard]] bool offloaded() const noexcept { return offload_; }
@@ -518,20 +519,30 @@ class Trainer {
               plan_.chunks, " task graph", plan_.chunks == 1 ? "" : "s", " (pipeline stages, numbered from 0 in model order)",
               "; choose -1 (all of them) or at most ", plan_.chunks - 1);
     check_gradients_ = cfg.get(keys::checkpoint_check_gradients);
-    EPL_CHECK(!check_gradients_ || recompute_ != nn::Recompute::kNone, "gradient_checkpoint.check_gradients = true but nothing "
-              "is recomputed (gradient_checkpoint.type = \"\"); set the type to \"collection\" or \"auto\", or drop the check");
+    // the keys that shape recompute ask for one: nothing recomputed is named, not ignored
+    const bool nothing = recompute_ == nn::Recompute::kNone || (recompute_ == nn::Recompute::kMarked && !nn::has_checkpoint(model_));
+    const char* asked = check_gradients_ ? "gradient_checkpoint.check_gradients = true"
+                        : cfg.source(keys::checkpoint_end_taskgraph) != Config::Source::kDefault ? "gradient_checkpoint.end_taskgraph is set"
+                                                                                                  : nullptr;
+    EPL_CHECK(!asked || !nothing, asked, " but nothing is recomputed (gradient_checkpoint.type = ",
+              recompute_ == nn::Recompute::kNone ? "\"\"" : "unset and the model marks no epl::Checkpoint",
+              "); set gradient_checkpoint.type to \"auto\" (or \"collection\" with marks), or drop the key");
     if (recompute_ != nn::Recompute::kSegments) return;
-    std::size_t recomputed = 0;
     const auto chunks = plan_.chunks_of(mesh_->coord().pipeline);
+    std::size_t recomputed = 0;
+    std::string uncut;  // the task graphs that should recompute and cannot
     for (std::size_t j = 0; j < mine.size(); ++j) {
       const int c = chunks[j];
-      if (end_taskgraph_ < 0 || c <= end_taskgraph_) recomputed += mine[j].choose_segments(c + 1 == plan_.chunks);
+      if (end_taskgraph_ >= 0 && c > end_taskgraph_) continue;
+      const std::size_t here = mine[j].choose_segments(c + 1 == plan_.chunks);
+      recomputed += here;
+      if (here == 0) uncut += (uncut.empty() ? "" : ", ") + std::to_string(c) + " (" + std::to_string(mine[j].units().size()) + " unit" +
+                              (mine[j].units().size() == 1 ? ")" : "s)");
     }
-    const bool any_checkpointed = end_taskgraph_ < 0 || chunks.front() <= end_taskgraph_;
-    EPL_CHECK(recomputed > 0 || !any_checkpointed, "gradient_checkpoint.type = \"auto\" finds nothing to recompute on pipeline "
-              "rank ", mesh_->coord().pipeline, ": its layers are too few to cut (", mine.front().units().size(), " unit",
-              mine.front().units().size() == 1 ? "" : "s", ") or split over a tensor-parallel group; use a deeper model, "
-              "gradient_checkpoint.end_taskgraph to leave this stage out, or gradient_checkpoint.type = \"\"");
+    EPL_CHECK(recomputed > 0 || uncut.empty(), "gradient_checkpoint.type = \"auto\" finds nothing to recompute on pipeline rank ",
+              mesh_->coord().pipeline, ": task graph ", uncut, " is too small to cut (the model's last piece keeps its "
+              "activations) or split over a tensor-parallel group; use a deeper model, gradient_checkpoint.end_taskgraph below ",
+              "the first of them, or gradient_checkpoint.type = \"\"");
   }
   // offload.level: "v0" keeps weights, gradients and optimizer state in the host pool (built with
   // epl::Offload<epl::offload::V0>, which comes with epl::Zero<3>: its per-layer gathers stream
@@ -540,10 +551,11 @@ class Trainer {
     const bool given = cfg.source(keys::offload_level) != Config::Source::kDefault;
     offload_ = given ? cfg.get(keys::offload_level) == "v0" : kOffload;
     EPL_CHECK(!offload_ || kOffload, "offload.level = \"v0\" but this program was built without offload; build the Trainer with "
-              "epl::Policies<epl::Zero<3>, epl::Offload<epl::offload::V0>> or leave offload.level empty");
-    EPL_CHECK(!offload_ || zero_stage_ == 3, "offload.level = \"v0\" streams each layer's weights from host memory through ZeRO "
-              "stage 3's per-layer gathers, but zero.level = \"", cfg.get(keys::zero_level), "\" asks for stage ", zero_stage_,
-              "; set zero.level = \"v2\" (it works on one rank too) or leave offload.level empty");
+              "epl::Policies<epl::Zero<3>, epl::Offload<epl::offload::V0>> or set offload.level to \"\"");
+    EPL_CHECK(!offload_ || zero_stage_ == 3, "offload.level = \"v0\"", given ? "" : " (unset: the program's epl::Offload<epl::offload::V0>)",
+              " streams each layer's weights from host memory through ZeRO stage 3's per-layer gathers, but zero.level = \"",
+              cfg.get(keys::zero_level), "\" asks for stage ", zero_stage_, "; set zero.level = \"v2\" (it works on one rank too) "
+              "or turn offload off with offload.level = \"\" (the empty string)");
   }
   // What ZeRO cannot be combined with (yet), named with the key that asks for it.
   void check_zero_setup(const Config& cfg) {
@@ -551,8 +563,8 @@ class Trainer {
               "supported: the colocated replicated part reduces over the data and tensor axes; drop one of the two keys");
     if (zero_stage_ >= 2) {
       EPL_CHECK(!cfg.get(keys::fp16), "communication.fp16 with ZeRO stage ", zero_stage_, " (zero.level = \"v", zero_stage_ - 1,
-                "\") is not supported: the gradient shards are reduced in full precision; set communication.fp16=false or use "
-                "zero.level=\"v0\"");
+                "\"", offload_ ? ", which offload.level = \"v0\" needs" : "", ") is not supported: the gradient shards are reduced in "
+                "full precision; set communication.fp16=false", offload_ ? "" : " or use zero.level=\"v0\"");
       EPL_CHECK(cfg.get(keys::clip_after_allreduce) || opt_.clip_norm <= 0, "communication.clip_after_allreduce=false clips each "
                 "replica's whole local gradient, which ZeRO stage ", zero_stage_, " never holds; clip after the reduction "
                 "(communication.clip_after_allreduce=true) or use zero.level=\"v0\"");
@@ -680,7 +692,7 @@ class Trainer {
   nn::Recompute recompute_ = nn::Recompute::kMarked;  // gradient_checkpoint.type
   std::int64_t end_taskgraph_ = -1;                   // the last chunk that recomputes (-1: all)
   bool check_gradients_ = false;
-  double checkpoint_difference_ = 0;
+  std::optional<double> checkpoint_difference_;
   std::int64_t apply_groups_ = 1;
   Hooks hooks_;
   std::optional<strategy::Executor<PassContext, Loss>> executor_;

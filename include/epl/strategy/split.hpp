@@ -172,6 +172,16 @@ struct split_rule<nn::Residual<L...>> {
   }
 };
 
+/// A checkpoint boundary shards as its layers do. Recomputing split layers would repeat their
+/// collectives, so training with recompute fails at the first step, naming the parameter; a
+/// boundary around the replicated layers of a split group recomputes.
+template <class... L>
+struct split_rule<nn::Checkpoint<L...>> {
+  static nn::Layout apply(nn::Checkpoint<L...>& l, strategy::SplitContext& sc, nn::Layout in) {
+    return strategy::split_layer(l.body, sc, in);
+  }
+};
+
 namespace detail {
 /// The first layer of every Split: nothing, unless the split is colocated with a replicated part
 /// that ran data parallel over the group (cluster.colocate_split_and_replicate): then its input is
