@@ -35,30 +35,22 @@ struct Offload {
 
 namespace detail {
 template <class P>
+struct is_zero : std::false_type {};
+template <int N>
+struct is_zero<Zero<N>> : std::true_type {};
+template <class P>
 struct is_offload : std::false_type {};
 template <class L>
 struct is_offload<Offload<L>> : std::true_type {};
-template <class Default, class... P>
-struct find_offload {
-  using type = Default;
-};
-template <class Default, class First, class... Rest>
-struct find_offload<Default, First, Rest...> {
-  using type = std::conditional_t<is_offload<First>::value, First, typename find_offload<Default, Rest...>::type>;
-};
 
-template <template <int> class Kind, class P>
-struct is_kind : std::false_type {};
-template <template <int> class Kind, int N>
-struct is_kind<Kind, Kind<N>> : std::true_type {};
-
-template <template <int> class Kind, class Default, class... P>
+// The first of P... for which Is<P> holds, else Default.
+template <template <class> class Is, class Default, class... P>
 struct find_policy {
   using type = Default;
 };
-template <template <int> class Kind, class Default, class First, class... Rest>
-struct find_policy<Kind, Default, First, Rest...> {
-  using type = std::conditional_t<is_kind<Kind, First>::value, First, typename find_policy<Kind, Default, Rest...>::type>;
+template <template <class> class Is, class Default, class First, class... Rest>
+struct find_policy<Is, Default, First, Rest...> {
+  using type = std::conditional_t<Is<First>::value, First, typename find_policy<Is, Default, Rest...>::type>;
 };
 }  // namespace detail
 
@@ -66,15 +58,15 @@ struct find_policy<Kind, Default, First, Rest...> {
 /// Offload<offload::None>).
 template <class... P>
 struct Policies {
-  static_assert(((detail::is_kind<Zero, P>::value || detail::is_offload<P>::value) && ...),
+  static_assert(((detail::is_zero<P>::value || detail::is_offload<P>::value) && ...),
                 "epl::Policies<...> takes policy types only: epl::Zero<k>, epl::Offload<level> (one of the types given is not a "
                 "policy)");
-  static_assert((0 + ... + static_cast<int>(detail::is_kind<Zero, P>::value)) <= 1,
+  static_assert((0 + ... + static_cast<int>(detail::is_zero<P>::value)) <= 1,
                 "epl::Policies<...> got more than one epl::Zero<k>; give one (it runs every stage up to k)");
   static_assert((0 + ... + static_cast<int>(detail::is_offload<P>::value)) <= 1,
                 "epl::Policies<...> got more than one epl::Offload<level>; give one");
-  using zero = typename detail::find_policy<Zero, Zero<0>, P...>::type;
-  using offloading = typename detail::find_offload<Offload<offload::None>, P...>::type;
+  using zero = typename detail::find_policy<detail::is_zero, Zero<0>, P...>::type;
+  using offloading = typename detail::find_policy<detail::is_offload, Offload<offload::None>, P...>::type;
   static_assert(!offloading::kHost || zero::kStage == 3,
                 "epl::Offload<epl::offload::V0> streams each layer's weights to the device through ZeRO stage 3's per-layer "
                 "gathers: the policies need epl::Zero<3> (add it, or raise the epl::Zero<k> given to 3; it works on one rank too)");
