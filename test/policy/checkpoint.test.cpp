@@ -49,6 +49,25 @@ Run one_device(const Config& cfg, Model model, std::int64_t* activation_peak = n
   r.params = test::flat_params(t.model());
   return r;
 }
+// 2 data-parallel thread ranks train Model under ZeRO stage 3 with cfg; each rank's losses and
+// gathered parameters.
+template <class Model, class Make>
+std::vector<Run> two_ranks_zero3(Config cfg, Make make, int first_index) {
+  cfg.set("zero.level", "v2");
+  std::vector<Run> runs(2);
+  comm::run_threads(2, [&](comm::ThreadCommunicator& c) {
+    Context ctx(c, first_index + c.rank());
+    Trainer<Model, optim::AdamW, Policies<Zero<3>>> t(ctx, cfg, make(), optim::AdamW({.lr = 0.01, .eps = 1e-3}),
+                                                      {.seed = 5, .clip_norm = 0.5});
+    auto ds = test::token_corpus(4000);
+    data::WindowLoader loader(ds, 8, 8, 17, t.data_shard());
+    Run& r = runs[static_cast<std::size_t>(c.rank())];
+    for (int s = 0; s < 4; ++s) r.losses.push_back(t.step(loader.next(ctx.cpu())));
+    t.gather_parameters();
+    r.params = test::flat_params(t.model());
+  });
+  return runs;
+}
 }  // namespace
 
 TEST_SUITE("cpu") {
@@ -88,20 +107,7 @@ TEST_CASE("checkpoint: dropout inside a boundary draws the same masks when recom
 
 TEST_CASE("checkpoint: with accumulation on 2 data-parallel ranks under ZeRO stage 3, equal to one device") {
   const auto ref = one_device(config(nullptr, 2), gpt::make_gpt(tiny()));
-  std::vector<Run> runs(2);
-  comm::run_threads(2, [&](comm::ThreadCommunicator& c) {
-    Context ctx(c, 330 + c.rank());
-    Config cfg = config("collection", 2);
-    cfg.set("zero.level", "v2");
-    Trainer<CheckpointedGpt, optim::AdamW, Policies<Zero<3>>> t(ctx, cfg, make(tiny()), optim::AdamW({.lr = 0.01, .eps = 1e-3}),
-                                                                 {.seed = 5, .clip_norm = 0.5});
-    auto ds = test::token_corpus(4000);
-    data::WindowLoader loader(ds, 8, 8, 17, t.data_shard());
-    Run& r = runs[static_cast<std::size_t>(c.rank())];
-    for (int s = 0; s < 4; ++s) r.losses.push_back(t.step(loader.next(ctx.cpu())));
-    t.gather_parameters();
-    r.params = test::flat_params(t.model());
-  });
+  const auto runs = two_ranks_zero3<CheckpointedGpt>(config("collection", 2), [] { return make(tiny()); }, 330);
   for (const auto& r : runs) {
     CHECK(test::max_rel_diff(r.losses, ref.losses) <= 1e-6);
     CHECK(test::max_rel_diff(r.params, ref.params) <= 1e-6);
@@ -139,20 +145,7 @@ TEST_CASE("checkpoint auto: about sqrt(n) segments, the head kept, and the activ
 
 TEST_CASE("checkpoint auto: 2 data-parallel ranks, accumulation, ZeRO stage 3, equal to one device") {
   const auto ref = one_device(config(nullptr, 2), gpt::make_gpt(tiny()));
-  std::vector<Run> runs(2);
-  comm::run_threads(2, [&](comm::ThreadCommunicator& c) {
-    Context ctx(c, 350 + c.rank());
-    Config cfg = config("auto", 2);
-    cfg.set("zero.level", "v2");
-    Trainer<gpt::Gpt, optim::AdamW, Policies<Zero<3>>> t(ctx, cfg, gpt::make_gpt(tiny()), optim::AdamW({.lr = 0.01, .eps = 1e-3}),
-                                                          {.seed = 5, .clip_norm = 0.5});
-    auto ds = test::token_corpus(4000);
-    data::WindowLoader loader(ds, 8, 8, 17, t.data_shard());
-    Run& r = runs[static_cast<std::size_t>(c.rank())];
-    for (int s = 0; s < 4; ++s) r.losses.push_back(t.step(loader.next(ctx.cpu())));
-    t.gather_parameters();
-    r.params = test::flat_params(t.model());
-  });
+  const auto runs = two_ranks_zero3<gpt::Gpt>(config("auto", 2), [] { return gpt::make_gpt(tiny()); }, 350);
   for (const auto& r : runs) {
     CHECK(test::max_rel_diff(r.losses, ref.losses) <= 1e-6);
     CHECK(test::max_rel_diff(r.params, ref.params) <= 1e-6);
