@@ -20,8 +20,8 @@ template <class D>
 concept has_memory = device_memory<D>;
 template <class D>
 concept has_blas = requires(const D& d, const Tensor& t) {
-  d.gemm(t, false, t, true, t, 1.0, 0.0);
-  d.gemm_batched(t, false, t, true, t, 1.0, 0.0);
+  d.gemm(t, false, t, true, t, 1.0, 0.0, DType::kBF16);
+  d.gemm_batched(t, false, t, true, t, 1.0, 0.0, DType::kBF16);
 };
 template <class D>
 concept has_elementwise = requires(const D& d, const Tensor& t) {
@@ -90,7 +90,8 @@ consteval void require_trainable() {
     static_assert(detail::dependent_false<D>, "epl: this device type cannot train: it lacks memory operations "
                                               "(id, empty, zeros, copy, upload, download, fill, cast, synchronize): device_memory");
   else if constexpr (!detail::has_blas<D>)
-    static_assert(detail::dependent_false<D>, "epl: this device type cannot train: it lacks GEMM (gemm, gemm_batched)");
+    static_assert(detail::dependent_false<D>, "epl: this device type cannot train: it lacks GEMM (gemm, gemm_batched, "
+                                              "each with alpha, beta and the dtype AMP rounds the operands to)");
   else if constexpr (!detail::has_elementwise<D>)
     static_assert(detail::dependent_false<D>, "epl: this device type cannot train: it lacks element-wise operations "
                                               "(add, mul, axpy, scale, add_row_vector, map)");

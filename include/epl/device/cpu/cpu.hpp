@@ -89,20 +89,25 @@ class BasicCpu {
 
   // ---- BLAS --------------------------------------------------------------------------
   /// c = alpha op(a) op(b) + beta c on the 2-D views [rows, last] of a, b and c.
+  /// \param inputs a half type (bf16, f16: AMP) rounds op(a) and op(b) to it before they multiply,
+  /// into workspace copies that live for this call; products accumulate in c's dtype. Any other
+  /// dtype multiplies them as they are.
   void gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& c,
-            double alpha = 1, double beta = 0) const {
+            double alpha = 1, double beta = 0, DType inputs = DType::kF32) const {
     const auto g = detail::gemm_dims(a, ta, b, tb, c);
+    const Tensor ra = rounded(a, inputs), rb = rounded(b, inputs);
     visit(a.dtype(), [&]<class T>() {
-      epl::detail::cpu::gemm<T>(ta, tb, g.m, g.n, g.k, T(alpha), a.data<T>(), a.shape().back(), b.data<T>(), b.shape().back(), T(beta),
+      epl::detail::cpu::gemm<T>(ta, tb, g.m, g.n, g.k, T(alpha), ra.data<T>(), a.shape().back(), rb.data<T>(), b.shape().back(), T(beta),
                                 c.data<T>(), g.n);
     });
   }
   /// The same GEMM on each of the [batch, .., ..] blocks of rank-3 tensors.
   void gemm_batched(const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& c,
-                    double alpha = 1, double beta = 0) const {
+                    double alpha = 1, double beta = 0, DType inputs = DType::kF32) const {
     const auto g = detail::gemm_batched_dims(a, ta, b, tb, c);
+    const Tensor ra = rounded(a, inputs), rb = rounded(b, inputs);
     visit(a.dtype(), [&]<class T>() {
-      epl::detail::cpu::gemm_batched<T>(a.dim(0), ta, tb, g.m, g.n, g.k, T(alpha), a.data<T>(), g.m * g.k, b.data<T>(), g.k * g.n,
+      epl::detail::cpu::gemm_batched<T>(a.dim(0), ta, tb, g.m, g.n, g.k, T(alpha), ra.data<T>(), g.m * g.k, rb.data<T>(), g.k * g.n,
                                         T(beta), c.data<T>(), g.m * g.n);
     });
   }
@@ -374,6 +379,16 @@ class BasicCpu {
   }
 
  private:
+  // x rounded through the half type `to` into a workspace copy (x itself for any other dtype).
+  Tensor rounded(const Tensor& x, DType to) const {
+    if (to != DType::kBF16 && to != DType::kF16) return x;
+    Tensor r = empty(x.shape(), x.dtype(), MemoryCategory::kWorkspace);
+    visit(x.dtype(), [&]<class T>() {
+      if (to == DType::kBF16) epl::detail::cpu::round_through<bfloat16>(x.data<T>(), r.data<T>(), x.numel());
+      else epl::detail::cpu::round_through<half>(x.data<T>(), r.data<T>(), x.numel());
+    });
+    return r;
+  }
   // rows[index[i]] of `table` and rows[i] of `rows` exist, and both have the same row length
   static void check_rows(const Tensor& table, const Tensor& index, const Tensor& rows, const char* what) {
     EPL_CHECK(index.dtype() == DType::kI64 && rows.shape().rows() == index.numel() && table.shape().back() == rows.shape().back(),

@@ -30,6 +30,13 @@ template <class From, class To> void cast(const From* x, To* y, std::int64_t n) 
     ArrayMap<To>(y + o, len) = ConstArrayMap<From>(x + o, len).template cast<To>();
   });
 }
+/// y = x rounded to the nearest Low (a half type: round to nearest even, past its range to
+/// infinity), kept as T: what a GEMM under AMP multiplies.
+template <class Low, class T> void round_through(const T* x, T* y, std::int64_t n) {
+  chunked(n, [&](std::int64_t o, std::int64_t len) {
+    ArrayMap<T>(y + o, len) = ConstArrayMap<T>(x + o, len).template cast<Low>().template cast<T>();
+  });
+}
 /// out = a + b
 template <class T> void add(const T* a, const T* b, T* out, std::int64_t n) {
   chunked(n, [&](std::int64_t o, std::int64_t len) {

@@ -123,13 +123,17 @@ class Cuda {
   }
 
   // ---- BLAS (cuBLAS is column-major: row-major C = op(A) op(B) is C^T = op(B)^T op(A)^T) ----
-  void gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& c, double alpha = 1, double beta = 0) const {
+  /// \param inputs a half type (bf16, f16: AMP) lets cuBLAS round f32 operands to it and multiply
+  /// on the tensor cores (CUBLAS_COMPUTE_32F_FAST_16BF / _16F), accumulating in f32.
+  void gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& c, double alpha = 1, double beta = 0,
+            DType inputs = DType::kF32) const {
     const auto g = detail::gemm_dims(a, ta, b, tb, c);
-    gemm_strided(1, ta, tb, g.m, g.n, g.k, alpha, a, 0, b, 0, beta, c, 0);
+    gemm_strided(1, ta, tb, g.m, g.n, g.k, alpha, a, 0, b, 0, beta, c, 0, inputs);
   }
-  void gemm_batched(const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& c, double alpha = 1, double beta = 0) const {
+  void gemm_batched(const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& c, double alpha = 1, double beta = 0,
+                    DType inputs = DType::kF32) const {
     const auto g = detail::gemm_batched_dims(a, ta, b, tb, c);
-    gemm_strided(a.dim(0), ta, tb, g.m, g.n, g.k, alpha, a, g.m * g.k, b, g.k * g.n, beta, c, g.m * g.n);
+    gemm_strided(a.dim(0), ta, tb, g.m, g.n, g.k, alpha, a, g.m * g.k, b, g.k * g.n, beta, c, g.m * g.n, inputs);
   }
 
   // ---- element-wise ------------------------------------------------------------------
@@ -205,15 +209,21 @@ class Cuda {
   }
   void gemm_strided(std::int64_t batch, bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, double alpha,
                     const Tensor& a, std::int64_t sa, const Tensor& b, std::int64_t sb, double beta, const Tensor& c,
-                    std::int64_t sc) const {
+                    std::int64_t sc, DType inputs) const {
     EPL_CHECK(a.dtype() == b.dtype() && a.dtype() == c.dtype(), "gemm: dtypes ", name_of(a.dtype()), ", ", name_of(b.dtype()),
               ", ", name_of(c.dtype()), " differ");
+    const bool low = inputs == DType::kBF16 || inputs == DType::kF16;
+    EPL_CHECK(!low || a.dtype() == DType::kF32, "gemm: rounding ", name_of(a.dtype()), " operands to ", name_of(inputs),
+              " (AMP) is done for f32 only on CUDA; train in f32 (TrainerOptions::dtype) or turn AMP off (amp.level = \"\")");
     const std::int64_t lda = ta ? m : k, ldb = tb ? k : n;
     const auto opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     visit_compute(a.dtype(), [&]<class T>() {
       const T al = T(alpha), be = T(beta);
       constexpr auto type = std::is_same_v<T, float> ? CUDA_R_32F : CUDA_R_64F;
-      constexpr auto compute = std::is_same_v<T, float> ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_64F;
+      const auto compute = !std::is_same_v<T, float>  ? CUBLAS_COMPUTE_64F
+                           : inputs == DType::kBF16 ? CUBLAS_COMPUTE_32F_FAST_16BF
+                           : inputs == DType::kF16  ? CUBLAS_COMPUTE_32F_FAST_16F
+                                                    : CUBLAS_COMPUTE_32F;
       EPL_CUBLAS_CHECK(cublasGemmStridedBatchedEx(blas_, opb, opa, static_cast<int>(n), static_cast<int>(m), static_cast<int>(k),
                                                   &al, b.raw(), type, static_cast<int>(ldb), sb, a.raw(), type,
                                                   static_cast<int>(lda), sa, &be, c.raw(), type, static_cast<int>(n), sc,
