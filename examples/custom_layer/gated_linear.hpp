@@ -49,9 +49,9 @@ class GatedLinear {
     const auto& d = ctx.device();
     const epl::Shape out = x.shape().with_back(opt_.out);
     epl::Tensor a = ctx.empty(out, x.dtype()), s = ctx.empty(out, x.dtype()), y = ctx.empty(out, x.dtype());
-    d.gemm(x, false, weight.value, true, a);  // a = x W^T + b
+    d.gemm(x, false, weight.value, true, a, 1, 0, ctx.matmul());  // a = x W^T + b
     d.add_row_vector(a, bias.value);
-    d.gemm(x, false, gate.value, true, s);    // s = sigmoid(x V^T + c)
+    d.gemm(x, false, gate.value, true, s, 1, 0, ctx.matmul());    // s = sigmoid(x V^T + c)
     d.add_row_vector(s, gate_bias.value);
     d.map(s, epl::ops::Sigmoid{}, s);
     d.map(y, epl::ops::Mul{}, a, s);          // y = a * s
@@ -68,13 +68,13 @@ class GatedLinear {
     d.map(da, epl::ops::Mul{}, dy, s);                       // dL/da = dy * s
     d.map(dg, epl::ops::Mul{}, dy, a);                       // dL/ds = dy * a
     d.map(dg, epl::ops::SigmoidGradFromOutput{}, s, dg);     // through the sigmoid: * s (1 - s)
-    d.gemm(da, true, x, false, weight.grad, 1, 1);           // dW += da^T x   (beta 1: accumulate)
+    d.gemm(da, true, x, false, weight.grad, 1, 1, ctx.matmul());           // dW += da^T x   (beta 1: accumulate)
     d.sum_rows(da, bias.grad, 1);                            // db += column sums of da
-    d.gemm(dg, true, x, false, gate.grad, 1, 1);             // dV += dg^T x
+    d.gemm(dg, true, x, false, gate.grad, 1, 1, ctx.matmul());             // dV += dg^T x
     d.sum_rows(dg, gate_bias.grad, 1);                       // dc += column sums of dg
     epl::Tensor dx = ctx.empty_like(x);
-    d.gemm(da, false, weight.value, false, dx);              // dx = da W + dg V
-    d.gemm(dg, false, gate.value, false, dx, 1, 1);
+    d.gemm(da, false, weight.value, false, dx, 1, 0, ctx.matmul());              // dx = da W + dg V
+    d.gemm(dg, false, gate.value, false, dx, 1, 1, ctx.matmul());
     return dx;
   }
 

@@ -63,11 +63,11 @@ class CausalSelfAttention {
     d.permute_heads(h, v, 2 * dim, true);
     const Shape batched{b * heads, t, hd};
     Tensor s = ctx.empty({b * heads, t, t}, x.dtype());
-    d.gemm_batched(q.view(batched), false, k.view(batched), true, s);  // [bh, t, t]
+    d.gemm_batched(q.view(batched), false, k.view(batched), true, s, 1, 0, ctx.matmul());  // [bh, t, t]
     Tensor p = ctx.empty_like(s);
     d.softmax_causal(s, p, scale());
     Tensor o = ctx.empty(batched, x.dtype());
-    d.gemm_batched(p, false, v.view(batched), false, o);  // [bh, t, hd]
+    d.gemm_batched(p, false, v.view(batched), false, o, 1, 0, ctx.matmul());  // [bh, t, hd]
     Tensor merged = ctx.empty({b, t, dim}, x.dtype());
     d.permute_heads(merged, o.view({b, heads, t, hd}), 0, false);
     ctx.save(this, {q, k, v, p});
@@ -85,14 +85,14 @@ class CausalSelfAttention {
     Tensor dout = ctx.empty(q.shape(), q.dtype());
     d.permute_heads(dmerged, dout, 0, true);
     Tensor dp = ctx.empty_like(p);
-    d.gemm_batched(dout.view(batched), false, v.view(batched), true, dp);  // dP = dO V^T
+    d.gemm_batched(dout.view(batched), false, v.view(batched), true, dp, 1, 0, ctx.matmul());  // dP = dO V^T
     Tensor dv = ctx.empty_like(q);
-    d.gemm_batched(p, true, dout.view(batched), false, dv.view(batched));  // dV = P^T dO
+    d.gemm_batched(p, true, dout.view(batched), false, dv.view(batched), 1, 0, ctx.matmul());  // dV = P^T dO
     Tensor ds = ctx.empty_like(p);
     d.softmax_causal_backward(p, dp, ds, scale());
     Tensor dq = ctx.empty_like(q), dk = ctx.empty_like(q);
-    d.gemm_batched(ds, false, k.view(batched), false, dq.view(batched));  // dQ = dS K
-    d.gemm_batched(ds, true, q.view(batched), false, dk.view(batched));   // dK = dS^T Q
+    d.gemm_batched(ds, false, k.view(batched), false, dq.view(batched), 1, 0, ctx.matmul());  // dQ = dS K
+    d.gemm_batched(ds, true, q.view(batched), false, dk.view(batched), 1, 0, ctx.matmul());   // dK = dS^T Q
     Tensor dh = ctx.empty({b, t, 3 * dim}, q.dtype());
     d.permute_heads(dh, dq, 0, false);
     d.permute_heads(dh, dk, dim, false);

@@ -58,6 +58,10 @@ struct PassOptions {
   /// What a training pass recomputes: by default the nn::Checkpoint marks (kNone: every layer
   /// keeps its activations, as if not marked).
   Recompute recompute = Recompute::kMarked;
+  /// The dtype GEMM operands are rounded to before they multiply: bf16 or f16 under AMP
+  /// (amp.level "O1"); f32 multiplies them as they are. Every other operation computes in the
+  /// tensors' own dtype.
+  DType matmul = DType::kF32;
 };
 
 /// \brief The hooks a strategy or policy runs around each layer; this one runs nothing.
@@ -101,6 +105,9 @@ class Context {
   [[nodiscard]] const Groups& groups() const noexcept { return groups_; }
   /// \brief Index in the global batch of this pass's first sample.
   [[nodiscard]] std::int64_t first_sample() const noexcept { return opt_.first_sample; }
+  /// \brief What a layer passes its device's gemm as `inputs`: the dtype the operands are rounded
+  /// to under AMP (PassOptions::matmul).
+  [[nodiscard]] DType matmul() const noexcept { return opt_.matmul; }
 
   /// \brief An activation tensor on this pass's device.
   [[nodiscard]] Tensor empty(Shape s, DType t) const { return device_->empty(s, t, MemoryCategory::kActivations); }

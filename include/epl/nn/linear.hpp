@@ -81,7 +81,7 @@ class Linear {
               "; its last dimension must be ", local_in(), mode_ == Parallel::kRow ? " (its part of the split input)" : "");
     const auto& d = ctx.device();
     Tensor y = ctx.empty(x.shape().with_back(local_out()), x.dtype());
-    d.gemm(x, false, weight.value, true, y);  // [rows, in] x [in, out]
+    d.gemm(x, false, weight.value, true, y, 1, 0, ctx.matmul());  // [rows, in] x [in, out]
     if (mode_ == Parallel::kRow) tensor_all_reduce(ctx, y, "a row-parallel Linear");  // the partial products' sum
     if (opt_.bias) d.add_row_vector(y, bias.value);
     ctx.save(this, {x});
@@ -94,10 +94,10 @@ class Linear {
     const Tensor& x = s[0];
     const auto& d = ctx.device();
     const Tensor dy = gather_ ? own_columns(ctx, dy_in) : dy_in;
-    d.gemm(dy, true, x, false, weight.grad, 1, 1);  // dW += dy^T x: [out, rows] x [rows, in]
+    d.gemm(dy, true, x, false, weight.grad, 1, 1, ctx.matmul());  // dW += dy^T x: [out, rows] x [rows, in]
     if (opt_.bias) d.sum_rows(dy, bias.grad, 1);
     Tensor dx = ctx.empty_like(x);
-    d.gemm(dy, false, weight.value, false, dx);     // dx = dy W: [rows, out] x [out, in]
+    d.gemm(dy, false, weight.value, false, dx, 1, 0, ctx.matmul());     // dx = dy W: [rows, out] x [out, in]
     if (mode_ == Parallel::kColumn && !defer_dx_) tensor_all_reduce(ctx, dx, "a column-parallel Linear");  // the parts' shares of dx
     return dx;
   }

@@ -172,10 +172,10 @@ class MoE {
       const std::int64_t rows = p.expert_rows[static_cast<std::size_t>(e)];
       if (rows > 0) {
         const Tensor xe = grouped.slice(row, row + rows), he = hidden.slice(row, row + rows), oe = out_grouped.slice(row, row + rows);
-        d.gemm(xe, false, expert(w1, e, opt_.hidden, opt_.dim), true, he);
+        d.gemm(xe, false, expert(w1, e, opt_.hidden, opt_.dim), true, he, 1, 0, ctx.matmul());
         d.add_row_vector(he, b1.value.slice(e, e + 1).view({opt_.hidden}));
         d.gelu(he, act.slice(row, row + rows));
-        d.gemm(act.slice(row, row + rows), false, expert(w2, e, opt_.dim, opt_.hidden), true, oe);
+        d.gemm(act.slice(row, row + rows), false, expert(w2, e, opt_.dim, opt_.hidden), true, oe, 1, 0, ctx.matmul());
         d.add_row_vector(oe, b2.value.slice(e, e + 1).view({opt_.dim}));
       }
       row += rows;
@@ -221,13 +221,13 @@ class MoE {
       if (rows > 0) {
         const Tensor de = dout.slice(row, row + rows), ae = act.slice(row, row + rows), dae = dact.slice(row, row + rows);
         const Tensor dhe = dh.slice(row, row + rows);
-        d.gemm(de, true, ae, false, expert(w2.grad, e, opt_.dim, opt_.hidden), 1, 1);  // dW2 += dout^T act
+        d.gemm(de, true, ae, false, expert(w2.grad, e, opt_.dim, opt_.hidden), 1, 1, ctx.matmul());  // dW2 += dout^T act
         d.sum_rows(de, b2.grad.slice(e, e + 1).view({opt_.dim}), 1);
-        d.gemm(de, false, expert(w2.value, e, opt_.dim, opt_.hidden), false, dae);    // dact = dout W2
+        d.gemm(de, false, expert(w2.value, e, opt_.dim, opt_.hidden), false, dae, 1, 0, ctx.matmul());    // dact = dout W2
         d.gelu_backward(hidden.slice(row, row + rows), dae, dhe);
-        d.gemm(dhe, true, grouped.slice(row, row + rows), false, expert(w1.grad, e, opt_.hidden, opt_.dim), 1, 1);
+        d.gemm(dhe, true, grouped.slice(row, row + rows), false, expert(w1.grad, e, opt_.hidden, opt_.dim), 1, 1, ctx.matmul());
         d.sum_rows(dhe, b1.grad.slice(e, e + 1).view({opt_.hidden}), 1);
-        d.gemm(dhe, false, expert(w1.value, e, opt_.hidden, opt_.dim), false, dx_grouped.slice(row, row + rows));
+        d.gemm(dhe, false, expert(w1.value, e, opt_.hidden, opt_.dim), false, dx_grouped.slice(row, row + rows), 1, 0, ctx.matmul());
       }
       row += rows;
     }
