@@ -50,6 +50,7 @@ struct Run {
 epl::Config with_policies_off_by_default(epl::Config cfg) {
   const bool offload = cfg.source(epl::keys::offload_level) != epl::Config::Source::kDefault && cfg.get(epl::keys::offload_level) == "v0";
   if (cfg.source(epl::keys::offload_level) == epl::Config::Source::kDefault) cfg.set("offload.level", "");
+  if (cfg.source(epl::keys::amp_level) == epl::Config::Source::kDefault) cfg.set("amp.level", "");
   if (cfg.source(epl::keys::zero_level) == epl::Config::Source::kDefault) cfg.set("zero.level", offload ? "v2" : "");
   return cfg;
 }
@@ -59,7 +60,7 @@ template <class Model>
 void train(epl::Context& ctx, const epl::Config& cfg, const Run& run, Model model) {
   const auto& cpu = ctx.cpu();
   // Built with every ZeRO stage and offload; zero.level and offload.level pick (off when not given).
-  epl::Trainer<Model, epl::optim::AdamW, epl::Policies<epl::Zero<3>, epl::Offload<epl::offload::V0>>> trainer(
+  epl::Trainer<Model, epl::optim::AdamW, epl::Policies<epl::Zero<3>, epl::Offload<epl::offload::V0>, epl::Amp<epl::amp::BF16>>> trainer(
       ctx, with_policies_off_by_default(cfg), std::move(model), epl::optim::AdamW({.lr = 2e-3, .weight_decay = 0.0}), {.seed = 42, .clip_norm = 1.0});
   // The data-parallel replicas divide each global batch; a pipeline's stages read the same rows.
   const epl::data::Shard shard = trainer.data_shard();

@@ -191,7 +191,7 @@ TEST_CASE("zero: a stage the program was not built with, and what ZeRO does not 
     CHECK(message.find(what) != std::string::npos);
   };
   fails([&](Context& ctx) { Trainer<gpt::Gpt, optim::AdamW> t(ctx, config("v0"), make(), optim::AdamW({})); },
-        "built with no ZeRO (epl::Policies<>)");
+        "built with no epl::Zero<k> in its epl::Policies<...>; add epl::Zero<1> to them");
   fails([&](Context& ctx) { Trainer<gpt::Gpt, optim::AdamW, Policies<Zero<1>>> t(ctx, config("v2"), make(), optim::AdamW({})); },
         "zero.level = \"v2\" asks for ZeRO stage 3 but this program was built with epl::Zero<1>");
   Config fp16 = config("v1");

@@ -64,7 +64,9 @@ TEST_CASE("wrong type, out of range and invalid choice name the key and the vali
   CHECK_THROWS_WITH_AS(c.set_text("io.slicing", "yes"), doctest::Contains("io.slicing takes a boolean (true/false)"), Error);
   CHECK_THROWS_WITH_AS(c.set("pipeline.strategy", "Fastest"),
                        doctest::Contains("choose one of \"PreferBackward\", \"PreferForward\", \"Interleaved\""), Error);
-  CHECK_THROWS_WITH_AS(c.set("amp.loss_scale", "huge"), doctest::Contains("\"dynamic\" or a positive number"), Error);
+  CHECK_THROWS_WITH_AS(c.set("amp.loss_scale", "huge"), doctest::Contains("\"dynamic\" or a number from 1 to 2^64"), Error);
+  for (const char* bad : {"inf", "0.5", "0", "1e400", "nan"})
+    CHECK_THROWS_WITH_AS(c.set("amp.loss_scale", bad), doctest::Contains("is not valid; use \"dynamic\" or a number from 1"), Error);
   const char* argv[] = {"prog", "--pipeline.num_micro_batch"};
   CHECK_THROWS_WITH_AS(Config::from_args(2, argv), doctest::Contains("needs a value"), Error);
   CHECK_THROWS_WITH_AS((void)c.get<bool>("pipeline.num_micro_batch"), doctest::Contains("holds an integer"), Error);
@@ -85,14 +87,18 @@ TEST_CASE("an integer too large for what it counts is out of range, never narrow
 }
 TEST_CASE("a feature this version does not have is rejected, not ignored") {
   Config c;
-  CHECK_THROWS_WITH_AS(c.set("amp.level", "O1"), doctest::Contains("amp.level = \"O1\" is not supported yet"), Error);
-  CHECK_NOTHROW(c.set("zero.level", "v1"));  // built: ZeRO, apply groups, checkpointing
+  CHECK_THROWS_WITH_AS(c.set("communication.sparse_as_dense", true),
+                       doctest::Contains("communication.sparse_as_dense = true is not supported yet"), Error);
+  CHECK_NOTHROW(c.set("zero.level", "v1"));  // built: ZeRO, apply groups, checkpointing, offload, AMP
   CHECK_NOTHROW(c.set("gradient_checkpoint.type", "auto"));
   CHECK_NOTHROW(c.set("gradient_checkpoint.end_taskgraph", 3));
   CHECK_NOTHROW(c.set("gradient_checkpoint.check_gradients", true));
   CHECK_NOTHROW(c.set("optimizer.num_apply_group", 4));
   CHECK_NOTHROW(c.set("offload.level", "v0"));
-  CHECK_THROWS_WITH_AS(c.set("amp.debug_log", true), doctest::Contains("leave it at its default"), Error);
+  CHECK_NOTHROW(c.set("amp.level", "O1"));
+  CHECK_NOTHROW(c.set("amp.loss_scale", "1024"));
+  CHECK_NOTHROW(c.set("amp.debug_log", true));
+  CHECK_THROWS_WITH_AS(c.set("cluster.run_visible_devices", "0,1"), doctest::Contains("leave it at its default"), Error);
   CHECK_NOTHROW(c.set("zero.level", ""));            // the default is always accepted
   CHECK_NOTHROW(c.set("pipeline.strategy", "PreferBackward"));
 }

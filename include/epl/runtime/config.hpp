@@ -311,8 +311,10 @@ class Config {
       if (k.name == "amp.loss_scale" && *s != "dynamic") {
         double x = 0;
         auto [p, ec] = std::from_chars(s->data(), s->data() + s->size(), x);
-        EPL_CHECK(ec == std::errc{} && p == s->data() + s->size() && x > 0, "config key amp.loss_scale = ", detail::quoted(*s),
-                  " is not valid; use \"dynamic\" or a positive number");
+        EPL_CHECK(ec == std::errc{} && p == s->data() + s->size() && std::isfinite(x) && x >= 1 && x <= 0x1p64,
+                  "config key amp.loss_scale = ", detail::quoted(*s),
+                  " is not valid; use \"dynamic\" or a number from 1 to 2^64 (a scale below 1 shrinks the gradients toward "
+                  "underflow instead of keeping them above it)");
       }
     }
     if (auto* list = std::get_if<std::vector<std::string>>(&v))

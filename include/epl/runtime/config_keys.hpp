@@ -129,9 +129,12 @@ inline const std::vector<ConfigKey>& config_keys() {
       {"offload.level", S{""}, {"", "v0"}, -kNone, kNone, true,
        "v0: weights, gradients and optimizer state in host memory, each layer's weights copied to the device before it runs "
        "(with ZeRO stage 3; the program's epl::Offload when unset)"},
-      {"amp.level", S{""}, {"", "O1"}, -kNone, kNone, false, "automatic mixed precision"},
-      {"amp.debug_log", false, {}, -kNone, kNone, false, "log loss-scale changes"},
-      {"amp.loss_scale", S{"dynamic"}, {}, -kNone, kNone, false, "\"dynamic\" or a positive number"},
+      {"amp.level", S{""}, {"", "O1"}, -kNone, kNone, true,
+       "O1: mixed precision, every GEMM's operands rounded to the program's epl::Amp precision (bf16, f16), f32 master weights "
+       "(the program's epl::Amp when unset)"},
+      {"amp.debug_log", false, {}, -kNone, kNone, true, "print each loss-scale change and skipped step"},
+      {"amp.loss_scale", S{"dynamic"}, {}, -kNone, kNone, true,
+       "\"dynamic\" (start at 65536, halve and skip the step on overflow, double after 2000 good steps) or a fixed positive number"},
       {"optimizer.num_apply_group", I{1}, {}, 1, 1 << 20, true, "apply the optimizer in this many groups"},
       {"cluster.device_place_prefer_intra_node", true, {}, -kNone, kNone, true,
        "place a tensor-parallel group on neighbouring ranks (one node); false: the data-parallel groups"},

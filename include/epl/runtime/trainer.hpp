@@ -7,7 +7,8 @@
 ///             and receives between stages, in the schedule's order; the last micro-batch's
 ///             backward hands each finished gradient to the reducer
 ///   reduce    wait for the gradient buckets
-///   clip      the global gradient norm (and a NaN or infinity stops the run, named)
+///   clip      the global gradient norm (and a NaN or infinity stops the run, named; under AMP
+///             the gradients are unscaled first, and a NaN or infinity skips the update)
 ///   update    the optimizer over the owned range of the arena
 #include <chrono>
 #include <cmath>
@@ -23,6 +24,7 @@
 #include "epl/nn/loss.hpp"
 #include "epl/optim/optimizer.hpp"
 #include "epl/param/arena.hpp"
+#include "epl/policy/amp.hpp"
 #include "epl/policy/policies.hpp"
 #include "epl/policy/reducer.hpp"
 #include "epl/policy/zero.hpp"
@@ -49,6 +51,10 @@ struct TrainerOptions {
   /// A loss or gradient that is NaN or infinite is an error naming the step and the parameter
   /// (false: train on, as a run that handles overflow itself might).
   bool check_finite = true;
+  /// Mixed precision (amp.level "O1") with amp.loss_scale = "dynamic": the scale the run starts
+  /// at, and the good steps in a row after which it doubles (policy::LossScaler has the rule).
+  double amp_init_scale = 65536;
+  std::int64_t amp_growth_interval = 2000;
 };
 
 namespace detail {
@@ -76,6 +82,13 @@ constexpr bool compiled_offload() {
   else return false;
 }
 
+/// The precision a Policies list compiles for AMP's GEMMs (f32: none).
+template <class P>
+constexpr DType compiled_amp() {
+  if constexpr (is_policies<P>::value) return P::mixed_precision::kMatmul;
+  else return DType::kF32;
+}
+
 /// The stage a run uses: zero.level when given (EPL's "v0" stage 1, "v1" stage 2, "v2" stage 3,
 /// "" none), else the compiled one; a stage above the compiled one is an error naming both.
 inline int zero_stage(const Config& cfg, int compiled) {
@@ -83,8 +96,8 @@ inline int zero_stage(const Config& cfg, int compiled) {
   if (cfg.source(keys::zero_level) == Config::Source::kDefault) return compiled;
   const int stage = level.empty() ? 0 : level[1] - '0' + 1;
   EPL_CHECK(stage <= compiled, "zero.level = \"", level, "\" asks for ZeRO stage ", stage, " but this program was built with ",
-            compiled == 0 ? std::string("no ZeRO (epl::Policies<>)") : "epl::Zero<" + std::to_string(compiled) + ">",
-            "; build the Trainer with epl::Policies<epl::Zero<", stage, ">> (or higher: it runs every stage up to its own)",
+            compiled == 0 ? std::string("no epl::Zero<k> in its epl::Policies<...>") : "epl::Zero<" + std::to_string(compiled) + ">",
+            "; add epl::Zero<", stage, "> to them (or higher: it runs every stage up to its own; keep the other policies)",
             " or choose a zero.level up to ", compiled == 0 ? std::string("\"\"") : "\"v" + std::to_string(compiled - 1) + "\"");
   return stage;
 }
@@ -172,6 +185,7 @@ class Trainer {
                                             "epl::Policies<epl::Zero<3>>");
   static constexpr int kZero = detail::compiled_zero<Policy>();  // the highest ZeRO stage compiled in
   static constexpr bool kOffload = detail::compiled_offload<Policy>();
+  static constexpr DType kAmp = detail::compiled_amp<Policy>();  // f32: built without epl::Amp
   using Reducer = policy::ReducerSet<D>;
   using Sharder = std::conditional_t<kZero == 0, void, policy::ZeroSharder<D>>;
   using Hooks = detail::StepHooks<Reducer, Sharder>;
@@ -266,6 +280,13 @@ class Trainer {
   /// rank, between the first step's gradients with and without recompute (none until the check
   /// ran: before step 1, or without the key).
   [[nodiscard]] std::optional<double> checkpoint_gradient_difference() const noexcept { return checkpoint_difference_; }
+  /// \brief The dtype this run's GEMMs round their operands to: bf16 or f16 under AMP
+  /// (amp.level "O1" with epl::Amp<...>), else f32.
+  [[nodiscard]] DType amp() const noexcept { return matmul_; }
+  /// \brief Under AMP, the loss scale of the next step (policy::LossScaler's rule); 1 without.
+  [[nodiscard]] double loss_scale() const noexcept { return scaler_ ? scaler_->scale() : 1.0; }
+  /// \brief Steps whose update AMP skipped because a gradient overflowed (0 without AMP).
+  [[nodiscard]] std::int64_t skipped_steps() const noexcept { return scaler_ ? scaler_->skipped() : 0; }
   /// \brief Whether this run keeps weights, gradients and optimizer state in the host pool
   /// (offload.level "v0", or the compiled epl::Offload<epl::offload::V0>).
   [[nodiscard]] bool offloaded() const noexcept { return offload_; }
@@ -307,10 +328,19 @@ class Trainer {
     loss_group().all_reduce(comm::Buffer(&loss, 1, DType::kF64), comm::ReduceOp::kMean);
     EPL_CHECK(!opt_.check_finite || std::isfinite(loss), "the loss is ", loss, " at step ", steps_ + 1,
               ": training diverged or the data holds bad values; lower the learning rate, clip gradients "
-              "(TrainerOptions::clip_norm) or check the inputs");
+              "(TrainerOptions::clip_norm) or check the inputs",
+              matmul_ == DType::kF16 ? "; under AMP with f16 (epl::Amp<epl::amp::FP16>) a GEMM operand past 65504 is infinite in the "
+                                       "forward, which no loss scale helps: train with bf16 (epl::Amp<epl::amp::BF16>) or keep "
+                                       "activations smaller"
+                                     : "");
+    if (scaler_) unscale();
     if (overlap_) last_grad_norm_ = clip(opt_.clip_norm);
-    if (opt_.check_finite && !std::isfinite(last_grad_norm_)) fail_non_finite_gradient();
-    update();
+    if (scaler_ && !scale_step(std::isfinite(last_grad_norm_))) {  // AMP: an overflow skips the update
+      if (sharder_) sharder_->after_update();
+    } else {
+      if (opt_.check_finite && !std::isfinite(last_grad_norm_)) fail_non_finite_gradient();
+      update();
+    }
     ++steps_;
     if (opt_.check_replicas_every > 0 && mesh_->data_size() > 1 && zero_stage_ < 3 &&
         (steps_ == 1 || steps_ % opt_.check_replicas_every == 0))
@@ -330,7 +360,8 @@ class Trainer {
     double loss = executor_->run(actions_, {batch.inputs, targets, m_count}, [&](int c, int m) {
       const bool checkpointed = end_taskgraph_ < 0 || c <= end_taskgraph_;
       return PassContext(*device_, nn::PassOptions{true, opt_.seed, static_cast<std::uint64_t>(steps_), static_cast<std::uint64_t>(m),
-                                                   first + m * per, 1.0 / m_count, checkpointed ? recompute : nn::Recompute::kNone},
+                                                   first + m * per, loss_scale() / (m_count * row_shares()),
+                                                   checkpointed ? recompute : nn::Recompute::kNone, matmul_},
                          &hooks_, groups());
     }, [&](int m) {  // a chunk's gradients are final in its last micro-batch (ZeRO 2 and 3: no bucket; the sharder reduces)
       hooks_.active = overlap_ && m + 1 == m_count && reducer_->buckets() > 0;
@@ -381,11 +412,37 @@ class Trainer {
   double evaluate_loss(const Batch& batch) {
     const Tensor targets = plan_.rows_over_tensor() ? gather_targets(batch.targets, 1) : batch.targets;
     double loss = executor_->run(plan_.forward_only(mesh_->coord().pipeline), {batch.inputs, targets, 1}, [&](int, int) {
-      return PassContext(*device_, nn::PassOptions{false, opt_.seed, static_cast<std::uint64_t>(steps_), 0, 0}, &hooks_, groups());
+      return PassContext(*device_, nn::PassOptions{false, opt_.seed, static_cast<std::uint64_t>(steps_), 0, 0, 1.0, nn::Recompute::kMarked, matmul_},
+                         &hooks_, groups());
     });
     if (sharder_) sharder_->release_all();
     if (auto* p = stages()) p->all_reduce(comm::Buffer(&loss, 1, DType::kF64), comm::ReduceOp::kSum);
     return loss;
+  }
+  // AMP: the reduced gradients this rank holds go back to the loss's own scale. Each rank's loss
+  // is the mean over its rows, 1/R of the global batch (R row shares), so the passes scale by
+  // S / R: every GEMM then sees the magnitudes one device would, and a step overflows alike on
+  // any number of ranks; the reduction's mean leaves S / R, undone here.
+  void unscale() {
+    for (const auto& g : held_grads()) device_->scale(g, row_shares() / scaler_->scale());
+  }
+  // How many ranks share the global batch's rows: AMP's scale is divided by it (1 without AMP).
+  double row_shares() const { return scaler_ ? static_cast<double>(data_shard().ranks) : 1.0; }
+  // AMP: the step's verdict to the loss scaler (finite: the global gradient norm is, so every
+  // rank agrees); returns whether to update. amp.debug_log prints each change on world rank 0.
+  bool scale_step(bool finite) {
+    const auto c = scaler_->update(finite);
+    if (amp_log_ && world_->rank() == 0 && (c.skipped || c.after != c.before)) {
+      if (c.skipped)
+        std::printf("amp: step %lld: a gradient overflowed; update skipped, loss scale %g -> %g\n",
+                    static_cast<long long>(steps_ + 1), c.before, c.after);
+      else
+        std::printf("amp: step %lld: %lld step%s without overflow; loss scale %g -> %g\n", static_cast<long long>(steps_ + 1),
+                    static_cast<long long>(scaler_->options().growth_interval), scaler_->options().growth_interval == 1 ? "" : "s",
+                    c.before, c.after);
+      std::fflush(stdout);
+    }
+    return !c.skipped;
   }
   // The optimizer over this rank's values: all of them, or under ZeRO its slices, which then
   // meet again. optimizer.num_apply_group splits the update into that many parts.
@@ -432,6 +489,7 @@ class Trainer {
     }
     zero_stage_ = detail::zero_stage(cfg, kZero);
     choose_offload(cfg);
+    choose_amp(cfg);
     choose_recompute(cfg, mine);
     apply_groups_ = cfg.get(keys::num_apply_group);
     param::MaterializeOptions mo;
@@ -458,6 +516,8 @@ class Trainer {
     facts.add_number("TrainerOptions::clip_norm", opt_.clip_norm);
     facts.add_number("TrainerOptions::dtype", static_cast<double>(opt_.dtype));
     facts.add_number("TrainerOptions::check_replicas_every", static_cast<double>(opt_.check_replicas_every));
+    facts.add_number("TrainerOptions::amp_init_scale", opt_.amp_init_scale);
+    facts.add_number("TrainerOptions::amp_growth_interval", static_cast<double>(opt_.amp_growth_interval));
     check_agreement(*world_, facts, world_->size() == mesh_->data_size() ? "data-parallel" : "the");
     // Gradients meet over the data axis; a colocated split's replicated part (the parameters
     // before its first Split, at the end of the backward-ordered arena) over data and tensor.
@@ -483,7 +543,7 @@ class Trainer {
         hooks_.sharder = sharder_.get();
       }
     }
-    overlap_ = cfg.get(keys::clip_after_allreduce) || opt_.clip_norm <= 0;
+    overlap_ = overlap_clip(cfg);
     actions_ = plan_.actions(stage);
     executor_.emplace(*device_, std::move(mine), plan_.chunks, plan_.pipeline, stage, mesh_->pipeline());
     if (vocab_parallel) executor_->loss().parallelize(part);
@@ -557,6 +617,32 @@ class Trainer {
               cfg.get(keys::zero_level), "\" asks for stage ", zero_stage_, "; set zero.level = \"v2\" (it works on one rank too) "
               "or turn offload off with offload.level = \"\" (the empty string)");
   }
+  // amp.level: "O1" rounds every GEMM's operands to the compiled epl::Amp<...>'s precision and
+  // scales the loss (amp.loss_scale: "dynamic" or a fixed number); "" turns it off; unset, the
+  // compiled policy decides.
+  void choose_amp(const Config& cfg) {
+    const bool given = cfg.source(keys::amp_level) != Config::Source::kDefault;
+    const bool on = given ? cfg.get(keys::amp_level) == "O1" : kAmp != DType::kF32;
+    EPL_CHECK(!on || kAmp != DType::kF32, "amp.level = \"O1\" but this program was built without mixed precision; build the "
+              "Trainer with epl::Policies<epl::Amp<epl::amp::BF16>> (or epl::amp::FP16) or set amp.level to \"\"");
+    EPL_CHECK(!on || overlap_clip(cfg), "amp.level = \"O1\" with communication.clip_after_allreduce=false is not supported: "
+              "each replica would clip gradients that are still multiplied by the loss scale; clip after the reduction "
+              "(communication.clip_after_allreduce=true)");
+    amp_log_ = cfg.get(keys::amp_debug_log);
+    const std::string scale = cfg.get(keys::amp_loss_scale);
+    const char* asked = amp_log_ ? "amp.debug_log = true" : scale != "dynamic" ? "amp.loss_scale is set" : nullptr;
+    EPL_CHECK(on || !asked, asked, " but mixed precision is off (amp.level = \"", cfg.get(keys::amp_level), "\"",
+              given ? "" : ", and the program has no epl::Amp<...>", "); set amp.level = \"O1\" or drop the key");
+    if (!on) return;
+    matmul_ = kAmp;
+    policy::LossScaleOptions o;
+    o.dynamic = scale == "dynamic";
+    o.init = o.dynamic ? opt_.amp_init_scale : std::stod(scale);
+    o.growth_interval = opt_.amp_growth_interval;
+    scaler_.emplace(o);
+  }
+  // Whether the gradients are clipped (if at all) after the reduction.
+  bool overlap_clip(const Config& cfg) const { return cfg.get(keys::clip_after_allreduce) || opt_.clip_norm <= 0; }
   // What ZeRO cannot be combined with (yet), named with the key that asks for it.
   void check_zero_setup(const Config& cfg) {
     EPL_CHECK(!plan_.rows_over_tensor(), "zero.level (ZeRO stage ", zero_stage_, ") with cluster.colocate_split_and_replicate is not "
@@ -689,6 +775,9 @@ class Trainer {
   std::unique_ptr<policy::ZeroSharder<D>> sharder_;  // null: no ZeRO this run
   int zero_stage_ = 0;
   bool offload_ = false;  // offload.level = "v0": the shards live in the device's host pool
+  DType matmul_ = DType::kF32;                 // amp.level "O1": the compiled epl::Amp's bf16 or f16
+  std::optional<policy::LossScaler> scaler_;  // amp.level "O1": the loss scale
+  bool amp_log_ = false;                      // amp.debug_log
   nn::Recompute recompute_ = nn::Recompute::kMarked;  // gradient_checkpoint.type
   std::int64_t end_taskgraph_ = -1;                   // the last chunk that recomputes (-1: all)
   bool check_gradients_ = false;

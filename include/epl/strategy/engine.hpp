@@ -127,7 +127,8 @@ class Executor {
           SpanScope span(timeline_, label, "backward");
           EPL_CHECK(pass.has_value(), "schedule: backward of micro-batch ", m, " on chunk ", c, " before its forward");
           if (before_backward) before_backward(m);
-          Tensor dy = c == chunks_ - 1 ? loss_.backward(*pass, 1.0 / mb.count) : take(grads, c, m);
+          // the loss's gradient scaled as the pass says: 1/M, times AMP's loss scale
+          Tensor dy = c == chunks_ - 1 ? loss_.backward(*pass, pass->options().loss_scale) : take(grads, c, m);
           Tensor dx = local_[static_cast<std::size_t>(c / ranks_)].backward(*pass, dy);
           if (c > 0 && rank_of(c - 1) == stage_) grads[{c - 1, m}] = dx;
           else if (c > 0) input_grads[{c, m}] = dx;

@@ -1,0 +1,98 @@
+#pragma once
+/// \file
+/// \brief policy::LossScaler — the loss scale of mixed-precision training (amp.loss_scale) and
+/// the rule that moves it.
+///
+/// Backward scales the loss by S, so small gradients stay representable where the GEMMs round
+/// their operands to f16; the Trainer divides the reduced gradients by S before clipping and the
+/// update. A step whose reduced gradients hold a NaN or an infinity (on any rank: the global norm
+/// says) is skipped: no update, the optimizer's step count does not move.
+///
+/// The rule (amp.loss_scale = "dynamic"), PyTorch's GradScaler's and DeepSpeed's:
+///   - start at LossScaleOptions::init (65536 = 2^16);
+///   - an overflow skips the step and halves S, and restarts the count of good steps;
+///   - after growth_interval (2000) good steps in a row, S doubles.
+/// A number for amp.loss_scale fixes S: an overflow still skips the step, S stays.
+/// max_skips overflows in a row is an error (dynamic: once they have taken the scale below 1): no
+/// scale makes the step finite (the forward itself overflows, or training diverged), and
+/// skipping on would train nothing, silently.
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "epl/core/error.hpp"
+
+namespace epl {
+inline namespace v0 {
+namespace policy {
+
+/// \brief How the loss scale starts and moves.
+struct LossScaleOptions {
+  bool dynamic = true;                 ///< amp.loss_scale = "dynamic"; false: a fixed scale
+  double init = 65536;                 ///< the scale a run starts at (the fixed scale when not dynamic)
+  std::int64_t growth_interval = 2000; ///< good steps in a row before the scale doubles
+  int max_skips = 30;                  ///< overflows in a row that end the run with an error
+};
+
+/// \brief What one step did to the scale (for amp.debug_log).
+struct LossScaleChange {
+  bool skipped = false;  ///< the gradients overflowed: the update was skipped
+  double before = 0, after = 0;
+};
+
+/// \brief The loss scale and its rule. Every rank holds one and feeds it the same verdicts (the
+/// global norm's finiteness), so all agree on the scale and on which steps are skipped.
+class LossScaler {
+ public:
+  explicit LossScaler(LossScaleOptions o = {}) : opt_(o), scale_(o.init) {
+    EPL_CHECK(o.init >= 1 && o.init <= 0x1p64, "the loss scale must be a number from 1 to 2^64, got ", o.init,
+              " (amp.loss_scale, or TrainerOptions::amp_init_scale)");
+    EPL_CHECK(o.growth_interval > 0, "the loss scale's growth interval must be at least 1 step, got ", o.growth_interval,
+              " (TrainerOptions::amp_growth_interval)");
+    EPL_CHECK(o.max_skips > 0, "LossScaleOptions::max_skips must be at least 1, got ", o.max_skips);
+  }
+
+  /// \brief What backward multiplies the loss by this step.
+  [[nodiscard]] double scale() const noexcept { return scale_; }
+  /// \brief Steps skipped so far for overflowing gradients.
+  [[nodiscard]] std::int64_t skipped() const noexcept { return skipped_; }
+  [[nodiscard]] const LossScaleOptions& options() const noexcept { return opt_; }
+
+  /// \brief Takes one step's verdict: finite says every reduced gradient was finite. Returns what
+  /// changed; `skipped` means the update must not run. Fails after max_skips overflows in a row.
+  LossScaleChange update(bool finite) {
+    LossScaleChange c{!finite, scale_, scale_};
+    if (finite) {
+      in_a_row_ = 0;
+      if (opt_.dynamic && ++good_ >= opt_.growth_interval) {
+        scale_ *= 2;
+        good_ = 0;
+      }
+    } else {
+      ++skipped_;
+      good_ = 0;
+      if (opt_.dynamic) scale_ /= 2;
+      ++in_a_row_;
+      // dynamic: the overflows that bring a large start down are the rule working; only a run of
+      // them that takes the scale below 1 says no scale helps
+      EPL_CHECK(in_a_row_ < opt_.max_skips || (opt_.dynamic && scale_ >= 1),
+                "mixed precision (amp.level = \"O1\"): the gradients overflowed at ", in_a_row_,
+                " steps in a row, the last with loss scale ", c.before,
+                opt_.dynamic ? "; lowering the scale did not help, so the forward itself overflows (an f16 activation past 65504) "
+                               "or training diverged: use bf16 (epl::Amp<epl::amp::BF16>), lower the learning rate or clip gradients"
+                             : " (amp.loss_scale fixed): lower amp.loss_scale or set it to \"dynamic\"");
+    }
+    c.after = scale_;
+    return c;
+  }
+
+ private:
+  LossScaleOptions opt_;
+  double scale_;
+  std::int64_t good_ = 0, skipped_ = 0;
+  int in_a_row_ = 0;
+};
+
+}  // namespace policy
+}  // namespace v0
+}  // namespace epl
