@@ -2,7 +2,9 @@
 // global batch 8, fp32, AdamW) on random tokens, on one device, data parallel over thread ranks,
 // or pipelined. Prints one JSON line:
 //   bench_gpt_mini [--threads=N] [--ranks=R] [--steps=N] [--warmup=N]
-//                  [--stages=S --micro=M --schedule=PreferBackward]
+//                  [--stages=S --micro=M --schedule=PreferBackward] [--amp]
+// --amp trains with mixed precision (amp.level O1, epl::Amp<epl::amp::BF16>): every GEMM's
+// operands rounded to bf16, f32 master weights.
 // With R > 1, each rank has N threads and 8/R of the batch; "overlap" is the median fraction of
 // gradient all-reduce time hidden behind the backward pass. With S > 1 the model is cut into S
 // stages (auto.auto_parallel) over the R ranks (R / S replicas), M micro-batches a step;
@@ -52,6 +54,7 @@ std::vector<double> run(T& trainer, L& loader, const epl::device::Cpu& cpu, int 
 int main(int argc, char** argv) {
   int threads = 1, ranks = 1, steps = 6, warmup = 2, stages = 1, micro = 1;
   std::string schedule = "PreferBackward";
+  bool amp = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a.rfind("--stages=", 0) == 0) stages = std::stoi(a.substr(9));
@@ -61,6 +64,7 @@ int main(int argc, char** argv) {
     if (a.rfind("--ranks=", 0) == 0) ranks = std::stoi(a.substr(8));
     if (a.rfind("--steps=", 0) == 0) steps = std::stoi(a.substr(8));
     if (a.rfind("--warmup=", 0) == 0) warmup = std::stoi(a.substr(9));
+    if (a == "--amp") amp = true;
   }
   auto ds = random_tokens();
   double loss = 0, step_s = 0, overlap = -1;
@@ -69,10 +73,12 @@ int main(int argc, char** argv) {
   std::vector<double> peaks(static_cast<std::size_t>(ranks));
   epl::Config cfg;
   cfg.set(epl::keys::num_micro_batch, micro);
+  cfg.set(epl::keys::amp_level, amp ? "O1" : "");
   if (stages > 1) cfg.set(epl::keys::num_stages, stages).set(epl::keys::auto_parallel, true).set(epl::keys::pipeline_strategy, schedule);
   if (ranks == 1) {
     epl::device::Cpu cpu(0, threads);
-    epl::Trainer<gpt::Gpt, epl::optim::AdamW> trainer(cpu, cfg, gpt::make_gpt(kShape), epl::optim::AdamW({.lr = 1e-4}));
+    epl::Trainer<gpt::Gpt, epl::optim::AdamW, epl::Policies<epl::Amp<epl::amp::BF16>>> trainer(cpu, cfg, gpt::make_gpt(kShape),
+                                                                                          epl::optim::AdamW({.lr = 1e-4}));
     epl::data::WindowLoader loader(ds, kShape.context, kBatch, 3);
     step_s = median(run(trainer, loader, cpu, warmup, steps, loss, [] {}));
     params = epl::nn::parameter_count(trainer.model());
@@ -81,7 +87,7 @@ int main(int argc, char** argv) {
     epl::comm::run_threads(ranks, [&](epl::comm::ThreadCommunicator& c) {
       epl::Context ctx(c, c.rank(), threads);
       const auto& cpu = ctx.cpu();
-      epl::Trainer<gpt::Gpt, epl::optim::AdamW> trainer(ctx, cfg, gpt::make_gpt(kShape), epl::optim::AdamW({.lr = 1e-4}));
+      epl::Trainer<gpt::Gpt, epl::optim::AdamW, epl::Policies<epl::Amp<epl::amp::BF16>>> trainer(ctx, cfg, gpt::make_gpt(kShape), epl::optim::AdamW({.lr = 1e-4}));
       epl::data::WindowLoader loader(ds, kShape.context, kBatch, 3, trainer.data_shard());
       std::vector<double> overlaps;
       double l = 0;
@@ -97,7 +103,7 @@ int main(int argc, char** argv) {
     peak = *std::max_element(peaks.begin(), peaks.end());
   }
   const double tps = static_cast<double>(kBatch * kShape.context) / step_s;
-  std::string impl = ranks == 1 ? BENCH_IMPL : std::string(BENCH_IMPL) + " dp " + std::to_string(ranks) + "x" + std::to_string(threads);
+  std::string impl = ranks == 1 ? std::string(BENCH_IMPL) + (amp ? " amp bf16" : "") : std::string(BENCH_IMPL) + " dp " + std::to_string(ranks) + "x" + std::to_string(threads);
   if (stages > 1)
     impl = std::string(BENCH_IMPL) + " pp " + std::to_string(stages) + (ranks > stages ? "x dp " + std::to_string(ranks / stages) : "") +
            " " + schedule + " m" + std::to_string(micro);

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """gpt-mini in PyTorch — the peer of bench_gpt_mini: the same model (pre-LN GPT, tanh GELU,
 learned positions, untied head), batch, AdamW and thread count. Prints one JSON line.
-    python3 bench/torch_gpt_mini.py --threads N [--steps 6 --warmup 2]
+    python3 bench/torch_gpt_mini.py --threads N [--steps 6 --warmup 2] [--amp]
 """
 import argparse, json, math, time
 
@@ -13,6 +13,7 @@ p = argparse.ArgumentParser()
 p.add_argument("--threads", type=int, default=1)
 p.add_argument("--steps", type=int, default=6)
 p.add_argument("--warmup", type=int, default=2)
+p.add_argument("--amp", action="store_true", help="forward and loss under CPU autocast to bf16 (PyTorch's AMP on the CPU)")
 p.add_argument("--define-only", action="store_true", help="define the model and stop (imported by the DDP peer)")
 a = p.parse_args()
 torch.set_num_threads(a.threads)
@@ -59,7 +60,8 @@ def main():
         idx, tgt = torch.randint(0, V, (B, T)), torch.randint(0, V, (B, T))
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(m(idx).view(-1, V), tgt.view(-1))
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.amp):
+            loss = F.cross_entropy(m(idx).view(-1, V), tgt.view(-1))
         loss.backward()
         opt.step()
         if s >= a.warmup:
@@ -68,7 +70,7 @@ def main():
     med = times[len(times) // 2]
     tps = B * T / med
     flops = 6 * params + 12 * L * T * C
-    print(json.dumps({"impl": f"torch {torch.__version__}", "threads": a.threads, "params": params, "tokens_per_s": round(tps, 1),
+    print(json.dumps({"impl": f"torch {torch.__version__}" + (" autocast bf16" if a.amp else ""), "threads": a.threads, "params": params, "tokens_per_s": round(tps, 1),
                       "gflops": round(tps * flops / 1e9, 1), "step_s": round(med, 4), "loss": round(loss.item(), 4),
                       "blas": torch.__config__.show().split("BLAS_INFO=")[-1].split(",")[0]}))
 
