@@ -4,6 +4,8 @@
 // limit of the vector units). The medians are reported, and each GEMM's share of the peak is
 // the median of its ratio to the peak timed beside it: this machine's speed drifts by tens of
 // percent within a minute, so a peak measured once is not a fair denominator. One JSON line.
+// On an AVX512-BF16 target the same cases also time the GEMM AMP runs (operands rounded to bf16,
+// VDPBF16PS, f32 accumulation) against a VDPBF16PS loop's peak, timed beside it the same way.
 //   bench_gemm [--threads=N]
 #include <immintrin.h>
 
@@ -27,38 +29,47 @@ double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
 }
-// One thread's FMA throughput: 12 independent accumulator chains hide the FMA latency; 16
-// (AVX-512) or 8 lanes of fp32, 2 FLOP each.
-double fma_loop_gflops(long iters) {
-#if defined(__AVX512F__)
-  using V = __m512;
-  auto fma = [](V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); };
-  auto set = [](float x) { return _mm512_set1_ps(x); };
-  constexpr int lanes = 16;
-#else
-  using V = __m256;
-  auto fma = [](V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); };
-  auto set = [](float x) { return _mm256_set1_ps(x); };
-  constexpr int lanes = 8;
-#endif
+// One thread's throughput of `op` on 12 independent accumulator chains (enough to hide its
+// latency), each instruction worth `flop` floating-point operations.
+template <class V, class Op>
+double chains_gflops(long iters, V zero, Op op, double flop) {
   V acc[12];
-  for (auto& a : acc) a = set(0.f);
-  const V x = set(0.999999f), y = set(1e-7f);
+  for (auto& a : acc) a = zero;
   auto t0 = std::chrono::steady_clock::now();
   for (long i = 0; i < iters; ++i)
-    for (auto& a : acc) a = fma(a, x, y);
+    for (auto& a : acc) a = op(a);
   const double s = seconds_since(t0);
   volatile float sink = 0;
   for (auto& a : acc) sink = sink + reinterpret_cast<float*>(&a)[0];
-  return 12.0 * lanes * 2.0 * static_cast<double>(iters) / s / 1e9;
+  return 12.0 * flop * static_cast<double>(iters) / s / 1e9;
 }
-// The FMA loop on every thread at once (the machine's peak for `threads` cores).
-double peak_gflops(int threads) {
+// FMA: 16 (AVX-512) or 8 lanes of fp32, 2 FLOP each.
+double fma_loop_gflops(long iters) {
+#if defined(__AVX512F__)
+  const __m512 x = _mm512_set1_ps(0.999999f), y = _mm512_set1_ps(1e-7f);
+  return chains_gflops(iters, _mm512_setzero_ps(), [&](__m512 a) { return _mm512_fmadd_ps(a, x, y); }, 16 * 2.0);
+#else
+  const __m256 x = _mm256_set1_ps(0.999999f), y = _mm256_set1_ps(1e-7f);
+  return chains_gflops(iters, _mm256_setzero_ps(), [&](__m256 a) { return _mm256_fmadd_ps(a, x, y); }, 8 * 2.0);
+#endif
+}
+// VDPBF16PS: 16 lanes, each two products and two adds.
+double dpbf16_loop_gflops(long iters) {
+#if defined(__AVX512BF16__)
+  const __m512bh x = _mm512_cvtne2ps_pbh(_mm512_set1_ps(0.999f), _mm512_set1_ps(1e-3f));
+  return chains_gflops(iters, _mm512_setzero_ps(), [&](__m512 a) { return _mm512_dpbf16_ps(a, x, x); }, 16 * 4.0);
+#else
+  (void)iters;
+  return 0;
+#endif
+}
+// The FMA (or VDPBF16PS) loop on every thread at once (the machine's peak for `threads` cores).
+double peak_gflops(int threads, bool bf16 = false) {
   double total = 0;
 #if defined(_OPENMP)
 #pragma omp parallel num_threads(threads) reduction(+ : total)
 #endif
-  total += fma_loop_gflops(5'000'000);
+  total += bf16 ? dpbf16_loop_gflops(5'000'000) : fma_loop_gflops(5'000'000);
   (void)threads;
   return total;
 }
@@ -77,7 +88,8 @@ int main(int argc, char** argv) {
                         {1536, 384, 2048, true, false, "gpt-mini mlp dW (dy^T x)"},
                         {2048, 4096, 384, false, true, "gpt-mini lm head"}};
   using Mat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-  std::vector<double> peaks;
+  std::vector<double> peaks, bf16_peaks;
+  constexpr bool bf16 = epl::detail::cpu::kNativeBF16Gemm;
   std::printf("{\"threads\": %d, \"cases\": [", threads);
   for (std::size_t c = 0; c < std::size(cases); ++c) {
     const auto& k = cases[c];
@@ -95,7 +107,7 @@ int main(int argc, char** argv) {
       else ec.noalias() = ea.transpose() * eb.transpose();
     };
     const double flop = 2.0 * static_cast<double>(k.m * k.n * k.k) / 1e9;
-    std::vector<double> epl_gf, eigen_gf, epl_share, eigen_share;
+    std::vector<double> epl_gf, eigen_gf, epl_share, eigen_share, bf16_gf, bf16_share;
     for (int r = 0; r < 7; ++r) {
       auto t0 = std::chrono::steady_clock::now();
       cpu.gemm(a, k.ta, b, k.tb, out);
@@ -109,11 +121,24 @@ int main(int argc, char** argv) {
       epl_share.push_back(e / p);
       eigen_share.push_back(g / p);
       peaks.push_back(p);
+      if (bf16) {
+        t0 = std::chrono::steady_clock::now();
+        cpu.gemm(a, k.ta, b, k.tb, out, 1, 0, epl::DType::kBF16);
+        const double h = flop / seconds_since(t0);
+        const double hp = peak_gflops(threads, true);
+        bf16_gf.push_back(h);
+        bf16_share.push_back(h / hp);
+        bf16_peaks.push_back(hp);
+      }
     }
     std::printf("%s{\"case\": \"%s\", \"m\": %lld, \"n\": %lld, \"k\": %lld, \"gflops\": %.1f, \"of_peak\": %.3f, "
-                "\"eigen_gflops\": %.1f, \"eigen_of_peak\": %.3f}",
+                "\"eigen_gflops\": %.1f, \"eigen_of_peak\": %.3f",
                 c ? ", " : "", k.what, (long long)k.m, (long long)k.n, (long long)k.k, median(epl_gf), median(epl_share),
                 median(eigen_gf), median(eigen_share));
+    if (bf16) std::printf(", \"bf16_gflops\": %.1f, \"bf16_of_peak\": %.3f", median(bf16_gf), median(bf16_share));
+    std::printf("}");
   }
-  std::printf("], \"peak_gflops\": %.1f}\n", median(peaks));
+  std::printf("], \"peak_gflops\": %.1f", median(peaks));
+  if (bf16) std::printf(", \"bf16_peak_gflops\": %.1f", median(bf16_peaks));
+  std::printf("}\n");
 }

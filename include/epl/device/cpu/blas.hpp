@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "epl/core/error.hpp"
 #include "epl/device/cpu/parallel.hpp"
 #include "epl/device/cpu/sgemm_avx512.hpp"
 
@@ -12,17 +13,31 @@ namespace epl {
 inline namespace v0 {
 namespace detail::cpu {
 
+/// Whether the f32 GEMM below can round its operands to bf16 itself (`bf16 = true`): epl's
+/// packed kernel on an AVX512-BF16 target multiplies them as bf16 with VDPBF16PS. Elsewhere the
+/// caller rounds copies and multiplies them in f32.
+#if defined(__AVX512F__) && !defined(EPL_EIGEN_SGEMM)
+inline constexpr bool kNativeBF16Gemm = sgemm::kHasBF16;
+#else
+inline constexpr bool kNativeBF16Gemm = false;
+#endif
+
 /// One GEMM on the calling thread (Eigen runs serially inside a parallel region). f32 on an
 /// AVX-512 target uses epl's packed kernel (sgemm_avx512.hpp); everything else Eigen's.
+/// bf16 (only where kNativeBF16Gemm, f32 only): op(A) and op(B) are rounded to bf16 as they are
+/// packed and multiply as bf16, accumulating in f32.
 template <class T>
 void gemm_serial(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, T alpha,
-                 const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc) {
+                 const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc, bool bf16 = false) {
 #if defined(__AVX512F__) && !defined(EPL_EIGEN_SGEMM)
   if constexpr (std::is_same_v<T, float>) {
+    if constexpr (kNativeBF16Gemm)
+      if (bf16) return sgemm::gemm<sgemm::BF16>(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     sgemm::gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     return;
   }
 #endif
+  EPL_CHECK(!bf16, "epl: internal: a bf16 GEMM was asked of a CPU build without AVX512-BF16 (round the operands instead)");
   using Mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   using In = Eigen::Map<const Mat, Eigen::Unaligned, Eigen::OuterStride<>>;
   using Out = Eigen::Map<Mat, Eigen::Unaligned, Eigen::OuterStride<>>;
@@ -49,18 +64,18 @@ void gemm_serial(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t 
 /// Eigen's own threading, which synchronises the threads around shared packed panels.
 template <class T>
 void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, T alpha,
-          const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc) {
+          const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc, bool bf16 = false) {
   const std::int64_t parts = std::min<std::int64_t>(threads(), std::max(m, n) / 64);
-  if (parts <= 1 || 2 * m * n * k < (std::int64_t{1} << 22)) return gemm_serial(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  if (parts <= 1 || 2 * m * n * k < (std::int64_t{1} << 22)) return gemm_serial(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, bf16);
   const bool by_rows = m >= n;
   parallel_for(parts, 1, [&](std::int64_t p0, std::int64_t p1) {
     for (std::int64_t p = p0; p < p1; ++p) {
       if (by_rows) {  // rows [i0, i1) of C and of op(A)
         std::int64_t i0 = m * p / parts, i1 = m * (p + 1) / parts;
-        gemm_serial(ta, tb, i1 - i0, n, k, alpha, ta ? a + i0 : a + i0 * lda, lda, b, ldb, beta, c + i0 * ldc, ldc);
+        gemm_serial(ta, tb, i1 - i0, n, k, alpha, ta ? a + i0 : a + i0 * lda, lda, b, ldb, beta, c + i0 * ldc, ldc, bf16);
       } else {        // columns [j0, j1) of C and of op(B)
         std::int64_t j0 = n * p / parts, j1 = n * (p + 1) / parts;
-        gemm_serial(ta, tb, m, j1 - j0, k, alpha, a, lda, tb ? b + j0 * ldb : b + j0, ldb, beta, c + j0, ldc);
+        gemm_serial(ta, tb, m, j1 - j0, k, alpha, a, lda, tb ? b + j0 * ldb : b + j0, ldb, beta, c + j0, ldc, bf16);
       }
     }
   });
@@ -71,11 +86,11 @@ void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, T al
 template <class T>
 void gemm_batched(std::int64_t batch, bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k,
                   T alpha, const T* a, std::int64_t stride_a, const T* b, std::int64_t stride_b, T beta,
-                  T* c, std::int64_t stride_c) {
+                  T* c, std::int64_t stride_c, bool bf16 = false) {
   const std::int64_t lda = ta ? m : k, ldb = tb ? k : n;
   parallel_for(batch, 1, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t i = begin; i < end; ++i)
-      gemm_serial<T>(ta, tb, m, n, k, alpha, a + i * stride_a, lda, b + i * stride_b, ldb, beta, c + i * stride_c, n);
+      gemm_serial<T>(ta, tb, m, n, k, alpha, a + i * stride_a, lda, b + i * stride_b, ldb, beta, c + i * stride_c, n, bf16);
   });
 }
 

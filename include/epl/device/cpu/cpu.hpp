@@ -89,26 +89,30 @@ class BasicCpu {
 
   // ---- BLAS --------------------------------------------------------------------------
   /// c = alpha op(a) op(b) + beta c on the 2-D views [rows, last] of a, b and c.
-  /// \param inputs a half type (bf16, f16: AMP) rounds op(a) and op(b) to it before they multiply,
-  /// into workspace copies that live for this call; products accumulate in c's dtype. Any other
-  /// dtype multiplies them as they are.
+  /// \param inputs a half type (bf16, f16: AMP) rounds op(a) and op(b) to it (nearest even)
+  /// before they multiply; products accumulate in c's dtype. bf16 on f32 with AVX512-BF16 packs
+  /// the rounded operands straight into the kernel, which multiplies them as bf16; otherwise the
+  /// operands are rounded into workspace copies that live for this call and multiply in c's dtype.
+  /// Any other dtype multiplies them as they are.
   void gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& c,
             double alpha = 1, double beta = 0, DType inputs = DType::kF32) const {
     const auto g = detail::gemm_dims(a, ta, b, tb, c);
-    const Tensor ra = rounded(a, inputs), rb = rounded(b, inputs);
+    const bool native = native_bf16(a, inputs);
+    const Tensor ra = native ? a : rounded(a, inputs), rb = native ? b : rounded(b, inputs);
     visit(a.dtype(), [&]<class T>() {
       epl::detail::cpu::gemm<T>(ta, tb, g.m, g.n, g.k, T(alpha), ra.data<T>(), a.shape().back(), rb.data<T>(), b.shape().back(), T(beta),
-                                c.data<T>(), g.n);
+                                c.data<T>(), g.n, native);
     });
   }
   /// The same GEMM on each of the [batch, .., ..] blocks of rank-3 tensors.
   void gemm_batched(const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& c,
                     double alpha = 1, double beta = 0, DType inputs = DType::kF32) const {
     const auto g = detail::gemm_batched_dims(a, ta, b, tb, c);
-    const Tensor ra = rounded(a, inputs), rb = rounded(b, inputs);
+    const bool native = native_bf16(a, inputs);
+    const Tensor ra = native ? a : rounded(a, inputs), rb = native ? b : rounded(b, inputs);
     visit(a.dtype(), [&]<class T>() {
       epl::detail::cpu::gemm_batched<T>(a.dim(0), ta, tb, g.m, g.n, g.k, T(alpha), ra.data<T>(), g.m * g.k, rb.data<T>(), g.k * g.n,
-                                        T(beta), c.data<T>(), g.m * g.n);
+                                        T(beta), c.data<T>(), g.m * g.n, native);
     });
   }
 
@@ -379,6 +383,10 @@ class BasicCpu {
   }
 
  private:
+  // Whether the GEMM kernel rounds f32 operands to bf16 itself (AVX512-BF16).
+  static bool native_bf16(const Tensor& a, DType inputs) {
+    return epl::detail::cpu::kNativeBF16Gemm && inputs == DType::kBF16 && a.dtype() == DType::kF32;
+  }
   // x rounded through the half type `to` into a workspace copy (x itself for any other dtype).
   Tensor rounded(const Tensor& x, DType to) const {
     if (to != DType::kBF16 && to != DType::kF16) return x;

@@ -1,11 +1,18 @@
 #pragma once
 /// \file
-/// \brief Single-precision GEMM for AVX-512: BLIS-style blocking with packed panels and a
-/// 14 x 32 register tile (28 zmm accumulators). Eigen 3.4's AVX-512 kernel keeps a 48 x 4 tile
-/// (12 accumulators) and reaches 50-75% of this machine's FMA peak on a GPT's GEMM shapes, this
-/// one 66-83% (bench_gemm, one and two threads); GEMMs are three quarters of a training step
+/// \brief f32 GEMM for AVX-512: BLIS-style blocking with packed panels and a 14 x 32 register
+/// tile (28 zmm accumulators). Eigen 3.4's AVX-512 kernel keeps a 48 x 4 tile (12 accumulators)
+/// and reaches 50-75% of this machine's FMA peak on a GPT's GEMM shapes, this one 66-83%
+/// (bench_gemm, one and two threads); GEMMs are three quarters of a training step
 /// (docs/benchmarks.md). Packing transposes 16 x 16 blocks in registers.
-/// Only compiled where the target has AVX-512F; blas.hpp falls back to Eigen elsewhere.
+///
+/// One driver serves two packed formats: F32 (one k per step, FMA) and, where the target has
+/// AVX512-BF16, BF16 for AMP: packing rounds op(A) and op(B) to bf16 (nearest even) and stores
+/// pairs of consecutive k as one 32-bit lane, and each step's VDPBF16PS multiplies two k at once
+/// into f32 accumulators, twice the f32 kernel's products per instruction. That instruction
+/// treats subnormal inputs and results as zero.
+/// Only compiled where the target has AVX-512F (BW for BF16's packing); blas.hpp falls back to
+/// Eigen elsewhere.
 #if defined(__AVX512F__)
 #include <immintrin.h>
 
@@ -20,21 +27,24 @@ namespace detail::cpu {
 namespace sgemm {
 
 inline constexpr int kMR = 14, kNR = 32;
-inline constexpr std::int64_t kKC = 384, kMC = 14 * 36, kNC = 4096;
+inline constexpr std::int64_t kMC = 14 * 36, kNC = 4096;
 
-/// Per-thread packing buffers, 64-byte aligned, grown on demand and reused.
+/// Per-thread packing buffers, 64-byte aligned, grown on demand and reused. Both formats pack
+/// 4-byte lanes (a float, or a pair of bf16), counted in `want` lanes.
 struct Workspace {
   struct Free {
-    void operator()(float* p) const noexcept { std::free(p); }
+    void operator()(void* p) const noexcept { std::free(p); }
   };
-  std::unique_ptr<float, Free> a, b;
+  std::unique_ptr<void, Free> a, b;
   std::size_t a_size = 0, b_size = 0;
-  static float* grow(std::unique_ptr<float, Free>& p, std::size_t& size, std::size_t want) {
+  template <class Lane>
+  static Lane* grow(std::unique_ptr<void, Free>& p, std::size_t& size, std::size_t want) {
+    static_assert(sizeof(Lane) == 4);
     if (size < want) {
-      p.reset(static_cast<float*>(std::aligned_alloc(64, (want * sizeof(float) + 63) / 64 * 64)));
+      p.reset(std::aligned_alloc(64, (want * sizeof(Lane) + 63) / 64 * 64));
       size = want;
     }
-    return p.get();
+    return static_cast<Lane*>(p.get());
   }
   static Workspace& local() {
     static thread_local Workspace w;
@@ -116,36 +126,34 @@ inline void pack_rows(const float* src, std::int64_t ld, std::int64_t width, std
   }
 }
 
-// op(A)[i0 + i, p0 + p] for i < mc, p < kc, into panels of kMR rows: panel r holds, for each p,
-// the kMR values of rows r*kMR.. (zero-padded past mc).
-inline void pack_a(bool ta, const float* a, std::int64_t lda, std::int64_t i0, std::int64_t mc, std::int64_t p0,
-                   std::int64_t kc, float* dst) {
-  if (ta)  // A stored [k, m]: each p is a contiguous run of rows
-    return pack_rows<kMR>(a + p0 * lda + i0, lda, mc, kc, dst);
-  for (std::int64_t ir = 0; ir < mc; ir += kMR)  // A stored [m, k]: transpose 16 x 16 blocks
-    pack_transposed(a + (i0 + ir) * lda + p0, lda, std::min<std::int64_t>(kMR, mc - ir), kc, dst + ir * kc, kMR,
-                    first_lanes(kMR));
-}
+/// The f32 format: a lane is one float, a step one k.
+struct F32 {
+  using Lane = float;
+  static constexpr std::int64_t kPerStep = 1, kKC = 384;
 
-// op(B)[p0 + p, j0 + j] for p < kc, j < nc, into panels of kNR columns: panel c holds, for
-// each p, the kNR values of columns c*kNR.. (zero-padded past nc).
-inline void pack_b(bool tb, const float* b, std::int64_t ldb, std::int64_t p0, std::int64_t kc, std::int64_t j0,
-                   std::int64_t nc, float* dst) {
-  if (!tb)  // B stored [k, n]: each p is a contiguous run of columns
-    return pack_rows<kNR>(b + p0 * ldb + j0, ldb, nc, kc, dst);
-  for (std::int64_t jr = 0; jr < nc; jr += kNR)  // B stored [n, k]: transpose 16 x 16 blocks
-    for (std::int64_t h = 0; h < kNR; h += 16)
-      pack_transposed(b + (j0 + jr + h) * ldb + p0, ldb, std::clamp<std::int64_t>(nc - jr - h, 0, 16), kc,
-                      dst + jr * kc + h, kNR, 0xFFFF);
-}
-
-// C[0:mr, 0:nr] (= or +=) alpha * Apanel * Bpanel over kc. The full tile lives in registers.
-inline void kernel(std::int64_t kc, const float* __restrict a, const float* __restrict b, float* c, std::int64_t ldc, int mr,
-                   int nr, float alpha, bool accumulate) {
-  __m512 acc[kMR][2];
-#pragma GCC unroll 14
-  for (int i = 0; i < kMR; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
-  auto step = [&] {
+  // op(A)[i0 + i, p0 + p] for i < mc, p < kc, into panels of kMR rows: panel r holds, for each
+  // p, the kMR values of rows r*kMR.. (zero-padded past mc).
+  static void pack_a(bool ta, const float* a, std::int64_t lda, std::int64_t i0, std::int64_t mc, std::int64_t p0,
+                     std::int64_t kc, float* dst) {
+    if (ta)  // A stored [k, m]: each p is a contiguous run of rows
+      return pack_rows<kMR>(a + p0 * lda + i0, lda, mc, kc, dst);
+    for (std::int64_t ir = 0; ir < mc; ir += kMR)  // A stored [m, k]: transpose 16 x 16 blocks
+      pack_transposed(a + (i0 + ir) * lda + p0, lda, std::min<std::int64_t>(kMR, mc - ir), kc, dst + ir * kc, kMR,
+                      first_lanes(kMR));
+  }
+  // op(B)[p0 + p, j0 + j] for p < kc, j < nc, into panels of kNR columns: panel c holds, for
+  // each p, the kNR values of columns c*kNR.. (zero-padded past nc).
+  static void pack_b(bool tb, const float* b, std::int64_t ldb, std::int64_t p0, std::int64_t kc, std::int64_t j0,
+                     std::int64_t nc, float* dst) {
+    if (!tb)  // B stored [k, n]: each p is a contiguous run of columns
+      return pack_rows<kNR>(b + p0 * ldb + j0, ldb, nc, kc, dst);
+    for (std::int64_t jr = 0; jr < nc; jr += kNR)  // B stored [n, k]: transpose 16 x 16 blocks
+      for (std::int64_t h = 0; h < kNR; h += 16)
+        pack_transposed(b + (j0 + jr + h) * ldb + p0, ldb, std::clamp<std::int64_t>(nc - jr - h, 0, 16), kc,
+                        dst + jr * kc + h, kNR, 0xFFFF);
+  }
+  // acc[i][h] += a[i] * b[16h..16h+15] for the kMR rows of one step
+  [[gnu::always_inline]] static void step(__m512 (&acc)[kMR][2], const float* __restrict a, const float* __restrict b) {
     const __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
 #pragma GCC unroll 14
     for (int i = 0; i < kMR; ++i) {
@@ -153,18 +161,118 @@ inline void kernel(std::int64_t kc, const float* __restrict a, const float* __re
       acc[i][0] = _mm512_fmadd_ps(ai, b0, acc[i][0]);
       acc[i][1] = _mm512_fmadd_ps(ai, b1, acc[i][1]);
     }
+  }
+};
+
+#if defined(__AVX512BF16__) && defined(__AVX512BW__)
+/// The bf16 format (AMP): a lane is a pair of bf16, op(X)[., 2q] in its low half and
+/// op(X)[., 2q + 1] in its high half (zero past k); a step is two k.
+struct BF16 {
+  using Lane = std::uint32_t;
+  static constexpr std::int64_t kPerStep = 2, kKC = 768;  // the f32 format's panel bytes
+
+  // 32 floats rounded to bf16, as 16 pairs: lane i = (lo[i], hi[i]) for two rows of k, or
+  // lane i = (x[2i], x[2i + 1]) for one run of k (lo = x[0..15], hi = x[16..31]).
+  static __m512i pairs_across(__m512 lo, __m512 hi) {
+    // cvtne2ps puts lo's 16 bf16 in the low half and hi's in the high half; interleave them
+    const __m512i halves = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo));
+    const __m512i order = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21, 5,
+                                           20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    return _mm512_permutexvar_epi16(order, halves);
+  }
+  static __m512 pairs_along(__m512 lo, __m512 hi) {
+    return reinterpret_cast<__m512>(_mm512_cvtne2ps_pbh(hi, lo));  // already in k order
+  }
+
+  // Rows i < rows (<= 16, ld apart, the rest zero) run along k: dst[q * stride + i] = the pair q
+  // of row i for q < ceil(kc / 2), i < lanes. Converts 16 x 32 floats, then transposes 16 x 16 pairs.
+  static void pack_along(const float* src, std::int64_t ld, std::int64_t rows, std::int64_t kc, Lane* dst, std::int64_t stride,
+                         __mmask16 lanes) {
+    __m512 r[16];
+    for (std::int64_t p = 0; p < kc; p += 32) {
+      const __mmask16 lo = first_lanes(kc - p), hi = first_lanes(kc - p - 16);
+#pragma GCC unroll 16
+      for (int i = 0; i < 16; ++i)
+        r[i] = i < rows ? pairs_along(_mm512_maskz_loadu_ps(lo, src + i * ld + p), _mm512_maskz_loadu_ps(hi, src + i * ld + p + 16))
+                        : _mm512_setzero_ps();
+      transpose16(r);
+      const std::int64_t q0 = p / 2, pairs = std::min<std::int64_t>(16, (kc - p + 1) / 2);
+      for (std::int64_t j = 0; j < pairs; ++j) _mm512_mask_storeu_ps(dst + (q0 + j) * stride, lanes, r[j]);
+    }
+  }
+  // Rows p < kc of the [kc, width] block at src (rows ld apart) hold k: rows 2q and 2q + 1 make
+  // pair q, into panels of kPanel columns: dst[(j / kPanel) * ceil(kc / 2) * kPanel + q * kPanel + j % kPanel].
+  template <int kPanel>
+  static void pack_across(const float* src, std::int64_t ld, std::int64_t width, std::int64_t kc, Lane* dst) {
+    constexpr __mmask16 kLanes = first_lanes(kPanel);
+    const std::int64_t steps = (kc + 1) / 2;
+    for (std::int64_t q = 0; q < steps; ++q) {
+      const float* even = src + 2 * q * ld;
+      const float* odd = 2 * q + 1 < kc ? even + ld : nullptr;
+      Lane* out = dst + q * kPanel;
+      for (std::int64_t j = 0; j < width; j += kPanel, out += steps * kPanel)
+        for (int h = 0; h < kPanel; h += 16) {
+          const __mmask16 valid = first_lanes(width - j - h) & kLanes;
+          const __m512 lo = _mm512_maskz_loadu_ps(valid, even + j + h);
+          const __m512 hi = odd ? _mm512_maskz_loadu_ps(valid, odd + j + h) : _mm512_setzero_ps();
+          _mm512_mask_storeu_epi32(out + h, kLanes, pairs_across(lo, hi));
+        }
+    }
+  }
+  static void pack_a(bool ta, const float* a, std::int64_t lda, std::int64_t i0, std::int64_t mc, std::int64_t p0,
+                     std::int64_t kc, Lane* dst) {
+    const std::int64_t steps = (kc + 1) / 2;
+    if (ta) return pack_across<kMR>(a + p0 * lda + i0, lda, mc, kc, dst);
+    for (std::int64_t ir = 0; ir < mc; ir += kMR)
+      pack_along(a + (i0 + ir) * lda + p0, lda, std::min<std::int64_t>(kMR, mc - ir), kc, dst + ir * steps, kMR, first_lanes(kMR));
+  }
+  static void pack_b(bool tb, const float* b, std::int64_t ldb, std::int64_t p0, std::int64_t kc, std::int64_t j0,
+                     std::int64_t nc, Lane* dst) {
+    const std::int64_t steps = (kc + 1) / 2;
+    if (!tb) return pack_across<kNR>(b + p0 * ldb + j0, ldb, nc, kc, dst);
+    for (std::int64_t jr = 0; jr < nc; jr += kNR)
+      for (std::int64_t h = 0; h < kNR; h += 16)
+        pack_along(b + (j0 + jr + h) * ldb + p0, ldb, std::clamp<std::int64_t>(nc - jr - h, 0, 16), kc, dst + jr * steps + h, kNR,
+                   0xFFFF);
+  }
+  // acc[i][h] += the dot products of row i's pair with the 16 pairs of columns 16h.. of one step
+  [[gnu::always_inline]] static void step(__m512 (&acc)[kMR][2], const Lane* __restrict a, const Lane* __restrict b) {
+    const __m512bh b0 = reinterpret_cast<__m512bh>(_mm512_load_si512(b)), b1 = reinterpret_cast<__m512bh>(_mm512_load_si512(b + 16));
+#pragma GCC unroll 14
+    for (int i = 0; i < kMR; ++i) {
+      const __m512bh ai = reinterpret_cast<__m512bh>(_mm512_broadcastd_epi32(_mm_loadu_si32(a + i)));
+      acc[i][0] = _mm512_dpbf16_ps(acc[i][0], ai, b0);
+      acc[i][1] = _mm512_dpbf16_ps(acc[i][1], ai, b1);
+    }
+  }
+};
+inline constexpr bool kHasBF16 = true;
+#else
+inline constexpr bool kHasBF16 = false;
+#endif
+
+// C[0:mr, 0:nr] (= or +=) alpha * Apanel * Bpanel over `steps` steps of the format. The full
+// tile lives in registers.
+template <class Fmt>
+inline void kernel(std::int64_t steps, const typename Fmt::Lane* __restrict a, const typename Fmt::Lane* __restrict b, float* c,
+                   std::int64_t ldc, int mr, int nr, float alpha, bool accumulate) {
+  __m512 acc[kMR][2];
+#pragma GCC unroll 14
+  for (int i = 0; i < kMR; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+  auto step = [&] {
+    Fmt::step(acc, a, b);
     a += kMR;
     b += kNR;
   };
   // The tile of C is usually a cache miss (rows ldc apart, in memory): fetch it for writing
-  // one row a step while the first k steps run, so it arrives before the stores.
+  // one row a step while the first steps run, so it arrives before the stores.
   std::int64_t p = 0;
-  for (; p < kc && p < mr; ++p) {
+  for (; p < steps && p < mr; ++p) {
     _mm_prefetch(reinterpret_cast<const char*>(c + p * ldc), _MM_HINT_ET0);
     _mm_prefetch(reinterpret_cast<const char*>(c + p * ldc + nr - 1), _MM_HINT_ET0);
     step();
   }
-  for (; p < kc; ++p) step();
+  for (; p < steps; ++p) step();
   const __m512 va = _mm512_set1_ps(alpha);
   if (mr == kMR && nr == kNR) {
 #pragma GCC unroll 14
@@ -196,9 +304,12 @@ inline void kernel(std::int64_t kc, const float* __restrict a, const float* __re
   }
 }
 
-/// C[m,n] = alpha op(A) op(B) + beta C on the calling thread; row-major, leading dimensions.
+/// C[m,n] = alpha op(A) op(B) + beta C on the calling thread; row-major, leading dimensions;
+/// op(A) and op(B) packed in the format Fmt (F32, or BF16 where kHasBF16).
+template <class Fmt = F32>
 inline void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a,
                  std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c, std::int64_t ldc) {
+  using Lane = typename Fmt::Lane;
   if (m == 0 || n == 0) return;
   if (beta != 0.f && beta != 1.f)
     for (std::int64_t i = 0; i < m; ++i)
@@ -208,24 +319,25 @@ inline void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t 
       for (std::int64_t i = 0; i < m; ++i) std::fill_n(c + i * ldc, n, 0.f);
     return;
   }
+  constexpr std::int64_t kKC = Fmt::kKC, kPer = Fmt::kPerStep;
   auto& ws = Workspace::local();
-  const std::int64_t nc_max = std::min(kNC, n), kc_max = std::min(kKC, k), mc_max = std::min(kMC, m);
-  float* bp = Workspace::grow(ws.b, ws.b_size, static_cast<std::size_t>((nc_max + kNR - 1) / kNR * kNR * kc_max));
-  float* ap = Workspace::grow(ws.a, ws.a_size, static_cast<std::size_t>((mc_max + kMR - 1) / kMR * kMR * kc_max));
+  const std::int64_t nc_max = std::min(kNC, n), steps_max = (std::min(kKC, k) + kPer - 1) / kPer, mc_max = std::min(kMC, m);
+  Lane* bp = Workspace::grow<Lane>(ws.b, ws.b_size, static_cast<std::size_t>((nc_max + kNR - 1) / kNR * kNR * steps_max));
+  Lane* ap = Workspace::grow<Lane>(ws.a, ws.a_size, static_cast<std::size_t>((mc_max + kMR - 1) / kMR * kMR * steps_max));
   for (std::int64_t jc = 0; jc < n; jc += kNC) {
     const std::int64_t nc = std::min(kNC, n - jc);
     for (std::int64_t pc = 0; pc < k; pc += kKC) {
-      const std::int64_t kc = std::min(kKC, k - pc);
+      const std::int64_t kc = std::min(kKC, k - pc), steps = (kc + kPer - 1) / kPer;
       const bool accumulate = pc > 0 || beta != 0.f;  // the first k block overwrites C when beta == 0
-      pack_b(tb, b, ldb, pc, kc, jc, nc, bp);
+      Fmt::pack_b(tb, b, ldb, pc, kc, jc, nc, bp);
       for (std::int64_t ic = 0; ic < m; ic += kMC) {
         const std::int64_t mc = std::min(kMC, m - ic);
-        pack_a(ta, a, lda, ic, mc, pc, kc, ap);
+        Fmt::pack_a(ta, a, lda, ic, mc, pc, kc, ap);
         for (std::int64_t jr = 0; jr < nc; jr += kNR)
           for (std::int64_t ir = 0; ir < mc; ir += kMR)
-            kernel(kc, ap + ir * kc, bp + jr * kc, c + (ic + ir) * ldc + jc + jr, ldc,
-                   static_cast<int>(std::min<std::int64_t>(kMR, mc - ir)), static_cast<int>(std::min<std::int64_t>(kNR, nc - jr)),
-                   alpha, accumulate);
+            kernel<Fmt>(steps, ap + ir * steps, bp + jr * steps, c + (ic + ir) * ldc + jc + jr, ldc,
+                        static_cast<int>(std::min<std::int64_t>(kMR, mc - ir)), static_cast<int>(std::min<std::int64_t>(kNR, nc - jr)),
+                        alpha, accumulate);
       }
     }
   }
