@@ -124,4 +124,24 @@ TEST_CASE("cuda host pool: pinned memory on its own account, copied both ways an
   g.synchronize();
   CHECK(max_diff(h, twice) < 1e-6);  // and the host reads it directly
 }
+TEST_CASE("cuda copy_ahead: a copy on the copy stream after the queued work, awaited by the stream's later work") {
+  device::Cuda g;
+  Tensor src = host_random({1 << 20}, 11);
+  Tensor pool = g.host_empty({1 << 20}, DType::kF32, MemoryCategory::kParameters);
+  Tensor d = to_gpu(g, src);
+  g.copy(d, pool);                        // queued on the stream: copy_ahead must see it
+  g.scale(d, 3.0);                        // and this too, before its copy reads d below
+  Tensor on_device = g.empty({1 << 20}, DType::kF32);
+  const auto ticket = g.copy_ahead(pool, on_device);  // host pool to device, on the copy stream
+  Tensor tripled = g.empty({1 << 20}, DType::kF32);
+  const auto ticket2 = g.copy_ahead(d, tripled);
+  g.await(ticket);
+  g.await(ticket2);
+  g.axpy(1.0, on_device, tripled);        // after both copies: 3 src + src
+  Tensor four = cpu.empty({1 << 20}, DType::kF32);
+  cpu.fill(four, 0.0);
+  cpu.axpy(4.0, src, four);
+  CHECK(max_diff(to_host(g, tripled), four) < 1e-5);
+  CHECK(max_diff(to_host(g, on_device), src) == 0);
+}
 }

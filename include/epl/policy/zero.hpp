@@ -26,7 +26,10 @@
 /// device staging buffer and is added to the host shard when the reduction completes.
 #include <algorithm>
 #include <deque>
+#include <optional>
 #include <unordered_map>
+#include <utility>
+#include <variant>
 #include <vector>
 
 #include "epl/comm/any_communicator.hpp"
@@ -37,6 +40,16 @@
 namespace epl {
 inline namespace v0 {
 namespace policy {
+namespace detail {
+template <class D, bool kHas>
+struct copy_ticket {
+  using type = std::monostate;
+};
+template <class D>
+struct copy_ticket<D, true> {
+  using type = typename D::CopyTicket;
+};
+}  // namespace detail
 
 /// \brief ZeRO stages 1, 2 and 3 over one group, on an arena cut into units of group.size() shards.
 template <class D>
@@ -233,6 +246,10 @@ class ZeroSharder {
 
  private:
   static constexpr std::size_t kNone = static_cast<std::size_t>(-1);
+  // A device's copy_ahead() ticket (a copy on its copy stream), or nothing for a device that
+  // copies only in order.
+  static constexpr bool kCopyAhead = requires(const D& d, const Tensor& t) { d.await(d.copy_ahead(t, t)); };
+  using Ticket = typename detail::copy_ticket<D, kCopyAhead>::type;
   struct Unit {
     param::Range owned;             // this rank's slice, in arena offsets
     std::int64_t at = 0;            // its offset in the shard buffers
@@ -244,6 +261,7 @@ class ZeroSharder {
     Tensor values;                  // stage 3: the gathered unit, while resident
     Tensor staging;                 // offload: the host shard copied to the device, while it is gathered
     comm::Work gather;
+    std::optional<Ticket> copied;   // offload on one rank: the copy from the host pool, until awaited
     bool gather_seen = false;       // waited for, its span recorded
     std::uint64_t used = 0;         // last use, for eviction
   };
@@ -321,6 +339,7 @@ class ZeroSharder {
     if (!unit.values.defined()) start_gather(u);
     if (!unit.gather_seen) {
       unit.gather.wait();
+      settle(unit);
       span("all_gather", u, unit.gather);
       unit.gather_seen = true;
       unit.staging = {};
@@ -341,8 +360,9 @@ class ZeroSharder {
     unit.gather_seen = false;
     if (!offload_) {
       unit.gather = group_->all_gather_async(own_values(u), unit.values);
-    } else if (group_->size() == 1) {
-      device_->copy(own_values(u), unit.values);  // host to device: the whole unit is this rank's
+    } else if (group_->size() == 1) {  // host to device: the whole unit is this rank's
+      if constexpr (kCopyAhead) unit.copied = device_->copy_ahead(own_values(u), unit.values);  // beside the compute
+      else device_->copy(own_values(u), unit.values);
       unit.gather = {};
     } else {
       unit.staging = device_->empty({units_[u].owned.size()}, arena_->dtype(), MemoryCategory::kParameters);
@@ -366,10 +386,16 @@ class ZeroSharder {
     auto& unit = units_[u];
     if (!unit.values.defined()) return;
     unit.gather.wait();
+    settle(unit);  // a prefetch evicted unused: its memory is reused after the copy, not before
     for (auto* p : unit.members) p->value = {};
     unit.values = {};
     unit.staging = {};
     unit.gather = {};
+  }
+  // The device's later work sees the unit's copy from the host pool (offload on one rank).
+  void settle(Unit& unit) {
+    if constexpr (kCopyAhead)
+      if (unit.copied) device_->await(*std::exchange(unit.copied, std::nullopt));
   }
   [[nodiscard]] Tensor host_zeros(std::int64_t n, MemoryCategory c) const {
     return device_->host_zeros({n}, arena_->dtype(), c);

@@ -71,7 +71,17 @@ class BasicCpu {
   void copy(const Tensor& src, const Tensor& dst) const {
     detail::same(src, dst, "copy");
     std::memcpy(dst.raw(), src.raw(), src.bytes());
+  }  /// \brief A copy started by copy_ahead(). The CPU copies at once: nothing to wait for.
+  struct CopyTicket {};
+  /// \brief dst = src, started ahead of its use (offload's prefetch; the CUDA device runs it on
+  /// a copy stream). The CPU copies now.
+  CopyTicket copy_ahead(const Tensor& src, const Tensor& dst) const {
+    copy(src, dst);
+    return {};
   }
+  /// \brief The device's later work sees the copy (always, on the CPU).
+  void await(const CopyTicket&) const {}
+
   void upload(const void* host, const Tensor& dst) const { std::memcpy(dst.raw(), host, dst.bytes()); }
   void download(const Tensor& src, void* host) const { std::memcpy(host, src.raw(), src.bytes()); }
   void fill(const Tensor& x, double v) const {

@@ -63,11 +63,13 @@ class Cuda {
     EPL_CHECK(index >= 0 && index < n, "CUDA device ", index, " requested, ", n, " visible; check CUDA_VISIBLE_DEVICES");
     EPL_CUDA_CHECK(cudaSetDevice(index));
     EPL_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    EPL_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
     EPL_CUBLAS_CHECK(cublasCreate(&blas_));
     EPL_CUBLAS_CHECK(cublasSetStream(blas_, stream_));
   }
   ~Cuda() {
     if (blas_) cublasDestroy(blas_);
+    if (copy_stream_) cudaStreamDestroy(copy_stream_);
     if (stream_) cudaStreamDestroy(stream_);
   }
   Cuda(const Cuda&) = delete;
@@ -100,6 +102,37 @@ class Cuda {
   void copy(const Tensor& src, const Tensor& dst) const {
     same(src, dst, "copy");
     EPL_CUDA_CHECK(cudaMemcpyAsync(dst.raw(), src.raw(), src.bytes(), cudaMemcpyDefault, stream_));
+  }
+  /// \brief A copy started by copy_ahead(); await() orders the stream's later work after it.
+  class CopyTicket {
+   public:
+    CopyTicket() = default;
+
+   private:
+    friend class Cuda;
+    struct Destroy {
+      void operator()(CUevent_st* e) const noexcept { cudaEventDestroy(e); }
+    };
+    std::shared_ptr<CUevent_st> done_;
+  };
+  /// \brief dst = src on the device's copy stream (offload's prefetch: a layer's weights come
+  /// from the host pool while the stream computes). It starts after the work already queued on
+  /// the stream, which may have used dst's memory before it was freed, and runs beside the work
+  /// queued after it. Neither tensor may be used before await(ticket).
+  [[nodiscard]] CopyTicket copy_ahead(const Tensor& src, const Tensor& dst) const {
+    same(src, dst, "copy_ahead");
+    CopyTicket t;
+    const auto queued = event(), done = event();
+    EPL_CUDA_CHECK(cudaEventRecord(queued.get(), stream_));
+    EPL_CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, queued.get(), 0));
+    EPL_CUDA_CHECK(cudaMemcpyAsync(dst.raw(), src.raw(), src.bytes(), cudaMemcpyDefault, copy_stream_));
+    EPL_CUDA_CHECK(cudaEventRecord(done.get(), copy_stream_));
+    t.done_ = done;
+    return t;
+  }
+  /// \brief The stream's work queued from now on waits for the copy (the host does not).
+  void await(const CopyTicket& t) const {
+    if (t.done_) EPL_CUDA_CHECK(cudaStreamWaitEvent(stream_, t.done_.get(), 0));
   }
   /// Host -> device; the host buffer may be reused as soon as this returns.
   void upload(const void* host, const Tensor& dst) const {
@@ -231,10 +264,18 @@ class Cuda {
     });
   }
   static void same(const Tensor& a, const Tensor& b, const char* op) { detail::same(a, b, op); }
+  // An event for ordering only (no timing); destroyed when its last holder lets go, which CUDA
+  // allows while work on it is still pending.
+  static std::shared_ptr<CUevent_st> event() {
+    cudaEvent_t e = nullptr;
+    EPL_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    return {e, CopyTicket::Destroy{}};
+  }
 
   std::unique_ptr<CudaAllocator> alloc_;
   std::unique_ptr<PinnedAllocator> pinned_;
   cudaStream_t stream_ = nullptr;
+  cudaStream_t copy_stream_ = nullptr;  // copy_ahead's
   cublasHandle_t blas_ = nullptr;
 };
 
