@@ -76,6 +76,50 @@ TEST_CASE("optimizer state is accounted as optimizer state, one buffer per slot 
   CHECK_THROWS_WITH_AS(u.step(dev, arena.values().slice(0, 2), arena.grads().slice(0, 2)),
                        doctest::Contains("its state holds"), Error);
 }
+// An optimizer that is not fused: its update makes a temporary as long as the range it is given
+// (here lr * grad), as an unfused or user-written rule does. epl's SGD and AdamW are fused and
+// make none.
+struct UnfusedSgd {
+  static constexpr int kStateSlots = 0;
+  struct Options {
+    double lr = 0.1;
+  };
+  template <class D>
+  void update(const D& d, const Tensor& value, const Tensor& grad, std::span<const Tensor>, std::int64_t) const {
+    Tensor step = d.empty(grad.shape(), grad.dtype(), MemoryCategory::kWorkspace);
+    d.copy(grad, step);
+    d.scale(step, opt_.lr);
+    d.axpy(-1.0, step, value);
+  }
+  [[nodiscard]] const Options& options() const noexcept { return opt_; }
+  Options opt_;
+};
+struct Wide {
+  nn::Parameter w{Shape{1000, 7}, nn::Init::normal(0.5)}, b{Shape{13}, nn::Init::normal(0.5)};
+  template <class V> void visit(V&& v) {
+    v("w", w);
+    v("b", b);
+  }
+};
+TEST_CASE("apply groups: an update's temporaries peak at the largest group's bytes, about 1 / G, with the same result") {
+  device::Cpu dev(31);
+  std::vector<double> first;
+  for (std::int64_t groups : {1, 4, 7}) {
+    CAPTURE(groups);
+    Wide m;
+    auto arena = param::materialize(m, dev, {.seed = 3});
+    dev.fill(arena.grads(), 0.25);
+    optim::Updater<UnfusedSgd> u(UnfusedSgd{});
+    memory_account(dev.id()).reset_peaks();
+    const auto before = memory_stats(dev.id()).current_of(MemoryCategory::kWorkspace);
+    u.step(dev, arena.values(), arena.grads(), groups);
+    const auto n = arena.size();  // 7013 elements: the largest group holds ceil(n / G)
+    CHECK(memory_stats(dev.id()).peak_of(MemoryCategory::kWorkspace) - before == (n + groups - 1) / groups * 4);
+    const auto values = test::values(arena.values());
+    if (groups == 1) first = values;
+    else CHECK(values == first);
+  }
+}
 TEST_CASE("clip_grad_norm scales to the max norm and reports the norm before") {
   Param1 m;
   auto arena = param::materialize(m, test::cpu64(), {.dtype = DType::kF64});
