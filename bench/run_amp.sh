@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # gpt-mini, one device, fp32 against mixed precision (amp.level O1, bf16 operands), epl and
-# PyTorch (CPU autocast to bf16), alternating runs (A B C D A B C D ...), medians.
+# PyTorch (CPU autocast to bf16), alternating runs (A B C D A B C D ...), medians; then the
+# flagship example's 100-step loss curve under --amp.level=O1 beside f32's.
 # Writes bench/results/amp.json.
 #   bench/run_amp.sh [threads=1] [rounds=5] [torch_steps=4]
 # PyTorch's autocast bf16 is slow where the CPU has no AVX512-BF16 (45 s a step on Zen 3):
@@ -9,21 +10,28 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 threads=${1:-1}; rounds=${2:-5}; tsteps=${3:-4}
 cmake --preset cpu-release >/dev/null
-cmake --build --preset cpu-release --target bench_gpt_mini >/dev/null
+cmake --build --preset cpu-release --target bench_gpt_mini gpt >/dev/null
 mkdir -p bench/results
-export OMP_NUM_THREADS=$threads ATEN_CPU_CAPABILITY=avx512
-py=/usr/bin/python3; [ -x .venv-torch2/bin/python ] && py=.venv-torch2/bin/python
+# the peers as bench/run_gpt_mini.sh tunes them: Debian's torch on OpenBLAS's AVX-512 kernels,
+# and PyPI's torch 2.x (oneDNN, MKL) in .venv-torch2 when present
+export OPENBLAS_CORETYPE=SkylakeX ATEN_CPU_CAPABILITY=avx512 OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=$threads
+peers=("/usr/bin/python3")
+[ -x .venv-torch2/bin/python ] && peers+=(".venv-torch2/bin/python")
 log=bench/results/amp.log; : > "$log"
 for r in $(seq "$rounds"); do
   ./build/cpu-release/bench/bench_gpt_mini --threads="$threads" --steps=4 --warmup=1 | tee -a "$log"
   ./build/cpu-release/bench/bench_gpt_mini --threads="$threads" --steps=4 --warmup=1 --amp | tee -a "$log"
   if [ "$tsteps" -gt 0 ]; then
-    "$py" bench/torch_gpt_mini.py --threads "$threads" --steps "$tsteps" --warmup 1 2>/dev/null | tee -a "$log"
-    "$py" bench/torch_gpt_mini.py --threads "$threads" --steps "$tsteps" --warmup 1 --amp 2>/dev/null | tee -a "$log"
+    for py in "${peers[@]}"; do
+      "$py" bench/torch_gpt_mini.py --threads "$threads" --steps "$tsteps" --warmup 1 2>/dev/null | tee -a "$log"
+      "$py" bench/torch_gpt_mini.py --threads "$threads" --steps "$tsteps" --warmup 1 --amp 2>/dev/null | tee -a "$log"
+    done
   fi
 done
+./build/cpu-release/examples/gpt/gpt --steps=100 --threads="$threads" > bench/results/amp_curve_f32.log
+./build/cpu-release/examples/gpt/gpt --steps=100 --threads="$threads" --amp.level=O1 > bench/results/amp_curve_O1.log
 /usr/bin/python3 - "$log" "$threads" <<'PY'
-import json, statistics, sys
+import json, re, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 by = {}
 for r in rows: by.setdefault(r["impl"], []).append(r)
@@ -32,6 +40,14 @@ print(f"{'implementation':<34}{'tokens/s':>10}{'peak MiB':>10}   runs (tokens/s)
 for k, v in by.items():
     peak = statistics.median(x.get("peak_mib", float("nan")) for x in v)
     print(f"{k:<34}{statistics.median(x['tokens_per_s'] for x in v):>10.1f}{peak:>10.1f}   " + " ".join(f"{x['tokens_per_s']:.0f}" for x in v))
+curve = {k: [float(x) for x in re.findall(r"^step +\d+ +loss +([0-9.]+)", open(f"bench/results/amp_curve_{k}.log").read(), re.M)]
+         for k in ("f32", "O1")}
+rel = [abs(b - a) / a for a, b in zip(curve["f32"], curve["O1"])]
+print(f"\nexamples/gpt, 100 steps: loss f32 / O1 (bf16)")
+for s in (1, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100):
+    print(f"step {s:>3}  {curve['f32'][s - 1]:.4f}  {curve['O1'][s - 1]:.4f}")
+print(f"largest relative difference over the 100 steps: {max(rel):.4f} (step {rel.index(max(rel)) + 1}); "
+      f"mean of the last 10: f32 {statistics.mean(curve['f32'][-10:]):.4f}, O1 {statistics.mean(curve['O1'][-10:]):.4f}")
 json.dump({"threads": int(sys.argv[2]), "median_tokens_per_s": {k: statistics.median(x["tokens_per_s"] for x in v) for k, v in by.items()},
-           "runs": rows}, open("bench/results/amp.json", "w"), indent=1)
+           "runs": rows, "gpt_loss_curve": curve, "gpt_loss_max_rel_diff": max(rel)}, open("bench/results/amp.json", "w"), indent=1)
 PY
