@@ -173,6 +173,21 @@ TEST_CASE("amp: 2 and 4 thread ranks, with accumulation and ZeRO, train like one
     }
 }
 
+// Gradients on the fp16 wire (communication.fp16) already carry the loss scale, which is then the
+// wire's scale: communication.fp16_scale would multiply them again past f16's range.
+TEST_CASE("amp: with communication.fp16 the loss scale is the wire's scale, so bf16 steps do not overflow") {
+  Config plain = config("O1"), wire = config("O1");
+  wire.set("communication.fp16", true);
+  const auto f32_wire = train<Policies<Amp<amp::BF16>>>(2, plain, 690, 8);
+  const auto f16_wire = train<Policies<Amp<amp::BF16>>>(2, wire, 691, 8);
+  for (const auto& r : f16_wire) {
+    CHECK(r.skipped.back() == 0);
+    CHECK(r.scales.back() == 65536);
+    CHECK(test::max_rel_diff(r.losses, f32_wire[0].losses) < 1e-2);
+    CHECK(test::max_rel_diff(r.losses, f32_wire[0].losses) > 0);  // the wire did round
+  }
+}
+
 TEST_CASE("amp: f16 with a loss scale too large skips those steps on every rank, untouched, then backs off and grows") {
   TrainerOptions opt{.seed = 5, .clip_norm = 0.5, .amp_init_scale = 0x1p28, .amp_growth_interval = 2};
   const auto one = train<Policies<Zero<2>, Amp<amp::FP16>>>(1, config("O1"), 660, 24, opt);
@@ -240,6 +255,14 @@ TEST_CASE("amp: a program built without it, a key without amp.level, and per-rep
     Trainer<gpt::Gpt, optim::SGD, Policies<Amp<amp::BF16>>> t(d, c, gpt::make_gpt(tiny()), optim::SGD({.lr = 0.1}), {.clip_norm = 1});
   });
   CHECK(replica_clip.find("amp.level = \"O1\" with communication.clip_after_allreduce=false is not supported") != std::string::npos);
+  const auto wire_scale = message_of([&] {
+    Config c = config("O1");
+    c.set("communication.fp16", true);
+    c.set("communication.fp16_scale", 128);
+    Trainer<gpt::Gpt, optim::SGD, Policies<Amp<amp::BF16>>> t(d, c, gpt::make_gpt(tiny()), optim::SGD({.lr = 0.1}));
+  });
+  CHECK(wire_scale.find("communication.fp16_scale = 128 with amp.level = \"O1\": the gradients already carry the loss scale") !=
+        std::string::npos);
   // a fixed scale that overflows every step ends the run at the 30th, naming the key
   const auto fixed = message_of([&] {
     Config c = config("O1");

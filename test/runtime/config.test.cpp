@@ -67,6 +67,10 @@ TEST_CASE("wrong type, out of range and invalid choice name the key and the vali
   CHECK_THROWS_WITH_AS(c.set("amp.loss_scale", "huge"), doctest::Contains("\"dynamic\" or a number from 1 to 2^64"), Error);
   for (const char* bad : {"inf", "0.5", "0", "1e400", "nan"})
     CHECK_THROWS_WITH_AS(c.set("amp.loss_scale", bad), doctest::Contains("is not valid; use \"dynamic\" or a number from 1"), Error);
+  CHECK_THROWS_WITH_AS(c.set("amp.loss_scale", "0.5"), doctest::Contains("a scale below 1 shrinks"), Error);
+  CHECK_THROWS_WITH_AS(c.set("amp.loss_scale", "1e30"), doctest::Contains("a larger scale overflows"), Error);
+  CHECK_THROWS_WITH_AS(c.set("amp.loss_scale", 128), doctest::Contains("takes a string, got an integer 128; pass the number as a string: \"128\""),
+                       Error);
   const char* argv[] = {"prog", "--pipeline.num_micro_batch"};
   CHECK_THROWS_WITH_AS(Config::from_args(2, argv), doctest::Contains("needs a value"), Error);
   CHECK_THROWS_WITH_AS((void)c.get<bool>("pipeline.num_micro_batch"), doctest::Contains("holds an integer"), Error);

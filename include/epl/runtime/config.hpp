@@ -281,8 +281,11 @@ class Config {
       v = static_cast<double>(std::get<std::int64_t>(v));
     if (std::holds_alternative<std::string>(v) && std::holds_alternative<std::vector<std::string>>(k.default_value))
       v = std::vector<std::string>{std::get<std::string>(v)};
+    const bool number_as_text = std::holds_alternative<std::string>(k.default_value) &&
+                                (std::holds_alternative<std::int64_t>(v) || std::holds_alternative<double>(v));
     EPL_CHECK(v.index() == k.default_value.index(), what(k), " takes ", detail::type_str(k.default_value), ", got ",
-              detail::type_str(v), " ", detail::value_str(v));
+              detail::type_str(v), " ", detail::value_str(v),
+              number_as_text ? "; pass the number as a string: \"" + detail::value_str(v) + "\"" : std::string());
     check_value(k, v);
     return v;
   }
@@ -311,10 +314,12 @@ class Config {
       if (k.name == "amp.loss_scale" && *s != "dynamic") {
         double x = 0;
         auto [p, ec] = std::from_chars(s->data(), s->data() + s->size(), x);
-        EPL_CHECK(ec == std::errc{} && p == s->data() + s->size() && std::isfinite(x) && x >= 1 && x <= 0x1p64,
-                  "config key amp.loss_scale = ", detail::quoted(*s),
-                  " is not valid; use \"dynamic\" or a number from 1 to 2^64 (a scale below 1 shrinks the gradients toward "
-                  "underflow instead of keeping them above it)");
+        const bool number = ec == std::errc{} && p == s->data() + s->size() && !std::isnan(x);
+        EPL_CHECK(number && std::isfinite(x) && x >= 1 && x <= 0x1p64, "config key amp.loss_scale = ", detail::quoted(*s),
+                  " is not valid; use \"dynamic\" or a number from 1 to 2^64",
+                  !number ? ""
+                  : x < 1 ? " (a scale below 1 shrinks the gradients toward underflow instead of keeping them above it)"
+                          : " (a larger scale overflows f16 and bf16 alike: their largest values are 65504 and about 3.4e38)");
       }
     }
     if (auto* list = std::get_if<std::vector<std::string>>(&v))

@@ -58,12 +58,13 @@ struct TrainerOptions {
 };
 
 namespace detail {
-/// EPL's communication keys as bucket options.
-inline policy::BucketOptions bucket_options(const Config& cfg) {
+/// EPL's communication keys as bucket options. Under AMP (`loss_scaled`) the gradients already
+/// carry the loss scale, which is then the fp16 wire's scale too: communication.fp16_scale is 1.
+inline policy::BucketOptions bucket_options(const Config& cfg, bool loss_scaled) {
   policy::BucketOptions o;
   o.max_splits = static_cast<int>(cfg.get(keys::max_splits));
   o.fp16 = cfg.get(keys::fp16);
-  o.fp16_scale = static_cast<double>(cfg.get(keys::fp16_scale));
+  o.fp16_scale = loss_scaled ? 1.0 : static_cast<double>(cfg.get(keys::fp16_scale));
   o.op = cfg.get(keys::gradients_reduce_method) == "sum" ? comm::ReduceOp::kSum : comm::ReduceOp::kMean;
   return o;
 }
@@ -523,11 +524,12 @@ class Trainer {
     // before its first Split, at the end of the backward-ordered arena) over data and tensor.
     const std::int64_t replicated_from = plan_.rows_over_tensor() ? first_offset_before_split() : arena_.size();
     reducer_ = std::make_unique<Reducer>();
-    if (cfg.get(keys::fp16) && (mesh_->data_size() > 1 || plan_.rows_over_tensor())) fp16_scale_ = static_cast<double>(cfg.get(keys::fp16_scale));
+    if (cfg.get(keys::fp16) && !scaler_ && (mesh_->data_size() > 1 || plan_.rows_over_tensor()))
+      fp16_scale_ = static_cast<double>(cfg.get(keys::fp16_scale));
     // ZeRO 2 and 3: the sharder reduces every gradient, into shards
-    reducer_->add(*device_, mesh_->data(), arena_, detail::bucket_options(cfg), {0, zero_stage_ >= 2 ? 0 : replicated_from});
+    reducer_->add(*device_, mesh_->data(), arena_, detail::bucket_options(cfg, scaler_.has_value()), {0, zero_stage_ >= 2 ? 0 : replicated_from});
     if (plan_.rows_over_tensor()) {  // each rank holds its rows' share of a replica's gradient: summed over the tensor axis
-      auto o = detail::bucket_options(cfg);
+      auto o = detail::bucket_options(cfg, scaler_.has_value());
       o.mean_over = mesh_->data_size();
       reducer_->add(*device_, stage_group(), arena_, o, {replicated_from, arena_.size()});
     }
@@ -628,6 +630,10 @@ class Trainer {
     EPL_CHECK(!on || overlap_clip(cfg), "amp.level = \"O1\" with communication.clip_after_allreduce=false is not supported: "
               "each replica would clip gradients that are still multiplied by the loss scale; clip after the reduction "
               "(communication.clip_after_allreduce=true)");
+    EPL_CHECK(!on || cfg.source(keys::fp16_scale) == Config::Source::kDefault, "communication.fp16_scale = ",
+              cfg.get(keys::fp16_scale), " with amp.level = \"O1\": the gradients already carry the loss scale (amp.loss_scale), "
+              "which is also their scale on the fp16 wire, and an overflow there skips the step and lowers it; drop "
+              "communication.fp16_scale");
     amp_log_ = cfg.get(keys::amp_debug_log);
     const std::string scale = cfg.get(keys::amp_loss_scale);
     const char* asked = amp_log_ ? "amp.debug_log = true" : scale != "dynamic" ? "amp.loss_scale is set" : nullptr;
