@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The memory policies alone and combined, alternating runs (each configuration once per round,
+# The memory policies alone and combined (AMP too), alternating runs (each configuration once per round,
 # medians over rounds): examples/gpt at gpt-mini size and a deeper gpt (12 blocks), on 1 rank and
 # 2 data-parallel thread ranks: tokens/s, the step's peak of rank 0's device account, and the
 # parameter, gradient and optimizer bytes rank 0 holds on the device and in its host pool after
@@ -19,7 +19,9 @@ policies=("none|"
           "ckpt_collection|--gradient_checkpoint.type=collection"
           "offload|--offload.level=v0"
           "zero_v1+ckpt_auto|--zero.level=v1 --gradient_checkpoint.type=auto"
-          "offload+ckpt_auto|--offload.level=v0 --gradient_checkpoint.type=auto")
+          "offload+ckpt_auto|--offload.level=v0 --gradient_checkpoint.type=auto"
+          "amp|--amp.level=O1"
+          "amp+offload+ckpt_auto|--amp.level=O1 --offload.level=v0 --gradient_checkpoint.type=auto")
 for r in $(seq "$rounds"); do
   for m in mini deep; do
     for n in 1 2; do
