@@ -413,7 +413,7 @@ class Trainer {
   double evaluate_loss(const Batch& batch) {
     const Tensor targets = plan_.rows_over_tensor() ? gather_targets(batch.targets, 1) : batch.targets;
     double loss = executor_->run(plan_.forward_only(mesh_->coord().pipeline), {batch.inputs, targets, 1}, [&](int, int) {
-      return PassContext(*device_, nn::PassOptions{false, opt_.seed, static_cast<std::uint64_t>(steps_), 0, 0, 1.0, nn::Recompute::kMarked, matmul_},
+      return PassContext(*device_, nn::PassOptions{.training = false, .seed = opt_.seed, .step = static_cast<std::uint64_t>(steps_), .matmul = matmul_},
                          &hooks_, groups());
     });
     if (sharder_) sharder_->release_all();
@@ -657,7 +657,7 @@ class Trainer {
       EPL_CHECK(!cfg.get(keys::fp16), "communication.fp16 with ZeRO stage ", zero_stage_, " (zero.level = \"v", zero_stage_ - 1,
                 "\"", offload_ ? ", which offload.level = \"v0\" needs" : "", ") is not supported: the gradient shards are reduced in "
                 "full precision; set communication.fp16=false", offload_ ? "" : " or use zero.level=\"v0\"");
-      EPL_CHECK(cfg.get(keys::clip_after_allreduce) || opt_.clip_norm <= 0, "communication.clip_after_allreduce=false clips each "
+      EPL_CHECK(overlap_clip(cfg), "communication.clip_after_allreduce=false clips each "
                 "replica's whole local gradient, which ZeRO stage ", zero_stage_, " never holds; clip after the reduction "
                 "(communication.clip_after_allreduce=true) or use zero.level=\"v0\"");
     }
