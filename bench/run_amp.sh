@@ -12,11 +12,8 @@ threads=${1:-1}; rounds=${2:-5}; tsteps=${3:-4}
 cmake --preset cpu-release >/dev/null
 cmake --build --preset cpu-release --target bench_gpt_mini gpt >/dev/null
 mkdir -p bench/results
-# the peers as bench/run_gpt_mini.sh tunes them: Debian's torch on OpenBLAS's AVX-512 kernels,
-# and PyPI's torch 2.x (oneDNN, MKL) in .venv-torch2 when present
-export OPENBLAS_CORETYPE=SkylakeX ATEN_CPU_CAPABILITY=avx512 OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=$threads
-peers=("/usr/bin/python3")
-[ -x .venv-torch2/bin/python ] && peers+=(".venv-torch2/bin/python")
+source bench/peers.sh
+torch_peers "$threads"
 log=bench/results/amp.log; : > "$log"
 for r in $(seq "$rounds"); do
   ./build/cpu-release/bench/bench_gpt_mini --threads="$threads" --steps=4 --warmup=1 | tee -a "$log"

@@ -9,9 +9,8 @@ rounds=${1:-5}
 cmake --preset cpu-release >/dev/null
 cmake --build --preset cpu-release --target bench_gpt_mini >/dev/null
 mkdir -p bench/results
-export OPENBLAS_CORETYPE=SkylakeX ATEN_CPU_CAPABILITY=avx512 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-peers=("/usr/bin/python3")
-[ -x .venv-torch2/bin/python ] && peers+=(".venv-torch2/bin/python")
+source bench/peers.sh
+torch_peers 1
 log=bench/results/dp.log; : > "$log"
 for r in $(seq "$rounds"); do
   ./build/cpu-release/bench/bench_gpt_mini --ranks=2 --threads=1 --steps=4 --warmup=1 | tee -a "$log"

@@ -2,8 +2,7 @@
 # gpt-mini, epl against tuned PyTorch, alternating runs (A B A B ...) and comparing medians;
 # plus SGEMM against the measured peak. Writes bench/results/gpt_mini.json.
 #   bench/run_gpt_mini.sh [threads=1] [rounds=5]
-# Peer settings: Debian's python3-torch on OpenBLAS (libopenblas0-openmp) forced to its
-# AVX-512 kernels; OpenBLAS does not recognise these CPUs and otherwise picks a ~3.5x slower one.
+# Peer settings: bench/peers.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 threads=${1:-1}; rounds=${2:-5}
@@ -11,9 +10,8 @@ steps="--steps=4 --warmup=1"; pysteps="--steps 4 --warmup 1"  # 5 steps a run, 4
 cmake --preset cpu-release >/dev/null
 cmake --build --preset cpu-release --target bench_gpt_mini bench_gpt_mini_eigen bench_gemm >/dev/null
 mkdir -p bench/results
-export OPENBLAS_CORETYPE=SkylakeX ATEN_CPU_CAPABILITY=avx512 OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=$threads
-peers=("/usr/bin/python3")
-[ -x .venv-torch2/bin/python ] && peers+=(".venv-torch2/bin/python")
+source bench/peers.sh
+torch_peers "$threads"
 log=bench/results/gpt_mini.log; : > "$log"
 for r in $(seq "$rounds"); do
   ./build/cpu-release/bench/bench_gpt_mini --threads="$threads" $steps | tee -a "$log"
