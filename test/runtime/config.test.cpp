@@ -18,7 +18,9 @@ TEST_CASE("defaults are EPL's") {
   CHECK(c.get<std::string>("amp.loss_scale") == "dynamic");
   CHECK(c.get<bool>("cluster.device_place_prefer_intra_node") == true);
   CHECK(c.get<std::string>("zero.level").empty());
-  CHECK(Config::keys().size() == 29);
+  CHECK(Config::keys().size() == 31);
+  CHECK(c.get(keys::checkpoint_dir).empty());
+  CHECK(c.get(keys::checkpoint_every) == 0);
   CHECK(c.get(keys::max_splits) == 5);  // typed: a std::int64_t
   CHECK(c.get(keys::timeout) == 300.0);
   CHECK(c.source("zero.level") == Config::Source::kDefault);

@@ -83,6 +83,17 @@ class Updater {
   [[nodiscard]] const O& optimizer() const noexcept { return opt_; }
   /// \brief The state buffers (kStateSlots of them once the first step ran).
   [[nodiscard]] const std::vector<Tensor>& state() const noexcept { return state_; }
+  /// \brief Continues a saved run: `steps` steps taken, and (when steps > 0) zeroed state buffers
+  /// of n elements of dtype t, returned for the caller to fill with the saved values.
+  template <class D>
+  const std::vector<Tensor>& restore(const D& d, std::int64_t steps, std::int64_t n, DType t) {
+    EPL_CHECK(steps >= 0, "an optimizer cannot continue from step ", steps);
+    state_.clear();
+    steps_ = steps;
+    if (steps > 0 && n > 0)
+      for (int i = 0; i < O::kStateSlots; ++i) state_.push_back(allocate_state(d, n, t));
+    return state_;
+  }
 
  private:
   template <class D>

@@ -57,6 +57,23 @@ class LossScaler {
   /// \brief Steps skipped so far for overflowing gradients.
   [[nodiscard]] std::int64_t skipped() const noexcept { return skipped_; }
   [[nodiscard]] const LossScaleOptions& options() const noexcept { return opt_; }
+  /// \brief What a checkpoint keeps of the rule's progress: the scale, the good steps since it
+  /// last changed, the steps skipped so far and the overflows in a row.
+  struct State {
+    double scale = 0;
+    std::int64_t good = 0, skipped = 0, in_a_row = 0;
+  };
+  [[nodiscard]] State state() const noexcept { return {scale_, good_, skipped_, in_a_row_}; }
+  /// \brief Continues from a saved state (a resumed run); a state this rule cannot reach is an error.
+  void restore(const State& s) {
+    EPL_CHECK(s.scale >= 1 && s.scale <= 0x1p64 && s.good >= 0 && s.skipped >= 0 && s.in_a_row >= 0 && s.in_a_row < opt_.max_skips,
+              "a saved loss-scale state (scale ", s.scale, ", ", s.good, " good steps, ", s.skipped, " skipped, ", s.in_a_row,
+              " overflows in a row) is not one the loss scaler can be in");
+    scale_ = s.scale;
+    good_ = s.good;
+    skipped_ = s.skipped;
+    in_a_row_ = static_cast<int>(s.in_a_row);
+  }
 
   /// \brief Takes one step's verdict: finite says every reduced gradient was finite. Returns what
   /// changed; `skipped` means the update must not run. Fails after max_skips overflows in a row.

@@ -121,6 +121,12 @@ class ZeroSharder {
   /// \brief Elements this rank owns (the sum of its slices of every unit, padding included).
   [[nodiscard]] std::int64_t shard_size() const noexcept { return shard_size_; }
   [[nodiscard]] std::size_t units() const noexcept { return units_.size(); }
+  /// \brief This rank's slice of each unit, in arena offsets (owned_values()[u] holds slice u).
+  [[nodiscard]] std::vector<param::Range> owned_ranges() const {
+    std::vector<param::Range> r;
+    for (const auto& u : units_) r.push_back(u.owned);
+    return r;
+  }
 
   // ---- the hooks: called around each leaf layer, with the parameters it holds itself ------
   /// \brief Stage 3: the layer's units are gathered before its forward; the next unit's gather

@@ -102,6 +102,8 @@ inline constexpr Key<bool> drop_last_files{"io.drop_last_files"};
 inline constexpr Key<bool> auto_parallel{"auto.auto_parallel"};
 inline constexpr Key<double> timeout{"communication.timeout"};
 inline constexpr Key<S> trace{"trace"};
+inline constexpr Key<S> checkpoint_dir{"checkpoint.dir"};
+inline constexpr Key<I> checkpoint_every{"checkpoint.every"};
 }  // namespace keys
 
 namespace detail {
@@ -158,6 +160,10 @@ inline const std::vector<ConfigKey>& config_keys() {
        "seconds a collective or receive waits for its peers before the job fails naming them (epl)"},
       {"trace", S{""}, {}, -kNone, kNone, true,
        "write every rank's forward, backward, send, receive and all-reduce spans to this file as Chrome trace JSON (epl)"},
+      {"checkpoint.dir", S{""}, {}, -kNone, kNone, true,
+       "save training checkpoints here (step-N directories) and resume from the newest complete one at start (epl)"},
+      {"checkpoint.every", I{0}, {}, 0, std::int64_t{1} << 40, true,
+       "save a checkpoint into checkpoint.dir after every this many steps; 0: only resume (epl)"},
   };
   return keys;
 }

@@ -143,6 +143,29 @@ class WindowLoader {
   [[nodiscard]] std::int64_t windows() const noexcept { return windows_; }
   [[nodiscard]] std::int64_t epoch() const noexcept { return epoch_; }
 
+  /// \brief Where the loader is, with what a saved position must match to mean the same place:
+  /// the same windows (dataset size and seq_len), the same global batch and seed. The position
+  /// is the global batch's, the same on every data-parallel rank and for any number of them.
+  struct Position {
+    std::int64_t epoch = 0, cursor = 0;  // the next global batch starts at window `cursor` of `epoch`
+    std::int64_t windows = 0, seq_len = 0, batch = 0;
+    std::uint64_t seed = 0;
+  };
+  [[nodiscard]] Position position() const noexcept { return {epoch_, cursor_, windows_, seq_, batch_, seed_}; }
+  /// \brief Continues from a saved position (a resumed run), which must describe this loader's
+  /// windows, batch and seed.
+  void seek(const Position& p) {
+    EPL_CHECK(p.windows == windows_ && p.seq_len == seq_ && p.batch == batch_ && p.seed == seed_, "a saved loader position is ",
+              "for ", p.windows, " windows of ", p.seq_len, " tokens in global batches of ", p.batch, " with seed ", p.seed,
+              ", but this loader has ", windows_, " windows of ", seq_, " tokens, batches of ", batch_, " and seed ", seed_,
+              "; resume with the same data, context, batch and loader seed");
+    EPL_CHECK(p.epoch >= 0 && p.cursor >= 0 && p.cursor <= windows_, "a saved loader position (epoch ", p.epoch, ", window ",
+              p.cursor, ") lies outside its ", windows_, " windows");
+    epoch_ = p.epoch;
+    cursor_ = p.cursor;
+    shuffle();
+  }
+
   /// \brief This rank's rows of the next global batch on device d: inputs and targets
   /// [batch / ranks, seq_len] as int32. An epoch ends when fewer than `batch` windows remain
   /// (those are dropped for that epoch, on every rank alike).

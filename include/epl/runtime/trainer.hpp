@@ -16,7 +16,9 @@
 #include <map>
 #include <memory>
 #include <exception>
+#include <filesystem>
 #include <fstream>
+#include <functional>
 #include <optional>
 #include <set>
 
@@ -29,6 +31,7 @@
 #include "epl/policy/reducer.hpp"
 #include "epl/policy/zero.hpp"
 #include "epl/runtime/agreement.hpp"
+#include "epl/runtime/checkpoint.hpp"
 #include "epl/runtime/config.hpp"
 #include "epl/runtime/context.hpp"
 #include "epl/runtime/data.hpp"
@@ -55,6 +58,9 @@ struct TrainerOptions {
   /// at, and the good steps in a row after which it doubles (policy::LossScaler has the rule).
   double amp_init_scale = 65536;
   std::int64_t amp_growth_interval = 2000;
+  /// Called on every rank at each phase of a checkpoint save ("prepared", "shards written",
+  /// "manifest written"): where a test makes a save fail part-way. Null: nothing.
+  std::function<void(std::string_view phase)> checkpoint_phase = nullptr;
 };
 
 namespace detail {
@@ -139,6 +145,56 @@ inline std::uint64_t content_hash(const Tensor& t) {
   }
   for (; i < n; ++i) h = mix64(h ^ p[i]);
   return h;
+}
+
+/// Every rank's text, in rank order, on every rank of group (two all_gathers: lengths, then the
+/// bytes padded to the longest).
+inline std::vector<std::string> all_gather_text(comm::Communicator& group, const std::string& mine) {
+  const int n = group.size();
+  std::int64_t len = static_cast<std::int64_t>(mine.size());
+  std::vector<std::int64_t> lens(static_cast<std::size_t>(n));
+  group.all_gather(comm::Buffer(&len, 1, DType::kI64), comm::Buffer(lens.data(), n, DType::kI64));
+  const std::int64_t words = (*std::max_element(lens.begin(), lens.end()) + 7) / 8;
+  std::vector<std::uint64_t> padded(static_cast<std::size_t>(std::max<std::int64_t>(words, 1)), 0),
+      all(static_cast<std::size_t>(n) * padded.size());
+  std::memcpy(padded.data(), mine.data(), mine.size());
+  group.all_gather(comm::Buffer(padded.data(), static_cast<std::int64_t>(padded.size()), DType::kI64),
+                   comm::Buffer(all.data(), static_cast<std::int64_t>(all.size()), DType::kI64));
+  std::vector<std::string> texts;
+  for (int r = 0; r < n; ++r)
+    texts.emplace_back(reinterpret_cast<const char*>(all.data() + static_cast<std::size_t>(r) * padded.size()),
+                       static_cast<std::size_t>(lens[static_cast<std::size_t>(r)]));
+  return texts;
+}
+
+/// Runs fn on every rank of group and then agrees on the outcome, so that an error on one rank
+/// (a full disk, a corrupt file) ends the operation on all of them instead of leaving the others
+/// waiting in its next collective: the failing rank rethrows its error, the others fail with it
+/// (on thread ranks only the first error a process sees is printed, so each carries the cause).
+template <class Fn>
+void on_every_rank(comm::Communicator& group, const std::string& what, Fn&& fn) {
+  std::exception_ptr error;
+  std::string message;
+  try {
+    fn();
+  } catch (const Error& e) {
+    error = std::current_exception();
+    message = e.what();
+  } catch (const std::exception& e) {  // a filesystem error, say: named with what failed
+    message = concat(what, " failed: ", e.what());
+    error = std::make_exception_ptr(Error(message, __FILE__, __LINE__));
+  }
+  const auto all = all_gather_text(group, message);
+  if (error) std::rethrow_exception(error);
+  for (int r = 0; r < group.size(); ++r)
+    EPL_CHECK(all[static_cast<std::size_t>(r)].empty(), what, " failed on rank ", r, ": ", all[static_cast<std::size_t>(r)]);
+}
+
+/// A number as text that reads back to the same double.
+inline std::string exact(double v) {
+  char b[40];
+  std::snprintf(b, sizeof b, "%.17g", v);
+  return b;
 }
 
 /// The largest absolute value of a floating-point tensor on device d (read back to the host).
@@ -299,6 +355,87 @@ class Trainer {
   void gather_parameters() {
     if (sharder_) sharder_->gather_all();
   }
+  /// \brief Saves the whole training state into dir/step-N (N = steps()): every parameter and
+  /// the optimizer's state (each rank writes what it holds: its stages, its split parts, its ZeRO
+  /// shards, one copy of what replicas share), the step, the optimizer's step count, the loss
+  /// scale, the watched loaders' positions and the configuration. A collective: every rank calls
+  /// it. The directory appears complete or not at all (written as .step-N.partial, renamed last);
+  /// a rank that fails to write ends the save on every rank with its error. The run holds dir's
+  /// lock from its first save on: another run saving there is an error. Returns the directory.
+  std::filesystem::path save(const std::filesystem::path& dir) {
+    const std::string name = checkpoint::step_name(steps_);
+    const auto final_dir = dir / name, partial = dir / ("." + name + ".partial");
+    const std::string what = "saving checkpoint " + final_dir.string();
+    const bool root = world_->rank() == 0;
+    detail::on_every_rank(*world_, what, [&] {
+      if (root) {
+        take_checkpoint_dir(dir);
+        std::filesystem::remove_all(partial);  // a save of this step that did not finish
+        std::filesystem::create_directory(partial);
+      }
+      checkpoint_phase("prepared");
+    });
+    std::string mine;  // this rank's pieces, as a manifest of its own
+    detail::on_every_rank(*world_, what, [&] {
+      mine = write_shard(partial);
+      checkpoint_phase("shards written");
+    });
+    const auto parts = detail::all_gather_text(*world_, mine);
+    detail::on_every_rank(*world_, what, [&] {
+      if (!root) return;
+      checkpoint::write_durably(partial / checkpoint::kManifest, checkpoint::format(merged_manifest(parts)));
+      checkpoint_phase("manifest written");
+      if (std::filesystem::exists(final_dir)) std::filesystem::remove_all(final_dir);  // saved again (a rerun from an older step)
+      std::filesystem::rename(partial, final_dir);
+      checkpoint::sync_directory(dir);
+    });
+    return final_dir;
+  }
+  /// \brief Loads the newest complete checkpoint in dir (see save) and returns its directory;
+  /// nullopt, changing nothing, when dir holds none. A collective: every rank calls it.
+  std::optional<std::filesystem::path> resume(const std::filesystem::path& dir) {
+    std::int64_t step = -1;  // rank 0 chooses, so every rank loads the same one
+    detail::on_every_rank(*world_, "resuming from " + dir.string(), [&] {
+      if (world_->rank() != 0) return;
+      check_checkpoint_dir(dir);
+      if (auto newest = checkpoint::newest(dir)) step = *checkpoint::step_of(newest->filename().string());
+    });
+    world_->broadcast(comm::Buffer(&step, 1, DType::kI64), 0);
+    if (step < 0) return std::nullopt;
+    const auto chosen = dir / checkpoint::step_name(step);
+    load(chosen);
+    return chosen;
+  }
+  /// \brief Loads the checkpoint in directory `checkpoint` (a step-N directory that save wrote),
+  /// saved by any layout: any number of data-parallel ranks, any ZeRO stage, offload or not; each
+  /// rank reads the pieces of what it holds. A collective: every rank calls it. A checkpoint of
+  /// another model, optimizer or seed, or a missing, truncated or corrupt file, is an error
+  /// naming the file and the problem, on every rank (the trainer's values are then undefined).
+  void load(const std::filesystem::path& checkpoint) {
+    detail::on_every_rank(*world_, "loading checkpoint " + checkpoint.string(), [&] {
+      const checkpoint::Reader reader(checkpoint);
+      const auto named = checkpoint::step_of(checkpoint.filename().string());
+      EPL_CHECK(!named || *named == reader.manifest().step, "checkpoint ", checkpoint, " is named for step ", *named,
+                " but its manifest says step ", reader.manifest().step, ": a step directory renamed or copied over another; "
+                "rename it step-", checkpoint::step_name(reader.manifest().step).substr(5), " or move it aside");
+      restore(reader, checkpoint.string());
+    });
+    if (sharder_) sharder_->after_update();  // each rank loaded its slices: they meet again
+    resumed_from_ = checkpoint;
+  }
+  /// \brief Makes loader's position part of the saved state (save) and, when this run resumed,
+  /// moves it to the saved position. Watch the same loaders in the same order in every run
+  /// (watching one twice counts once).
+  void watch(data::WindowLoader& loader) {
+    if (std::find(loaders_.begin(), loaders_.end(), &loader) != loaders_.end()) return;
+    EPL_CHECK(!resumed_from_ || loaders_.size() < saved_loaders_, "this run resumed from ", resumed_from_->string(),
+              ", which holds the position of ", saved_loaders_, " data loader", saved_loaders_ == 1 ? "" : "s", ", and now watches loader ",
+              loaders_.size() + 1, ", which would start from the beginning; watch the loaders the saving run watched");
+    loaders_.push_back(&loader);
+    if (loaders_.size() <= saved_positions_.size()) loader.seek(saved_positions_[loaders_.size() - 1]);
+  }
+  [[nodiscard]] const std::optional<std::filesystem::path>& resumed_from() const noexcept { return resumed_from_; }
+
   /// \brief The flat parameter and gradient buffers (this rank's stages'; under ZeRO 2 the
   /// gradients and under ZeRO 3 the values too are not kept whole: those buffers are empty).
   [[nodiscard]] const param::Arena& arena() const noexcept { return arena_; }
@@ -321,6 +458,7 @@ class Trainer {
               m_count, ")");
     EPL_CHECK(rows % m_count == 0, "batch of ", rows, " samples does not divide into pipeline.num_micro_batch = ",
               m_count, " micro-batches; make the batch a multiple of ", m_count);
+    if (resumed_from_ && !saved_positions_.empty()) check_watched_loaders();
     agree_on_rows(batch);
     const auto plain = check_gradients_ && steps_ == 0 ? plain_gradients(batch) : std::vector<Tensor>{};
     double loss = compute_gradients(batch, recompute_);
@@ -346,6 +484,7 @@ class Trainer {
     if (opt_.check_replicas_every > 0 && mesh_->data_size() > 1 && zero_stage_ < 3 &&
         (steps_ == 1 || steps_ % opt_.check_replicas_every == 0))
       check_replicas();
+    if (checkpoint_every_ > 0 && steps_ % checkpoint_every_ == 0) save(checkpoint_dir_);
     return loss;
   }
   // Forward and backward of every micro-batch, and the gradients reduced over the replicas (and,
@@ -563,7 +702,270 @@ class Trainer {
       reducer_->set_timeline(timeline_.get());
       if (sharder_) sharder_->set_timeline(timeline_.get());
     }
+    choose_checkpoints(cfg);
   }
+  // ---- checkpoints ---------------------------------------------------------------------
+  // A range of the arena this rank keeps values (and optimizer state) for, as one flat view, and
+  // where its state starts in the optimizer's buffers: the whole arena, or under ZeRO each
+  // unit's owned slice.
+  struct Region {
+    param::Range range;
+    Tensor values;
+    std::int64_t state_at = 0;
+  };
+  std::vector<Region> regions() const {
+    if (!sharder_) return {{{0, arena_.size()}, arena_.values(), 0}};
+    std::vector<Region> r;
+    const auto ranges = sharder_->owned_ranges();
+    const auto values = sharder_->owned_values();
+    std::int64_t at = 0;
+    for (std::size_t u = 0; u < ranges.size(); at += ranges[u].size(), ++u) r.push_back({ranges[u], values[u], at});
+    return r;
+  }
+  // Every parameter's name (its path in the model), materialized here or not.
+  std::map<const nn::Parameter*, std::string> parameter_names() {
+    std::map<const nn::Parameter*, std::string> names;
+    nn::visit_parameters(model_, [&](std::string_view path, nn::Parameter& p) { names[&p] = std::string(path); });
+    return names;
+  }
+  // Whether this rank writes p's pieces: one copy of what replicas share (data rank 0, or under
+  // ZeRO every data rank its own slices; tensor rank 0 for what a split group shares).
+  bool writes(const nn::Parameter& p) const {
+    return (zero_stage_ > 0 || mesh_->coord().data == 0) && (!p.shard.whole() || mesh_->coord().tensor == 0);
+  }
+  // A directory to save into or resume from: not empty, and not a checkpoint itself (an easy slip:
+  // epl-checkpoint takes either).
+  static void check_checkpoint_dir(const std::filesystem::path& dir) {
+    EPL_CHECK(!dir.empty(), "no checkpoint directory given; name the directory that holds (or will hold) the step-N directories");
+    std::error_code ec;
+    EPL_CHECK(!std::filesystem::exists(dir / checkpoint::kManifest, ec), "checkpoint directory ", dir, " is itself a checkpoint (it holds ",
+              checkpoint::kManifest, "); give the directory that holds the step-N directories, ", dir.parent_path(),
+              ", or load this one with trainer.load");
+    EPL_CHECK(!std::filesystem::exists(dir, ec) || std::filesystem::is_directory(dir, ec), "checkpoint directory ", dir,
+              " is not a directory; give checkpoint.dir a directory (it is created when missing)");
+  }
+  // Rank 0: dir exists, is this run's (its lock taken) and can be written.
+  void take_checkpoint_dir(const std::filesystem::path& dir) {
+    check_checkpoint_dir(dir);
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    EPL_CHECK(!ec, "cannot create checkpoint directory ", dir, ": ", ec.message(), "; give checkpoint.dir a writable directory");
+    const auto canonical = std::filesystem::weakly_canonical(dir, ec);
+    if (locked_dir_ == canonical) return;
+    dir_lock_.reset();
+    dir_lock_ = std::make_unique<checkpoint::DirectoryLock>(dir);
+    locked_dir_ = canonical;
+  }
+  void checkpoint_phase(std::string_view phase) const {
+    if (opt_.checkpoint_phase) opt_.checkpoint_phase(phase);
+  }
+  static std::string state_name(const std::string& parameter, std::size_t slot) { return parameter + "@state" + std::to_string(slot); }
+  // Writes this rank's pieces into dir/rank-R.bin; returns them as a manifest of their own.
+  std::string write_shard(const std::filesystem::path& dir) {
+    checkpoint::Manifest m;
+    m.step = steps_;
+    const auto names = parameter_names();
+    const std::size_t elem = size_of(arena_.dtype());
+    char file[32];
+    std::snprintf(file, sizeof file, "rank-%05d.bin", world_->rank());
+    std::optional<checkpoint::ShardWriter> out;
+    std::vector<unsigned char> host;
+    const auto& state = updater_.state();
+    auto add = [&](const std::string& tensor, const nn::Parameter& p, std::int64_t b, std::int64_t e, const Tensor& from) {
+      if (!out) out.emplace(dir / file, file);
+      host.resize(static_cast<std::size_t>(e - b) * elem);
+      device_->download(from, host.data());
+      m.tensors[tensor] = {arena_.dtype(), p.global_shape()};
+      m.pieces.push_back(out->add(tensor, p.shard, p.shape, b, e, host.data(), host.size()));
+    };
+    for (const auto& region : regions())
+      for (auto* p : arena_.parameters()) {
+        const std::int64_t b = std::max(p->offset, region.range.begin), e = std::min(p->offset + p->numel(), region.range.end);
+        if (b >= e || !writes(*p)) continue;
+        const std::int64_t at = b - region.range.begin;
+        add(names.at(p), *p, b - p->offset, e - p->offset, region.values.slice(at, at + e - b));
+        for (std::size_t s = 0; s < state.size(); ++s)
+          add(state_name(names.at(p), s), *p, b - p->offset, e - p->offset, state[s].slice(region.state_at + at, region.state_at + at + e - b));
+      }
+    if (out) m.files[file] = out->sync();
+    m.scalars.emplace_back("loaders", std::to_string(loaders_.size()));
+    for (std::size_t i = 0; i < loaders_.size(); ++i) {
+      const auto q = loaders_[i]->position();
+      const std::string l = "loader." + std::to_string(i) + ".";
+      for (const auto& [k, v] : {std::pair{"epoch", q.epoch}, {"cursor", q.cursor}, {"windows", q.windows}, {"seq_len", q.seq_len},
+                                 {"batch", q.batch}})
+        m.scalars.emplace_back(l + k, std::to_string(v));
+      m.scalars.emplace_back(l + "seed", std::to_string(q.seed));
+    }
+    return checkpoint::format(m);
+  }
+  // Rank 0: the ranks' pieces and this run's scalars and configuration, as one manifest.
+  checkpoint::Manifest merged_manifest(const std::vector<std::string>& parts) const {
+    checkpoint::Manifest m;
+    m.step = steps_;
+    std::vector<std::vector<std::pair<std::string, std::string>>> loader_scalars;
+    for (std::size_t r = 0; r < parts.size(); ++r) {
+      auto part = checkpoint::parse(parts[r], "(the pieces of rank " + std::to_string(r) + ")");
+      loader_scalars.push_back(std::move(part.scalars));
+      m.tensors.insert(part.tensors.begin(), part.tensors.end());
+      m.files.insert(part.files.begin(), part.files.end());
+      for (auto& p : part.pieces) m.pieces.push_back(std::move(p));
+    }
+    auto scalar = [&](std::string name, std::string value) { m.scalars.emplace_back(std::move(name), std::move(value)); };
+    scalar("seed", std::to_string(opt_.seed));
+    scalar("optimizer", std::string(reflect::type_name<Optimizer>()));
+    scalar("optimizer.steps", std::to_string(updater_.steps()));
+    if (scaler_) {
+      const auto st = scaler_->state();
+      scalar("amp.scale", detail::exact(st.scale));
+      scalar("amp.good", std::to_string(st.good));
+      scalar("amp.skipped", std::to_string(st.skipped));
+      scalar("amp.in_a_row", std::to_string(st.in_a_row));
+    }
+    // the loaders' positions: once when every rank's are the same (each reads its rows of one
+    // global order: any layout resumes them), else each rank's (io.slicing: each reads its own
+    // files; only the same ranks resume them)
+    const bool same = std::all_of(loader_scalars.begin(), loader_scalars.end(), [&](const auto& q) { return q == loader_scalars[0]; });
+    for (std::size_t r = 0; r < (same ? 1 : loader_scalars.size()); ++r)
+      for (const auto& [k, v] : loader_scalars[r]) {
+        EPL_CHECK(same || k != "loaders" || v == loader_scalars[0][0].second, "rank ", r, " watches ", v, " data loaders and rank 0 ",
+                  loader_scalars[0][0].second, "; every rank watches the same loaders");
+        scalar(same || k == "loaders" ? k : "rank" + std::to_string(r) + "." + k, v);
+      }
+    // what wrote it, for a reader's information: loading does not depend on it
+    scalar("layout.world", std::to_string(world_->size()));
+    scalar("layout.data", std::to_string(mesh_->data_size()));
+    scalar("layout.tensor", std::to_string(mesh_->tensor_size()));
+    scalar("layout.pipeline", std::to_string(mesh_->pipeline_size()));
+    scalar("layout.zero", std::to_string(zero_stage_));
+    m.config = config_;
+    return m;
+  }
+  // This rank's part of the saved state, from reader (`where` names the checkpoint).
+  void restore(const checkpoint::Reader& reader, const std::string& where) {
+    const auto& m = reader.manifest();
+    auto scalar = [&](const std::string& name) -> std::int64_t {
+      const std::string* v = m.scalar(name);
+      EPL_CHECK(v != nullptr, "checkpoint ", where, " lacks its \"", name, "\" entry: the manifest is not one a save writes");
+      std::int64_t x = 0;
+      const auto r = std::from_chars(v->data(), v->data() + v->size(), x);
+      EPL_CHECK(r.ec == std::errc() && r.ptr == v->data() + v->size() && x >= 0, "checkpoint ", where, ": \"", name, "\" = \"", *v,
+                "\" is not a count");
+      return x;
+    };
+    // the same model, optimizer and seed
+    const auto names = parameter_names();
+    std::set<std::string> ours;
+    for (const auto& [p, name] : names) {
+      ours.insert(name);
+      const auto t = m.tensors.find(name);
+      EPL_CHECK(t != m.tensors.end(), "checkpoint ", where, " holds no parameter ", name, " ", p->global_shape(),
+                " of this model: it was saved from another model; resume with the model that saved it");
+      EPL_CHECK(t->second.shape == p->global_shape() && t->second.dtype == arena_.dtype(), "checkpoint ", where, " holds parameter ",
+                name, " as ", name_of(t->second.dtype), " ", t->second.shape, " but this model's is ", name_of(arena_.dtype()), " ",
+                p->global_shape(), ": it was saved from another model; resume with the model that saved it");
+    }
+    for (const auto& [name, t] : m.tensors)
+      EPL_CHECK(name.find('@') != std::string::npos || ours.count(name), "checkpoint ", where, " holds parameter ", name, " ",
+                t.shape, ", which this model lacks: it was saved from another model; resume with the model that saved it");
+    const std::string* optimizer = m.scalar("optimizer");
+    EPL_CHECK(optimizer && *optimizer == reflect::type_name<Optimizer>(), "checkpoint ", where, " was saved with optimizer ",
+              optimizer ? *optimizer : std::string("(none named)"), " but this trainer's is ", reflect::type_name<Optimizer>(),
+              "; resume with the optimizer that saved it");
+    const std::string* seed = m.scalar("seed");
+    EPL_CHECK(seed && *seed == std::to_string(opt_.seed), "checkpoint ", where, " was saved with TrainerOptions::seed = ",
+              seed ? *seed : std::string("(none)"), " and this trainer has ", opt_.seed, ": dropout would draw other numbers than the saved run's; "
+              "resume with the same seed");
+    // the values, and the optimizer state (none before the first update)
+    const std::int64_t optimizer_steps = scalar("optimizer.steps");
+    std::int64_t held = 0;
+    const auto mine = regions();
+    for (const auto& r : mine) held += r.range.size();
+    const auto& state = updater_.restore(*device_, optimizer_steps, held, arena_.dtype());
+    const std::size_t elem = size_of(arena_.dtype());
+    std::vector<unsigned char> host;
+    auto fill = [&](const std::string& tensor, const nn::Parameter& p, std::int64_t b, std::int64_t e, const Tensor& to) {
+      EPL_CHECK(reader.has(tensor), "checkpoint ", where, " holds no ", tensor, " although the optimizer had taken ", optimizer_steps,
+                " steps: the manifest is not one a save writes");
+      const auto whole = reader.whole(tensor);
+      host.resize(static_cast<std::size_t>(e - b) * elem);
+      for (std::int64_t i = b; i < e; ++i)
+        std::memcpy(host.data() + static_cast<std::size_t>(i - b) * elem, whole.data() + p.global_index(i) * elem, elem);
+      device_->upload(host.data(), to);
+    };
+    for (const auto& region : mine)
+      for (auto* p : arena_.parameters()) {
+        const std::int64_t b = std::max(p->offset, region.range.begin), e = std::min(p->offset + p->numel(), region.range.end);
+        if (b >= e) continue;
+        const std::int64_t at = b - region.range.begin;
+        fill(names.at(p), *p, b - p->offset, e - p->offset, region.values.slice(at, at + e - b));
+        for (std::size_t s = 0; s < state.size(); ++s)
+          fill(state_name(names.at(p), s), *p, b - p->offset, e - p->offset, state[s].slice(region.state_at + at, region.state_at + at + e - b));
+      }
+    // the scalars
+    steps_ = m.step;
+    if (scaler_ && m.scalar("amp.scale")) {
+      policy::LossScaler::State st;
+      st.scale = std::strtod(m.scalar("amp.scale")->c_str(), nullptr);
+      st.good = scalar("amp.good");
+      st.skipped = scalar("amp.skipped");
+      st.in_a_row = scalar("amp.in_a_row");
+      scaler_->restore(st);
+    }
+    saved_positions_.clear();
+    const std::int64_t loaders = scalar("loaders");
+    EPL_CHECK(loaders <= 1024, "checkpoint ", where, " says it holds ", loaders, " loader positions: the manifest is not one a save writes");
+    saved_loaders_ = static_cast<std::size_t>(loaders);
+    // one position for all ranks, or each rank's (see merged_manifest)
+    const std::string own = "rank" + std::to_string(world_->rank()) + ".";
+    auto key_of = [&](const std::string& key) {
+      if (m.scalar(key)) return key;
+      EPL_CHECK(scalar("layout.world") == world_->size(), "checkpoint ", where, " holds each of its ", scalar("layout.world"),
+                " ranks' own data position (their loaders read different data, as under io.slicing), which only a run on ",
+                scalar("layout.world"), " ranks can resume; this one has ", world_->size());
+      return own + key;
+    };
+    for (std::int64_t i = 0; i < loaders; ++i) {
+      const std::string l = "loader." + std::to_string(i) + ".";
+      std::uint64_t seed = 0;  // any 64-bit value, where the other entries are counts
+      const std::string* text = m.scalar(key_of(l + "seed"));
+      const auto r = text ? std::from_chars(text->data(), text->data() + text->size(), seed) : std::from_chars_result{nullptr, std::errc::invalid_argument};
+      EPL_CHECK(text && r.ec == std::errc() && r.ptr == text->data() + text->size(), "checkpoint ", where, " lacks loader ", i,
+                "'s seed or holds one that is not a number: the manifest is not one a save writes");
+      saved_positions_.push_back({scalar(key_of(l + "epoch")), scalar(key_of(l + "cursor")), scalar(key_of(l + "windows")),
+                                  scalar(key_of(l + "seq_len")), scalar(key_of(l + "batch")), seed});
+    }
+    for (std::size_t i = 0; i < loaders_.size() && i < saved_positions_.size(); ++i) loaders_[i]->seek(saved_positions_[i]);
+  }
+  // checkpoint.dir and checkpoint.every: the directory checked (and, when the run saves, created
+  // and locked) now rather than at the first save, hours later; then resume from its newest
+  // checkpoint, if any.
+  void choose_checkpoints(const Config& cfg) {
+    checkpoint_dir_ = cfg.get(keys::checkpoint_dir);
+    checkpoint_every_ = cfg.get(keys::checkpoint_every);
+    EPL_CHECK(checkpoint_every_ == 0 || !checkpoint_dir_.empty(), "checkpoint.every = ", checkpoint_every_, " but checkpoint.dir "
+              "is not set; give the directory to save into (--checkpoint.dir=DIR) or drop checkpoint.every");
+    for (const auto& k : Config::keys()) config_.emplace_back(k.name, cfg.value_text(k.name));
+    if (checkpoint_dir_.empty()) return;
+    detail::on_every_rank(*world_, "checkpoint.dir = " + checkpoint_dir_, [&] {
+      if (world_->rank() != 0) return;
+      if (checkpoint_every_ > 0) take_checkpoint_dir(checkpoint_dir_);
+      else check_checkpoint_dir(checkpoint_dir_);
+    });
+    if (auto from = resume(checkpoint_dir_); from && world_->rank() == 0) {
+      std::printf("resumed from checkpoint %s at step %lld\n", from->c_str(), static_cast<long long>(steps_));
+      std::fflush(stdout);
+    }
+  }
+  // A resumed run that saved loader positions must watch as many loaders before its first step.
+  void check_watched_loaders() {
+    EPL_CHECK(loaders_.size() >= saved_positions_.size(), "this run resumed from ", resumed_from_->string(), ", which holds the "
+              "position of ", saved_positions_.size(), " data loader", saved_positions_.size() == 1 ? "" : "s", " but the program "
+              "watches ", loaders_.size(), "; call trainer.watch(loader) for each loader before the first step, or the run reads "
+              "its data from the start again");
+    saved_positions_.clear();
+  }
+
   // gradient_checkpoint.*: type unset, the model's epl::Checkpoint marks recompute; "" turns them
   // off; "collection" asks for them (a model without one is an error); "auto" recomputes the
   // segments each chunk chooses (the marks then keep their activations). end_taskgraph: only
@@ -797,6 +1199,15 @@ class Trainer {
   bool overlap_ = true;
   std::int64_t steps_ = 0;
   double last_grad_norm_ = 0;
+  std::vector<std::pair<std::string, std::string>> config_;  // every key's value as text, for checkpoints
+  std::string checkpoint_dir_;                               // checkpoint.dir
+  std::int64_t checkpoint_every_ = 0;                        // checkpoint.every
+  std::vector<data::WindowLoader*> loaders_;                 // watched: their positions are saved
+  std::vector<data::WindowLoader::Position> saved_positions_;  // a resumed run's, until the loaders are watched
+  std::size_t saved_loaders_ = 0;                               // the loader positions the resumed checkpoint held
+  std::optional<std::filesystem::path> resumed_from_;
+  std::unique_ptr<checkpoint::DirectoryLock> dir_lock_;  // rank 0: the directory this run saves into
+  std::filesystem::path locked_dir_;
 };
 
 /// \brief Prints the per-step progress line: step, loss, throughput, peak memory.

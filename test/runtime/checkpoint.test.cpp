@@ -1,0 +1,537 @@
+// Checkpoints: 10 steps in one run equal 5 steps, a save, a new trainer, a load and 5 more, bit
+// for bit (1, 2 and 4 thread ranks; accumulation, dropout, ZeRO, AMP's loss scale, the loader's
+// position); a checkpoint saved by one layout loads into another and the next step matches
+// continuing unchanged; every damaged or foreign checkpoint is refused naming the file and the
+// problem; a save that fails part-way leaves the previous checkpoint the one resumed.
+#include "../../examples/gpt/gpt.hpp"
+#include "../helpers.hpp"
+#include "epl/comm/run_threads.hpp"
+
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
+
+using namespace epl;
+namespace fs = std::filesystem;
+
+namespace {
+gpt::Shape tiny(std::int64_t dim = 16) { return {.vocab = 32, .context = 8, .layers = 2, .heads = 2, .dim = dim}; }
+// examples/gpt's model with dropout after the embedding.
+struct DropGpt {
+  gpt::Embed embed;
+  nn::Dropout drop;
+  nn::Repeat<gpt::Block> body;
+  gpt::Head head;
+};
+DropGpt make_drop_gpt(std::int64_t dim = 16) {
+  auto g = gpt::make_gpt(tiny(dim));
+  return {g.embed, nn::Dropout(0.1), g.body, g.head};
+}
+using Policy = Policies<Zero<3>, Amp<amp::BF16>>;
+
+// A fresh directory for one test, removed at the end.
+struct TempDir {
+  fs::path path;
+  explicit TempDir(const char* name)
+      : path(fs::temp_directory_path() / ("epl-checkpoint-test-" + std::to_string(::getpid()) + "-" + name)) {
+    fs::remove_all(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+Config config(const char* zero = "", std::int64_t micro = 2, const char* amp = "") {
+  Config c;
+  c.set("pipeline.num_micro_batch", micro);
+  c.set("zero.level", zero);
+  c.set("amp.level", amp);
+  return c;
+}
+
+struct Outcome {
+  std::vector<double> losses, params;  // rank 0's losses; the whole parameters after the last step
+  std::int64_t start = -1;             // the step the run started from
+  double loss_scale = 0;
+};
+struct Plan {
+  int ranks = 1;
+  Config cfg = config();
+  int steps = 5;
+  fs::path resume_from = {}, save_to = {};  // a directory to resume from and to save into at the end (empty: none)
+  std::int64_t dim = 16;
+  std::uint64_t seed = 5;
+  double eps = 1e-8;  // AdamW's
+};
+// Trains DropGpt (or the model make returns) with AdamW on plan.ranks thread ranks over the same
+// global batches.
+template <class Model = DropGpt>
+Outcome train(const Plan& plan, Model (*make)(std::int64_t) = make_drop_gpt) {
+  Outcome out;
+  comm::run_threads(plan.ranks, [&](comm::ThreadCommunicator& c) {
+    Context ctx(c, 200 + c.rank());
+    Trainer<Model, optim::AdamW, Policy> t(ctx, plan.cfg, make(plan.dim), optim::AdamW({.lr = 1e-2, .eps = plan.eps}),
+                                             {.seed = plan.seed, .clip_norm = 1.0, .amp_init_scale = 256, .amp_growth_interval = 2});
+    if (!plan.resume_from.empty() && !t.resume(plan.resume_from)) EPL_FAIL("no checkpoint in ", plan.resume_from);
+    auto ds = test::token_corpus(4000);
+    data::WindowLoader loader(ds, 8, 8, 17, t.data_shard());
+    t.watch(loader);
+    if (c.rank() == 0) out.start = t.steps();
+    for (int s = 0; s < plan.steps; ++s) {
+      const double l = t.step(loader.next(ctx.cpu()));
+      if (c.rank() == 0) out.losses.push_back(l);
+    }
+    if (!plan.save_to.empty()) t.save(plan.save_to);
+    t.gather_parameters();
+    if (c.rank() == 0) {
+      nn::for_each_parameter(t.model(), [&](nn::Parameter& p) {  // pipelined: this rank's stages
+        if (p.materialized())
+          for (float x : p.value.span<float>()) out.params.push_back(x);
+      });
+      out.loss_scale = t.loss_scale();
+    }
+  });
+  return out;
+}
+std::vector<double> tail(const std::vector<double>& v, std::size_t n) { return {v.end() - static_cast<std::ptrdiff_t>(n), v.end()}; }
+
+// Flips one byte of a file at offset at.
+void flip_byte(const fs::path& f, std::streamoff at) {
+  std::fstream io(f, std::ios::in | std::ios::out | std::ios::binary);
+  REQUIRE(io.good());
+  io.seekg(at);
+  char b = 0;
+  io.read(&b, 1);
+  b = static_cast<char>(b ^ 0x5a);
+  io.seekp(at);
+  io.write(&b, 1);
+}
+// The error of resuming dir on one device and training a step with a loader over `tokens` ids,
+// watched or not.
+std::string resume_error(const fs::path& dir, std::size_t tokens, bool watch) {
+  try {
+    Trainer<DropGpt, optim::AdamW, Policy> t(test::cpu(), config(), make_drop_gpt(), optim::AdamW({.lr = 1e-2}), {.seed = 5, .clip_norm = 1.0});
+    if (!t.resume(dir)) return "nothing to resume";
+    auto ds = test::token_corpus(tokens);
+    data::WindowLoader loader(ds, 8, 8, 17);
+    if (watch) t.watch(loader);
+    (void)t.step(loader.next(test::cpu()));
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "no error";
+}
+std::string error_of(const Plan& plan) {
+  try {
+    (void)train(plan);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "no error";
+}
+}  // namespace
+
+TEST_SUITE("cpu") {
+TEST_CASE("checkpoint: 5 steps, save, load in a new trainer, 5 more equal 10 steps bit for bit") {
+  struct Case {
+    int ranks;
+    const char* zero;
+    const char* amp;
+  };
+  for (const Case k : {Case{1, "", ""}, Case{2, "", ""}, Case{4, "", ""}, Case{2, "v2", ""}, Case{4, "v1", "O1"}, Case{2, "v0", "O1"}}) {
+    CAPTURE(k.ranks);
+    CAPTURE(k.zero);
+    CAPTURE(k.amp);
+    TempDir dir("bit-exact");
+    const Config cfg = config(k.zero, 2, k.amp);
+    const Outcome straight = train({.ranks = k.ranks, .cfg = cfg, .steps = 10});
+    const Outcome first = train({.ranks = k.ranks, .cfg = cfg, .steps = 5, .save_to = dir.path});
+    REQUIRE(fs::is_directory(dir.path / "step-00000005"));
+    const Outcome second = train({.ranks = k.ranks, .cfg = cfg, .steps = 5, .resume_from = dir.path});
+    CHECK(second.start == 5);
+    CHECK(first.losses == std::vector<double>(straight.losses.begin(), straight.losses.begin() + 5));
+    CHECK(second.losses == tail(straight.losses, 5));  // the loader's position, dropout's step, AdamW's moments
+    CHECK(second.params == straight.params);
+    CHECK(second.loss_scale == straight.loss_scale);
+    if (std::string(k.amp) == "O1") CHECK(straight.loss_scale != 256);  // the scale moved: its state was restored
+  }
+}
+
+TEST_CASE("checkpoint: a save by one layout loads into another; the next step matches continuing unchanged") {
+  struct Layout {
+    int ranks;
+    const char* zero;
+    std::int64_t stages = 1;
+  };
+  auto with = [](const Layout& l) {
+    Config c = config(l.zero);
+    if (l.stages > 1) {
+      c.set("pipeline.num_stages", l.stages);
+      c.set("auto.auto_parallel", true);
+    }
+    return c;
+  };
+  struct Change {
+    Layout from, to;
+  };
+  for (const Change ch : {Change{{4, "v2"}, {1, ""}}, Change{{4, "v2"}, {2, "v0"}}, Change{{1, ""}, {4, "v2"}}, Change{{2, "v1"}, {4, ""}},
+                          Change{{2, "", 2}, {1, ""}}, Change{{1, ""}, {4, "", 2}}}) {
+    CAPTURE(ch.from.ranks);
+    CAPTURE(ch.from.zero);
+    CAPTURE(ch.from.stages);
+    CAPTURE(ch.to.ranks);
+    CAPTURE(ch.to.zero);
+    CAPTURE(ch.to.stages);
+    TempDir dir("reshard");
+    // Another layout sums the gradients in another order (rounding differences near 1e-7). AdamW
+    // divides each update by sqrt(v) + eps: with eps = 1e-8 an element whose gradient is rounding
+    // noise moves by up to lr either way, and the parameters differ by 2e-4 after 2 steps between
+    // any two layouts, checkpoint or not. eps = 1e-5 keeps that noise below the tolerance.
+    constexpr double kEps = 1e-5;
+    (void)train({.ranks = ch.from.ranks, .cfg = with(ch.from), .steps = 3, .save_to = dir.path, .eps = kEps});
+    // the reference: the saving layout's next steps, continued from its own checkpoint; a
+    // pipelined layout holds its stages only, so one device continues for it
+    const Layout reference = ch.from.stages > 1 ? Layout{1, ""} : ch.from;
+    const Outcome same = train({.ranks = reference.ranks, .cfg = with(reference), .steps = 2, .resume_from = dir.path, .eps = kEps});
+    const Outcome changed = train({.ranks = ch.to.ranks, .cfg = with(ch.to), .steps = 2, .resume_from = dir.path, .eps = kEps});
+    CHECK(changed.start == 3);
+    CHECK(test::max_rel_diff(changed.losses, same.losses) < 1e-6);
+    if (ch.to.stages == 1) CHECK(test::max_rel_diff(changed.params, same.params) < 1e-6);
+  }
+}
+
+TEST_CASE("checkpoint: a split model's parts load into more replicas of it, and the other way round") {
+  // examples/gpt's model split 2 ways (heads of the fused qkv weight, Mlp columns and rows, the
+  // vocabulary), on 2 ranks and on 2 x 2 (split x data parallel, ZeRO stage 1)
+  auto split = [](std::int64_t dim) { return gpt::make_split_gpt<2>(tiny(dim)); };
+  constexpr double kEps = 1e-5;  // as above
+  for (const auto& [from, to] : {std::pair{2, 4}, std::pair{4, 2}}) {
+    CAPTURE(from);
+    TempDir dir("split");
+    auto cfg = [](int ranks) { return config(ranks == 4 ? "v0" : ""); };
+    (void)train<gpt::SplitGpt<2>>({.ranks = from, .cfg = cfg(from), .steps = 3, .save_to = dir.path, .eps = kEps}, split);
+    const Outcome same = train<gpt::SplitGpt<2>>({.ranks = from, .cfg = cfg(from), .steps = 2, .resume_from = dir.path, .eps = kEps}, split);
+    const Outcome changed = train<gpt::SplitGpt<2>>({.ranks = to, .cfg = cfg(to), .steps = 2, .resume_from = dir.path, .eps = kEps}, split);
+    CHECK(changed.start == 3);
+    CHECK(test::max_rel_diff(changed.losses, same.losses) < 1e-6);
+    CHECK(test::max_rel_diff(changed.params, same.params) < 1e-6);  // rank 0's parts: the same parts on both
+  }
+}
+
+TEST_CASE("checkpoint: checkpoint.every saves as training goes and checkpoint.dir resumes from the newest") {
+  TempDir dir("every");
+  Config cfg = config("v2");
+  cfg.set("checkpoint.dir", dir.path.string());
+  cfg.set("checkpoint.every", 2);
+  const Outcome straight = train({.ranks = 2, .cfg = config("v2"), .steps = 7});
+  const Outcome first = train({.ranks = 2, .cfg = cfg, .steps = 5});
+  CHECK(fs::is_directory(dir.path / "step-00000002"));
+  CHECK(fs::is_directory(dir.path / "step-00000004"));
+  CHECK_FALSE(fs::exists(dir.path / "step-00000005"));
+  CHECK(checkpoint::newest(dir.path) == dir.path / "step-00000004");
+  const Outcome second = train({.ranks = 2, .cfg = cfg, .steps = 3});  // resumes at 4 on its own
+  CHECK(second.start == 4);
+  CHECK(second.losses == tail(straight.losses, 3));
+  CHECK(second.params == straight.params);
+  CHECK(fs::is_directory(dir.path / "step-00000006"));
+}
+
+TEST_CASE("checkpoint: a save that fails part-way leaves the previous checkpoint the one resumed") {
+  for (const char* phase : {"prepared", "shards written", "manifest written"}) {
+    CAPTURE(phase);
+    TempDir dir("crash");
+    (void)train({.ranks = 2, .cfg = config("v2"), .steps = 2, .save_to = dir.path});
+    std::string errors[2];
+    comm::run_threads(2, [&](comm::ThreadCommunicator& c) {
+      Context ctx(c, 200 + c.rank());
+      TrainerOptions o{.seed = 5, .clip_norm = 1.0};
+      // rank 1 fails while writing; only rank 0 writes the manifest, so it fails after that
+      o.checkpoint_phase = [&](std::string_view p) {
+        if (p == phase && c.rank() == (std::string(phase) == "manifest written" ? 0 : 1)) EPL_FAIL("injected: a crash at ", p);
+      };
+      Trainer<DropGpt, optim::AdamW, Policy> t(ctx, config("v2"), make_drop_gpt(), optim::AdamW({.lr = 1e-2}), o);
+      REQUIRE(t.resume(dir.path).has_value());
+      auto ds = test::token_corpus(4000);
+      data::WindowLoader loader(ds, 8, 8, 17, t.data_shard());
+      t.watch(loader);
+      (void)t.step(loader.next(ctx.cpu()));
+      try {
+        t.save(dir.path);
+      } catch (const std::exception& e) {
+        errors[c.rank()] = e.what();
+      }
+    });
+    const int failed = std::string(phase) == "manifest written" ? 0 : 1;
+    CHECK(errors[failed].find("injected: a crash at") != std::string::npos);  // its own error
+    CHECK(errors[1 - failed].find("saving checkpoint") != std::string::npos);    // the other names it
+    CHECK(errors[1 - failed].find("failed on rank " + std::to_string(failed)) != std::string::npos);
+    CHECK(fs::exists(dir.path / ".step-00000003.partial"));
+    CHECK_FALSE(fs::exists(dir.path / "step-00000003"));
+    CHECK(checkpoint::newest(dir.path) == dir.path / "step-00000002");
+    // and the next save of that step replaces the partial one
+    const Outcome again = train({.ranks = 2, .cfg = config("v2"), .steps = 1, .resume_from = dir.path, .save_to = dir.path});
+    CHECK(again.start == 2);
+    CHECK(fs::is_directory(dir.path / "step-00000003"));
+    CHECK_FALSE(fs::exists(dir.path / ".step-00000003.partial"));
+  }
+}
+
+TEST_CASE("checkpoint: damaged, missing and foreign checkpoints are refused naming the file and the problem") {
+  TempDir dir("damaged");
+  (void)train({.ranks = 2, .cfg = config("v2"), .steps = 2, .save_to = dir.path});
+  const fs::path ck = dir.path / "step-00000002", shard = ck / "rank-00001.bin", manifest = ck / "manifest.txt";
+  const Plan resume{.ranks = 2, .cfg = config("v2"), .steps = 1, .resume_from = dir.path};
+  const fs::path keep = dir.path / "keep";
+  fs::copy(ck, keep);
+  auto restore = [&] {
+    fs::remove_all(ck);
+    fs::copy(keep, ck);
+  };
+  SUBCASE("a flipped byte in a shard") {
+    flip_byte(shard, 100);
+    const auto e = error_of(resume);
+    CHECK(e.find("rank-00001.bin is corrupt") != std::string::npos);
+    CHECK(e.find("fail their checksum") != std::string::npos);
+  }
+  SUBCASE("a truncated shard") {
+    fs::resize_file(shard, fs::file_size(shard) - 10);
+    const auto e = error_of(resume);
+    CHECK(e.find("rank-00001.bin is truncated") != std::string::npos);
+  }
+  SUBCASE("a missing shard") {
+    fs::remove(shard);
+    CHECK(error_of(resume).find("rank-00001.bin is missing") != std::string::npos);
+  }
+  SUBCASE("a truncated manifest") {
+    fs::resize_file(manifest, fs::file_size(manifest) / 2);
+    CHECK(error_of(resume).find("manifest.txt is truncated") != std::string::npos);
+  }
+  SUBCASE("an edited manifest") {
+    flip_byte(manifest, 30);
+    CHECK(error_of(resume).find("manifest.txt is corrupt: its checksum") != std::string::npos);
+  }
+  SUBCASE("a missing manifest") {
+    fs::remove(manifest);
+    CHECK(error_of(resume).find("has no manifest.txt") != std::string::npos);
+  }
+  SUBCASE("another model's checkpoint") {
+    Plan wider = resume;
+    wider.dim = 32;
+    const auto e = error_of(wider);
+    CHECK(e.find("saved from another model") != std::string::npos);
+    CHECK(e.find("f32 [48, 16] but this model's is f32 [96, 32]") != std::string::npos);  // both shapes, named
+  }
+  SUBCASE("another seed") {
+    Plan other = resume;
+    other.seed = 6;
+    CHECK(error_of(other).find("was saved with TrainerOptions::seed = 5 and this trainer has 6") != std::string::npos);
+  }
+  restore();
+  CHECK(train(resume).start == 2);  // the intact copy still loads
+}
+
+TEST_CASE("checkpoint: misuse is named") {
+  TempDir dir("misuse");
+  SUBCASE("checkpoint.every without checkpoint.dir") {
+    Config cfg = config();
+    cfg.set("checkpoint.every", 3);
+    CHECK(error_of({.cfg = cfg}).find("checkpoint.every = 3 but checkpoint.dir is not set") != std::string::npos);
+  }
+  SUBCASE("a resumed run that does not watch its loader") {
+    (void)train({.steps = 1, .save_to = dir.path});
+    CHECK(resume_error(dir.path, 4000, false).find("holds the position of 1 data loader but the program watches 0") != std::string::npos);
+  }
+  SUBCASE("a loader over other data") {
+    (void)train({.steps = 1, .save_to = dir.path});
+    CHECK(resume_error(dir.path, 3000, true).find("a saved loader position is for 499 windows") != std::string::npos);
+  }
+  SUBCASE("a directory that holds no checkpoint") {
+    Trainer<DropGpt, optim::AdamW, Policy> t(test::cpu(), config(), make_drop_gpt(), optim::AdamW({.lr = 1e-2}), {.seed = 5});
+    fs::create_directories(dir.path);
+    CHECK_FALSE(t.resume(dir.path / "nothing-here").has_value());
+    CHECK(t.steps() == 0);
+    CHECK_THROWS_WITH_AS(t.load(dir.path), doctest::Contains("has no manifest.txt"), Error);
+  }
+}
+
+TEST_CASE("checkpoint: loaders that read other data on each rank (io.slicing) resume on the same ranks only") {
+  TempDir dir("sliced");
+  // rank r reads a corpus of its own (as io.slicing gives each rank its files): positions per rank
+  auto run = [&](int ranks, int steps, bool save) {
+    std::vector<double> losses;
+    comm::run_threads(ranks, [&](comm::ThreadCommunicator& c) {
+      Context ctx(c, 200 + c.rank());
+      Trainer<DropGpt, optim::AdamW, Policy> t(ctx, config(), make_drop_gpt(), optim::AdamW({.lr = 1e-2}), {.seed = 5});
+      (void)t.resume(dir.path);
+      auto ds = test::token_corpus(1000 + 200 * static_cast<std::size_t>(c.rank()));
+      data::WindowLoader loader(ds, 8, 8, 17, t.data_shard());
+      t.watch(loader);
+      t.watch(loader);  // twice counts once
+      for (int s = 0; s < steps; ++s) {
+        const double l = t.step(loader.next(ctx.cpu()));
+        if (c.rank() == 0) losses.push_back(l);
+      }
+      if (save) t.save(dir.path);
+    });
+    return losses;
+  };
+  const auto straight = run(2, 20, false);  // past the first epoch of rank 0's 124 windows
+  fs::remove_all(dir.path);
+  (void)run(2, 12, true);
+  CHECK(run(2, 8, false) == tail(straight, 8));
+  const auto e = [&] {
+    try {
+      (void)run(1, 1, false);
+    } catch (const std::exception& x) {
+      return std::string(x.what());
+    }
+    return std::string("no error");
+  }();
+  CHECK(e.find("holds each of its 2 ranks' own data position") != std::string::npos);
+  CHECK(e.find("only a run on 2 ranks can resume; this one has 1") != std::string::npos);
+}
+
+TEST_CASE("checkpoint: a directory is one run's, and a checkpoint is what its name says") {
+  TempDir dir("guarded");
+  using T = Trainer<DropGpt, optim::AdamW, Policy>;
+  const TrainerOptions o{.seed = 5};
+  SUBCASE("two runs saving into one directory") {
+    T a(test::cpu(), config(), make_drop_gpt(), optim::AdamW({}), o), b(test::cpu(), config(), make_drop_gpt(), optim::AdamW({}), o);
+    a.save(dir.path);
+    const std::string in_use = "is in use by another run (process " + std::to_string(::getpid()) + ")";
+    CHECK_THROWS_WITH_AS(b.save(dir.path), doctest::Contains(in_use.c_str()), Error);
+    a.save(dir.path / "elsewhere");  // a's lock moves with it
+    CHECK_NOTHROW(b.save(dir.path));
+  }
+  SUBCASE("checkpoint.dir set when the run saves is checked at start, not at the first save") {
+    fs::create_directories(dir.path);
+    std::ofstream(dir.path / "a-file") << "x";
+    Config cfg = config();
+    cfg.set("checkpoint.dir", (dir.path / "a-file").string());
+    cfg.set("checkpoint.every", 100);
+    CHECK_THROWS_WITH_AS(T(test::cpu(), cfg, make_drop_gpt(), optim::AdamW({}), o), doctest::Contains("is not a directory"), Error);
+    cfg.set("checkpoint.dir", (dir.path / "a-file" / "sub").string());
+    CHECK_THROWS_WITH_AS(T(test::cpu(), cfg, make_drop_gpt(), optim::AdamW({}), o), doctest::Contains("cannot create checkpoint directory"), Error);
+  }
+  SUBCASE("a step directory given where its parent belongs") {
+    T a(test::cpu(), config(), make_drop_gpt(), optim::AdamW({}), o);
+    const auto step = a.save(dir.path);
+    Config cfg = config();
+    cfg.set("checkpoint.dir", step.string());
+    CHECK_THROWS_WITH_AS(T(test::cpu(), cfg, make_drop_gpt(), optim::AdamW({}), o), doctest::Contains("is itself a checkpoint"), Error);
+    CHECK_THROWS_WITH_AS(a.resume(step), doctest::Contains("give the directory that holds the step-N directories"), Error);
+    CHECK_THROWS_WITH_AS(a.save(""), doctest::Contains("no checkpoint directory given"), Error);
+  }
+  SUBCASE("a step directory renamed") {
+    T a(test::cpu(), config(), make_drop_gpt(), optim::AdamW({}), o);
+    fs::rename(a.save(dir.path), dir.path / "step-00000012");
+    CHECK_THROWS_WITH_AS(a.resume(dir.path), doctest::Contains("is named for step 12 but its manifest says step 0"), Error);
+  }
+  SUBCASE("steps past 10^8 are found") {
+    CHECK(checkpoint::step_of("step-123456789") == 123456789);
+    CHECK(checkpoint::step_of(checkpoint::step_name(12)) == 12);
+    CHECK_FALSE(checkpoint::step_of("step-0000012").has_value());  // not a name a save writes
+    CHECK_FALSE(checkpoint::step_of("step-00000012x").has_value());
+    fs::create_directories(dir.path / "step-00000004");
+    fs::create_directories(dir.path / "step-123456789");
+    CHECK(checkpoint::newest(dir.path) == dir.path / "step-123456789");
+  }
+  SUBCASE("watching a loader the saved run did not watch") {
+    T a(test::cpu(), config(), make_drop_gpt(), optim::AdamW({}), o);
+    a.save(dir.path);
+    T b(test::cpu(), config(), make_drop_gpt(), optim::AdamW({}), o);
+    REQUIRE(b.resume(dir.path).has_value());
+    auto ds = test::token_corpus(4000);
+    data::WindowLoader loader(ds, 8, 8, 17);
+    CHECK_THROWS_WITH_AS(b.watch(loader), doctest::Contains("holds the position of 0 data loaders, and now watches loader 1"), Error);
+  }
+  SUBCASE("export refuses to write into the checkpoint it reads") {
+    T a(test::cpu(), config(), make_drop_gpt(), optim::AdamW({}), o);
+    const auto step = a.save(dir.path);
+    CHECK_THROWS_WITH_AS(checkpoint::export_safetensors(step, step / "manifest.txt"), doctest::Contains("would be written into the checkpoint"), Error);
+    CHECK_THROWS_WITH_AS(checkpoint::export_safetensors(step, dir.path), doctest::Contains("is a directory"), Error);
+    fs::remove(step / "manifest.txt");
+    CHECK_THROWS_AS(checkpoint::export_safetensors(step, dir.path / "m.safetensors"), Error);
+    CHECK_FALSE(fs::exists(dir.path / "m.safetensors.partial"));
+    CHECK_FALSE(fs::exists(dir.path / "m.safetensors"));
+  }
+}
+
+TEST_CASE("checkpoint: the manifest reads back what it wrote and refuses every inconsistent line") {
+  checkpoint::Manifest m;
+  m.step = 7;
+  m.scalars = {{"seed", "5"}, {"optimizer", "epl::optim::AdamW<with spaces>"}};
+  m.config = {{"trace", ""}, {"checkpoint.dir", "/tmp/a dir/%x\n"}};
+  m.tensors["w"] = {DType::kF32, Shape{4, 6}};
+  m.files["rank-00000.bin"] = 48;
+  m.pieces.push_back({"w", "rank-00000.bin", 0, 48, 0x1234abcd, {1, 1, 2, 1}, Shape{4, 3}, 0, 12});
+  const std::string text = checkpoint::format(m);
+  const auto back = checkpoint::parse(text, "test");
+  CHECK(back.step == 7);
+  CHECK(back.scalars == m.scalars);
+  CHECK(back.config == m.config);
+  REQUIRE(back.pieces.size() == 1);
+  CHECK(back.pieces[0].crc == 0x1234abcd);
+  CHECK(back.pieces[0].local == Shape{4, 3});
+  CHECK(back.pieces[0].shard.index == 1);
+  // each line below replaces the piece line: the parse must name what is wrong
+  const std::string piece = "piece w rank-00000.bin 0 48 1234abcd 1 1 2 1 2 4 3 0 12";
+  const std::pair<const char*, const char*> bad[] = {
+      {"piece w rank-00000.bin 0 48 1234abcd 1 1 2 1 2 4 4 0 12", "is not part 1 of 2"},
+      {"piece w rank-00000.bin 0 48 1234abcd 1 2 2 1 2 4 3 0 12", "no part of tensor w"},
+      {"piece w rank-00000.bin 0 48 1234abcd 1 1 2 1 2 4 3 0 13", "elements [0, 13) of a part of 12"},
+      {"piece w rank-00000.bin 8 48 1234abcd 1 1 2 1 2 4 3 0 12", "past the end of file"},
+      {"piece w rank-00000.bin 0 40 1234abcd 1 1 2 1 2 4 3 0 12", "40 bytes for 12 f32 elements"},
+      {"piece v rank-00000.bin 0 48 1234abcd 1 1 2 1 2 4 3 0 12", "which no tensor line describes"},
+      {"piece w rank-00009.bin 0 48 1234abcd 1 1 2 1 2 4 3 0 12", "which no file line lists"},
+      {"piece w rank-00000.bin -1 48 1234abcd 1 1 2 1 2 4 3 0 12", "an offset \"-1\""},
+      {"piece w rank-00000.bin 0 48 1234abcd 1 1 2 1 9 4 3 0 12", "a tensor rank \"9\""},
+      {"piece w rank-00000.bin 0 48 1234abcd 1 1 2 1", "has 10 words"},
+      {"bogus line", "which is not a manifest line"},
+  };
+  for (const auto& [line, message] : bad) {
+    CAPTURE(line);
+    std::string edited = text;
+    edited.replace(edited.find(piece), piece.size(), line);
+    CHECK_THROWS_WITH_AS(checkpoint::parse(edited, "test", false), doctest::Contains(message), Error);
+    CHECK_THROWS_WITH_AS(checkpoint::parse(edited, "test"), doctest::Contains("its checksum"), Error);
+  }
+  CHECK_THROWS_WITH_AS(checkpoint::parse("", "empty"), doctest::Contains("is truncated"), Error);
+  CHECK_THROWS_WITH_AS(checkpoint::parse("end 00000000\n", "bare", false), doctest::Contains("lacks its"), Error);
+}
+
+TEST_CASE("checkpoint: a tensor is rebuilt from split and ZeRO pieces, and a gap is named") {
+  // w [4, 6] saved as two column halves (a split of 2), the second half in two ZeRO slices
+  std::vector<float> whole(24);
+  for (int i = 0; i < 24; ++i) whole[i] = static_cast<float>(i);
+  auto part = [&](int k) {
+    std::vector<float> p;
+    for (int r = 0; r < 4; ++r)
+      for (int c = 0; c < 3; ++c) p.push_back(whole[r * 6 + k * 3 + c]);
+    return p;
+  };
+  std::map<std::string, std::vector<char>> files;
+  checkpoint::Manifest m;
+  m.tensors["w"] = {DType::kF32, Shape{4, 6}};
+  auto add = [&](const std::string& file, int k, int b, int e) {
+    const auto p = part(k);
+    auto& bytes = files[file];
+    const std::uint64_t at = bytes.size();
+    bytes.insert(bytes.end(), reinterpret_cast<const char*>(p.data() + b), reinterpret_cast<const char*>(p.data() + e));
+    m.pieces.push_back({"w", file, at, static_cast<std::uint64_t>(e - b) * 4, checkpoint::crc32(p.data() + b, (e - b) * 4u),
+                        {1, k, 2, 1}, Shape{4, 3}, b, e});
+    m.files[file] = bytes.size();
+  };
+  add("a", 0, 0, 12);
+  add("b", 1, 0, 5);
+  add("c", 1, 5, 12);
+  checkpoint::Source src;
+  src.size = [&](const std::string& f) -> std::optional<std::uint64_t> { return files.count(f) ? std::optional<std::uint64_t>(files[f].size()) : std::nullopt; };
+  src.read = [&](const std::string& f, std::uint64_t at, void* out, std::uint64_t n) { std::memcpy(out, files[f].data() + at, n); };
+  const checkpoint::Reader r(checkpoint::format(m), "mem", src);
+  const auto bytes = r.whole("w");
+  std::vector<float> got(24);
+  std::memcpy(got.data(), bytes.data(), 96);
+  CHECK(got == whole);
+  m.pieces.pop_back();  // elements 5..11 of the second half: gone
+  CHECK_THROWS_WITH_AS(checkpoint::Reader(checkpoint::format(m), "mem", src).whole("w"), doctest::Contains("holds 17 of the 24 elements"), Error);
+}
+}
