@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-demo}
 demo_packages=(cmake ninja-build g++ libeigen3-dev libboost1.81-dev libopenmpi-dev openmpi-bin fortunes-min fortunes)
-test_packages=("${demo_packages[@]}" doctest-dev clang libomp-dev)
+test_packages=("${demo_packages[@]}" doctest-dev clang libomp-dev python3-venv python3-numpy)
 
 install_missing() {
   local missing=()
@@ -31,15 +31,21 @@ case "$mode" in
     ;;
   test)
     install_missing "${test_packages[@]}"
+    # Python's safetensors (PyPI; Debian 12 has no package) reads the weights a checkpoint exports
+    if ! build/pyenv/bin/python3 -c "import safetensors, numpy" 2>/dev/null; then
+      /usr/bin/python3 -m venv --system-site-packages build/pyenv  # Debian's Python, with its numpy
+      build/pyenv/bin/pip install --quiet --disable-pip-version-check safetensors
+    fi
+    python=-DEPL_TEST_PYTHON=$PWD/build/pyenv/bin/python3
     cuda=OFF
     if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then cuda=ON; fi
     export PATH=/usr/local/cuda/bin:$PATH
     # g++ 12 (with the CUDA backend when nvcc is there), then clang 14: a header-only library is
     # compiled by its users' compilers, so the whole tree must build and pass with both.
-    cmake --preset ci -DEPL_ENABLE_CUDA=$cuda -DEPL_ENABLE_NCCL=$cuda
+    cmake --preset ci -DEPL_ENABLE_CUDA=$cuda -DEPL_ENABLE_NCCL=$cuda "$python"
     cmake --build --preset ci
     ctest --preset ci
-    cmake --preset ci-clang
+    cmake --preset ci-clang "$python"
     cmake --build --preset ci-clang
     ctest --preset ci-clang
     ;;

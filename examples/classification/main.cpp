@@ -72,7 +72,7 @@ void train(epl::Context& ctx, const epl::Config& cfg, const Settings& st, Model 
     std::printf("classification: %lld classes, %lld parameters, %s on %d rank(s), global batch %lld\n",
                 static_cast<long long>(st.classes), static_cast<long long>(nn::parameter_count(trainer.model())), how, ctx.size(),
                 static_cast<long long>(st.batch));
-  for (std::int64_t s = 1; s <= st.steps; ++s) {
+  for (std::int64_t s = trainer.steps() + 1; s <= st.steps; ++s) {  // resumed (--checkpoint.dir): from its step; step s's rows are fixed
     auto t0 = std::chrono::steady_clock::now();
     const double loss = trainer.step(batch_rows(cpu, st, s, shard));
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -47,7 +47,7 @@ int main(int argc, char** argv) try {
     EPL_CHECK(kBatch % shard.ranks == 0, "the batch of ", kBatch, " does not divide among ", shard.ranks, " replicas");
     const std::int64_t per = kBatch / shard.ranks, first = shard.rank * per;
     epl::Tensor x = ctx.cpu().empty({per, kFeatures}, epl::DType::kF32), y = ctx.cpu().empty({per}, epl::DType::kI32);
-    for (std::int64_t s = 1; s <= cfg.get(steps); ++s) {
+    for (std::int64_t s = trainer.steps() + 1; s <= cfg.get(steps); ++s) {  // resumed (--checkpoint.dir): from its step
       for (std::int64_t r = 0; r < per; ++r) {  // point r of the global batch: its class decides its features
         const std::int64_t g = first + r;
         const auto label = static_cast<std::int32_t>((g + s) % kClasses);

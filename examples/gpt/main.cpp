@@ -14,6 +14,8 @@
 //   gpt --gradient_checkpoint.type=auto          (the library's segments)
 //   gpt --gradient_checkpoint.type=collection    (each block an epl::Checkpoint: gpt::CheckpointedGpt)
 //   gpt --offload.level=v0                       (weights in host memory; brings zero.level=v2)
+// Checkpoints: save every 50 steps; run again with the same directory to resume from the newest:
+//   gpt --checkpoint.dir=ckpt --checkpoint.every=50
 #include <epl/epl.hpp>
 #include <epl/runtime/launch.hpp>
 
@@ -67,6 +69,7 @@ void train(epl::Context& ctx, const epl::Config& cfg, const Run& run, Model mode
   auto files_here = epl::data::slice_files(run.files, shard, cfg);
   auto text = epl::data::TokenDataset::from_text(files_here);
   epl::data::WindowLoader loader(text, run.shape.context, run.global_batch, 1234, shard);
+  trainer.watch(loader);  // its position is saved with checkpoints (--checkpoint.dir), and restored
   const auto& plan = trainer.plan();
   epl::log_rank(ctx.rank(), "of ", ctx.size(), ": ", cpu.id().str(), ", ", cpu.threads(), " thread(s), ", files_here.size(),
                 " file(s), replica ", shard.rank, " of ", shard.ranks, " (", run.global_batch / shard.ranks, " of each batch's ",
@@ -83,7 +86,7 @@ void train(epl::Context& ctx, const epl::Config& cfg, const Run& run, Model mode
   // The progress line's peak is training's: the start-up draws the whole model once before ZeRO
   // shards it.
   epl::memory_account(cpu.id()).reset_peaks();
-  for (std::int64_t s = 1; s <= run.steps; ++s) {
+  for (std::int64_t s = trainer.steps() + 1; s <= run.steps; ++s) {  // a resumed run goes on from its checkpoint's step
     auto t0 = std::chrono::steady_clock::now();
     double loss = trainer.step(loader.next(cpu));
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

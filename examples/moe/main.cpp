@@ -53,6 +53,7 @@ void train(epl::Context& ctx, const epl::Config& cfg, const Settings& st) {
   const auto& cpu = ctx.cpu();
   auto text = epl::data::TokenDataset::from_text(st.files);
   epl::data::WindowLoader loader(text, st.shape.context, st.batch, 1234, trainer.data_shard());
+  trainer.watch(loader);  // saved with checkpoints (--checkpoint.dir), restored on resume
   if (ctx.rank() == 0)
     std::printf("moe: %lld parameters, %lld experts (top-%lld, capacity factor %.2f) split over %d rank(s), %lld layers, dim %lld\n",
                 static_cast<long long>(nn::parameter_count(trainer.model())), static_cast<long long>(st.moe.experts),
@@ -67,7 +68,7 @@ void train(epl::Context& ctx, const epl::Config& cfg, const Settings& st) {
     }
     return std::pair{d, r};
   };
-  for (std::int64_t s = 1; s <= st.steps; ++s) {
+  for (std::int64_t s = trainer.steps() + 1; s <= st.steps; ++s) {  // resumed: from the checkpoint's step
     const auto before = dropped();
     const auto sent = trainer.mesh().tensor().stats().bytes_sent;  // the experts' all_to_all and all-gathers
     auto t0 = std::chrono::steady_clock::now();

@@ -48,14 +48,12 @@ int main(int argc, char** argv) try {
     EPL_CHECK(kBatch % shard.ranks == 0, "the quick start's batch of ", kBatch, " does not divide among ", shard.ranks, " replicas");
     const std::int64_t per = kBatch / shard.ranks;
     epl::log_rank(ctx.rank(), "of ", ctx.size(), ": ", per, " of each batch's ", kBatch, " samples");
-    int iteration = 0;
-    for (std::int64_t e = 0; e < epochs; ++e)
-      for (std::int64_t b = 0; b < kSamples; b += kBatch) {
-        const std::int64_t lo = b + shard.rank * per;
-        double loss = trainer.step({x.slice(lo, lo + per), y.slice(lo, lo + per)});
-        if (ctx.rank() == 0) std::printf("Iteration %d, loss: %.6f\n", iteration, loss);
-        ++iteration;
-      }
+    // A run resumed from a checkpoint (--checkpoint.dir) goes on from the iteration it saved.
+    for (std::int64_t iteration = trainer.steps(); iteration < epochs * (kSamples / kBatch); ++iteration) {
+      const std::int64_t lo = iteration % (kSamples / kBatch) * kBatch + shard.rank * per;
+      double loss = trainer.step({x.slice(lo, lo + per), y.slice(lo, lo + per)});
+      if (ctx.rank() == 0) std::printf("Iteration %lld, loss: %.6f\n", static_cast<long long>(iteration), loss);
+    }
   });
 } catch (const std::exception& e) {
   std::fprintf(stderr, "%s\n", e.what());

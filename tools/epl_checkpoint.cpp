@@ -1,0 +1,53 @@
+// epl-checkpoint: reads the checkpoints a Trainer saves (include/epl/runtime/checkpoint.hpp).
+//   epl-checkpoint show DIR              the step, scalars, tensors and files of a checkpoint, every
+//                                        piece read and its checksum checked
+//   epl-checkpoint export DIR OUT        its weights as a safetensors file (PyTorch's
+//                                        safetensors.torch.load_file reads it)
+// DIR is a step-N directory, or a checkpoint.dir, whose newest complete checkpoint is used.
+#include <epl/runtime/checkpoint.hpp>
+
+#include <cstdio>
+#include <string>
+
+namespace {
+std::filesystem::path checkpoint_in(const std::filesystem::path& dir) {
+  if (std::filesystem::exists(dir / epl::checkpoint::kManifest)) return dir;
+  auto newest = epl::checkpoint::newest(dir);
+  EPL_CHECK(newest.has_value(), "no checkpoint in ", dir, ": name a step-N directory that a save wrote, or the checkpoint.dir "
+            "that holds them");
+  return *newest;
+}
+}  // namespace
+
+int main(int argc, char** argv) try {
+  const std::string command = argc > 1 ? argv[1] : "";
+  if (command == "show" && argc == 3) {
+    const auto dir = checkpoint_in(argv[2]);
+    const epl::checkpoint::Reader r(dir);
+    const auto& m = r.manifest();
+    std::printf("%s: step %lld, %zu tensors in %zu pieces, %zu files\n", dir.c_str(), static_cast<long long>(m.step), m.tensors.size(),
+                m.pieces.size(), m.files.size());
+    for (const auto& [k, v] : m.scalars) std::printf("  %s = %s\n", k.c_str(), v.c_str());
+    std::uint64_t bytes = 0;
+    for (const auto& [name, t] : m.tensors) {
+      bytes += r.whole(name).size();  // every piece read, its checksum checked
+      std::printf("  %-40s %s %s\n", name.c_str(), std::string(epl::name_of(t.dtype)).c_str(), epl::detail::concat(t.shape).c_str());
+    }
+    std::printf("every piece's checksum holds (%llu bytes)\n", static_cast<unsigned long long>(bytes));
+    return 0;
+  }
+  if (command == "export" && argc == 4) {
+    const auto dir = checkpoint_in(argv[2]);
+    const auto n = epl::checkpoint::export_safetensors(dir, argv[3]);
+    std::printf("wrote %zu tensors of %s to %s\n", n, dir.c_str(), argv[3]);
+    return 0;
+  }
+  const bool help = command == "--help" || command == "-h" || command == "help";
+  std::fputs("usage: epl-checkpoint show DIR\n       epl-checkpoint export DIR OUT.safetensors\n"
+             "DIR: a step-N checkpoint directory, or the checkpoint.dir that holds them (its newest is used)\n",
+             help ? stdout : stderr);
+  return help ? 0 : 2;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "%s\n", e.what());
+  return 2;
+}
