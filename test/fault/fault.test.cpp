@@ -1,8 +1,10 @@
 // The fault-injection matrix: backend (thread ranks; MPI processes under mpirun) x fault
 // (throws, fails at start-up, stalls past the timeout, hangs forever, SIGKILL for MPI) x where
-// (forward, inside the gradient all-reduce, in the optimizer). Every case must end with a
+// (forward, inside the gradient all-reduce, in the optimizer; a pipeline send, a tensor-parallel
+// collective, a ZeRO gather, the middle of a checkpoint save). Every case must end with a
 // non-zero exit of the job and of every rank (no process left), the failed rank named, within
-// the timeout plus a small slack; none may hang. Each case prints a row of docs/failures.md.
+// the timeout plus a small slack; none may hang. A save that fails leaves the previous checkpoint
+// complete: a rerun resumes from it. Each case prints a row of docs/failures.md.
 #include <doctest/doctest.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -85,17 +87,24 @@ int survivors(const std::string& marker) {
 struct Case {
   std::string backend, fault, where;
 };
+// Where a "save" case keeps its checkpoints.
+std::filesystem::path checkpoint_dir(const std::string& marker) {
+  return std::filesystem::temp_directory_path() / ("epl_fault_checkpoints_" + marker.substr(marker.find('=') + 1));
+}
 
 void check_case(const Case& c) {
   static int counter = 0;
   const std::string marker = "--run_id=fault" + std::to_string(::getpid()) + "x" + std::to_string(counter++);
-  std::vector<std::string> argv;
+  std::vector<std::string> launcher;  // what starts the worker's 3 ranks (thread ranks: the worker itself)
   if (c.backend == "mpi") {
-    argv = {EPL_MPIRUN, "--oversubscribe", "--bind-to", "none", "-np", "3"};
-    if (::getuid() == 0) argv.emplace_back("--allow-run-as-root");
+    launcher = {EPL_MPIRUN, "--oversubscribe", "--bind-to", "none", "-np", "3"};
+    if (::getuid() == 0) launcher.emplace_back("--allow-run-as-root");
   }
+  std::vector<std::string> argv = launcher;
   argv.insert(argv.end(), {EPL_FAULT_WORKER, "--fault=" + c.fault, "--where=" + c.where, "--fault_rank=1", "--at_step=2",
                            "--steps=5", "--communication.timeout=" + std::to_string(kTimeout), marker});
+  const auto dir = checkpoint_dir(marker);
+  if (c.where == "save") argv.insert(argv.end(), {"--checkpoint.dir=" + dir.string(), "--checkpoint.every=1"});
   if (c.backend == "threads") ::setenv("EPL_NUM_RANKS", "3", 1);
   Outcome o = run(argv);
   ::unsetenv("EPL_NUM_RANKS");
@@ -105,6 +114,8 @@ void check_case(const Case& c) {
   // what names the failed rank: its own error, a peer's timeout naming it, or mpirun's report
   const bool named = o.output.find("[rank 1] epl error") != std::string::npos ||
                      o.output.find("ranks 1 did not arrive") != std::string::npos ||
+                     o.output.find("rank 1 did not send") != std::string::npos ||  // a pipeline receive's timeout
+                     o.output.find("waiting for rank 1") != std::string::npos ||   // the same under MPI
                      o.output.find("process rank 1 ") != std::string::npos;
   std::printf("| %s | %s | %s | %d | %.1f | %s |\n", c.backend.c_str(), c.fault.c_str(), c.fault == "startup" ? "-" : c.where.c_str(),
               o.status, o.seconds, named ? "yes" : "NO");
@@ -114,6 +125,19 @@ void check_case(const Case& c) {
   CHECK(o.seconds < kTimeout + kSlack);
   CHECK(left == 0);
   if (c.fault == "throw" || c.fault == "startup") CHECK(o.output.find("injected fault") != std::string::npos);
+  if (c.where != "save") return;
+  // step 1's checkpoint is complete, step 2's never became one, and a rerun resumes from step 1
+  CHECK(std::filesystem::exists(dir / "step-00000001" / "manifest.txt"));
+  CHECK_FALSE(std::filesystem::exists(dir / "step-00000002"));
+  std::vector<std::string> again = launcher;
+  again.insert(again.end(), {EPL_FAULT_WORKER, "--steps=3", "--communication.timeout=5", "--checkpoint.dir=" + dir.string(), marker});
+  if (c.backend == "threads") ::setenv("EPL_NUM_RANKS", "3", 1);
+  const Outcome rerun = run(again);
+  ::unsetenv("EPL_NUM_RANKS");
+  INFO("the rerun: exit ", rerun.status, "\n", rerun.output);
+  CHECK(rerun.status == 0);
+  CHECK(rerun.output.find("step-00000001 at step 1") != std::string::npos);
+  std::filesystem::remove_all(dir);
 }
 }  // namespace
 
@@ -136,6 +160,33 @@ TEST_CASE("fault matrix, thread ranks: stalls past the timeout in the optimizer"
 TEST_CASE("fault matrix, thread ranks: hangs forever in forward") { check_case({"threads", "hang", "forward"}); }
 TEST_CASE("fault matrix, thread ranks: hangs forever inside the gradient all-reduce") { check_case({"threads", "hang", "collective"}); }
 TEST_CASE("fault matrix, thread ranks: hangs forever in the optimizer") { check_case({"threads", "hang", "optimizer"}); }
+// what came after the matrix's first version: pipelines, split parts, ZeRO, checkpoints
+TEST_CASE("fault matrix, thread ranks: a fault-free pipeline, split, ZeRO and checkpointing run finish") {
+  for (const char* where : {"send", "tensor", "gather", "save"}) {
+    CAPTURE(where);
+    const auto dir = checkpoint_dir("--run_id=clean");
+    ::setenv("EPL_NUM_RANKS", "3", 1);
+    Outcome o = run({EPL_FAULT_WORKER, "--steps=3", "--where=" + std::string(where), "--communication.timeout=5",
+                     "--checkpoint.dir=" + dir.string(), "--checkpoint.every=1"});
+    ::unsetenv("EPL_NUM_RANKS");
+    INFO(o.output);
+    CHECK(o.status == 0);
+    CHECK(o.output.find("[rank 2] fault-worker: finished 3 steps") != std::string::npos);
+    std::filesystem::remove_all(dir);
+  }
+}
+TEST_CASE("fault matrix, thread ranks: throws, stalls, hangs in a pipeline send") {
+  for (const char* f : {"throw", "stall", "hang"}) check_case({"threads", f, "send"});
+}
+TEST_CASE("fault matrix, thread ranks: throws, stalls, hangs in a tensor-parallel collective") {
+  for (const char* f : {"throw", "stall", "hang"}) check_case({"threads", f, "tensor"});
+}
+TEST_CASE("fault matrix, thread ranks: throws, stalls, hangs in a ZeRO gather") {
+  for (const char* f : {"throw", "stall", "hang"}) check_case({"threads", f, "gather"});
+}
+TEST_CASE("fault matrix, thread ranks: throws, stalls, hangs in the middle of a checkpoint save") {
+  for (const char* f : {"throw", "stall", "hang"}) check_case({"threads", f, "save"});
+}
 }
 
 #if defined(EPL_MPIRUN)
@@ -153,5 +204,17 @@ TEST_CASE("fault matrix, MPI processes: hangs forever in the optimizer") { check
 TEST_CASE("fault matrix, MPI processes: killed (SIGKILL) in forward") { check_case({"mpi", "kill", "forward"}); }
 TEST_CASE("fault matrix, MPI processes: killed (SIGKILL) inside the gradient all-reduce") { check_case({"mpi", "kill", "collective"}); }
 TEST_CASE("fault matrix, MPI processes: killed (SIGKILL) in the optimizer") { check_case({"mpi", "kill", "optimizer"}); }
+TEST_CASE("fault matrix, MPI processes: throws, stalls, hangs, killed in a pipeline send") {
+  for (const char* f : {"throw", "stall", "hang", "kill"}) check_case({"mpi", f, "send"});
+}
+TEST_CASE("fault matrix, MPI processes: throws, stalls, hangs, killed in a tensor-parallel collective") {
+  for (const char* f : {"throw", "stall", "hang", "kill"}) check_case({"mpi", f, "tensor"});
+}
+TEST_CASE("fault matrix, MPI processes: throws, stalls, hangs, killed in a ZeRO gather") {
+  for (const char* f : {"throw", "stall", "hang", "kill"}) check_case({"mpi", f, "gather"});
+}
+TEST_CASE("fault matrix, MPI processes: throws, stalls, hangs, killed in the middle of a checkpoint save") {
+  for (const char* f : {"throw", "stall", "hang", "kill"}) check_case({"mpi", f, "save"});
+}
 }
 #endif

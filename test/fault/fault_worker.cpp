@@ -1,11 +1,18 @@
-// The program the fault-injection matrix runs (test/fault/fault.test.cpp): a small data-parallel
-// training run, on thread ranks or MPI processes (epl::launch), in which one rank fails in a
-// chosen way at a chosen place:
-//   --fault=throw|startup|stall|hang|kill   --where=forward|collective|optimizer
-//   --fault_rank=R --at_step=S --steps=N --communication.timeout=SECONDS
+// The program the fault-injection matrix runs (test/fault/fault.test.cpp): a small training run
+// on 3 ranks, thread ranks or MPI processes (epl::launch), in which one rank fails in a chosen way
+// at a chosen place:
+//   --fault=throw|startup|stall|hang|kill
+//   --where=forward|collective|optimizer|send|tensor|gather|save
+//   --fault_rank=R --at_step=S --steps=N --communication.timeout=SECONDS [--checkpoint.dir=DIR]
 // throw: an epl::Error; startup: an error before the first collective; stall: sleep for three
-// timeouts, then go on; hang: sleep forever; kill: SIGKILL (MPI processes only). "collective"
-// is the gradient all-reduce of the step, entered through a communicator that injects the fault.
+// timeouts, then go on; hang: sleep forever; kill: SIGKILL (MPI processes only). Where:
+//   forward, optimizer     in a layer's forward, in the optimizer's update (data parallel)
+//   collective             where the step's gradient all-reduce starts (data parallel)
+//   send                   a pipeline send between stages (the model cut into 3 stages)
+//   tensor                 a tensor-parallel collective (an epl::Split<3, ...> part)
+//   gather                 a ZeRO stage 3 gather of a unit's parameters (zero.level = v2)
+//   save                   in the middle of writing a checkpoint, its shards written (saved every step)
+// The communicator the trainer runs on injects the collective, send, tensor and gather faults.
 #include <epl/epl.hpp>
 #include <epl/runtime/launch.hpp>
 
@@ -58,6 +65,12 @@ struct Net {
   nn::ReLU act;
   nn::Linear fc2;
 };
+// The same with a column- and row-parallel pair split over the 3 ranks.
+struct SplitNet {
+  nn::Linear fc1;
+  Probe probe;
+  epl::Split<3, nn::Linear, nn::ReLU, nn::Linear> mlp;
+};
 
 // SGD with the "optimizer" injection point.
 struct FaultySGD {
@@ -81,7 +94,10 @@ class FaultyComm {
   int size() const { return inner_.size(); }
   std::string name() const { return inner_.name(); }
   epl::comm::CommStats stats() const { return inner_.stats(); }
-  void all_reduce(const Buffer& in, const Buffer& out, ReduceOp op) { inner_.all_reduce(in, out, op); }
+  void all_reduce(const Buffer& in, const Buffer& out, ReduceOp op) {
+    g_injector.hit("tensor");  // a split part's forward or backward reduction (the data-parallel layouts reduce asynchronously)
+    inner_.all_reduce(in, out, op);
+  }
   epl::comm::Work all_reduce_async(const Buffer& in, const Buffer& out, ReduceOp op) {
     g_injector.hit("collective");
     return inner_.all_reduce_async(in, out, op);
@@ -89,16 +105,25 @@ class FaultyComm {
   void reduce_scatter(const Buffer& in, const Buffer& out, ReduceOp op) { inner_.reduce_scatter(in, out, op); }
   epl::comm::Work reduce_scatter_async(const Buffer& in, const Buffer& out, ReduceOp op) { return inner_.reduce_scatter_async(in, out, op); }
   void all_gather(const Buffer& in, const Buffer& out) { inner_.all_gather(in, out); }
-  epl::comm::Work all_gather_async(const Buffer& in, const Buffer& out) { return inner_.all_gather_async(in, out); }
+  epl::comm::Work all_gather_async(const Buffer& in, const Buffer& out) {
+    g_injector.hit("gather");
+    return inner_.all_gather_async(in, out);
+  }
   void broadcast(const Buffer& b, int root) { inner_.broadcast(b, root); }
   void reduce(const Buffer& in, const Buffer& out, ReduceOp op, int root) { inner_.reduce(in, out, op, root); }
   void all_to_all(const Buffer& in, const Buffer& out) { inner_.all_to_all(in, out); }
   void all_to_all_v(const Buffer& in, const std::vector<std::int64_t>& s, const Buffer& out, const std::vector<std::int64_t>& r) {
     inner_.all_to_all_v(in, s, out, r);
   }
-  void send(const Buffer& b, int dst, int tag) { inner_.send(b, dst, tag); }
+  void send(const Buffer& b, int dst, int tag) {
+    g_injector.hit("send");
+    inner_.send(b, dst, tag);
+  }
   void recv(const Buffer& b, int src, int tag) { inner_.recv(b, src, tag); }
-  epl::comm::Work isend(const Buffer& b, int dst, int tag) { return inner_.isend(b, dst, tag); }
+  epl::comm::Work isend(const Buffer& b, int dst, int tag) {
+    g_injector.hit("send");
+    return inner_.isend(b, dst, tag);
+  }
   epl::comm::Work irecv(const Buffer& b, int src, int tag) { return inner_.irecv(b, src, tag); }
   void barrier() { inner_.barrier(); }
   FaultyComm split(int color, int key) { return FaultyComm(inner_.split(color, key)); }
@@ -108,11 +133,32 @@ class FaultyComm {
   epl::comm::Communicator inner_;
 };
 static_assert(epl::comm::communicator<FaultyComm>);
+
+// Trains model on ctx for `steps` steps, each rank on its data-parallel share's rows.
+template <class Model, class Policy = epl::Policies<>>
+void train(epl::Context& ctx, const epl::Config& cfg, Model model, std::int64_t steps) {
+  const int r = ctx.rank();
+  epl::TrainerOptions o;
+  o.checkpoint_phase = [](std::string_view phase) {
+    if (phase == "shards written") g_injector.hit("save");
+  };
+  epl::Trainer<Model, FaultySGD, Policy> trainer(ctx, cfg, std::move(model), FaultySGD{epl::optim::SGD({.lr = 0.1})}, o);
+  const std::int64_t rows = 6;
+  const int shard = trainer.data_shard().rank;  // the ranks of a split group or a pipeline read the same rows
+  epl::Tensor x = ctx.cpu().empty({rows, 8}, epl::DType::kF32), y = ctx.cpu().empty({rows}, epl::DType::kI32);
+  for (std::int64_t i = 0; i < x.numel(); ++i) x.span<float>()[i] = static_cast<float>(epl::uniform01(5, static_cast<std::uint64_t>(i + 100 * shard)));
+  for (std::int64_t i = 0; i < rows; ++i) y.span<std::int32_t>()[i] = static_cast<std::int32_t>(i % 4);
+  for (std::int64_t s = trainer.steps() + 1; s <= steps; ++s) {
+    g_injector.step[static_cast<std::size_t>(r)] = s;
+    (void)trainer.step({x, y});
+  }
+}
 }  // namespace
 
 int main(int argc, char** argv) try {
   const epl::Flag<std::string> fault{"fault", "none", "what goes wrong", {.choices = {"none", "throw", "startup", "stall", "hang", "kill"}}};
-  const epl::Flag<std::string> where{"where", "forward", "where it goes wrong", {.choices = {"forward", "collective", "optimizer"}}};
+  const epl::Flag<std::string> where{"where", "forward", "where it goes wrong",
+                                     {.choices = {"forward", "collective", "optimizer", "send", "tensor", "gather", "save"}}};
   const epl::Flag<std::int64_t> fault_rank{"fault_rank", 1, "the rank that fails", {.min = 0, .max = 63}};
   const epl::Flag<std::int64_t> at_step{"at_step", 2, "the step in which it fails", {.min = 1}};
   const epl::Flag<std::int64_t> steps{"steps", 4, "steps to train", {.min = 1}};
@@ -127,14 +173,22 @@ int main(int argc, char** argv) try {
     const int r = launched.rank();
     if (g_injector.fault == "startup" && r == g_injector.rank) EPL_FAIL("injected fault: failed at start-up, before any collective");
     epl::Context ctx(epl::comm::Communicator(FaultyComm(epl::comm::Communicator::borrow(launched.world()))), r, 1);
-    epl::Trainer<Net, FaultySGD> trainer(ctx, cfg, Net{nn::Linear(8, 16), {}, {}, nn::Linear(16, 4)}, FaultySGD{epl::optim::SGD({.lr = 0.1})});
-    const std::int64_t rows = 4;
-    epl::Tensor x = ctx.cpu().empty({rows, 8}, epl::DType::kF32), y = ctx.cpu().empty({rows}, epl::DType::kI32);
-    for (std::int64_t i = 0; i < x.numel(); ++i) x.span<float>()[i] = static_cast<float>(epl::uniform01(5, static_cast<std::uint64_t>(i + 100 * r)));
-    for (std::int64_t i = 0; i < rows; ++i) y.span<std::int32_t>()[i] = static_cast<std::int32_t>(i % 4);
-    for (std::int64_t s = 1; s <= cfg.get(steps); ++s) {
-      g_injector.step[static_cast<std::size_t>(r)] = s;
-      (void)trainer.step({x, y});
+    const std::string at = g_injector.where;
+    epl::Config c = cfg;
+    auto net = [] { return Net{nn::Linear(8, 16), {}, {}, nn::Linear(16, 4)}; };
+    if (at == "send") {  // cut into 3 pipeline stages
+      c.set("pipeline.num_stages", 3);
+      c.set("auto.auto_parallel", true);
+      c.set("pipeline.num_micro_batch", 3);
+      train(ctx, c, net(), cfg.get(steps));
+    } else if (at == "tensor") {
+      train(ctx, c, SplitNet{nn::Linear(8, 16), {}, epl::Split<3, nn::Linear, nn::ReLU, nn::Linear>(nn::Linear(16, 24), {}, nn::Linear(24, 4))},
+            cfg.get(steps));
+    } else if (at == "gather") {
+      c.set("zero.level", "v2");
+      train<Net, epl::Policies<epl::Zero<3>>>(ctx, c, net(), cfg.get(steps));
+    } else {
+      train(ctx, c, net(), cfg.get(steps));
     }
     std::fprintf(stderr, "[rank %d] fault-worker: finished %lld steps\n", r, static_cast<long long>(cfg.get(steps)));
   });
