@@ -455,6 +455,17 @@ TEST_CASE("checkpoint: a directory is one run's, and a checkpoint is what its na
   }
 }
 
+TEST_CASE("checkpoint: CRC-32C, the instruction and Boost.CRC's table agree") {
+  CHECK(checkpoint::crc32c("123456789", 9) == 0xE3069283u);  // the polynomial's check value
+  std::vector<unsigned char> bytes(1000);
+  for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<unsigned char>(i * 131 + 7);
+  for (std::size_t n : {0, 1, 7, 8, 9, 63, 1000}) {
+    boost::crc_optimal<32, 0x1EDC6F41, 0xFFFFFFFF, 0xFFFFFFFF, true, true> table;
+    table.process_bytes(bytes.data(), n);
+    CHECK(checkpoint::crc32c(bytes.data(), n) == table.checksum());
+  }
+}
+
 TEST_CASE("checkpoint: the manifest reads back what it wrote and refuses every inconsistent line") {
   checkpoint::Manifest m;
   m.step = 7;
@@ -516,7 +527,7 @@ TEST_CASE("checkpoint: a tensor is rebuilt from split and ZeRO pieces, and a gap
     auto& bytes = files[file];
     const std::uint64_t at = bytes.size();
     bytes.insert(bytes.end(), reinterpret_cast<const char*>(p.data() + b), reinterpret_cast<const char*>(p.data() + e));
-    m.pieces.push_back({"w", file, at, static_cast<std::uint64_t>(e - b) * 4, checkpoint::crc32(p.data() + b, (e - b) * 4u),
+    m.pieces.push_back({"w", file, at, static_cast<std::uint64_t>(e - b) * 4, checkpoint::crc32c(p.data() + b, (e - b) * 4u),
                         {1, k, 2, 1}, Shape{4, 3}, b, e});
     m.files[file] = bytes.size();
   };

@@ -5,8 +5,8 @@
 ///
 ///   DIR/step-00000010/manifest.txt     text: the step's scalars, the configuration, each tensor's
 ///                                      global shape, each piece (which tensor, which part of it,
-///                                      which file, which offset, a CRC-32), each file's size; its
-///                                      last line is the CRC-32 of everything above it
+///                                      which file, which offset, a CRC-32C), each file's size; its
+///                                      last line is the CRC-32C of everything above it
 ///   DIR/step-00000010/rank-00003.bin   the pieces world rank 3 wrote, back to back
 ///
 /// A save writes DIR/.step-00000010.partial and renames it when the manifest is written, so a
@@ -32,6 +32,9 @@
 #include <string_view>
 #include <vector>
 
+#if defined(__SSE4_2__)
+#include <nmmintrin.h>
+#endif
 #include <fcntl.h>
 #include <sys/file.h>
 #include <unistd.h>
@@ -51,10 +54,26 @@ inline constexpr const char* kManifest = "manifest.txt";
 inline constexpr int kMaxRank = Shape::kMaxRank;
 inline constexpr std::int64_t kMaxElements = std::int64_t{1} << 40;
 
-inline std::uint32_t crc32(const void* data, std::size_t n) {
-  boost::crc_32_type c;
+/// \brief CRC-32C (Castagnoli's polynomial, as iSCSI and ext4 use): the SSE4.2 instruction, 8
+/// bytes a step, where the target has it (some 8 GB/s, so a save is bound by the disk), else
+/// Boost.CRC's table (the same values, some 0.4 GB/s).
+inline std::uint32_t crc32c(const void* data, std::size_t n) {
+#if defined(__SSE4_2__)
+  const auto* p = static_cast<const unsigned char*>(data);
+  std::uint64_t c = 0xffffffffu;
+  for (; n >= 8; n -= 8, p += 8) {
+    std::uint64_t w;
+    std::memcpy(&w, p, 8);
+    c = _mm_crc32_u64(c, w);
+  }
+  auto c32 = static_cast<std::uint32_t>(c);
+  for (; n > 0; --n, ++p) c32 = _mm_crc32_u8(c32, *p);
+  return c32 ^ 0xffffffffu;
+#else
+  boost::crc_optimal<32, 0x1EDC6F41, 0xFFFFFFFF, 0xFFFFFFFF, true, true> c;
   c.process_bytes(data, n);
   return c.checksum();
+#endif
 }
 
 /// \brief A tensor as the single-device model has it.
@@ -224,7 +243,7 @@ inline void write_shape(std::string& out, const Shape& s) {
 }
 }  // namespace detail
 
-/// \brief The manifest as text, its last line the CRC-32 of the lines above it.
+/// \brief The manifest as text, its last line the CRC-32C of the lines above it.
 inline std::string format(const Manifest& m) {
   std::string out = "epl-checkpoint " + std::to_string(kVersion) + "\nstep " + std::to_string(m.step) + "\n";
   for (const auto& [k, v] : m.scalars) {
@@ -249,7 +268,7 @@ inline std::string format(const Manifest& m) {
     out += " " + std::to_string(p.begin) + " " + std::to_string(p.end) + "\n";
   }
   char end[32];
-  std::snprintf(end, sizeof end, "end %08x\n", crc32(out.data(), out.size()));
+  std::snprintf(end, sizeof end, "end %08x\n", crc32c(out.data(), out.size()));
   return out + end;
 }
 
@@ -267,7 +286,7 @@ inline Manifest parse(std::string_view text, const std::string& where, bool veri
   if (verify_checksum) {
     const std::string_view body = text.substr(0, last + 1);
     char want[16];
-    std::snprintf(want, sizeof want, "%08x", crc32(body.data(), body.size()));
+    std::snprintf(want, sizeof want, "%08x", crc32c(body.data(), body.size()));
     const std::string_view got = end_line.substr(4, end_line.size() >= 5 && end_line.back() == '\n' ? end_line.size() - 5 : std::string_view::npos);
     EPL_CHECK(got == want, "checkpoint manifest ", where, " is corrupt: its checksum is ", got, " but its lines sum to ", want,
               " (the file was changed or damaged)", detail::set_aside(checkpoint));
@@ -442,10 +461,15 @@ class Reader {
       if (p.tensor != tensor) continue;
       bytes.resize(static_cast<std::size_t>(p.bytes));
       source_.read(p.file, p.offset, bytes.data(), p.bytes);
-      EPL_CHECK(!verify_ || crc32(bytes.data(), bytes.size()) == p.crc, "checkpoint shard file ", where_, "/", p.file, " is corrupt: bytes [",
+      EPL_CHECK(!verify_ || crc32c(bytes.data(), bytes.size()) == p.crc, "checkpoint shard file ", where_, "/", p.file, " is corrupt: bytes [",
                 p.offset, ", ", p.offset + p.bytes, ") of tensor ", tensor, " fail their checksum", detail::set_aside(where_));
       nn::Parameter part(p.local, {});
       part.shard = p.shard;
+      if (part.shard.whole()) {  // a range of the whole tensor: one copy
+        std::memcpy(out.data() + static_cast<std::size_t>(p.begin) * elem, bytes.data(), bytes.size());
+        std::fill(covered.begin() + p.begin, covered.begin() + p.end, 1);
+        continue;
+      }
       for (std::int64_t i = p.begin; i < p.end; ++i) {
         const std::uint64_t g = part.global_index(i);
         std::memcpy(out.data() + g * elem, bytes.data() + static_cast<std::size_t>(i - p.begin) * elem, elem);
@@ -539,7 +563,7 @@ class ShardWriter {
   /// \brief Appends elements [begin, end) of a part of `tensor` (their bytes at data).
   Piece add(std::string tensor, const nn::Shard& shard, const Shape& local, std::int64_t begin, std::int64_t end, const void* data,
             std::uint64_t bytes) {
-    Piece p{std::move(tensor), name_, offset_, bytes, crc32(data, bytes), shard, local, begin, end};
+    Piece p{std::move(tensor), name_, offset_, bytes, crc32c(data, bytes), shard, local, begin, end};
     const auto* b = static_cast<const char*>(data);
     for (std::uint64_t done = 0; done < bytes;) {
       const ssize_t w = ::write(fd_, b + done, bytes - done);

@@ -888,6 +888,7 @@ class Trainer {
       EPL_CHECK(reader.has(tensor), "checkpoint ", where, " holds no ", tensor, " although the optimizer had taken ", optimizer_steps,
                 " steps: the manifest is not one a save writes");
       const auto whole = reader.whole(tensor);
+      if (p.shard.whole()) return device_->upload(whole.data() + static_cast<std::size_t>(b) * elem, to);  // a range of it
       host.resize(static_cast<std::size_t>(e - b) * elem);
       for (std::int64_t i = b; i < e; ++i)
         std::memcpy(host.data() + static_cast<std::size_t>(i - b) * elem, whole.data() + p.global_index(i) * elem, elem);
