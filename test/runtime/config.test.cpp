@@ -140,6 +140,19 @@ TEST_CASE("unknown EPL_* variables are refused naming the nearest key; rank coun
   unsetenv("EPL_PIPELINE_NUM_MICRO_BATCH");
 }
 
+TEST_CASE("an environment block given as data is read as the process environment is") {
+  const char* env[] = {"PATH=/usr/bin", "EPL_ZERO_LEVEL=v1", "EPL_NUM_RANKS=2", nullptr};
+  Config c;
+  c.load_environment(env);
+  CHECK(c.get(keys::zero_level) == "v1");
+  CHECK(c.source(keys::zero_level) == Config::Source::kEnvironment);
+  const char* typo[] = {"EPL_ZERO_LEVL=v1", nullptr};
+  CHECK_THROWS_WITH_AS(Config().load_environment(typo), doctest::Contains("did you mean EPL_ZERO_LEVEL (zero.level)?"), Error);
+  const char* no_value[] = {"EPL_PIPELINE_NUM_MICRO_BATCH", nullptr};  // no '=': the empty value, not an integer
+  CHECK_THROWS_WITH_AS(Config().load_environment(no_value), doctest::Contains("takes an integer, got \"\""), Error);
+  CHECK_NOTHROW(Config().load_environment(nullptr));
+}
+
 TEST_CASE("a megabyte of bad value is cut in the message, not repeated whole") {
   std::string huge(1 << 20, 'x');
   Config c;

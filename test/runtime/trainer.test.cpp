@@ -179,6 +179,22 @@ TEST_CASE("data files: text bytes, binary ids, corrupt and missing files") {
   std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("token bytes in memory: every int32 id, and the file readers' messages") {
+  // id 2^31 - 1 once overflowed int32 computing the vocabulary (found by test/fuzz/tokens_fuzz.cpp)
+  const char max_id[] = {5, 0, 0, 0, '\xff', '\xff', '\xff', '\x7f'};
+  auto bin = data::TokenDataset::from_binary_bytes(max_id, "max.bin");
+  CHECK(bin.tokens() == std::vector<std::int32_t>{5, 2147483647});
+  CHECK(bin.vocab_size() == std::int64_t{1} << 31);
+  const char odd[] = {1, 0, 0, 0, 1}, negative[] = {1, 0, 0, 0, '\xff', '\xff', '\xff', '\xff'};
+  CHECK_THROWS_WITH_AS(data::TokenDataset::from_binary_bytes(odd, "odd.bin"),
+                       doctest::Contains("token file \"odd.bin\" is corrupt: 5 bytes is not a whole number of int32 ids"), Error);
+  CHECK_THROWS_WITH_AS(data::TokenDataset::from_binary_bytes(negative, "neg.bin"),
+                       doctest::Contains("token file \"neg.bin\" is corrupt: negative id -1 at position 1"), Error);
+  auto text = data::TokenDataset::from_text_bytes(std::string_view("\xc3\xa9!"));
+  CHECK(text.tokens() == std::vector<std::int32_t>{195, 169, 33});
+  CHECK(text.vocab_size() == 256);
+}
+
 // A NaN or infinite loss or gradient stops the run with the step and the parameter named.
 namespace {
 struct InfGrad {  // identity whose backward puts an infinity into its parameter's gradient

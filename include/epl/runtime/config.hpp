@@ -92,7 +92,7 @@ class Config {
   /// its own; programs with flags of their own declare them instead (the overload below).
   static Config from_args(int argc, const char* const* argv) {
     Config c;
-    c.load_environment();
+    c.load_environment(environ);
     c.parse_args(argc, argv, false);
     return c;
   }
@@ -106,7 +106,7 @@ class Config {
   static Config from_args(int argc, const char* const* argv, const Flag<T>&... flags) {
     Config c;
     (c.declare(flags.spec()), ...);
-    c.load_environment();
+    c.load_environment(environ);
     c.parse_args(argc, argv, true);
     return c;
   }
@@ -114,6 +114,14 @@ class Config {
     requires(sizeof...(T) > 0)
   static Config from_args(int argc, char** argv, const Flag<T>&... flags) {
     return from_args(argc, const_cast<const char* const*>(argv), flags...);
+  }
+
+  /// \brief Reads EPL_* variables from an environment block as from_args reads the process's own:
+  /// NAME=VALUE strings ending with a null pointer, environ's layout. A test or fuzzer passes its
+  /// own block rather than changing the process environment, which every thread shares.
+  Config& load_environment(const char* const* envp) {
+    read_environment(envp);
+    return *this;
   }
 
   /// \brief Adds a program flag (its default as value).
@@ -351,13 +359,13 @@ class Config {
     check_value(k, v);
     return v;
   }
-  void load_environment() {
+  void read_environment(const char* const* envp) {
     std::vector<std::string_view> known;
     std::map<std::string, std::string_view> key_of;
     for (const auto& k : detail::config_keys()) key_of.emplace(env_name(k.name), k.name);
     for (const auto& [env, key] : key_of) known.push_back(env);
     for (auto v : detail::library_variables()) known.push_back(v);
-    for (char** p = environ; p && *p; ++p) {
+    for (const char* const* p = envp; p && *p; ++p) {
       std::string_view var(*p);
       if (var.substr(0, 4) != "EPL_") continue;
       auto name = var.substr(0, var.find('='));

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <span>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -36,16 +37,21 @@ class TokenDataset {
     EPL_CHECK(!files.empty(), "TokenDataset::from_text: no files given");
     TokenDataset ds;
     ds.vocab_ = 256;
-    for (const auto& f : files) {
-      auto bytes = read(f);
-      // through unsigned char: a plain char is signed here, and byte 0xC3 would become id -61
-      for (char b : bytes) ds.tokens_.push_back(static_cast<std::int32_t>(static_cast<unsigned char>(b)));
-    }
+    for (const auto& f : files) ds.append_bytes(read(f));
+    return ds;
+  }
+  /// \brief Byte-level tokens of text already in memory, as from_text reads each file.
+  static TokenDataset from_text_bytes(std::span<const char> bytes) {
+    TokenDataset ds;
+    ds.vocab_ = 256;
+    ds.append_bytes(bytes);
     return ds;
   }
   /// \brief int32 token ids; a size that is not a multiple of 4 or a negative id is a corrupt file.
-  static TokenDataset from_binary(const std::filesystem::path& file) {
-    auto bytes = read(file);
+  static TokenDataset from_binary(const std::filesystem::path& file) { return from_binary_bytes(read(file), file); }
+  /// \brief int32 token ids already in memory, as from_binary reads a file; `file` names them in
+  /// the errors.
+  static TokenDataset from_binary_bytes(std::span<const char> bytes, const std::filesystem::path& file) {
     EPL_CHECK(bytes.size() % 4 == 0, "token file ", file, " is corrupt: ", bytes.size(),
               " bytes is not a whole number of int32 ids");
     TokenDataset ds;
@@ -55,7 +61,7 @@ class TokenDataset {
       auto id = static_cast<std::int32_t>(b[0] | (b[1] << 8) | (b[2] << 16) | (std::uint32_t(b[3]) << 24));
       EPL_CHECK(id >= 0, "token file ", file, " is corrupt: negative id ", id, " at position ", i);
       ds.tokens_[i] = id;
-      ds.vocab_ = std::max<std::int64_t>(ds.vocab_, id + 1);
+      ds.vocab_ = std::max(ds.vocab_, std::int64_t{id} + 1);  // in 64 bits: id 2^31 - 1 is valid, and id + 1 overflowed int32
     }
     return ds;
   }
@@ -88,6 +94,10 @@ class TokenDataset {
     for (std::size_t n; (n = std::fread(block, 1, sizeof block, in.get())) > 0;) bytes.insert(bytes.end(), block, block + n);
     EPL_CHECK(!std::ferror(in.get()), "reading data file ", f, " failed: ", std::strerror(errno));
     return bytes;
+  }
+  void append_bytes(std::span<const char> bytes) {
+    // through unsigned char: a plain char is signed here, and byte 0xC3 would become id -61
+    for (char b : bytes) tokens_.push_back(static_cast<std::int32_t>(static_cast<unsigned char>(b)));
   }
   std::vector<std::int32_t> tokens_;
   std::int64_t vocab_ = 0;
