@@ -162,7 +162,7 @@ inline const std::vector<ConfigKey>& config_keys() {
        "write every rank's forward, backward, send, receive and all-reduce spans to this file as Chrome trace JSON (epl)"},
       {"checkpoint.dir", S{""}, {}, -kNone, kNone, true,
        "save training checkpoints here (step-N directories) and resume from the newest complete one at start (epl)"},
-      {"checkpoint.every", I{0}, {}, 0, std::int64_t{1} << 40, true,
+      {"checkpoint.every", I{0}, {}, 0, 1 << 30, true,
        "save a checkpoint into checkpoint.dir after every this many steps; 0: only resume (epl)"},
   };
   return keys;
