@@ -203,7 +203,8 @@ TEST_CASE("checkpoint: a split model's parts load into more replicas of it, and 
   // vocabulary), on 2 ranks and on 2 x 2 (split x data parallel, ZeRO stage 1)
   auto split = [](std::int64_t dim) { return gpt::make_split_gpt<2>(tiny(dim)); };
   constexpr double kEps = 1e-5;  // as above
-  for (const auto& [from, to] : {std::pair{2, 4}, std::pair{4, 2}}) {
+  for (const auto& change : {std::pair{2, 4}, std::pair{4, 2}}) {
+    const int from = change.first, to = change.second;  // not a structured binding: clang 14's CAPTURE cannot name one
     CAPTURE(from);
     TempDir dir("split");
     auto cfg = [](int ranks) { return config(ranks == 4 ? "v0" : ""); };
@@ -498,7 +499,9 @@ TEST_CASE("checkpoint: the manifest reads back what it wrote and refuses every i
       {"piece w rank-00000.bin 0 48 1234abcd 1 1 2 1", "has 10 words"},
       {"bogus line", "which is not a manifest line"},
   };
-  for (const auto& [line, message] : bad) {
+  for (const auto& entry : bad) {
+    const char* line = entry.first;
+    const char* message = entry.second;
     CAPTURE(line);
     std::string edited = text;
     edited.replace(edited.find(piece), piece.size(), line);
