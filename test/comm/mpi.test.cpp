@@ -40,8 +40,11 @@ void check_all_reduce(std::int64_t count, ReduceOp op, bool in_place) {
 }  // namespace
 
 TEST_SUITE("mpi") {
-TEST_CASE("mpi: all_reduce, every op and dtype, small (MPI) and large (ring) buffers, in and out of place") {
-  for (std::int64_t count : {1, 7, 1001, 300001, 1500007})  // > 1 MiB: the ring, uneven shares; 1500007: several chunks a share
+TEST_CASE("mpi: all_reduce, every op and dtype, small (fused), medium (MPI) and large (ring) buffers, in and out of place") {
+  // up to 16 KiB / (n - 1): the data rides the header exchange, in 3968-byte pieces (3000 floats:
+  // several pieces on 2 ranks, MPI_Allreduce on 4); > 1 MiB: the ring, uneven shares; 1500007:
+  // several chunks a share
+  for (std::int64_t count : {1, 7, 1001, 3000, 30001, 300001, 1500007})
     for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMean, ReduceOp::kMax, ReduceOp::kMin})
       for (bool in_place : {false, true}) {
         CAPTURE(count);
@@ -144,6 +147,11 @@ TEST_CASE("mpi: split into sub-groups, asynchronous order, byte counts") {
   std::vector<float> big(1 << 20, 1.0f);
   c.all_reduce(Buffer(big.data(), 1 << 20, DType::kF32), ReduceOp::kSum);
   CHECK(c.stats().bytes_sent - before.bytes_sent == 2 * (n - 1) * (4 << 20) / n);
+  // a fused all_reduce sends the whole buffer to every peer
+  before = c.stats();
+  c.all_reduce(Buffer(big.data(), 1000, DType::kF32), ReduceOp::kSum);
+  CHECK(c.stats().bytes_sent - before.bytes_sent == (n - 1) * 4000);
+  CHECK(c.stats().bytes_received - before.bytes_received == (n - 1) * 4000);
 }
 TEST_CASE("mpi: a store over MPI carries the root's value to every rank (NCCL's bootstrap)") {
   static_assert(comm::store<comm::MpiStore>);
@@ -170,6 +178,19 @@ TEST_CASE("mpi: ranks that disagree on the size, dtype or collective are reporte
   if (c.rank() == 0) CHECK_THROWS_WITH_AS(c.all_reduce(Buffer(&d, 1, DType::kF64), ReduceOp::kSum), doctest::Contains("called broadcast"), Error);
   else CHECK_THROWS_WITH_AS(c.broadcast(Buffer(&d, 1, DType::kF64), 0), doctest::Contains("called all_reduce"), Error);
   CHECK_THROWS_WITH_AS(c.broadcast(Buffer{}, c.size()), doctest::Contains("is not a rank of group 'world'"), Error);
+  // one rank's buffer fits the fused exchange (data in pieces), the other's does not (a header):
+  // both report the sizes, and the group stays usable (every piece was received)
+  std::vector<float> y(c.rank() == 0 ? 3000 : 300001);
+  CHECK_THROWS_WITH_AS(c.all_reduce(Buffer(y.data(), static_cast<std::int64_t>(y.size()), DType::kF32), ReduceOp::kSum),
+                       doctest::Contains("sizes must match"), Error);
+  std::vector<float> z(c.rank() == 0 ? 1000 : 3000);  // both fused on 2 ranks, in different numbers of pieces
+  CHECK_THROWS_WITH_AS(c.all_reduce(Buffer(z.data(), static_cast<std::int64_t>(z.size()), DType::kF32), ReduceOp::kSum),
+                       doctest::Contains("sizes must match"), Error);
+  if (c.rank() == 0) CHECK_THROWS_WITH_AS(c.all_reduce(Buffer(z.data(), 1000, DType::kF32), ReduceOp::kMax), doctest::Contains("op max"), Error);
+  else CHECK_THROWS_WITH_AS(c.all_reduce(Buffer(z.data(), 1000, DType::kF32), ReduceOp::kSum), doctest::Contains("op sum"), Error);
+  float one = 1;
+  c.all_reduce(Buffer(&one, 1, DType::kF32), ReduceOp::kSum);
+  CHECK(one == static_cast<float>(c.size()));
 }
 TEST_CASE("mpi: a rank that never arrives is named after the timeout" * doctest::skip()) {
   // Run alone (ctest mpi.timeout): it leaves MPI with requests that never complete.

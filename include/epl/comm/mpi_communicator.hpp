@@ -6,7 +6,12 @@
 /// Every collective first exchanges a small header with each peer (operation, sequence
 /// number, count, dtype, root, reduction) by point-to-point messages on a private duplicate
 /// of the communicator. That detects ranks that disagree, and when the exchange times out, the
-/// peers whose header never came are exactly the ranks that did not arrive. Large all_reduces
+/// peers whose header never came are exactly the ranks that did not arrive. A small all_reduce
+/// is that exchange alone: each rank sends its data to every peer, the header in the tags and
+/// lengths of its messages, and every rank reduces the n contributions in rank order. The check
+/// then costs no message of its own, and every rank gets the same bits. The data travels in
+/// pieces of kPieceBytes, within the eager size of MPI's transports (vader's 4 KiB includes its
+/// own header), so that no message waits for a rendezvous. Medium all_reduces are MPI_Allreduce after the header exchange; large ones
 /// run a ring (reduce-scatter then all-gather) through one persistent staging buffer: OpenMPI's
 /// own all_reduce maps and page-faults fresh temporary memory on every call.
 ///
@@ -42,6 +47,10 @@ class MpiCommunicator {
     MPI_Comm_set_errhandler(st_->control, MPI_ERRORS_RETURN);
     MPI_Comm_rank(st_->data, &st_->rank);
     MPI_Comm_size(st_->data, &st_->size);
+    int* tag_ub = nullptr;
+    int found = 0;
+    MPI_Comm_get_attr(st_->control, MPI_TAG_UB, &tag_ub, &found);
+    st_->fuses = found && *tag_ub >= kLargestTag;
   }
   MpiCommunicator(MpiCommunicator&&) noexcept = default;
   MpiCommunicator& operator=(MpiCommunicator&&) noexcept = default;
@@ -69,8 +78,23 @@ class MpiCommunicator {
     usable("all_reduce");
     EPL_CHECK(in.count == out.count && in.dtype == out.dtype, "all_reduce: input ", in.count, " ", name_of(in.dtype),
               " and output ", out.count, " ", name_of(out.dtype), " differ");
-    handshake(Op::kAllReduce, in.count, in.dtype, 0, op, true);
     const int n = size();
+    if (n > 1 && in.count > 0 && in.bytes() <= fused_capacity()) {
+      // the header exchange carries the data: one message to each peer, the sum in rank order
+      handshake(Op::kAllReduce, in.count, in.dtype, 0, op, true, in.data);
+      const char* self = static_cast<const char*>(in.data);
+      if (in.data == out.data && rank() >= 2) {  // out is written before this rank's term is added
+        std::memcpy(st_->outbox.data(), in.data, in.bytes());
+        self = st_->outbox.data();
+      }
+      auto term = [&](int q) { return q == rank() ? self : slot(q); };
+      detail::combine(out.data, term(0), term(1), out.count, out.dtype, op);
+      for (int q = 2; q < n; ++q) detail::reduce_into(out.data, term(q), out.count, out.dtype, op);
+      if (op == ReduceOp::kMean) detail::divide(out.data, out.count, out.dtype, n);
+      account((n - 1) * static_cast<std::int64_t>(in.bytes()), (n - 1) * static_cast<std::int64_t>(in.bytes()));
+      return;
+    }
+    handshake(Op::kAllReduce, in.count, in.dtype, 0, op, true);
     if (n > 1 && in.bytes() >= kRingBytes) {
       ring_all_reduce(in, out, op);
     } else {
@@ -303,6 +327,20 @@ class MpiCommunicator {
     return op >= 0 && op < 8 ? names[op] : "?";
   }
   static constexpr std::size_t kRingBytes = 1 << 20;
+  // What one rank sends in a fused all_reduce, to all its peers together: a buffer of up to
+  // kFusedBytes / (n - 1) bytes rides the header exchange (16 KiB on 2 ranks, 5 KiB on 4).
+  // Beyond that MPI_Allreduce's halving algorithms move and add less than n whole copies.
+  static constexpr std::size_t kFusedBytes = 16 << 10;
+  using Header = std::array<std::int64_t, 6>;
+  static constexpr std::size_t kHeaderBytes = sizeof(Header);
+  static constexpr std::size_t kPieceBytes = 3968;
+  // A fused piece's tag: a marker bit, a last-piece bit, the sequence number's low 20 bits, the
+  // dtype and the reduction; the pieces' lengths add up to the count. Headers keep kHeaderTag.
+  static constexpr int kFusedTag = 1 << 30, kLastPiece = 1 << 29, kSeqBits = 20;
+  static constexpr int kLargestTag = kFusedTag | kLastPiece | ((1 << (kSeqBits + 6)) - 1);
+  static int fused_tag(const Header& h) {
+    return kFusedTag | static_cast<int>((h[1] & ((1 << kSeqBits) - 1)) << 6 | h[3] << 2 | h[5]);
+  }
   static constexpr std::int64_t kChunkBytes = 1 << 20;
   static constexpr int kHeaderTag = 7301, kRingTag = 7302;
 
@@ -313,8 +351,13 @@ class MpiCommunicator {
     CommOptions opt;
     std::int64_t seq = 0;
     std::vector<char> staging;
-    std::vector<std::array<std::int64_t, 6>> headers;  // the handshake's, reused
-    std::vector<MPI_Request> requests;
+    // The handshake's messages, kept between calls (no allocation per collective): each peer's
+    // header or fused data lands in its slot of the inbox; the outbox holds this rank's header.
+    std::vector<char> inbox, outbox;
+    bool fuses = false;  // MPI's tags are wide enough to carry a header
+    std::vector<MPI_Request> receives, sends;  // a receive per peer, reposted for each piece
+    std::vector<int> tags, lengths, completed;     // per peer: its first message's tag, bytes so far
+    std::vector<MPI_Status> statuses;
     std::atomic<std::int64_t> sent{0}, received{0}, ops{0};
     std::atomic<bool> cancelled{false};
     detail::AsyncQueue queue;
@@ -329,63 +372,117 @@ class MpiCommunicator {
     }
   };
 
-  // Header exchange with every peer; names the ranks that disagree or never arrive.
-  void handshake(Op op, std::int64_t count, DType t, int root, ReduceOp reduce, bool same_count) {
+  // The bytes of data a fused all_reduce carries per message: the same on every rank of the
+  // group (it depends on the size alone), so every receive slot fits every peer's message.
+  [[nodiscard]] std::size_t fused_capacity() const {
+    return st_->fuses && size() > 1 ? kFusedBytes / static_cast<std::size_t>(size() - 1) / 64 * 64 : 0;
+  }
+  [[nodiscard]] std::size_t slot_bytes() const { return std::max(kHeaderBytes, fused_capacity()); }
+  // Where rank q's message lands (q is not this rank).
+  [[nodiscard]] char* slot(int q) const {
+    return st_->inbox.data() + static_cast<std::size_t>(q < rank() ? q : q - 1) * slot_bytes();
+  }
+
+  // Header exchange with every peer; names the ranks that disagree or never arrive. With
+  // payload (a fused all_reduce of count elements) the data is the message, in pieces, and the
+  // header their tags; a peer's fused data is then in slot(peer). A peer's pieces are received
+  // one after another until its last, whatever this rank sent, so that a disagreement leaves no
+  // message behind to be mistaken for the next collective's.
+  void handshake(Op op, std::int64_t count, DType t, int root, ReduceOp reduce, bool same_count, const void* payload = nullptr) {
     const int n = size();
-    const std::array<std::int64_t, 6> mine{static_cast<std::int64_t>(op), st_->seq++, count, static_cast<std::int64_t>(t), root,
-                                           static_cast<std::int64_t>(reduce)};
+    const Header mine{static_cast<std::int64_t>(op), st_->seq++, count, static_cast<std::int64_t>(t), root,
+                      static_cast<std::int64_t>(reduce)};
     if (n == 1) return;
-    auto& theirs = st_->headers;  // kept between calls: no allocation per collective
-    auto& reqs = st_->requests;
-    theirs.resize(static_cast<std::size_t>(n));
-    reqs.clear();
-    for (int q = 0; q < n; ++q) {
-      if (q == rank()) continue;
-      reqs.emplace_back();
-      MPI_Irecv(theirs[q].data(), 6, MPI_INT64_T, q, kHeaderTag, st_->control, &reqs.back());
+    const auto peers = static_cast<std::size_t>(n - 1);
+    auto& recvs = st_->receives;
+    auto& sends = st_->sends;
+    if (st_->inbox.size() != slot_bytes() * peers) {  // once: no allocation per collective
+      st_->inbox.resize(slot_bytes() * peers);
+      st_->outbox.resize(slot_bytes());
+      recvs.resize(peers);
+      st_->tags.resize(peers);
+      st_->lengths.resize(peers);
+      st_->completed.resize(peers);
+      st_->statuses.resize(peers);
     }
-    const std::size_t receives = reqs.size();
-    for (int q = 0; q < n; ++q) {
-      if (q == rank()) continue;
-      reqs.emplace_back();
-      MPI_Isend(mine.data(), 6, MPI_INT64_T, q, kHeaderTag, st_->control, &reqs.back());
+    auto peer = [&](std::size_t i) { return static_cast<int>(i) < rank() ? static_cast<int>(i) : static_cast<int>(i) + 1; };
+    for (std::size_t i = 0; i < peers; ++i) {
+      st_->tags[i] = -1;
+      st_->lengths[i] = 0;
+      MPI_Irecv(slot(peer(i)), static_cast<int>(slot_bytes()), MPI_BYTE, peer(i), MPI_ANY_TAG, st_->control, &recvs[i]);
+    }
+    sends.clear();
+    if (payload) {
+      const std::size_t bytes = static_cast<std::size_t>(count) * size_of(t);
+      for (std::size_t i = 0; i < peers; ++i)
+        for (std::size_t at = 0; at < bytes; at += kPieceBytes) {
+          const std::size_t piece = std::min(kPieceBytes, bytes - at);
+          sends.emplace_back();
+          MPI_Isend(static_cast<const char*>(payload) + at, static_cast<int>(piece), MPI_BYTE, peer(i),
+                    fused_tag(mine) | (at + piece == bytes ? kLastPiece : 0), st_->control, &sends.back());
+        }
+    } else {
+      std::memcpy(st_->outbox.data(), mine.data(), kHeaderBytes);
+      for (std::size_t i = 0; i < peers; ++i) {
+        sends.emplace_back();
+        MPI_Isend(st_->outbox.data(), static_cast<int>(kHeaderBytes), MPI_BYTE, peer(i), kHeaderTag, st_->control, &sends.back());
+      }
     }
     const char* what = op_name(mine[0]);
     const auto deadline = std::chrono::steady_clock::now() + st_->opt.timeout;
-    int done = 0, polls = 0;
+    std::size_t arriving = peers;
+    int sent = 0, polls = 0;
     auto abandon = [&] {  // leave no request behind for MPI_Finalize to wait on
-      for (auto& req : reqs)
-        if (req != MPI_REQUEST_NULL) {
-          MPI_Cancel(&req);
-          MPI_Request_free(&req);
-        }
+      for (auto* reqs : {&recvs, &sends})
+        for (auto& req : *reqs)
+          if (req != MPI_REQUEST_NULL) {
+            MPI_Cancel(&req);
+            MPI_Request_free(&req);
+          }
     };
-    while (true) {
-      EPL_MPI_CHECK(MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done, MPI_STATUSES_IGNORE));
-      if (done) break;
+    while (arriving > 0 || !sent) {
+      int outcount = 0;
+      if (arriving > 0) {
+        EPL_MPI_CHECK(MPI_Testsome(static_cast<int>(peers), recvs.data(), &outcount, st_->completed.data(), st_->statuses.data()));
+        for (int k = 0; k < outcount; ++k) {
+          const auto i = static_cast<std::size_t>(st_->completed[static_cast<std::size_t>(k)]);
+          const MPI_Status& status = st_->statuses[static_cast<std::size_t>(k)];
+          int length = 0;
+          MPI_Get_count(&status, MPI_BYTE, &length);
+          if (st_->tags[i] < 0) st_->tags[i] = status.MPI_TAG;
+          st_->lengths[i] += length;
+          const bool more = (status.MPI_TAG & kFusedTag) && !(status.MPI_TAG & kLastPiece) && status.MPI_TAG != kHeaderTag;
+          if (!more) {
+            --arriving;
+          } else {
+            EPL_CHECK(st_->lengths[i] < static_cast<int>(slot_bytes()), what, " on group '", name(), "' at rank ", rank(), ": rank ",
+                      peer(i), " sent more pieces than a fused all_reduce holds (ranks running different builds of epl?)");
+            MPI_Irecv(slot(peer(i)) + st_->lengths[i], static_cast<int>(slot_bytes()) - st_->lengths[i], MPI_BYTE, peer(i), MPI_ANY_TAG,
+                      st_->control, &recvs[i]);
+          }
+        }
+      }
+      if (arriving == 0) EPL_MPI_CHECK(MPI_Testall(static_cast<int>(sends.size()), sends.data(), &sent, MPI_STATUSES_IGNORE));
+      if (arriving == 0 && sent) break;
       if (auto why = stopped(); !why.empty()) {
         abandon();
         EPL_FAIL(what, " on group '", name(), "' at rank ", rank(), " stopped: ", why);
       }
       if (std::chrono::steady_clock::now() >= deadline) {
         std::string missing;
-        for (std::size_t i = 0, q = 0; i < receives; ++i, ++q) {
-          if (static_cast<int>(q) == rank()) ++q;
-          int got = 0;
-          MPI_Test(&reqs[i], &got, MPI_STATUS_IGNORE);
-          if (!got) missing += (missing.empty() ? "" : ", ") + std::to_string(q);
-        }
+        for (std::size_t i = 0; i < peers; ++i)
+          if (recvs[i] != MPI_REQUEST_NULL) missing += (missing.empty() ? "" : ", ") + std::to_string(peer(i));
         abandon();
         fail_timeout(epl::detail::concat(what, " on group '", name(), "' (size ", n, ") timed out after ", st_->opt.timeout.count(),
                                     " ms at rank ", rank(), ": ranks ", missing,
                                     " did not arrive (a rank died, hangs, or called a different collective; the timeout is the key "
                                     "communication.timeout)"));
       }
-      if (++polls > 200) std::this_thread::yield();  // peers on their own cores answer within microseconds
+      if (outcount == 0 && ++polls > 200) std::this_thread::yield();  // peers on their own cores answer within microseconds
     }
-    for (int q = 0; q < n; ++q) {
-      if (q == rank()) continue;
-      const auto& h = theirs[q];
+    for (std::size_t i = 0; i < peers; ++i) {
+      const int q = peer(i);
+      const auto h = header_of(i, mine[1]);
       EPL_CHECK(h[0] == mine[0] && h[1] == mine[1], what, " on group '", name(), "' at rank ", rank(), ": rank ", q, " called ",
                 op_name(h[0]), " (operation #", h[1], ") while this rank called ", what, " (operation #", mine[1],
                 "); every rank must issue the same collectives in the same order");
@@ -394,7 +491,35 @@ class MpiCommunicator {
                 " passes ", name_of(t), " root ", root, " op ", name_of(reduce));
       EPL_CHECK(!same_count || h[2] == mine[2], what, " on group '", name(), "': rank ", q, " passes ", h[2], " elements, rank ",
                 rank(), " passes ", count, "; sizes must match");
+      // agreeing on the operation, count and dtype, the peer fused exactly when this rank did
+      EPL_CHECK((h[6] != 0) == (payload != nullptr), what, " on group '", name(), "' at rank ", rank(), ": rank ", q,
+                (payload ? " sent a header where this rank sent its data" : " sent its data where this rank sent a header"),
+                " (ranks running different builds of epl?)");
     }
+  }
+  // The header peer i sent (element 6: whether it was fused data), read from its messages: a
+  // header message's body, or fused pieces' tag and total length. near is this rank's sequence
+  // number, to which a fused tag's low sequence bits are completed.
+  [[nodiscard]] std::array<std::int64_t, 7> header_of(std::size_t i, std::int64_t near) const {
+    const int q = static_cast<int>(i) < rank() ? static_cast<int>(i) : static_cast<int>(i) + 1;
+    const int tag = st_->tags[i], length = st_->lengths[i];
+    std::array<std::int64_t, 7> h{};
+    if (tag == kHeaderTag) {
+      EPL_CHECK(length == static_cast<int>(kHeaderBytes), "the header from rank ", q, " on group '", name(), "' has ", length,
+                " bytes, not ", kHeaderBytes, " (ranks running different builds of epl?)");
+      std::memcpy(h.data(), slot(q), kHeaderBytes);
+      return h;
+    }
+    EPL_CHECK(tag & kFusedTag, "rank ", q, " on group '", name(), "' sent an unknown tag ", tag, " on epl's private communicator");
+    const int code = (tag >> 2) & 15;
+    EPL_CHECK(code <= static_cast<int>(DType::kI64), "rank ", q, " on group '", name(), "' sent an unknown dtype code ", code,
+              " (ranks running different builds of epl?)");
+    const auto dtype = static_cast<DType>(code);
+    const std::int64_t mask = (std::int64_t{1} << kSeqBits) - 1, low = (tag >> 6) & mask;
+    const std::int64_t delta = ((low - (near & mask) + (mask + 1) + (mask + 1) / 2) & mask) - (mask + 1) / 2;
+    h = {static_cast<std::int64_t>(Op::kAllReduce), near + delta, length / static_cast<std::int64_t>(size_of(dtype)),
+         static_cast<std::int64_t>(dtype), 0, tag & 3, 1};
+    return h;
   }
   std::vector<int> gather_counts(std::int64_t mine) {
     std::vector<int> counts(static_cast<std::size_t>(size()));
