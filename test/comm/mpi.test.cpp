@@ -41,7 +41,7 @@ void check_all_reduce(std::int64_t count, ReduceOp op, bool in_place) {
 
 TEST_SUITE("mpi") {
 TEST_CASE("mpi: all_reduce, every op and dtype, small (fused), medium (MPI) and large (ring) buffers, in and out of place") {
-  // up to 16 KiB / (n - 1): the data rides the header exchange, in 3968-byte pieces (3000 floats:
+  // up to 24 KiB / (n - 1): the data rides the header exchange, in 3968-byte pieces (3000 floats:
   // several pieces on 2 ranks, MPI_Allreduce on 4); > 1 MiB: the ring, uneven shares; 1500007:
   // several chunks a share
   for (std::int64_t count : {1, 7, 1001, 3000, 30001, 300001, 1500007})
@@ -191,6 +191,60 @@ TEST_CASE("mpi: ranks that disagree on the size, dtype or collective are reporte
   float one = 1;
   c.all_reduce(Buffer(&one, 1, DType::kF32), ReduceOp::kSum);
   CHECK(one == static_cast<float>(c.size()));
+}
+TEST_CASE("mpi: arguments wrong on rank 0 only fail every rank in step, and the group stays usable") {
+  // Rank 0 alone passes a bad argument: every rank must throw (caught here), and the next
+  // all_reduce must pair with the peers' next one (right values, not a silent mix-up).
+  auto& c = world();
+  const int n = c.size();
+  const bool bad = c.rank() == 0;
+  auto next_sum_is_right = [&] {
+    float z = 100.0f * static_cast<float>(c.rank() + 1);
+    c.all_reduce(Buffer(&z, 1, DType::kF32), ReduceOp::kSum);
+    CHECK(z == 50.0f * static_cast<float>(n * (n + 1)));
+  };
+  auto expect = [&](auto&& call, const char* text) {
+    CAPTURE(text);
+    try {
+      call();
+      FAIL("no error");
+    } catch (const Error& e) {
+      if (bad) CHECK(e.detail().find(text) != std::string::npos);
+      else CHECK(e.detail().find("rank 0's arguments are wrong") != std::string::npos);
+    }
+    next_sum_is_right();
+  };
+  std::vector<float> x(100, 1.0f), y(101);
+  expect([&] { c.all_reduce(Buffer(x.data(), 100, DType::kF32), Buffer(y.data(), bad ? 101 : 100, DType::kF32), ReduceOp::kSum); },
+         "input 100 f32 and output 101 f32 differ");
+  float f = 1, g = 0;
+  expect([&] { c.broadcast(Buffer(&f, 1, DType::kF32), bad ? 7 : 0); }, "broadcast root 7 is not a rank");
+  expect([&] { c.reduce(Buffer(&f, 1, DType::kF32), Buffer(&g, 1, DType::kF32), ReduceOp::kSum, bad ? -1 : 0); }, "reduce root -1 is not a rank");
+  std::vector<float> a(static_cast<std::size_t>(2 * n)), b(a.size());
+  expect([&] { c.all_to_all(Buffer(a.data(), bad ? 2 * n - 1 : 2 * n, DType::kF32), Buffer(b.data(), 2 * n, DType::kF32)); },
+         "must be equal and divisible by the group size");
+  std::vector<std::int64_t> counts(static_cast<std::size_t>(bad ? n - 1 : n), 2);
+  expect([&] { c.all_to_all_v(Buffer(a.data(), 2 * n, DType::kF32), counts, Buffer(b.data(), 2 * n, DType::kF32), counts); },
+         "need one send and one receive count per rank");
+  expect([&] { (void)c.split(bad ? -2 : 0, c.rank()); }, "color -2 must be non-negative");
+  // checks that need every rank's sizes: every rank judges them alike, naming rank 0
+  std::vector<float> out(static_cast<std::size_t>(4 * n));
+  try {
+    c.all_gather(Buffer(x.data(), 4, DType::kF32), Buffer(out.data(), bad ? 4 * n - 1 : 4 * n, DType::kF32));
+    FAIL("no error");
+  } catch (const Error& e) {
+    CHECK(e.detail().find("rank 0's output " + std::to_string(4 * n - 1)) != std::string::npos);
+  }
+  next_sum_is_right();
+  std::vector<std::int64_t> sends(static_cast<std::size_t>(n), 1), expects(static_cast<std::size_t>(n), 1);
+  if (c.rank() == 1) expects[0] = 2;  // rank 1 expects 2 elements from rank 0, which sends 1
+  try {
+    c.all_to_all_v(Buffer(a.data(), n, DType::kF32), sends, Buffer(b.data(), 2 * n, DType::kF32), expects);
+    FAIL("no error");
+  } catch (const Error& e) {
+    CHECK(e.detail().find("rank 0 sends 1 elements to rank 1, which expects 2") != std::string::npos);
+  }
+  next_sum_is_right();
 }
 TEST_CASE("mpi: a rank that never arrives is named after the timeout" * doctest::skip()) {
   // Run alone (ctest mpi.timeout): it leaves MPI with requests that never complete.

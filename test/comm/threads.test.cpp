@@ -2,6 +2,7 @@
 // in place and out of place, sub-groups, asynchronous order, and loud failure.
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <thread>
 
 #include "../helpers.hpp"
@@ -186,6 +187,7 @@ TEST_CASE("threads: a receive of the wrong size or from a silent peer fails nami
   CHECK_THROWS_WITH_AS(comm::run_threads(2, [&](comm::ThreadCommunicator& c) {
     std::vector<double> x(3);
     if (c.rank() == 1) c.irecv(Buffer(x.data(), 3, DType::kF64), 0, 7).wait();
+    else std::this_thread::sleep_for(std::chrono::milliseconds(1000));  // busy past the timeout, then gone
   }, quick()), doctest::Contains("rank 0 did not send a message with tag 7"), Error);
 }
 
@@ -228,21 +230,70 @@ TEST_CASE("threads: asynchronous all_reduces complete in issue order and overlap
 
 TEST_CASE("threads: a rank that never arrives is named after the timeout") {
   auto start = std::chrono::steady_clock::now();
+  auto late = [&](comm::ThreadCommunicator& c) {
+    if (c.rank() == 1) {  // rank 1 is busy elsewhere past the timeout
+      std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+      return;
+    }
+    float x = 1;
+    c.all_reduce(Buffer(&x, 1, DType::kF32), ReduceOp::kSum);
+  };
+  CHECK_THROWS_WITH_AS(comm::run_threads(3, late, quick()),
+                       doctest::Contains("all_reduce on group 'world' (size 3) timed out after 400 ms at rank"), Error);
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
+  CHECK_THROWS_WITH_AS(comm::run_threads(3, late, quick()), doctest::Contains("ranks 1 did not arrive"), Error);
+}
+
+TEST_CASE("threads: a rank that returns while its peers wait for it fails them at once, named") {
+  // not after the 60 s timeout: the rank's function has returned, so it can never arrive
+  auto start = std::chrono::steady_clock::now();
   CHECK_THROWS_WITH_AS(comm::run_threads(3, [&](comm::ThreadCommunicator& c) {
     if (c.rank() == 1) return;  // rank 1 skips the collective
     float x = 1;
     c.all_reduce(Buffer(&x, 1, DType::kF32), ReduceOp::kSum);
-  }, quick()), doctest::Contains("all_reduce on group 'world' (size 3) timed out after 400 ms at rank"), Error);
+  }, quick(60000)), doctest::Contains("ranks 1 returned from their function before arriving at it"), Error);
+  // a receive from it, and a sub-group's collective that it is in
+  CHECK_THROWS_WITH_AS(comm::run_threads(2, [&](comm::ThreadCommunicator& c) {
+    float x = 1;
+    if (c.rank() == 0) c.recv(Buffer(&x, 1, DType::kF32), 1, 5);
+  }, quick(60000)), doctest::Contains("rank 1 returned from its function without sending a message with tag 5"), Error);
+  CHECK_THROWS_WITH_AS(comm::run_threads(2, [&](comm::ThreadCommunicator& c) {  // polled with test(), which has no timeout
+    float x = 1;
+    if (c.rank() == 0) {
+      auto w = c.irecv(Buffer(&x, 1, DType::kF32), 1, 6);
+      while (!w.test()) std::this_thread::yield();  // ends: the receive completed, failed
+      w.wait();                                      // which wait() reports
+    }
+  }, quick(60000)), doctest::Contains("rank 1 returned from its function without sending a message with tag 6"), Error);
+  comm::run_threads(2, [&](comm::ThreadCommunicator& c) {  // a message sent before returning is still received
+    float x = 7;
+    if (c.rank() == 1) {
+      c.send(Buffer(&x, 1, DType::kF32), 0, 8);
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    x = 0;
+    auto w = c.irecv(Buffer(&x, 1, DType::kF32), 1, 8);
+    while (!w.test()) std::this_thread::yield();
+    CHECK(x == 7);
+  }, quick(60000));
+  CHECK_THROWS_WITH_AS(comm::run_threads(4, [&](comm::ThreadCommunicator& c) {
+    auto pair = c.split(c.rank() / 2, c.rank());
+    if (c.rank() == 3) return;
+    float x = 1;
+    pair.all_reduce(Buffer(&x, 1, DType::kF32), ReduceOp::kSum);
+  }, quick(60000)), doctest::Contains("ranks 1 returned from their function"), Error);
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
-  try {
-    comm::run_threads(3, [&](comm::ThreadCommunicator& c) {
-      if (c.rank() == 1) return;
-      float x = 1;
-      c.all_reduce(Buffer(&x, 1, DType::kF32), ReduceOp::kSum);
-    }, quick());
-  } catch (const Error& e) {
-    CHECK(std::string(e.what()).find("ranks 1 did not arrive") != std::string::npos);
-  }
+  // a rank that returns after the others are done with it is no failure
+  comm::run_threads(3, [&](comm::ThreadCommunicator& c) {
+    float x = 1;
+    c.all_reduce(Buffer(&x, 1, DType::kF32), ReduceOp::kSum);
+    CHECK(x == 3);
+    auto two = c.split(c.rank() < 2 ? 0 : 1, c.rank());
+    if (c.rank() == 2) return;
+    two.all_reduce(Buffer(&x, 1, DType::kF32), ReduceOp::kSum);
+    CHECK(x == 6);
+  }, quick(60000));
 }
 
 TEST_CASE("threads: a rank that throws stops the others promptly and its error is rethrown") {
@@ -319,6 +370,54 @@ TEST_CASE("threads: a mismatch in one rank's arguments fails every rank the same
     }
   }, quick()), Error);
   for (const auto& e : errors) CHECK(e == "all_gather on group 'world' (size 3): the inputs hold 12 elements, rank 2's output 8");
+}
+
+TEST_CASE("threads: arguments wrong on one rank only fail every rank in step, and the group stays usable") {
+  // Each case: rank 0's arguments are wrong where its peers' are fine. Every rank must throw (the
+  // error caught), and the next all_reduce must pair with the peers' next one: right values.
+  using Bad = std::function<void(comm::ThreadCommunicator&, bool)>;
+  const std::vector<std::pair<const char*, Bad>> cases = {
+      {"input 100 f32 and output 101 f32 differ", [](comm::ThreadCommunicator& c, bool bad) {
+         std::vector<float> x(100, 1.0f), y(101);
+         c.all_reduce(Buffer(x.data(), 100, DType::kF32), Buffer(y.data(), bad ? 101 : 100, DType::kF32), ReduceOp::kSum);
+       }},
+      {"broadcast root 7 is not a rank", [](comm::ThreadCommunicator& c, bool bad) {
+         float x = 1;
+         c.broadcast(Buffer(&x, 1, DType::kF32), bad ? 7 : 0);
+       }},
+      {"reduce root -1 is not a rank", [](comm::ThreadCommunicator& c, bool bad) {
+         float x = 1, y = 0;
+         c.reduce(Buffer(&x, 1, DType::kF32), Buffer(&y, 1, DType::kF32), ReduceOp::kSum, bad ? -1 : 0);
+       }},
+      {"must be equal and divisible by the group size", [](comm::ThreadCommunicator& c, bool bad) {
+         std::vector<float> x(6), y(6);
+         c.all_to_all(Buffer(x.data(), bad ? 5 : 6, DType::kF32), Buffer(y.data(), 6, DType::kF32));
+       }},
+      {"need one send and one receive count per rank", [](comm::ThreadCommunicator& c, bool bad) {
+         std::vector<float> x(6), y(6);
+         std::vector<std::int64_t> counts(bad ? 2 : 3, 2);
+         c.all_to_all_v(Buffer(x.data(), 6, DType::kF32), counts, Buffer(y.data(), 6, DType::kF32), counts);
+       }},
+      {"color -2 must be non-negative", [](comm::ThreadCommunicator& c, bool bad) { (void)c.split(bad ? -2 : 0, c.rank()); }},
+  };
+  for (const auto& [text, call] : cases) {
+    CAPTURE(text);
+    std::vector<std::string> errors(3);
+    std::vector<float> sums(3);
+    comm::run_threads(3, [&](comm::ThreadCommunicator& c) {
+      try {
+        call(c, c.rank() == 0);
+      } catch (const Error& e) {
+        errors[static_cast<std::size_t>(c.rank())] = e.detail();
+      }
+      float z = 100.0f * static_cast<float>(c.rank() + 1);
+      c.all_reduce(Buffer(&z, 1, DType::kF32), ReduceOp::kSum);
+      sums[static_cast<std::size_t>(c.rank())] = z;
+    }, quick(60000));
+    CHECK(errors[0].find(text) != std::string::npos);
+    for (int r : {1, 2}) CHECK(errors[static_cast<std::size_t>(r)].find(std::string("rank 0's arguments are wrong: ")) != std::string::npos);
+    for (float z : sums) CHECK(z == 600.0f);
+  }
 }
 
 TEST_CASE("threads: different collectives, sizes or dtypes across ranks are reported, not hung") {

@@ -214,6 +214,20 @@ namespace detail {
 /// The shares of `count` elements over `n` ranks: rank r owns [offset(r), offset(r + 1)).
 inline std::int64_t share_offset(std::int64_t count, int n, int r) { return count * r / n; }
 
+/// What a rank's own arguments to a collective get wrong (empty when nothing): its local checks,
+/// caught rather than thrown, so that the rank still takes part in the agreement of the
+/// collective and every rank fails alike, in step (a rank that threw alone would pair its next
+/// collective with its peers' current one).
+template <class Check>
+std::string invalid_arguments(Check&& check) {
+  try {
+    check();
+    return {};
+  } catch (const Error& e) {
+    return e.detail();
+  }
+}
+
 /// The per-rank counts of an all_to_all with equal blocks, after checking that it has them.
 inline std::vector<std::int64_t> equal_blocks(const Buffer& in, const Buffer& out, int n, const std::string& group) {
   EPL_CHECK(in.count == out.count && in.count % n == 0, "all_to_all on group '", group, "': input ", in.count, " and output ",

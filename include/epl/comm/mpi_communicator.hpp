@@ -76,10 +76,12 @@ class MpiCommunicator {
   void all_reduce(const Buffer& in, const Buffer& out, ReduceOp op) {
     st_->queue.drain();
     usable("all_reduce");
-    EPL_CHECK(in.count == out.count && in.dtype == out.dtype, "all_reduce: input ", in.count, " ", name_of(in.dtype),
-              " and output ", out.count, " ", name_of(out.dtype), " differ");
+    const std::string invalid = detail::invalid_arguments([&] {
+      EPL_CHECK(in.count == out.count && in.dtype == out.dtype, "input ", in.count, " ", name_of(in.dtype), " and output ",
+                out.count, " ", name_of(out.dtype), " differ");
+    });
     const int n = size();
-    if (n > 1 && in.count > 0 && in.bytes() <= fused_capacity()) {
+    if (n > 1 && invalid.empty() && in.count > 0 && in.bytes() <= fused_capacity()) {
       // the header exchange carries the data: one message to each peer, the sum in rank order
       handshake(Op::kAllReduce, in.count, in.dtype, 0, op, true, in.data);
       const char* self = static_cast<const char*>(in.data);
@@ -94,7 +96,7 @@ class MpiCommunicator {
       account((n - 1) * static_cast<std::int64_t>(in.bytes()), (n - 1) * static_cast<std::int64_t>(in.bytes()));
       return;
     }
-    handshake(Op::kAllReduce, in.count, in.dtype, 0, op, true);
+    handshake(Op::kAllReduce, in.count, in.dtype, 0, op, true, nullptr, invalid);
     if (n > 1 && in.bytes() >= kRingBytes) {
       ring_all_reduce(in, out, op);
     } else {
@@ -118,7 +120,7 @@ class MpiCommunicator {
     st_->queue.drain();
     usable("reduce_scatter");
     handshake(Op::kReduceScatter, in.count, in.dtype, 0, op, true);
-    std::vector<int> counts = gather_counts(out.count);
+    std::vector<int> counts = gather_counts({out.count});
     std::int64_t total = 0;
     for (int c : counts) total += c;
     EPL_CHECK(total == in.count, "reduce_scatter on group '", name(), "': the outputs hold ", total,
@@ -134,14 +136,18 @@ class MpiCommunicator {
     st_->queue.drain();
     usable("all_gather");
     handshake(Op::kAllGather, 0, in.dtype, 0, ReduceOp::kSum, false);
-    std::vector<int> counts = gather_counts(in.count), displs(counts.size());
+    // every rank's input and output sizes, so that every rank judges every output alike
+    const std::vector<int> sizes = gather_counts({in.count, out.count});
+    std::vector<int> counts(static_cast<std::size_t>(size())), displs(counts.size());
     std::int64_t total = 0;
     for (std::size_t q = 0; q < counts.size(); ++q) {
+      counts[q] = sizes[2 * q];
       displs[q] = static_cast<int>(total);
       total += counts[q];
     }
-    EPL_CHECK(total == out.count, "all_gather on group '", name(), "': the inputs hold ", total, " elements, rank ", rank(),
-              "'s output ", out.count);
+    for (int q = 0; q < size(); ++q)
+      EPL_CHECK(total == sizes[2 * static_cast<std::size_t>(q) + 1], "all_gather on group '", name(), "': the inputs hold ", total,
+                " elements, rank ", q, "'s output ", sizes[2 * static_cast<std::size_t>(q) + 1]);
     MPI_Request req;
     // in place (a ZeRO unit: this rank's slice inside the whole), which MPI spells MPI_IN_PLACE
     const bool in_place = in.data == out.byte_ptr(displs[static_cast<std::size_t>(rank())]);
@@ -154,8 +160,8 @@ class MpiCommunicator {
   void broadcast(const Buffer& buf, int root) {
     st_->queue.drain();
     usable("broadcast");
-    check_rank(root, "broadcast root");
-    handshake(Op::kBroadcast, buf.count, buf.dtype, root, ReduceOp::kSum, true);
+    handshake(Op::kBroadcast, buf.count, buf.dtype, root, ReduceOp::kSum, true, nullptr,
+              detail::invalid_arguments([&] { check_rank(root, "broadcast root"); }));
     MPI_Request req;
     EPL_MPI_CHECK(MPI_Ibcast(buf.data, static_cast<int>(buf.count), detail::mpi_type(buf.dtype), root, st_->data, &req));
     complete("broadcast", req);
@@ -166,8 +172,7 @@ class MpiCommunicator {
   void reduce(const Buffer& in, const Buffer& out, ReduceOp op, int root) {
     st_->queue.drain();
     usable("reduce");
-    check_rank(root, "reduce root");
-    handshake(Op::kReduce, in.count, in.dtype, root, op, true);
+    handshake(Op::kReduce, in.count, in.dtype, root, op, true, nullptr, detail::invalid_arguments([&] { check_rank(root, "reduce root"); }));
     const bool at_root = rank() == root;
     void* src = at_root && in.data == out.data ? MPI_IN_PLACE : in.data;
     MPI_Request req;
@@ -179,37 +184,15 @@ class MpiCommunicator {
   }
 
   void all_to_all(const Buffer& in, const Buffer& out) {
-    auto counts = detail::equal_blocks(in, out, size(), name());
-    all_to_all_v(in, counts, out, counts);
+    std::vector<std::int64_t> counts(static_cast<std::size_t>(size()), 0);
+    const std::string invalid = detail::invalid_arguments([&] { counts = detail::equal_blocks(in, out, size(), name()); });
+    all_to_all_checked(in, counts, out, counts, invalid);
   }
   void all_to_all_v(const Buffer& in, const std::vector<std::int64_t>& send_counts, const Buffer& out,
                     const std::vector<std::int64_t>& recv_counts) {
-    st_->queue.drain();
-    usable("all_to_all");
-    detail::check_all_to_all_counts(in, send_counts, out, recv_counts, size(), name());
-    handshake(Op::kAllToAll, 0, in.dtype, 0, ReduceOp::kSum, false);
-    std::vector<int> sc(send_counts.begin(), send_counts.end()), rc(recv_counts.begin(), recv_counts.end()), peer(sc.size());
-    MPI_Request req;  // each rank learns what its peers will send it, and checks it
-    EPL_MPI_CHECK(MPI_Ialltoall(sc.data(), 1, MPI_INT, peer.data(), 1, MPI_INT, st_->control, &req));
-    complete("all_to_all", req);
-    for (int q = 0; q < size(); ++q)
-      EPL_CHECK(peer[q] == rc[q], "all_to_all_v on group '", name(), "': rank ", q, " sends ", peer[q], " elements to rank ",
-                rank(), ", which expects ", rc[q]);
-    std::vector<int> sd(sc.size()), rd(rc.size());
-    for (std::size_t q = 1; q < sc.size(); ++q) {
-      sd[q] = sd[q - 1] + sc[q - 1];
-      rd[q] = rd[q - 1] + rc[q - 1];
-    }
-    EPL_MPI_CHECK(MPI_Ialltoallv(in.data, sc.data(), sd.data(), detail::mpi_type(in.dtype), out.data, rc.data(), rd.data(),
-                                 detail::mpi_type(out.dtype), st_->data, &req));
-    complete("all_to_all", req);
-    std::int64_t s = 0, r = 0;
-    for (int q = 0; q < size(); ++q)
-      if (q != rank()) {
-        s += sc[q];
-        r += rc[q];
-      }
-    account(s * static_cast<std::int64_t>(size_of(in.dtype)), r * static_cast<std::int64_t>(size_of(out.dtype)));
+    all_to_all_checked(in, send_counts, out, recv_counts, detail::invalid_arguments([&] {
+      detail::check_all_to_all_counts(in, send_counts, out, recv_counts, size(), name());
+    }));
   }
 
   void send(const Buffer& buf, int dst, int tag) {
@@ -300,8 +283,8 @@ class MpiCommunicator {
   MpiCommunicator split(int color, int key) {
     st_->queue.drain();
     usable("split");
-    EPL_CHECK(color >= 0, "split: color ", color, " must be non-negative");
-    handshake(Op::kSplit, 0, DType::kF32, 0, ReduceOp::kSum, false);
+    handshake(Op::kSplit, 0, DType::kF32, 0, ReduceOp::kSum, false, nullptr,
+              detail::invalid_arguments([&] { EPL_CHECK(color >= 0, "color ", color, " must be non-negative"); }));
     MPI_Comm sub;
     EPL_MPI_CHECK(MPI_Comm_split(st_->data, color, key, &sub));
     MpiCommunicator c(sub, st_->opt, name() + "/" + std::to_string(color));
@@ -328,15 +311,19 @@ class MpiCommunicator {
   }
   static constexpr std::size_t kRingBytes = 1 << 20;
   // What one rank sends in a fused all_reduce, to all its peers together: a buffer of up to
-  // kFusedBytes / (n - 1) bytes rides the header exchange (16 KiB on 2 ranks, 5 KiB on 4).
-  // Beyond that MPI_Allreduce's halving algorithms move and add less than n whole copies.
-  static constexpr std::size_t kFusedBytes = 16 << 10;
-  using Header = std::array<std::int64_t, 6>;
+  // kFusedBytes / (n - 1) bytes rides the header exchange (24 KiB on 2 ranks, 8 KiB on 4).
+  // Beyond that MPI_Allreduce's halving algorithms, which move and add less than n whole
+  // copies, win (on 2 ranks: 32 KiB fused is 0.92x of MPI_Allreduce, 24 KiB 1.03-1.4x).
+  static constexpr std::size_t kFusedBytes = 24 << 10;
+  // operation, sequence number, count, dtype, root, reduction, and whether this rank's own
+  // arguments are wrong (its peers then fail too, in step, naming it)
+  using Header = std::array<std::int64_t, 7>;
   static constexpr std::size_t kHeaderBytes = sizeof(Header);
   static constexpr std::size_t kPieceBytes = 3968;
   // A fused piece's tag: a marker bit, a last-piece bit, the sequence number's low 20 bits, the
   // dtype and the reduction; the pieces' lengths add up to the count. Headers keep kHeaderTag.
-  static constexpr int kFusedTag = 1 << 30, kLastPiece = 1 << 29, kSeqBits = 20;
+  // (The largest tag is 2^28 - 1: MPI promises only 32767, OpenMPI gives 2^31 - 1, MPICH 2^28 - 1 or more.)
+  static constexpr int kFusedTag = 1 << 27, kLastPiece = 1 << 26, kSeqBits = 20;
   static constexpr int kLargestTag = kFusedTag | kLastPiece | ((1 << (kSeqBits + 6)) - 1);
   static int fused_tag(const Header& h) {
     return kFusedTag | static_cast<int>((h[1] & ((1 << kSeqBits) - 1)) << 6 | h[3] << 2 | h[5]);
@@ -388,11 +375,18 @@ class MpiCommunicator {
   // header their tags; a peer's fused data is then in slot(peer). A peer's pieces are received
   // one after another until its last, whatever this rank sent, so that a disagreement leaves no
   // message behind to be mistaken for the next collective's.
-  void handshake(Op op, std::int64_t count, DType t, int root, ReduceOp reduce, bool same_count, const void* payload = nullptr) {
+  // invalid: what this rank's own arguments get wrong (detail::invalid_arguments); the exchange
+  // still runs, so that every rank fails in step, and then this rank throws it.
+  void handshake(Op op, std::int64_t count, DType t, int root, ReduceOp reduce, bool same_count, const void* payload = nullptr,
+                 const std::string& invalid = {}) {
     const int n = size();
     const Header mine{static_cast<std::int64_t>(op), st_->seq++, count, static_cast<std::int64_t>(t), root,
-                      static_cast<std::int64_t>(reduce)};
-    if (n == 1) return;
+                      static_cast<std::int64_t>(reduce), invalid.empty() ? 0 : 1};
+    const char* what = op_name(mine[0]);
+    if (n == 1) {
+      EPL_CHECK(invalid.empty(), what, " on group '", name(), "': ", invalid);
+      return;
+    }
     const auto peers = static_cast<std::size_t>(n - 1);
     auto& recvs = st_->receives;
     auto& sends = st_->sends;
@@ -428,7 +422,6 @@ class MpiCommunicator {
         MPI_Isend(st_->outbox.data(), static_cast<int>(kHeaderBytes), MPI_BYTE, peer(i), kHeaderTag, st_->control, &sends.back());
       }
     }
-    const char* what = op_name(mine[0]);
     const auto deadline = std::chrono::steady_clock::now() + st_->opt.timeout;
     std::size_t arriving = peers;
     int sent = 0, polls = 0;
@@ -480,9 +473,12 @@ class MpiCommunicator {
       }
       if (outcount == 0 && ++polls > 200) std::this_thread::yield();  // peers on their own cores answer within microseconds
     }
+    EPL_CHECK(invalid.empty(), what, " on group '", name(), "': ", invalid);
     for (std::size_t i = 0; i < peers; ++i) {
       const int q = peer(i);
       const auto h = header_of(i, mine[1]);
+      EPL_CHECK(h[6] == 0 || h[0] != mine[0] || h[1] != mine[1], what, " on group '", name(), "' at rank ", rank(), ": rank ", q,
+                "'s arguments are wrong (its own error says how)");
       EPL_CHECK(h[0] == mine[0] && h[1] == mine[1], what, " on group '", name(), "' at rank ", rank(), ": rank ", q, " called ",
                 op_name(h[0]), " (operation #", h[1], ") while this rank called ", what, " (operation #", mine[1],
                 "); every rank must issue the same collectives in the same order");
@@ -492,18 +488,18 @@ class MpiCommunicator {
       EPL_CHECK(!same_count || h[2] == mine[2], what, " on group '", name(), "': rank ", q, " passes ", h[2], " elements, rank ",
                 rank(), " passes ", count, "; sizes must match");
       // agreeing on the operation, count and dtype, the peer fused exactly when this rank did
-      EPL_CHECK((h[6] != 0) == (payload != nullptr), what, " on group '", name(), "' at rank ", rank(), ": rank ", q,
+      EPL_CHECK((h[7] != 0) == (payload != nullptr), what, " on group '", name(), "' at rank ", rank(), ": rank ", q,
                 (payload ? " sent a header where this rank sent its data" : " sent its data where this rank sent a header"),
                 " (ranks running different builds of epl?)");
     }
   }
-  // The header peer i sent (element 6: whether it was fused data), read from its messages: a
+  // The header peer i sent (element 7: whether it was fused data), read from its messages: a
   // header message's body, or fused pieces' tag and total length. near is this rank's sequence
   // number, to which a fused tag's low sequence bits are completed.
-  [[nodiscard]] std::array<std::int64_t, 7> header_of(std::size_t i, std::int64_t near) const {
+  [[nodiscard]] std::array<std::int64_t, 8> header_of(std::size_t i, std::int64_t near) const {
     const int q = static_cast<int>(i) < rank() ? static_cast<int>(i) : static_cast<int>(i) + 1;
     const int tag = st_->tags[i], length = st_->lengths[i];
-    std::array<std::int64_t, 7> h{};
+    std::array<std::int64_t, 8> h{};
     if (tag == kHeaderTag) {
       EPL_CHECK(length == static_cast<int>(kHeaderBytes), "the header from rank ", q, " on group '", name(), "' has ", length,
                 " bytes, not ", kHeaderBytes, " (ranks running different builds of epl?)");
@@ -518,16 +514,54 @@ class MpiCommunicator {
     const std::int64_t mask = (std::int64_t{1} << kSeqBits) - 1, low = (tag >> 6) & mask;
     const std::int64_t delta = ((low - (near & mask) + (mask + 1) + (mask + 1) / 2) & mask) - (mask + 1) / 2;
     h = {static_cast<std::int64_t>(Op::kAllReduce), near + delta, length / static_cast<std::int64_t>(size_of(dtype)),
-         static_cast<std::int64_t>(dtype), 0, tag & 3, 1};
+         static_cast<std::int64_t>(dtype), 0, tag & 3, 0, 1};
     return h;
   }
-  std::vector<int> gather_counts(std::int64_t mine) {
-    std::vector<int> counts(static_cast<std::size_t>(size()));
-    int c = static_cast<int>(mine);
+  // Every rank's values (the same number on each), rank after rank.
+  std::vector<int> gather_counts(const std::vector<std::int64_t>& mine) {
+    std::vector<int> counts(static_cast<std::size_t>(size()) * mine.size());
+    std::vector<int> c(mine.begin(), mine.end());
     MPI_Request req;
-    EPL_MPI_CHECK(MPI_Iallgather(&c, 1, MPI_INT, counts.data(), 1, MPI_INT, st_->control, &req));
+    EPL_MPI_CHECK(MPI_Iallgather(c.data(), static_cast<int>(c.size()), MPI_INT, counts.data(), static_cast<int>(c.size()), MPI_INT,
+                                 st_->control, &req));
     complete("count exchange", req);
     return counts;
+  }
+  // all_to_all_v after its local checks (invalid: what they found wrong, thrown in step with
+  // the peers by the handshake).
+  void all_to_all_checked(const Buffer& in, const std::vector<std::int64_t>& send_counts, const Buffer& out,
+                          const std::vector<std::int64_t>& recv_counts, const std::string& invalid) {
+    st_->queue.drain();
+    usable("all_to_all");
+    handshake(Op::kAllToAll, 0, in.dtype, 0, ReduceOp::kSum, false, nullptr, invalid);
+    const int n = size();
+    // every rank's send and receive counts, so that every rank judges every pair alike
+    std::vector<std::int64_t> mine(send_counts);
+    mine.insert(mine.end(), recv_counts.begin(), recv_counts.end());
+    const std::vector<int> all = gather_counts(mine);
+    auto sends = [&](int p, int q) { return all[static_cast<std::size_t>(2 * n * p + q)]; };
+    auto expects = [&](int q, int p) { return all[static_cast<std::size_t>(2 * n * q + n + p)]; };
+    for (int p = 0; p < n; ++p)
+      for (int q = 0; q < n; ++q)
+        EPL_CHECK(sends(p, q) == expects(q, p), "all_to_all_v on group '", name(), "': rank ", p, " sends ", sends(p, q),
+                  " elements to rank ", q, ", which expects ", expects(q, p));
+    std::vector<int> sc(send_counts.begin(), send_counts.end()), rc(recv_counts.begin(), recv_counts.end());
+    std::vector<int> sd(sc.size()), rd(rc.size());
+    for (std::size_t q = 1; q < sc.size(); ++q) {
+      sd[q] = sd[q - 1] + sc[q - 1];
+      rd[q] = rd[q - 1] + rc[q - 1];
+    }
+    MPI_Request req;
+    EPL_MPI_CHECK(MPI_Ialltoallv(in.data, sc.data(), sd.data(), detail::mpi_type(in.dtype), out.data, rc.data(), rd.data(),
+                                 detail::mpi_type(out.dtype), st_->data, &req));
+    complete("all_to_all", req);
+    std::int64_t s = 0, r = 0;
+    for (int q = 0; q < n; ++q)
+      if (q != rank()) {
+        s += sc[q];
+        r += rc[q];
+      }
+    account(s * static_cast<std::int64_t>(size_of(in.dtype)), r * static_cast<std::int64_t>(size_of(out.dtype)));
   }
   // One test of req: true when it completed; a message larger than its buffer is named.
   bool poll(const char* what, MPI_Request& req, int peer, MPI_Status* status) {

@@ -48,7 +48,8 @@ inline std::string with_rank(int rank, const std::string& what) {
 
 /// \brief Runs fn(ThreadCommunicator&) on n thread ranks and joins them. If a rank throws, its
 /// error is printed at once (ThreadLaunchOptions::report), the others' pending and later
-/// operations fail within 20 ms, and the first failure is rethrown here. A rank that does not
+/// operations fail within 20 ms, and the first failure is rethrown here. A rank whose fn returns
+/// while peers wait for it in a collective or a receive fails them the same way, naming it. A rank that does not
 /// stop within ThreadLaunchOptions::grace of the first failure ends the process (status 2).
 template <class Fn>
 void run_threads(int n, Fn&& fn, ThreadLaunchOptions opt = {}) {
@@ -69,6 +70,7 @@ void run_threads(int n, Fn&& fn, ThreadLaunchOptions opt = {}) {
       try {
         ThreadCommunicator comm(world, r);
         fn(comm);
+        abort->mark_returned(r);  // a peer waiting for it in a collective fails now, not at its timeout
       } catch (...) {
         errors[r] = std::current_exception();
         const std::string what = detail::with_rank(r, detail::describe(errors[r]));

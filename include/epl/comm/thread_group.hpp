@@ -24,6 +24,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -62,10 +63,22 @@ class AbortFlag {
     std::lock_guard lock(mutex_);
     return when_;
   }
+  /// Records that a rank's function returned: it will never arrive at another collective.
+  void mark_returned(int world_rank) {
+    std::lock_guard lock(mutex_);
+    returned_.insert(world_rank);
+    any_returned_.store(true);
+  }
+  [[nodiscard]] bool returned(int world_rank) const {
+    if (!any_returned_.load()) return false;
+    std::lock_guard lock(mutex_);
+    return returned_.count(world_rank) != 0;
+  }
 
  private:
   mutable std::mutex mutex_;
-  std::atomic<bool> raised_{false};
+  std::atomic<bool> raised_{false}, any_returned_{false};
+  std::set<int> returned_;
   int rank_ = -1;
   std::string reason_;
   std::chrono::steady_clock::time_point when_{};
@@ -88,6 +101,7 @@ struct Slot {
   const std::int64_t* send_counts = nullptr;  // all_to_all with variable sizes
   const std::int64_t* recv_counts = nullptr;
   int color = 0, key = 0;  // split
+  std::string invalid;     // what this rank's own arguments get wrong (empty: nothing)
   std::shared_ptr<void> handoff;
 };
 
@@ -103,6 +117,8 @@ class ThreadGroup {
   [[nodiscard]] const std::shared_ptr<AbortFlag>& abort_flag() const noexcept { return abort_; }
   [[nodiscard]] int world_rank(int r) const { return world_ranks_[r]; }
   Slot& slot(int r) { return slots_[r]; }
+  /// Whether rank r's function has returned (run_threads): it will send and arrive no more.
+  [[nodiscard]] bool returned(int r) const { return abort_->returned(world_ranks_[static_cast<std::size_t>(r)]); }
 
   /// The entry barrier of an operation: waits until every rank of the group arrives. Throws,
   /// naming the operation, the group, this rank and the missing ranks, when the timeout passes;
@@ -121,6 +137,7 @@ class ThreadGroup {
       if (abort_->raised()) return epl::detail::concat(op, " on group '", name_, "' at rank ", rank, " stopped: ", abort_->reason());
       if (cancelled.load()) return epl::detail::concat(op, " on group '", name_, "' at rank ", rank, " stopped: this rank's communicator was cancelled");
       if (std::chrono::steady_clock::now() >= deadline) return timeout_message(op, rank, my);
+      if (auto gone = returned_message(op, rank, my); !gone.empty()) return gone;
       return "wait";
     };
     while (true) {
@@ -128,7 +145,8 @@ class ThreadGroup {
       if (why.empty()) return;
       if (why == "wait") continue;
       if (!withdraw(rank, my)) return;  // released meanwhile: the operation goes on
-      if (why.find(" timed out after ") != std::string::npos) abort_->raise(world_ranks_[rank], why);
+      if (why.find(" timed out after ") != std::string::npos || why.find(" returned from ") != std::string::npos)
+        abort_->raise(world_ranks_[rank], why);
       EPL_FAIL(why);
     }
   }
@@ -178,6 +196,12 @@ class ThreadGroup {
         std::string what = "recv on group '" + name_ + "' at rank " + std::to_string(dst) + " timed out after " +
                            std::to_string(opt_.timeout.count()) + " ms: rank " + std::to_string(src) +
                            " did not send a message with tag " + std::to_string(tag);
+        abort_->raise(world_ranks_[dst], what);
+        EPL_FAIL(what);
+      }
+      if (abort_->returned(world_ranks_[src])) {
+        std::string what = "recv on group '" + name_ + "' at rank " + std::to_string(dst) + ": rank " + std::to_string(src) +
+                           " returned from its function without sending a message with tag " + std::to_string(tag);
         abort_->raise(world_ranks_[dst], what);
         EPL_FAIL(what);
       }
@@ -249,6 +273,18 @@ class ThreadGroup {
 #else
     std::atomic_signal_fence(std::memory_order_seq_cst);
 #endif
+  }
+  // Empty unless a rank that has not arrived has returned from its function (run_threads): it
+  // never will, so waiting out the timeout would only delay the same failure.
+  std::string returned_message(const char* op, int rank, std::uint64_t my) const {
+    std::string gone;
+    for (int r = 0; r < size(); ++r)
+      if (arrived_[static_cast<std::size_t>(r)].load() != my + 1 && abort_->returned(world_ranks_[static_cast<std::size_t>(r)]))
+        gone += (gone.empty() ? "" : ", ") + std::to_string(r);
+    if (gone.empty()) return {};
+    return std::string(op) + " on group '" + name_ + "' (size " + std::to_string(size()) + ") at rank " + std::to_string(rank) +
+           ": ranks " + gone + " returned from their function before arriving at it (a call skipped, or an asynchronous " +
+           "one never waited for; every rank must issue the same collectives in the same order)";
   }
   std::string timeout_message(const char* op, int rank, std::uint64_t my) const {
     std::string missing;

@@ -55,10 +55,14 @@ class ThreadCommunicator {
   /// \brief out = op over ranks of in (in == out: in place). Same count and dtype on every rank.
   void all_reduce(const Buffer& in, const Buffer& out, ReduceOp op) {
     drain();
-    EPL_CHECK(in.count == out.count && in.dtype == out.dtype, "all_reduce: input ", in.count, " ", name_of(in.dtype),
-              " and output ", out.count, " ", name_of(out.dtype), " differ");
     prepare_staging(in.dtype);
-    begin(detail::Op::kAllReduce, in, out, [&](detail::Slot& s) { s.reduce = op; }, [&] { return same_count(); });
+    begin(detail::Op::kAllReduce, in, out, [&](detail::Slot& s) {
+      s.reduce = op;
+      s.invalid = detail::invalid_arguments([&] {
+        EPL_CHECK(in.count == out.count && in.dtype == out.dtype, "input ", in.count, " ", name_of(in.dtype), " and output ",
+                  out.count, " ", name_of(out.dtype), " differ");
+      });
+    }, [&] { return same_count(); });
     const int n = size();
     const std::int64_t o0 = detail::share_offset(in.count, n, rank_), o1 = detail::share_offset(in.count, n, rank_ + 1);
     reduce_share(o0, o1, [&](int q) { return group_->slot(q).in; }, out, o0, op);
@@ -126,8 +130,10 @@ class ThreadCommunicator {
   /// \brief Every rank's buf = root's buf.
   void broadcast(const Buffer& buf, int root) {
     drain();
-    check_rank(root, "broadcast root");
-    begin(detail::Op::kBroadcast, buf, buf, [&](detail::Slot& s) { s.root = root; }, [&] { return same_count(); });
+    begin(detail::Op::kBroadcast, buf, buf, [&](detail::Slot& s) {
+      s.root = root;
+      s.invalid = detail::invalid_arguments([&] { check_rank(root, "broadcast root"); });
+    }, [&] { return same_count(); });
     if (rank_ != root) {
       std::memcpy(buf.data, group_->slot(root).in.data, buf.bytes());
       st_->received += static_cast<std::int64_t>(buf.bytes());
@@ -140,11 +146,11 @@ class ThreadCommunicator {
   /// \brief root's out = op over ranks of in; each rank reduces its share into root's out.
   void reduce(const Buffer& in, const Buffer& out, ReduceOp op, int root) {
     drain();
-    check_rank(root, "reduce root");
     prepare_staging(in.dtype);
     begin(detail::Op::kReduce, in, out, [&](detail::Slot& s) {
       s.root = root;
       s.reduce = op;
+      s.invalid = detail::invalid_arguments([&] { check_rank(root, "reduce root"); });
     }, [&]() -> std::string {
       if (auto e = same_count(); !e.empty()) return e;
       const Buffer& dst = group_->slot(root).out;
@@ -165,17 +171,30 @@ class ThreadCommunicator {
   /// \brief Block q of this rank's out = block (this rank) of rank q's in; equal blocks of
   /// count / size elements.
   void all_to_all(const Buffer& in, const Buffer& out) {
-    auto counts = detail::equal_blocks(in, out, size(), name());
-    all_to_all_v(in, counts, out, counts);
+    std::vector<std::int64_t> counts(static_cast<std::size_t>(size()), 0);
+    const std::string invalid = detail::invalid_arguments([&] { counts = detail::equal_blocks(in, out, size(), name()); });
+    all_to_all_v(in, counts, out, counts, invalid);
   }
   /// \brief all_to_all with per-destination send counts and per-source receive counts.
   void all_to_all_v(const Buffer& in, const std::vector<std::int64_t>& send_counts, const Buffer& out,
                     const std::vector<std::int64_t>& recv_counts) {
+    all_to_all_v(in, send_counts, out, recv_counts, {});
+  }
+
+ private:
+  void all_to_all_v(const Buffer& in, const std::vector<std::int64_t>& send_counts, const Buffer& out,
+                    const std::vector<std::int64_t>& recv_counts, const std::string& invalid) {
     drain();
-    detail::check_all_to_all_counts(in, send_counts, out, recv_counts, size(), name());
+    // counts of the wrong length are replaced, so that the peers' check reads n of each
+    const auto n = static_cast<std::size_t>(size());
+    const bool sized = send_counts.size() == n && recv_counts.size() == n;
+    const std::vector<std::int64_t> zeros(n, 0);
     begin(detail::Op::kAllToAll, in, out, [&](detail::Slot& s) {
-      s.send_counts = send_counts.data();
-      s.recv_counts = recv_counts.data();
+      s.send_counts = sized ? send_counts.data() : zeros.data();
+      s.recv_counts = sized ? recv_counts.data() : zeros.data();
+      s.invalid = invalid.empty() ? detail::invalid_arguments([&] {
+        detail::check_all_to_all_counts(in, send_counts, out, recv_counts, size(), name());
+      }) : invalid;
     }, [&]() -> std::string {
       for (int q = 0; q < size(); ++q)
         for (int r = 0; r < size(); ++r)
@@ -199,6 +218,7 @@ class ThreadCommunicator {
     finish();
   }
 
+ public:
   /// \brief Sends buf to rank dst with a tag; returns once the data is copied (buffered).
   void send(const Buffer& buf, int dst, int tag) {
     drain();
@@ -226,6 +246,11 @@ class ThreadCommunicator {
     check_rank(src, "recv source");
     return Work::deferred([this, buf, src, tag] { recv(buf, src, tag); }, [this, buf, src, tag] {
       auto m = group_->try_take(src, rank_, tag);
+      if (!m && group_->returned(src)) {  // it sends before it returns: look once more, then give up
+        m = group_->try_take(src, rank_, tag);
+        EPL_CHECK(m, "recv on group '", name(), "' at rank ", rank_, ": rank ", src,
+                  " returned from its function without sending a message with tag ", tag);
+      }
       if (m) deliver(*m, buf, src, tag);
       return m.has_value();
     });
@@ -240,10 +265,10 @@ class ThreadCommunicator {
   /// \brief The sub-group of the ranks that pass the same color, ordered by (key, rank).
   ThreadCommunicator split(int color, int key) {
     drain();
-    EPL_CHECK(color >= 0, "split: color ", color, " must be non-negative");
     begin(detail::Op::kSplit, {}, {}, [&](detail::Slot& s) {
       s.color = color;
       s.key = key;
+      s.invalid = detail::invalid_arguments([&] { EPL_CHECK(color >= 0, "color ", color, " must be non-negative"); });
     }, [] { return std::string(); });
     std::vector<std::pair<int, int>> members;  // (key, rank) of my color
     for (int q = 0; q < size(); ++q)
@@ -294,12 +319,20 @@ class ThreadCommunicator {
     me.out = out;
     fill(me);
     group_->enter(rank_, detail::name_of(op), st_->cancelled);
-    std::string wrong = agreement();
+    std::string wrong = invalid();
+    if (wrong.empty()) wrong = agreement();
     if (wrong.empty()) wrong = check();
     if (!wrong.empty()) {
       group_->sync();
       EPL_FAIL(detail::name_of(op), " on group '", name(), "' (size ", size(), "): ", wrong);
     }
+  }
+  // A rank's own arguments are wrong: every rank reports it (that rank's words, and its rank).
+  std::string invalid() {
+    for (int q = 0; q < size(); ++q)
+      if (!group_->slot(q).invalid.empty())
+        return q == rank_ ? group_->slot(q).invalid : epl::detail::concat("rank ", q, "'s arguments are wrong: ", group_->slot(q).invalid);
+    return {};
   }
   // Every rank called the same operation (sequence number, dtype, root, reduction) as rank 0.
   std::string agreement() {
