@@ -1,8 +1,11 @@
 // all_reduce bandwidth under mpirun: epl's MPI backend and a plain MPI_Allreduce loop on the
 // same buffers, alternating per size (A B A B ...). Rank 0 prints one JSON line.
-//   mpirun -np 2 bench_comm_mpi
+//   mpirun -np 2 bench_comm_mpi          4 KiB to 256 MiB in steps of 4x
+//   mpirun -np 2 bench_comm_mpi --fine   4 KiB to 2 MiB in steps of 1.5x and 1.33x (where epl
+//                                        changes algorithm: fused, MPI_Allreduce, ring)
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <vector>
 
 #include "epl/comm/mpi.hpp"
@@ -20,7 +23,14 @@ int main(int argc, char** argv) {
   const int n = c.size();
   if (c.rank() == 0) std::printf("{\"impl\": \"epl mpi\", \"ranks\": %d, \"rows\": [", n);
   bool first = true;
-  for (std::size_t bytes = 4096; bytes <= (std::size_t{256} << 20); bytes *= 4) {
+  std::vector<std::size_t> sizes;
+  if (argc > 1 && std::strcmp(argv[1], "--fine") == 0) {
+    for (std::size_t b = 4096; b <= (std::size_t{2} << 20); b *= 2) sizes.insert(sizes.end(), {b, b / 2 * 3});
+    sizes.pop_back();
+  } else {
+    for (std::size_t b = 4096; b <= (std::size_t{256} << 20); b *= 4) sizes.push_back(b);
+  }
+  for (std::size_t bytes : sizes) {
     std::vector<float> buf(bytes / 4, 1.0f);
     const int its = static_cast<int>(std::clamp<std::size_t>((std::size_t{1} << 30) / bytes, 5, 200));
     std::vector<double> ours, plain;

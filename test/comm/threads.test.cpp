@@ -400,7 +400,9 @@ TEST_CASE("threads: arguments wrong on one rank only fail every rank in step, an
        }},
       {"color -2 must be non-negative", [](comm::ThreadCommunicator& c, bool bad) { (void)c.split(bad ? -2 : 0, c.rank()); }},
   };
-  for (const auto& [text, call] : cases) {
+  for (const auto& bad_case : cases) {  // no structured bindings: clang 14's CAPTURE cannot take them
+    const std::string text = bad_case.first;
+    const Bad& call = bad_case.second;
     CAPTURE(text);
     std::vector<std::string> errors(3);
     std::vector<float> sums(3);
