@@ -4,16 +4,18 @@
 /// (part of epl::mpi).
 ///
 /// Every collective first exchanges a small header with each peer (operation, sequence
-/// number, count, dtype, root, reduction) by point-to-point messages on a private duplicate
-/// of the communicator. That detects ranks that disagree, and when the exchange times out, the
-/// peers whose header never came are exactly the ranks that did not arrive. A small all_reduce
-/// is that exchange alone: each rank sends its data to every peer, the header in the tags and
-/// lengths of its messages, and every rank reduces the n contributions in rank order. The check
-/// then costs no message of its own, and every rank gets the same bits. The data travels in
-/// pieces of kPieceBytes, within the eager size of MPI's transports (vader's 4 KiB includes its
-/// own header), so that no message waits for a rendezvous. Medium all_reduces are MPI_Allreduce after the header exchange; large ones
-/// run a ring (reduce-scatter then all-gather) through one persistent staging buffer: OpenMPI's
-/// own all_reduce maps and page-faults fresh temporary memory on every call.
+/// number, count, dtype, root, reduction, and whether the rank's own arguments are wrong) by
+/// point-to-point messages on a private duplicate of the communicator. That detects ranks that
+/// disagree, keeps a rank with bad arguments in step with its peers (all of them fail), and
+/// when the exchange times out, the peers whose header never came are exactly the ranks that
+/// did not arrive. A small all_reduce is that exchange alone: each rank sends its data to every
+/// peer, the header in the tags and lengths of its messages, and every rank reduces the n
+/// contributions in rank order. The check then costs no message of its own, and every rank gets
+/// the same bits. The data travels in pieces of kPieceBytes, within the eager size of MPI's
+/// transports (vader's 4 KiB includes its own header), so that no message waits for a
+/// rendezvous. Medium all_reduces are MPI_Allreduce after the header exchange; large ones run
+/// a ring (reduce-scatter then all-gather) through one persistent staging buffer: OpenMPI's own
+/// all_reduce maps and page-faults fresh temporary memory on every call.
 ///
 /// Failure: a timeout marks the whole process failed (detail::MpiFailure), and a cancelled
 /// handle (cancel(), or destroyed with work outstanding) is failed too; either way every later
