@@ -97,7 +97,9 @@ class MpiWatchdog {
       started_ = true;
       std::thread([this] { run(); }).detach();
     }
-    watches_.push_back({++next_, what, std::chrono::steady_clock::now() + timeout, timeout, current_rank()});
+    int rank = current_rank();  // the rank scope epl::launch sets; a program of its own has none
+    if (rank < 0) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    watches_.push_back({++next_, what, std::chrono::steady_clock::now() + timeout, timeout, rank});
     return next_;
   }
   void unwatch(std::uint64_t id) {
