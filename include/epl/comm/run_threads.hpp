@@ -49,8 +49,9 @@ inline std::string with_rank(int rank, const std::string& what) {
 /// \brief Runs fn(ThreadCommunicator&) on n thread ranks and joins them. If a rank throws, its
 /// error is printed at once (ThreadLaunchOptions::report), the others' pending and later
 /// operations fail within 20 ms, and the first failure is rethrown here. A rank whose fn returns
-/// while peers wait for it in a collective or a receive fails them the same way, naming it. A rank that does not
-/// stop within ThreadLaunchOptions::grace of the first failure ends the process (status 2).
+/// while peers wait for it in a collective or a receive fails them the same way, naming it. A
+/// rank that does not stop within ThreadLaunchOptions::grace of the first failure ends the
+/// process (status 2).
 template <class Fn>
 void run_threads(int n, Fn&& fn, ThreadLaunchOptions opt = {}) {
   EPL_CHECK(n >= 1, "run_threads: the rank count ", n, " must be at least 1");
