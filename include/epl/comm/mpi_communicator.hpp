@@ -367,6 +367,8 @@ class MpiCommunicator {
     return st_->fuses && size() > 1 ? kFusedBytes / static_cast<std::size_t>(size() - 1) / 64 * 64 : 0;
   }
   [[nodiscard]] std::size_t slot_bytes() const { return std::max(kHeaderBytes, fused_capacity()); }
+  // The handshake's per-peer state is indexed by peer i = 0 .. n - 2, every rank but this one.
+  [[nodiscard]] int peer_of(std::size_t i) const { return static_cast<int>(i) < rank() ? static_cast<int>(i) : static_cast<int>(i) + 1; }
   // Where rank q's message lands (q is not this rank).
   [[nodiscard]] char* slot(int q) const {
     return st_->inbox.data() + static_cast<std::size_t>(q < rank() ? q : q - 1) * slot_bytes();
@@ -401,11 +403,10 @@ class MpiCommunicator {
       st_->completed.resize(peers);
       st_->statuses.resize(peers);
     }
-    auto peer = [&](std::size_t i) { return static_cast<int>(i) < rank() ? static_cast<int>(i) : static_cast<int>(i) + 1; };
     for (std::size_t i = 0; i < peers; ++i) {
       st_->tags[i] = -1;
       st_->lengths[i] = 0;
-      MPI_Irecv(slot(peer(i)), static_cast<int>(slot_bytes()), MPI_BYTE, peer(i), MPI_ANY_TAG, st_->control, &recvs[i]);
+      MPI_Irecv(slot(peer_of(i)), static_cast<int>(slot_bytes()), MPI_BYTE, peer_of(i), MPI_ANY_TAG, st_->control, &recvs[i]);
     }
     sends.clear();
     if (payload) {
@@ -414,14 +415,14 @@ class MpiCommunicator {
         for (std::size_t at = 0; at < bytes; at += kPieceBytes) {
           const std::size_t piece = std::min(kPieceBytes, bytes - at);
           sends.emplace_back();
-          MPI_Isend(static_cast<const char*>(payload) + at, static_cast<int>(piece), MPI_BYTE, peer(i),
+          MPI_Isend(static_cast<const char*>(payload) + at, static_cast<int>(piece), MPI_BYTE, peer_of(i),
                     fused_tag(mine) | (at + piece == bytes ? kLastPiece : 0), st_->control, &sends.back());
         }
     } else {
       std::memcpy(st_->outbox.data(), mine.data(), kHeaderBytes);
       for (std::size_t i = 0; i < peers; ++i) {
         sends.emplace_back();
-        MPI_Isend(st_->outbox.data(), static_cast<int>(kHeaderBytes), MPI_BYTE, peer(i), kHeaderTag, st_->control, &sends.back());
+        MPI_Isend(st_->outbox.data(), static_cast<int>(kHeaderBytes), MPI_BYTE, peer_of(i), kHeaderTag, st_->control, &sends.back());
       }
     }
     const auto deadline = std::chrono::steady_clock::now() + st_->opt.timeout;
@@ -446,13 +447,13 @@ class MpiCommunicator {
           MPI_Get_count(&status, MPI_BYTE, &length);
           if (st_->tags[i] < 0) st_->tags[i] = status.MPI_TAG;
           st_->lengths[i] += length;
-          const bool more = (status.MPI_TAG & kFusedTag) && !(status.MPI_TAG & kLastPiece) && status.MPI_TAG != kHeaderTag;
+          const bool more = (status.MPI_TAG & kFusedTag) && !(status.MPI_TAG & kLastPiece);  // kHeaderTag has neither bit
           if (!more) {
             --arriving;
           } else {
             EPL_CHECK(st_->lengths[i] < static_cast<int>(slot_bytes()), what, " on group '", name(), "' at rank ", rank(), ": rank ",
-                      peer(i), " sent more pieces than a fused all_reduce holds (ranks running different builds of epl?)");
-            MPI_Irecv(slot(peer(i)) + st_->lengths[i], static_cast<int>(slot_bytes()) - st_->lengths[i], MPI_BYTE, peer(i), MPI_ANY_TAG,
+                      peer_of(i), " sent more pieces than a fused all_reduce holds (ranks running different builds of epl?)");
+            MPI_Irecv(slot(peer_of(i)) + st_->lengths[i], static_cast<int>(slot_bytes()) - st_->lengths[i], MPI_BYTE, peer_of(i), MPI_ANY_TAG,
                       st_->control, &recvs[i]);
           }
         }
@@ -466,7 +467,7 @@ class MpiCommunicator {
       if (std::chrono::steady_clock::now() >= deadline) {
         std::string missing;
         for (std::size_t i = 0; i < peers; ++i)
-          if (recvs[i] != MPI_REQUEST_NULL) missing += (missing.empty() ? "" : ", ") + std::to_string(peer(i));
+          if (recvs[i] != MPI_REQUEST_NULL) missing += (missing.empty() ? "" : ", ") + std::to_string(peer_of(i));
         abandon();
         fail_timeout(epl::detail::concat(what, " on group '", name(), "' (size ", n, ") timed out after ", st_->opt.timeout.count(),
                                     " ms at rank ", rank(), ": ranks ", missing,
@@ -477,7 +478,7 @@ class MpiCommunicator {
     }
     EPL_CHECK(invalid.empty(), what, " on group '", name(), "': ", invalid);
     for (std::size_t i = 0; i < peers; ++i) {
-      const int q = peer(i);
+      const int q = peer_of(i);
       const auto h = header_of(i, mine[1]);
       EPL_CHECK(h[6] == 0 || h[0] != mine[0] || h[1] != mine[1], what, " on group '", name(), "' at rank ", rank(), ": rank ", q,
                 "'s arguments are wrong (its own error says how)");
@@ -499,7 +500,7 @@ class MpiCommunicator {
   // header message's body, or fused pieces' tag and total length. near is this rank's sequence
   // number, to which a fused tag's low sequence bits are completed.
   [[nodiscard]] std::array<std::int64_t, 8> header_of(std::size_t i, std::int64_t near) const {
-    const int q = static_cast<int>(i) < rank() ? static_cast<int>(i) : static_cast<int>(i) + 1;
+    const int q = peer_of(i);
     const int tag = st_->tags[i], length = st_->lengths[i];
     std::array<std::int64_t, 8> h{};
     if (tag == kHeaderTag) {
