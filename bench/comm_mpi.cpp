@@ -8,7 +8,7 @@
 #include <cstring>
 #include <vector>
 
-#include "epl/comm/mpi.hpp"
+#include "epl/comm/mpi/mpi.hpp"
 
 namespace {
 double median(std::vector<double> v) {

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "epl/comm/run_threads.hpp"
+#include "epl/comm/threads/run_threads.hpp"
 
 namespace {
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }

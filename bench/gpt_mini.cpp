@@ -15,7 +15,7 @@
 #include <string>
 
 #include "../examples/gpt/gpt.hpp"
-#include "epl/comm/run_threads.hpp"
+#include "epl/comm/threads/run_threads.hpp"
 
 #ifndef BENCH_IMPL
 #define BENCH_IMPL "epl"

@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-#include "epl/comm/run_threads.hpp"
+#include "epl/comm/threads/run_threads.hpp"
 #include "epl/epl.hpp"
 
 namespace {

@@ -2,7 +2,7 @@
 /// \file
 /// \brief The CPU-clean umbrella header of epl: everything a host-only program needs. CUDA
 /// lives in epl/device/cuda/*.cuh and is included only from CUDA translation units; MPI in
-/// epl/comm/mpi*.hpp (epl::mpi); the launcher in epl/runtime/launch.hpp.
+/// epl/comm/mpi/ (epl::mpi); the launcher in epl/runtime/launch.hpp.
 #include "epl/core/dtype.hpp"
 #include "epl/core/error.hpp"
 #include "epl/core/memory.hpp"

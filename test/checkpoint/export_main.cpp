@@ -5,7 +5,7 @@
 //   name dim0 dim1 ...: v0 v1 ... (every value, %.9g: f32 exactly)
 //   export_safetensors DIR   ->   DIR/model.safetensors, DIR/reference.txt
 #include "../../examples/gpt/gpt.hpp"
-#include "epl/comm/run_threads.hpp"
+#include "epl/comm/threads/run_threads.hpp"
 
 #include <cstdio>
 #include <filesystem>

@@ -1,7 +1,7 @@
 // comm::Communicator: any backend behind one type, owned or borrowed; splits; memory spaces.
 #include "../helpers.hpp"
 #include "epl/comm/any_communicator.hpp"
-#include "epl/comm/run_threads.hpp"
+#include "epl/comm/threads/run_threads.hpp"
 
 using namespace epl;
 

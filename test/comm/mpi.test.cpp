@@ -6,7 +6,7 @@
 #include <thread>
 #include <vector>
 
-#include "epl/comm/mpi.hpp"
+#include "epl/comm/mpi/mpi.hpp"
 #include "epl/comm/store.hpp"
 #include "reference.hpp"
 

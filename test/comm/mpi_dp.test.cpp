@@ -2,7 +2,7 @@
 // run on one device with the same global batch (each process also runs the reference itself).
 #include "../../examples/gpt/gpt.hpp"
 #include "../helpers.hpp"
-#include "epl/comm/mpi.hpp"
+#include "epl/comm/mpi/mpi.hpp"
 
 using namespace epl;
 extern epl::comm::MpiCommunicator* g_world;

@@ -3,7 +3,7 @@
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
-#include "epl/comm/mpi.hpp"
+#include "epl/comm/mpi/mpi.hpp"
 
 epl::comm::MpiCommunicator* g_world = nullptr;  // the tests' world, freed before MPI_Finalize
 

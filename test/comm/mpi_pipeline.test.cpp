@@ -6,7 +6,7 @@
 
 #include "../../examples/gpt/gpt.hpp"
 #include "../helpers.hpp"
-#include "epl/comm/mpi.hpp"
+#include "epl/comm/mpi/mpi.hpp"
 
 using namespace epl;
 extern epl::comm::MpiCommunicator* g_world;

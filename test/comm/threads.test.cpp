@@ -6,7 +6,7 @@
 #include <thread>
 
 #include "../helpers.hpp"
-#include "epl/comm/run_threads.hpp"
+#include "epl/comm/threads/run_threads.hpp"
 #include "reference.hpp"
 
 using namespace epl;

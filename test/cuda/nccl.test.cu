@@ -4,7 +4,7 @@
 #include <filesystem>
 #include <unistd.h>
 
-#include "epl/comm/nccl.cuh"
+#include "epl/comm/nccl/nccl.cuh"
 
 using namespace epl;
 using comm::Buffer;

@@ -3,7 +3,7 @@
 // activation peak falls; the keys choose, and what cannot work is named.
 #include "../../examples/gpt/gpt.hpp"
 #include "../helpers.hpp"
-#include "epl/comm/run_threads.hpp"
+#include "epl/comm/threads/run_threads.hpp"
 
 using namespace epl;
 

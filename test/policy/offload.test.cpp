@@ -4,7 +4,7 @@
 // pool's accounts prove where the bytes are; what cannot work is named.
 #include "../../examples/gpt/gpt.hpp"
 #include "../helpers.hpp"
-#include "epl/comm/run_threads.hpp"
+#include "epl/comm/threads/run_threads.hpp"
 
 using namespace epl;
 

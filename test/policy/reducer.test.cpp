@@ -3,7 +3,7 @@
 // its precision with staging allocated once, a group of one with nothing to do, incomplete
 // buckets reported.
 #include "../helpers.hpp"
-#include "epl/comm/run_threads.hpp"
+#include "epl/comm/threads/run_threads.hpp"
 #include "epl/policy/reducer.hpp"
 
 using namespace epl;

@@ -3,7 +3,7 @@
 // per rank equal the ZeRO formulas; what cannot combine, or was not compiled, is a clear error.
 #include "../../examples/gpt/gpt.hpp"
 #include "../helpers.hpp"
-#include "epl/comm/run_threads.hpp"
+#include "epl/comm/threads/run_threads.hpp"
 
 using namespace epl;
 

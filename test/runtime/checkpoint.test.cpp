@@ -5,7 +5,7 @@
 // problem; a save that fails part-way leaves the previous checkpoint the one resumed.
 #include "../../examples/gpt/gpt.hpp"
 #include "../helpers.hpp"
-#include "epl/comm/run_threads.hpp"
+#include "epl/comm/threads/run_threads.hpp"
 
 #include <filesystem>
 #include <fstream>

@@ -2,7 +2,7 @@
 #include <cstdlib>
 
 #include "../helpers.hpp"
-#include "epl/comm/run_threads.hpp"
+#include "epl/comm/threads/run_threads.hpp"
 
 using namespace epl;
 

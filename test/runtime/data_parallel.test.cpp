@@ -4,7 +4,7 @@
 // buckets; the bytes sent per step are the ring volume; bad setups are clear errors.
 #include "../../examples/gpt/gpt.hpp"
 #include "../helpers.hpp"
-#include "epl/comm/run_threads.hpp"
+#include "epl/comm/threads/run_threads.hpp"
 
 #include <set>
 

@@ -8,7 +8,7 @@
 
 #include "../../examples/gpt/gpt.hpp"
 #include "../helpers.hpp"
-#include "epl/comm/run_threads.hpp"
+#include "epl/comm/threads/run_threads.hpp"
 
 using namespace epl;
 

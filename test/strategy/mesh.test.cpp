@@ -1,6 +1,6 @@
 // The device mesh: coordinates, the groups of each axis, placement, and world sizes that do not fit.
 #include "../helpers.hpp"
-#include "epl/comm/run_threads.hpp"
+#include "epl/comm/threads/run_threads.hpp"
 #include "epl/strategy/mesh.hpp"
 
 using namespace epl;

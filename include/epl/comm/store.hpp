@@ -3,7 +3,7 @@
 /// \brief Store — how ranks find each other before they can talk: a key-value board with a
 /// blocking, timed get. It carries bootstrap data such as NCCL's unique id. Backends: in
 /// process (thread ranks), a shared directory (processes on one machine or a shared file
-/// system, keyed per run), and MPI (comm/mpi.hpp).
+/// system, keyed per run), and MPI (comm/mpi/store.hpp).
 #include <chrono>
 #include <condition_variable>
 #include <filesystem>

@@ -13,11 +13,11 @@
 #include <string>
 #include <string_view>
 
-#include "epl/comm/run_threads.hpp"
+#include "epl/comm/threads/run_threads.hpp"
 #include "epl/runtime/config.hpp"
 #include "epl/runtime/context.hpp"
 #if defined(EPL_WITH_MPI)
-#include "epl/comm/mpi.hpp"
+#include "epl/comm/mpi/mpi.hpp"
 #endif
 
 namespace epl {

@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "epl/comm/threads.hpp"
+#include "epl/comm/threads/threads.hpp"
 
 namespace epl {
 inline namespace v0 {

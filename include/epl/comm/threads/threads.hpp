@@ -1,7 +1,7 @@
 #pragma once
 /// \file
 /// \brief comm::ThreadCommunicator — N ranks as N threads of one process sharing memory (the
-/// embedded default). comm/run_threads.hpp starts such ranks.
+/// embedded default). comm/threads/run_threads.hpp starts such ranks.
 ///
 /// Collectives are parallel shared-memory algorithms: ranks publish their buffers, then each
 /// rank reduces (or copies) its own share of the data from every peer, then gathers the other
@@ -14,7 +14,7 @@
 
 #include "epl/comm/async_queue.hpp"
 #include "epl/comm/reduce.hpp"
-#include "epl/comm/thread_group.hpp"
+#include "epl/comm/threads/group.hpp"
 #include "epl/device/cpu/parallel.hpp"
 
 namespace epl {

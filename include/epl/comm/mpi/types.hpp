@@ -4,7 +4,7 @@
 /// no MPI type: they travel as 2-byte elements with user reductions that combine in float.
 #include <array>
 
-#include "epl/comm/mpi_environment.hpp"
+#include "epl/comm/mpi/environment.hpp"
 #include "epl/comm/reduce.hpp"
 
 namespace epl {

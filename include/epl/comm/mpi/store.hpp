@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "epl/comm/mpi_communicator.hpp"
+#include "epl/comm/mpi/communicator.hpp"
 
 namespace epl {
 inline namespace v0 {

@@ -1,7 +1,7 @@
 #pragma once
 /// \file
 /// \brief MPI's lifetime in a process (comm::MpiEnvironment), EPL_MPI_CHECK, and the process's
-/// failed state. Part of epl::mpi: the files comm/mpi*.hpp are the only ones that include <mpi.h>.
+/// failed state. Part of epl::mpi: the files of comm/mpi/ are the only ones that include <mpi.h>.
 #include <mpi.h>
 
 #include <atomic>

@@ -28,7 +28,7 @@
 #include <thread>
 
 #include "epl/comm/async_queue.hpp"
-#include "epl/comm/mpi_types.hpp"
+#include "epl/comm/mpi/types.hpp"
 
 namespace epl {
 inline namespace v0 {
