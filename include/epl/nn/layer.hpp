@@ -157,12 +157,6 @@ void for_each_own_parameter(L& l, Fn&& fn) {
   }
 }
 
-/// \brief Sets every gradient of l to zero.
-template <class L, class D>
-void zero_grad(L& l, const D& d) {
-  for_each_parameter(l, [&](Parameter& p) { d.fill(p.grad, 0.0); });
-}
-
 }  // namespace nn
 }  // namespace v0
 }  // namespace epl

@@ -38,7 +38,7 @@
 #include "epl/runtime/trace.hpp"
 #include "epl/plan/plan.hpp"
 #include "epl/plan/shard.hpp"
-#include "epl/strategy/engine.hpp"
+#include "epl/strategy/executor.hpp"
 
 namespace epl {
 inline namespace v0 {

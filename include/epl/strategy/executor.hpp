@@ -143,11 +143,8 @@ class Executor {
       sends_.front().works[1].wait();
       sends_.pop_front();
     }
-    last_extra_loss_ = extra;
     return loss + extra;
   }
-  /// \brief The part of the last run's loss that layers added themselves (auxiliary losses).
-  [[nodiscard]] double last_extra_loss() const noexcept { return last_extra_loss_; }
 
  private:
   enum Channel { kActivation = 0, kGradient = 1 };
@@ -219,7 +216,6 @@ class Executor {
   std::deque<Pending> sends_;
   Loss loss_;
   Timeline* timeline_ = nullptr;
-  double last_extra_loss_ = 0;
 };
 
 }  // namespace strategy
