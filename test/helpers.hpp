@@ -22,7 +22,7 @@ inline device::CpuF64& cpu64() {
 }
 
 /// The pass context of f64 (gradient-check) runs.
-using Ctx64 = nn::Context<device::CpuF64>;
+using Ctx64 = nn::Pass<device::CpuF64>;
 
 template <class T = float>
 Tensor tensor(Shape s, const std::vector<double>& values, MemoryCategory c = MemoryCategory::kActivations) {

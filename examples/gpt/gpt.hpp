@@ -65,17 +65,17 @@ SplitGpt<N> make_split_gpt(const Shape& s) {
   Gpt g = make_gpt(s);
   return {epl::Split<N, Embed>(g.embed), epl::Split<N, nn::Repeat<Block>>(g.body), epl::Split<N, Head>(g.head)};
 }
-/// The same layers with each block a gradient-checkpointing boundary (epl::Checkpoint): in
+/// The same layers with each block a gradient-checkpointing boundary (epl::Recompute): in
 /// training a block keeps only its input and recomputes its activations in backward. Numbered
 /// like Gpt.
-struct CheckpointedGpt {
+struct RecomputedGpt {
   Embed embed;
-  nn::Repeat<epl::Checkpoint<Block>> body;
+  nn::Repeat<epl::Recompute<Block>> body;
   Head head;
 };
-inline CheckpointedGpt make_checkpointed_gpt(const Shape& s) {
+inline RecomputedGpt make_recomputed_gpt(const Shape& s) {
   Gpt g = make_gpt(s);
-  CheckpointedGpt c{g.embed, {}, g.head};
+  RecomputedGpt c{g.embed, {}, g.head};
   for (auto& b : g.body.layers) c.body.layers.emplace_back(b);
   return c;
 }

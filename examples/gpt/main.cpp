@@ -12,7 +12,7 @@
 // Memory policies, alone or combined (built in; off unless asked for):
 //   gpt --ranks=2 --zero.level=v2 --optimizer.num_apply_group=4
 //   gpt --gradient_checkpoint.type=auto          (the library's segments)
-//   gpt --gradient_checkpoint.type=collection    (each block an epl::Checkpoint: gpt::CheckpointedGpt)
+//   gpt --gradient_checkpoint.type=collection    (each block an epl::Recompute: gpt::RecomputedGpt)
 //   gpt --offload.level=v0                       (weights in host memory; brings zero.level=v2)
 // Checkpoints: save every 50 steps; run again with the same directory to resume from the newest:
 //   gpt --checkpoint.dir=ckpt --checkpoint.every=50
@@ -136,7 +136,7 @@ int main(int argc, char** argv) try {
   // gradient_checkpoint.type=collection, each block is marked a checkpoint boundary.
   return epl::launch(cfg, [&](epl::Context& ctx) {
     if (cfg.get(two_stage)) train(ctx, cfg, run, gpt::make_two_stage_gpt(shape));
-    else if (cfg.get(epl::keys::checkpoint_type) == "collection") train(ctx, cfg, run, gpt::make_checkpointed_gpt(shape));
+    else if (cfg.get(epl::keys::checkpoint_type) == "collection") train(ctx, cfg, run, gpt::make_recomputed_gpt(shape));
     else train(ctx, cfg, run, gpt::make_gpt(shape));
   }, {.ranks = static_cast<int>(cfg.get(ranks)), .threads_per_rank = static_cast<int>(cfg.get(threads))});
 } catch (const std::exception& e) {

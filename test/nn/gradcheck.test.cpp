@@ -50,11 +50,11 @@ TEST_CASE("gradcheck: Mlp, Seq, Residual") {
                    test::random<double>({4, 3}, 11));
   expect_gradients(nn::Residual<nn::LayerNorm, nn::Linear>(nn::LayerNorm(4), nn::Linear(4, 4)), test::random<double>({3, 4}, 12));
 }
-TEST_CASE("gradcheck: Checkpoint (backward recomputes the forward, dropout masks included)") {
-  expect_gradients(epl::Checkpoint<nn::Linear, nn::GELU, nn::Dropout, nn::Linear>(nn::Linear(3, 5), nn::GELU{}, nn::Dropout(0.3),
+TEST_CASE("gradcheck: Recompute (backward recomputes the forward, dropout masks included)") {
+  expect_gradients(epl::Recompute<nn::Linear, nn::GELU, nn::Dropout, nn::Linear>(nn::Linear(3, 5), nn::GELU{}, nn::Dropout(0.3),
                                                                                    nn::Linear(5, 2)),
                    test::random<double>({4, 3}, 13));
-  expect_gradients(epl::Checkpoint<Block>(block(4, 2)), test::random<double>({2, 3, 4}, 14));
+  expect_gradients(epl::Recompute<Block>(block(4, 2)), test::random<double>({2, 3, 4}, 14));
 }
 TEST_CASE("gradcheck: MoE, top-1 and top-2, with dropped tokens and the load-balancing loss") {
   // 12 tokens over 4 experts: capacity ceil(0.5 x 12 k / 4) leaves some choices dropped
@@ -77,11 +77,11 @@ TEST_CASE("gradcheck: SoftmaxCrossEntropy") {
   Tensor logits = test::random<double>({6, 5}, 14);
   Tensor targets = test::ids({6}, 5, 15);
   nn::SoftmaxCrossEntropy loss;
-  testing::CheckContext ctx(d);
+  testing::CheckPass ctx(d);
   (void)loss.forward(ctx, logits, targets);
   Tensor g = loss.backward(ctx, 2.0);
   auto f = [&] {
-    testing::CheckContext c(d);
+    testing::CheckPass c(d);
     double v = loss.forward(c, logits, targets);
     (void)c.restore(&loss);
     return 2.0 * v;
@@ -100,13 +100,13 @@ TEST_CASE("gradcheck: SoftmaxCrossEntropy") {
 
 TEST_CASE("gradcheck detects a wrong backward") {
   struct WrongScale {  // forward doubles, backward claims it triples
-    Tensor forward(testing::CheckContext& ctx, const Tensor& x) {
+    Tensor forward(testing::CheckPass& ctx, const Tensor& x) {
       Tensor y = ctx.empty_like(x);
       ctx.device().copy(x, y);
       ctx.device().scale(y, 2.0);
       return y;
     }
-    Tensor backward(testing::CheckContext& ctx, const Tensor& dy) {
+    Tensor backward(testing::CheckPass& ctx, const Tensor& dy) {
       Tensor dx = ctx.empty_like(dy);
       ctx.device().copy(dy, dx);
       ctx.device().scale(dx, 3.0);
@@ -126,13 +126,13 @@ template <bool kAccumulate>
 struct Scale {  // y = w * x element-wise, w [n]
   nn::Parameter w{Shape{4}, nn::Init::uniform(1.0)};
   template <class V> void visit(V&& v) { v("w", w); }
-  Tensor forward(testing::CheckContext& ctx, const Tensor& x) {
+  Tensor forward(testing::CheckPass& ctx, const Tensor& x) {
     Tensor y = ctx.empty_like(x);
     ctx.device().mul(x, w.value, y);
     ctx.save(this, {x});
     return y;
   }
-  Tensor backward(testing::CheckContext& ctx, const Tensor& dy) {
+  Tensor backward(testing::CheckPass& ctx, const Tensor& dy) {
     nn::Saved s = ctx.restore(this);
     if constexpr (kAccumulate) {
       Tensor dw = ctx.empty_like(dy);

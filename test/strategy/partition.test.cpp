@@ -53,7 +53,7 @@ TEST_CASE("balanced cut: the largest stage is as small as any cut makes it, ever
 }
 
 TEST_CASE("units: a model's sequential parts, recursively; the GPT's blocks each two units; costs from parameters") {
-  using Ctx = nn::Context<device::Cpu>;
+  using Ctx = nn::Pass<device::Cpu>;
   const gpt::Shape s{.vocab = 32, .context = 8, .layers = 3, .heads = 2, .dim = 16};
   auto model = gpt::make_gpt(s);
   std::vector<strategy::Unit<Ctx>> units;
@@ -82,7 +82,7 @@ TEST_CASE("units: a model's sequential parts, recursively; the GPT's blocks each
 }
 
 TEST_CASE("static partition: the compile-time cut equals the run-time one") {
-  using Ctx = nn::Context<device::Cpu>;
+  using Ctx = nn::Pass<device::Cpu>;
   Model m;
   auto chunks = strategy::cut_into_chunks<Ctx>(m, 3);
   REQUIRE(chunks.size() == 3);

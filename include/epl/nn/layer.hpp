@@ -13,7 +13,7 @@
 #include <type_traits>
 
 #include "epl/device/cpu/cpu.hpp"
-#include "epl/nn/context.hpp"
+#include "epl/nn/pass.hpp"
 #include "epl/nn/parameter.hpp"
 #include "epl/nn/walk.hpp"
 #include "epl/reflect/fields.hpp"
@@ -22,13 +22,13 @@ namespace epl {
 inline namespace v0 {
 namespace nn {
 
-/// The context archetype the concepts check layers against.
-using CpuContext = Context<device::Cpu>;
+/// The pass archetype the concepts check layers against.
+using CpuPass = Pass<device::Cpu>;
 
 /// \brief T satisfies leaf_layer if it has forward(ctx, x) and backward(ctx, dy), each
 /// returning a Tensor, for a pass context of type Ctx (by default the CPU archetype every layer
 /// must run on; layers written `template <class Ctx>` run on every context).
-template <class T, class Ctx = CpuContext>
+template <class T, class Ctx = CpuPass>
 concept leaf_layer = requires(T& l, Ctx& ctx, const Tensor& x) {
   { l.forward(ctx, x) } -> std::same_as<Tensor>;
   { l.backward(ctx, x) } -> std::same_as<Tensor>;
@@ -56,7 +56,7 @@ struct layer_for<Ctx>::test : std::bool_constant<leaf_layer<T, Ctx> || aggregate
 
 /// \brief True when T is a layer (for the CPU archetype context): a leaf_layer or an aggregate of layers.
 template <class T>
-struct is_layer : detail::layer_for<CpuContext>::template test<T> {};
+struct is_layer : detail::layer_for<CpuPass>::template test<T> {};
 
 /// \brief T satisfies layer if it is a leaf layer or an aggregate whose fields are layers.
 template <class T>
@@ -81,7 +81,7 @@ consteval void require_fields() {
 }  // namespace detail
 
 /// \brief Compile-time check with a readable message naming the first offending field type.
-template <class L, class Ctx = CpuContext>
+template <class L, class Ctx = CpuPass>
 consteval void require_layer() {
   if constexpr (!leaf_layer<L, Ctx>) {
     static_assert(reflect::is_reflectable_v<L>,

@@ -3,7 +3,7 @@
 /// \brief All built-in layers and combinators.
 #include "epl/nn/activation.hpp"
 #include "epl/nn/attention.hpp"
-#include "epl/nn/checkpoint.hpp"
+#include "epl/nn/recompute.hpp"
 #include "epl/nn/combinators.hpp"
 #include "epl/nn/embedding.hpp"
 #include "epl/nn/linear.hpp"

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "epl/nn/checkpoint.hpp"
+#include "epl/nn/recompute.hpp"
 #include "epl/strategy/mesh.hpp"
 #include "epl/strategy/pipeline.hpp"
 #include "epl/strategy/schedule.hpp"
@@ -22,7 +22,7 @@ namespace detail {
 // The degree two parts of a model agree on: 1 when one has none, -1 when they differ.
 constexpr int combine_degree(int a, int b) { return a == 1 ? b : b == 1 ? a : a == b ? a : -1; }
 // The device count of the strategy parts of a model type that Kind picks (Split or Replicate),
-// found by walking the type: strategies, Pipeline stages, Seq, Repeat, Residual, Checkpoint,
+// found by walking the type: strategies, Pipeline stages, Seq, Repeat, Residual, Recompute,
 // aggregates.
 // -1: two parts differ; -2: a part of that kind inside another.
 template <template <class> class Kind, class... L>
@@ -50,8 +50,8 @@ constexpr int degree_of() {
     return degree_of<Kind, typename M::value_type>();
   } else if constexpr (nn::detail::is_residual<M>::value) {
     return []<class... L>(nn::Residual<L...>*) { return degree_of_all<Kind, L...>(); }(static_cast<M*>(nullptr));
-  } else if constexpr (nn::is_checkpoint<M>::value) {
-    return []<class... L>(nn::Checkpoint<L...>*) { return degree_of_all<Kind, L...>(); }(static_cast<M*>(nullptr));
+  } else if constexpr (nn::is_recompute<M>::value) {
+    return []<class... L>(nn::Recompute<L...>*) { return degree_of_all<Kind, L...>(); }(static_cast<M*>(nullptr));
   } else if constexpr (!nn::leaf_layer<M> && reflect::is_reflectable_v<M>) {
     return []<std::size_t... I>(std::index_sequence<I...>) { return degree_of_all<Kind, reflect::field_t<I, M>...>(); }(
         std::make_index_sequence<reflect::field_count_v<M>>{});

@@ -5,7 +5,7 @@
 /// layout of activations between parts asks for. A Split whose output stays sharded (it ends in
 /// a column-parallel Linear) makes that Linear gather when anything follows it; when nothing
 /// does, the model's output is sharded and the loss runs vocabulary-parallel.
-#include "epl/nn/checkpoint.hpp"
+#include "epl/nn/recompute.hpp"
 #include "epl/strategy/pipeline.hpp"
 
 namespace epl {
@@ -50,7 +50,7 @@ void shard_walk(M& m, ShardWalk& w) {
     w.need_whole();
     shard_walk(m.body, w);
     w.need_whole();
-  } else if constexpr (nn::is_checkpoint<T>::value) {
+  } else if constexpr (nn::is_recompute<T>::value) {
     shard_walk(m.body, w);  // its layers run in sequence, as a Seq (a split one inside is refused when it runs)
   } else {
     if (!nn::for_each_part(m, [&](auto& part) { shard_walk(part, w); })) w.need_whole();  // any other layer takes the whole
@@ -82,7 +82,7 @@ bool before_split(M& m, Fn& fn) {
     return met;
   } else if constexpr (is_strategy_v<T>) {
     return before_split(m.body(), fn);
-  } else if constexpr (nn::detail::is_residual<T>::value || nn::is_checkpoint<T>::value) {
+  } else if constexpr (nn::detail::is_residual<T>::value || nn::is_recompute<T>::value) {
     return before_split(m.body, fn);
   } else {
     bool met = false;

@@ -120,7 +120,7 @@ inline const std::vector<ConfigKey>& config_keys() {
       {"pipeline.num_virtual_stages", I{2}, {}, 2, 1024, true,
        "model chunks per pipeline rank under the Interleaved schedule (epl)"},
       {"gradient_checkpoint.type", S{""}, {"", "collection", "auto"}, -kNone, kNone, true,
-       "recompute activations: collection at the model's epl::Checkpoint boundaries, auto at about sqrt(n) segments the library "
+       "recompute activations: collection at the model's epl::Recompute boundaries, auto at about sqrt(n) segments the library "
        "chooses; unset: the marks"},
       {"gradient_checkpoint.end_taskgraph", I{-1}, {}, -1, 1 << 20, true,
        "the last task graph (pipeline stage, from 0 in model order) that recomputes; -1: all"},

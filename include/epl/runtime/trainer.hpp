@@ -246,7 +246,7 @@ class Trainer {
   using Reducer = policy::ReducerSet<D>;
   using Sharder = std::conditional_t<kZero == 0, void, policy::ZeroSharder<D>>;
   using Hooks = detail::StepHooks<Reducer, Sharder>;
-  using PassContext = nn::Context<D, Hooks>;
+  using PassT = nn::Pass<D, Hooks>;
 
  public:
   /// \brief Trains over the ranks of ctx (data parallel, pipelined, as the model and the
@@ -328,7 +328,7 @@ class Trainer {
   /// \brief This rank's list of actions for a step (the schedule's, with sends and receives).
   [[nodiscard]] const std::vector<strategy::Action>& actions() const noexcept { return actions_; }
   /// \brief The model chunks (pipeline stages) this rank runs.
-  [[nodiscard]] const std::vector<strategy::Chunk<PassContext>>& local_chunks() const { return executor_->chunks(); }
+  [[nodiscard]] const std::vector<strategy::Chunk<PassT>>& local_chunks() const { return executor_->chunks(); }
   [[nodiscard]] double last_grad_norm() const noexcept { return last_grad_norm_; }
   /// \brief The fraction of the last step's gradient all-reduce time hidden behind backward.
   [[nodiscard]] double last_overlap() const noexcept { return reducer_->last_overlap(); }
@@ -490,7 +490,7 @@ class Trainer {
   // Forward and backward of every micro-batch, and the gradients reduced over the replicas (and,
   // with communication.clip_after_allreduce=false, clipped before); returns this rank's loss.
   // recompute says which activations backward recomputes (chunks after end_taskgraph: none).
-  double compute_gradients(const Batch& batch, nn::Recompute recompute) {
+  double compute_gradients(const Batch& batch, nn::RecomputeMode recompute) {
     const int m_count = plan_.micro_batches;
     if (sharder_) sharder_->zero_grads();
     else device_->fill(arena_.grads(), 0.0);
@@ -499,9 +499,9 @@ class Trainer {
     const Tensor targets = plan_.rows_over_tensor() ? gather_targets(batch.targets, m_count) : batch.targets;
     double loss = executor_->run(actions_, {batch.inputs, targets, m_count}, [&](int c, int m) {
       const bool checkpointed = end_taskgraph_ < 0 || c <= end_taskgraph_;
-      return PassContext(*device_, nn::PassOptions{true, opt_.seed, static_cast<std::uint64_t>(steps_), static_cast<std::uint64_t>(m),
+      return PassT(*device_, nn::PassOptions{true, opt_.seed, static_cast<std::uint64_t>(steps_), static_cast<std::uint64_t>(m),
                                                    first + m * per, loss_scale() / (m_count * row_shares()),
-                                                   checkpointed ? recompute : nn::Recompute::kNone, matmul_},
+                                                   checkpointed ? recompute : nn::RecomputeMode::kNone, matmul_},
                          &hooks_, groups());
     }, [&](int m) {  // a chunk's gradients are final in its last micro-batch (ZeRO 2 and 3: no bucket; the sharder reduces)
       hooks_.active = overlap_ && m + 1 == m_count && reducer_->buckets() > 0;
@@ -518,7 +518,7 @@ class Trainer {
   // gradient_checkpoint.check_gradients, on the first step: the gradients computed without
   // recompute (copies of what this rank holds), to compare with the run's own.
   std::vector<Tensor> plain_gradients(const Batch& batch) {
-    (void)compute_gradients(batch, nn::Recompute::kNone);
+    (void)compute_gradients(batch, nn::RecomputeMode::kNone);
     std::vector<Tensor> plain;
     for (const auto& g : held_grads()) {
       plain.push_back(device_->empty(g.shape(), g.dtype(), MemoryCategory::kWorkspace));
@@ -552,7 +552,7 @@ class Trainer {
   double evaluate_loss(const Batch& batch) {
     const Tensor targets = plan_.rows_over_tensor() ? gather_targets(batch.targets, 1) : batch.targets;
     double loss = executor_->run(plan_.forward_only(mesh_->coord().pipeline), {batch.inputs, targets, 1}, [&](int, int) {
-      return PassContext(*device_, nn::PassOptions{.training = false, .seed = opt_.seed, .step = static_cast<std::uint64_t>(steps_), .matmul = matmul_},
+      return PassT(*device_, nn::PassOptions{.training = false, .seed = opt_.seed, .step = static_cast<std::uint64_t>(steps_), .matmul = matmul_},
                          &hooks_, groups());
     });
     if (sharder_) sharder_->release_all();
@@ -619,9 +619,9 @@ class Trainer {
     const nn::SplitPart part{mesh_->coord().tensor, mesh_->tensor_size()};
     const bool vocab_parallel = plan::shard_model(model_, part, plan_.rows_over_tensor()).sharded_output;
     // This rank's chunks, and only their parameters materialized (every parameter is numbered).
-    auto all = plan_.cut_at_split ? strategy::cut_at_first_split<PassContext>(model_) : strategy::cut_into_chunks<PassContext>(model_, plan_.chunks);
+    auto all = plan_.cut_at_split ? strategy::cut_at_first_split<PassT>(model_) : strategy::cut_into_chunks<PassT>(model_, plan_.chunks);
     const int stage = mesh_->coord().pipeline;
-    std::vector<strategy::Chunk<PassContext>> mine;
+    std::vector<strategy::Chunk<PassT>> mine;
     std::set<const nn::Parameter*> owned;
     for (int c : plan_.chunks_of(stage)) {
       all[static_cast<std::size_t>(c)].for_each_parameter([&](nn::Parameter& q) { owned.insert(&q); });
@@ -967,17 +967,17 @@ class Trainer {
     saved_positions_.clear();
   }
 
-  // gradient_checkpoint.*: type unset, the model's epl::Checkpoint marks recompute; "" turns them
+  // gradient_checkpoint.*: type unset, the model's epl::Recompute marks recompute; "" turns them
   // off; "collection" asks for them (a model without one is an error); "auto" recomputes the
   // segments each chunk chooses (the marks then keep their activations). end_taskgraph: only
   // chunks (pipeline stages, in model order) up to it recompute.
-  void choose_recompute(const Config& cfg, std::vector<strategy::Chunk<PassContext>>& mine) {
+  void choose_recompute(const Config& cfg, std::vector<strategy::Chunk<PassT>>& mine) {
     const std::string type = cfg.get(keys::checkpoint_type);
-    if (type == "auto") recompute_ = nn::Recompute::kSegments;
-    else if (type == "collection" || cfg.source(keys::checkpoint_type) == Config::Source::kDefault) recompute_ = nn::Recompute::kMarked;
-    else recompute_ = nn::Recompute::kNone;
-    EPL_CHECK(type != "collection" || nn::has_checkpoint(model_), "gradient_checkpoint.type = \"collection\" but the model "
-              "marks no boundary; wrap the layers whose activations to recompute in epl::Checkpoint<...> (a field of the model), "
+    if (type == "auto") recompute_ = nn::RecomputeMode::kSegments;
+    else if (type == "collection" || cfg.source(keys::checkpoint_type) == Config::Source::kDefault) recompute_ = nn::RecomputeMode::kMarked;
+    else recompute_ = nn::RecomputeMode::kNone;
+    EPL_CHECK(type != "collection" || nn::has_recompute(model_), "gradient_checkpoint.type = \"collection\" but the model "
+              "marks no boundary; wrap the layers whose activations to recompute in epl::Recompute<...> (a field of the model), "
               "or let the library choose them with gradient_checkpoint.type = \"auto\"");
     end_taskgraph_ = cfg.get(keys::checkpoint_end_taskgraph);
     EPL_CHECK(end_taskgraph_ < plan_.chunks, "gradient_checkpoint.end_taskgraph = ", end_taskgraph_, " but the model runs as ",
@@ -985,14 +985,14 @@ class Trainer {
               "; choose -1 (all of them) or at most ", plan_.chunks - 1);
     check_gradients_ = cfg.get(keys::checkpoint_check_gradients);
     // the keys that shape recompute ask for one: nothing recomputed is named, not ignored
-    const bool nothing = recompute_ == nn::Recompute::kNone || (recompute_ == nn::Recompute::kMarked && !nn::has_checkpoint(model_));
+    const bool nothing = recompute_ == nn::RecomputeMode::kNone || (recompute_ == nn::RecomputeMode::kMarked && !nn::has_recompute(model_));
     const char* asked = check_gradients_ ? "gradient_checkpoint.check_gradients = true"
                         : cfg.source(keys::checkpoint_end_taskgraph) != Config::Source::kDefault ? "gradient_checkpoint.end_taskgraph is set"
                                                                                                   : nullptr;
     EPL_CHECK(!asked || !nothing, asked, " but nothing is recomputed (gradient_checkpoint.type = ",
-              recompute_ == nn::Recompute::kNone ? "\"\"" : "unset and the model marks no epl::Checkpoint",
+              recompute_ == nn::RecomputeMode::kNone ? "\"\"" : "unset and the model marks no epl::Recompute",
               "); set gradient_checkpoint.type to \"auto\" (or \"collection\" with marks), or drop the key");
-    if (recompute_ != nn::Recompute::kSegments) return;
+    if (recompute_ != nn::RecomputeMode::kSegments) return;
     const auto chunks = plan_.chunks_of(mesh_->coord().pipeline);
     std::size_t recomputed = 0;
     std::string uncut;  // the task graphs that should recompute and cannot
@@ -1187,13 +1187,13 @@ class Trainer {
   DType matmul_ = DType::kF32;                 // amp.level "O1": the compiled epl::Amp's bf16 or f16
   std::optional<policy::LossScaler> scaler_;  // amp.level "O1": the loss scale
   bool amp_log_ = false;                      // amp.debug_log
-  nn::Recompute recompute_ = nn::Recompute::kMarked;  // gradient_checkpoint.type
+  nn::RecomputeMode recompute_ = nn::RecomputeMode::kMarked;  // gradient_checkpoint.type
   std::int64_t end_taskgraph_ = -1;                   // the last chunk that recomputes (-1: all)
   bool check_gradients_ = false;
   std::optional<double> checkpoint_difference_;
   std::int64_t apply_groups_ = 1;
   Hooks hooks_;
-  std::optional<strategy::Executor<PassContext, Loss>> executor_;
+  std::optional<strategy::Executor<PassT, Loss>> executor_;
   std::unique_ptr<Timeline> timeline_;
   std::string trace_path_;
   comm::Communicator trace_group_, stage_group_;

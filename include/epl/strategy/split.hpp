@@ -176,8 +176,8 @@ struct split_rule<nn::Residual<L...>> {
 /// collectives, so training with recompute fails at the first step, naming the parameter; a
 /// boundary around the replicated layers of a split group recomputes.
 template <class... L>
-struct split_rule<nn::Checkpoint<L...>> {
-  static nn::Layout apply(nn::Checkpoint<L...>& l, strategy::SplitContext& sc, nn::Layout in) {
+struct split_rule<nn::Recompute<L...>> {
+  static nn::Layout apply(nn::Recompute<L...>& l, strategy::SplitContext& sc, nn::Layout in) {
     return strategy::split_layer(l.body, sc, in);
   }
 };

@@ -42,7 +42,7 @@ struct Segment {
 /// \brief A list of units run in order: a model chunk (a pipeline stage on this rank).
 ///
 /// Under automatic gradient checkpointing (choose_segments, and a pass whose recompute is
-/// nn::Recompute::kSegments) forward keeps only each recomputed segment's input and backward
+/// nn::RecomputeMode::kSegments) forward keeps only each recomputed segment's input and backward
 /// runs the segment's forward again before its backward (nn::recompute_forward / _backward).
 template <class Ctx>
 class Chunk {
@@ -124,7 +124,7 @@ class Chunk {
 
  private:
   bool segmented(const Ctx& ctx) const {
-    return ctx.training() && ctx.options().recompute == nn::Recompute::kSegments && !segments_.empty();
+    return ctx.training() && ctx.options().recompute == nn::RecomputeMode::kSegments && !segments_.empty();
   }
   Tensor run_forward(Ctx& ctx, const Tensor& x, std::size_t begin, std::size_t end) const {
     Tensor h = x;

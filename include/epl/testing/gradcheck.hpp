@@ -25,7 +25,7 @@ namespace testing {
 
 /// \brief The pass context gradcheck runs layers in: device::CpuF64, no hooks. A layer that
 /// takes `template <class Ctx> ... (Ctx& ctx, ...)` runs in it and in training alike.
-using CheckContext = nn::Context<device::CpuF64>;
+using CheckPass = nn::Pass<device::CpuF64>;
 
 struct GradcheckOptions {
   double step = 1e-6;       ///< finite-difference step h
@@ -86,15 +86,15 @@ template <class L>
 GradcheckResult gradcheck(L& layer, const Tensor& x, GradcheckOptions opt = {}) {
   device::CpuF64 cpu;
   const nn::PassOptions pass{true, opt.seed, 0, 0};
-  auto run = [&](CheckContext& ctx) { return nn::forward(layer, ctx, x); };
-  CheckContext probe(cpu, pass);
+  auto run = [&](CheckPass& ctx) { return nn::forward(layer, ctx, x); };
+  CheckPass probe(cpu, pass);
   Tensor y0 = run(probe);
   EPL_CHECK(y0.dtype() == DType::kF64, "gradcheck needs the layer materialized in f64, got ", name_of(y0.dtype()));
   Tensor proj = cpu.empty(y0.shape(), DType::kF64);
   auto key = stream_key(opt.seed, 99);
   for (std::int64_t i = 0; i < proj.numel(); ++i) proj.span<double>()[i] = normal01(key, static_cast<std::uint64_t>(i));
   auto loss = [&] {  // a fixed projection of the output, plus any loss the layer adds itself (an MoE's)
-    CheckContext ctx(cpu, pass);
+    CheckPass ctx(cpu, pass);
     Tensor y = run(ctx);
     double s = ctx.extra_loss();
     for (std::int64_t i = 0; i < y.numel(); ++i) s += y.span<double>()[i] * proj.span<double>()[i];
@@ -105,7 +105,7 @@ GradcheckResult gradcheck(L& layer, const Tensor& x, GradcheckOptions opt = {}) 
     auto g = p.grad.span<double>();
     for (std::size_t i = 0; i < g.size(); ++i) g[i] = detail::grad_start(i);
   });
-  CheckContext ctx(cpu, pass);
+  CheckPass ctx(cpu, pass);
   run(ctx);
   Tensor dx = nn::backward(layer, ctx, proj);
   EPL_CHECK(ctx.saved_count() == 0, "gradcheck: backward left ", ctx.saved_count(), " saved activation frames behind");

@@ -1,12 +1,12 @@
 #pragma once
 /// \file
-/// \brief nn::Context — one micro-batch's pass through a model: the device, the mode, where
+/// \brief nn::Pass — one micro-batch's pass through a model: the device, the mode, where
 /// its samples sit in the global batch, the random streams, the communication groups a layer
 /// may use, the hooks a strategy runs around each layer, and the activations layers save for
 /// their backward.
 ///
 /// Saved activations live here and not in the layers, so several micro-batches can be in
-/// flight through one layer (a pipeline) and a checkpoint can drop and recompute them.
+/// flight through one layer (a pipeline) and a recompute boundary can drop and recompute them.
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
@@ -39,9 +39,9 @@ struct Saved {
 };
 
 /// \brief Which activations a training pass drops and recomputes in backward
-/// (gradient_checkpoint.type): none, those inside the model's nn::Checkpoint marks, or those of
+/// (gradient_checkpoint.type): none, those inside the model's nn::Recompute marks, or those of
 /// the segments the library chose (strategy::Chunk's, type "auto"; the marks then keep theirs).
-enum class Recompute : std::uint8_t { kNone, kMarked, kSegments };
+enum class RecomputeMode : std::uint8_t { kNone, kMarked, kSegments };
 
 /// \brief Options of one pass: training mode, and the coordinates that seed its randomness.
 struct PassOptions {
@@ -55,9 +55,9 @@ struct PassOptions {
   /// What backward scales the loss by (1/M with M micro-batches): a layer that adds a loss of its
   /// own (an MoE's load-balancing loss) scales its gradient alike.
   double loss_scale = 1.0;
-  /// What a training pass recomputes: by default the nn::Checkpoint marks (kNone: every layer
+  /// What a training pass recomputes: by default the nn::Recompute marks (kNone: every layer
   /// keeps its activations, as if not marked).
-  Recompute recompute = Recompute::kMarked;
+  RecomputeMode recompute = RecomputeMode::kMarked;
   /// The dtype GEMM operands are rounded to before they multiply: bf16 or f16 under AMP
   /// (amp.level "O1"); f32 multiplies them as they are. Every other operation computes in the
   /// tensors' own dtype.
@@ -84,18 +84,18 @@ struct Groups {
 /// \tparam D a device type (device::Cpu, device::Cuda); layers take `Ctx&` generically.
 /// \tparam Hooks the hooks run around each layer (NoHooks: none)
 template <class D, class Hooks = NoHooks>
-class Context {
+class Pass {
  public:
   using device_type = D;
   using hooks_type = Hooks;
 
   /// \param hooks the strategy's hooks object (may be null for a stateless hooks type)
-  explicit Context(const D& device, PassOptions opt = {}, Hooks* hooks = nullptr, Groups groups = {})
+  explicit Pass(const D& device, PassOptions opt = {}, Hooks* hooks = nullptr, Groups groups = {})
       : device_(&device), opt_(opt), hooks_(hooks), groups_(groups) {
     if constexpr (std::is_default_constructible_v<Hooks> && std::is_empty_v<Hooks>) {
       if (!hooks_) hooks_ = &default_hooks();
     }
-    EPL_CHECK(hooks_ != nullptr, "nn::Context: the hooks object of this pass is missing");
+    EPL_CHECK(hooks_ != nullptr, "nn::Pass: the hooks object of this pass is missing");
   }
 
   [[nodiscard]] const D& device() const noexcept { return *device_; }

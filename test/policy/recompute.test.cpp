@@ -1,4 +1,4 @@
-// Gradient checkpointing at epl::Checkpoint boundaries: training with recompute equals training
+// Gradient checkpointing at epl::Recompute boundaries: training with recompute equals training
 // without it bit for bit (dropout too), on one device and on data-parallel ranks with ZeRO; the
 // activation peak falls; the keys choose, and what cannot work is named.
 #include "../../examples/gpt/gpt.hpp"
@@ -8,8 +8,8 @@
 using namespace epl;
 
 namespace {
-using gpt::CheckpointedGpt;
-CheckpointedGpt make(const gpt::Shape& s) { return gpt::make_checkpointed_gpt(s); }
+using gpt::RecomputedGpt;
+RecomputedGpt make(const gpt::Shape& s) { return gpt::make_recomputed_gpt(s); }
 gpt::Shape tiny() { return {.vocab = 32, .context = 8, .layers = 3, .heads = 2, .dim = 16}; }
 
 // A layer whose forward adds how often it ran: a recomputed forward differs from the first, the
@@ -96,7 +96,7 @@ TEST_CASE("checkpoint: the activation peak of a deeper model falls") {
 TEST_CASE("checkpoint: dropout inside a boundary draws the same masks when recomputed") {
   struct Net {
     nn::Embedding tok{32, 16};
-    Checkpoint<nn::Linear, nn::GELU, nn::Dropout, nn::Linear> mid{nn::Linear(16, 32), nn::GELU{}, nn::Dropout(0.4), nn::Linear(32, 16)};
+    Recompute<nn::Linear, nn::GELU, nn::Dropout, nn::Linear> mid{nn::Linear(16, 32), nn::GELU{}, nn::Dropout(0.4), nn::Linear(32, 16)};
     nn::Linear out{16, 32};
   };
   const auto on = one_device(config("collection"), Net{});
@@ -107,7 +107,7 @@ TEST_CASE("checkpoint: dropout inside a boundary draws the same masks when recom
 
 TEST_CASE("checkpoint: with accumulation on 2 data-parallel ranks under ZeRO stage 3, equal to one device") {
   const auto ref = one_device(config(nullptr, 2), gpt::make_gpt(tiny()));
-  const auto runs = two_ranks_zero3<CheckpointedGpt>(config("collection", 2), [] { return make(tiny()); }, 330);
+  const auto runs = two_ranks_zero3<RecomputedGpt>(config("collection", 2), [] { return make(tiny()); }, 330);
   for (const auto& r : runs) {
     CHECK(test::max_rel_diff(r.losses, ref.losses) <= 1e-6);
     CHECK(test::max_rel_diff(r.params, ref.params) <= 1e-6);
@@ -226,7 +226,7 @@ TEST_CASE("checkpoint: collection without a boundary, bad checkpoint keys, and a
     Config cfg;
     cfg.set("gradient_checkpoint.check_gradients", true);
     (void)one_device(cfg, gpt::make_gpt(tiny()));
-  }, "gradient_checkpoint.check_gradients = true but nothing is recomputed (gradient_checkpoint.type = unset and the model marks no epl::Checkpoint)");
+  }, "gradient_checkpoint.check_gradients = true but nothing is recomputed (gradient_checkpoint.type = unset and the model marks no epl::Recompute)");
   fails([] {
     Config cfg = config("");
     cfg.set("gradient_checkpoint.end_taskgraph", 0);
@@ -238,12 +238,12 @@ TEST_CASE("checkpoint: collection without a boundary, bad checkpoint keys, and a
   fails([] { (void)one_device(config("auto"), OneLayer{}); }, "gradient_checkpoint.type = \"auto\" finds nothing to recompute on pipeline rank 0");
   struct SplitInside {
     nn::Embedding tok{32, 16};
-    Checkpoint<Split<2, nn::Mlp>> mid{Split<2, nn::Mlp>(nn::Mlp(16))};
+    Recompute<Split<2, nn::Mlp>> mid{Split<2, nn::Mlp>(nn::Mlp(16))};
     nn::Linear out{16, 32};
   };
   struct InsideSplit {  // the other nesting: a Split's part holds the boundary
     nn::Embedding tok{32, 16};
-    Split<2, Checkpoint<nn::Mlp>> mid{Split<2, Checkpoint<nn::Mlp>>(Checkpoint<nn::Mlp>(nn::Mlp(16)))};
+    Split<2, Recompute<nn::Mlp>> mid{Split<2, Recompute<nn::Mlp>>(Recompute<nn::Mlp>(nn::Mlp(16)))};
     nn::Linear out{16, 32};
   };
   auto first_step = [](auto model, int first_index) {
@@ -263,7 +263,7 @@ TEST_CASE("checkpoint: collection without a boundary, bad checkpoint keys, and a
   };
   for (const auto& message : {first_step(SplitInside{}, 340), first_step(InsideSplit{}, 344)}) {
     CAPTURE(message);
-    CHECK(message.find("epl::Checkpoint around a layer split over a tensor-parallel group") != std::string::npos);
+    CHECK(message.find("epl::Recompute around a layer split over a tensor-parallel group") != std::string::npos);
   }
 }
 }

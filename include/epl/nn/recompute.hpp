@@ -1,6 +1,6 @@
 #pragma once
 /// \file
-/// \brief nn::Checkpoint<L...> (epl::Checkpoint) — gradient checkpointing at a boundary the user
+/// \brief nn::Recompute<L...> (epl::Recompute) — recompute (EPL's gradient checkpointing) at a boundary the user
 /// marks in the model type: in a training pass the layers inside keep only their input, and
 /// backward runs their forward again before its own.
 #include "epl/nn/combinators.hpp"
@@ -9,7 +9,7 @@ namespace epl {
 inline namespace v0 {
 namespace nn {
 
-/// \brief The forward half of gradient checkpointing: runs body(pass, x) in a scratch pass
+/// \brief The forward half of recompute: runs body(pass, x) in a scratch pass
 /// context of ctx's kind (its saved activations are dropped when it returns) and saves only x,
 /// under owner, for recompute_backward.
 template <class Ctx, class Body>
@@ -29,27 +29,27 @@ Tensor recompute_backward(Ctx& ctx, const void* owner, const Tensor& dy, Forward
   Ctx again(ctx.device(), ctx.options(), &ctx.hooks(), ctx.groups());
   (void)body_forward(again, s[0]);  // the activations, recomputed
   Tensor dx = body_backward(again, dy);
-  EPL_CHECK(again.saved_count() == 0, "gradient checkpointing: the recomputed layers left ", again.saved_count(),
+  EPL_CHECK(again.saved_count() == 0, "recompute: the recomputed layers left ", again.saved_count(),
             " activation frames behind; a layer's backward must restore what its forward saved");
   return dx;
 }
 
 /// \brief Runs L... in order (as Seq<L...>). When the pass recomputes the marks
-/// (PassOptions::recompute is Recompute::kMarked: a Trainer's gradient_checkpoint.type unset or
+/// (PassOptions::recompute is RecomputeMode::kMarked: a Trainer's gradient_checkpoint.type unset or
 /// "collection"), forward saves only its input and drops the activations of the layers inside;
 /// backward recomputes them from that input (recompute_forward / recompute_backward) and then
 /// runs their backward. A recomputed forward issues no collective again: a layer inside may not
 /// hold parameters split over a tensor-parallel group (checked: an error names the parameter).
 /// The ZeRO stage-3 gathers a recompute needs are the gathers backward makes.
 template <class... L>
-class Checkpoint {
+class Recompute {
  public:
   Seq<L...> body;
 
-  Checkpoint() = default;
-  explicit Checkpoint(L... ls) : body(std::move(ls)...) {}
+  Recompute() = default;
+  explicit Recompute(L... ls) : body(std::move(ls)...) {}
 
-  template <class V> void visit(V&& v) { v("checkpointed", body); }
+  template <class V> void visit(V&& v) { v("recomputed", body); }
 
   template <class Ctx>
   Tensor forward(Ctx& ctx, const Tensor& x) {
@@ -68,13 +68,13 @@ class Checkpoint {
  private:
   template <class Ctx>
   static bool recomputes(const Ctx& ctx) {
-    return ctx.training() && ctx.options().recompute == Recompute::kMarked;
+    return ctx.training() && ctx.options().recompute == RecomputeMode::kMarked;
   }
   void check_no_split_parameters() {
     if (checked_) return;
     visit_parameters(body, [](std::string_view path, Parameter& p) {
-      EPL_CHECK(p.shard.whole(), "epl::Checkpoint around a layer split over a tensor-parallel group (parameter checkpointed.", path,
-                "): recomputing it would repeat its collectives; checkpoint the replicated layers only, or leave "
+      EPL_CHECK(p.shard.whole(), "epl::Recompute around a layer split over a tensor-parallel group (parameter recomputed.", path,
+                "): recomputing it would repeat its collectives; recompute the replicated layers only, or leave "
                 "gradient_checkpoint.type empty");
     });
     checked_ = true;
@@ -84,22 +84,22 @@ class Checkpoint {
 
 }  // namespace nn
 
-/// \brief A boundary of gradient checkpointing in a model type: nn::Checkpoint<L...>.
+/// \brief A boundary of recompute (EPL's gradient checkpointing) in a model type: nn::Recompute<L...>.
 template <class... L>
-using Checkpoint = nn::Checkpoint<L...>;
+using Recompute = nn::Recompute<L...>;
 
 namespace nn {
-/// \brief True for nn::Checkpoint<L...>.
+/// \brief True for nn::Recompute<L...>.
 template <class T>
-struct is_checkpoint : std::false_type {};
+struct is_recompute : std::false_type {};
 template <class... L>
-struct is_checkpoint<Checkpoint<L...>> : std::true_type {};
-/// \brief True when a Checkpoint boundary lies anywhere in l's tree.
+struct is_recompute<Recompute<L...>> : std::true_type {};
+/// \brief True when a Recompute boundary lies anywhere in l's tree.
 template <class M>
-bool has_checkpoint(M& l) {
+bool has_recompute(M& l) {
   bool found = false;
   visit_nodes(l, [&](std::string_view, auto& node) {
-    if constexpr (is_checkpoint<std::remove_cvref_t<decltype(node)>>::value) found = true;
+    if constexpr (is_recompute<std::remove_cvref_t<decltype(node)>>::value) found = true;
   });
   return found;
 }

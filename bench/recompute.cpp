@@ -1,10 +1,10 @@
 // Gradient checkpointing's price and saving: examples/gpt's model with each block an
-// epl::Checkpoint boundary, trained on one device with its activations kept
+// epl::Recompute boundary, trained on one device with its activations kept
 // (gradient_checkpoint.type = ""), recomputed at the marks ("collection") and at the segments the
 // library chooses ("auto"), alternating A B C A B C ... for `rounds` rounds; prints the median
 // step time of each, the recompute overheads, and the peak activation bytes of a step, for
 // gpt-mini's width at two depths.
-//   bench_checkpoint [--threads=1] [--rounds=5] [--steps=4] [--json=FILE]
+//   bench_recompute [--threads=1] [--rounds=5] [--steps=4] [--json=FILE]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -15,7 +15,7 @@
 #include "../examples/gpt/gpt.hpp"
 
 namespace {
-using gpt::CheckpointedGpt;
+using gpt::RecomputedGpt;
 
 struct Result {
   double seconds = 0;                  // median step time
@@ -26,7 +26,7 @@ Result run(const gpt::Shape& shape, const char* type, int threads, int steps) {
   epl::device::Cpu cpu(0, threads);
   epl::Config cfg;
   cfg.set("gradient_checkpoint.type", type);
-  epl::Trainer<CheckpointedGpt, epl::optim::AdamW> t(cpu, cfg, gpt::make_checkpointed_gpt(shape), epl::optim::AdamW({.lr = 1e-3}), {.seed = 1});
+  epl::Trainer<RecomputedGpt, epl::optim::AdamW> t(cpu, cfg, gpt::make_recomputed_gpt(shape), epl::optim::AdamW({.lr = 1e-3}), {.seed = 1});
   std::vector<std::int32_t> tokens(20000);
   for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<std::int32_t>((i * i + 7 * i) % 251);
   auto ds = epl::data::TokenDataset::from_tokens(tokens, 256);
