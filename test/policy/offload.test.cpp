@@ -59,12 +59,12 @@ TEST_CASE("offload: 1, 2 and 4 thread ranks, with and without accumulation, trai
     }
 }
 
-TEST_CASE("offload: the device holds a few units of weights during a step, and the host pool holds the rest") {
+TEST_CASE("offload: the device holds a few blocks of weights during a step, and the host pool holds the rest") {
   const gpt::Shape shape{.vocab = 64, .context = 8, .layers = 4, .heads = 2, .dim = 64};
   for (int n : {1, 2}) {
     CAPTURE(n);
     struct Seen {
-      std::int64_t psi = 0, unit = 0, device_peak = 0;
+      std::int64_t psi = 0, block = 0, device_peak = 0;
       MemoryStats device, host;
     };
     std::vector<Seen> seen(static_cast<std::size_t>(n));
@@ -80,13 +80,13 @@ TEST_CASE("offload: the device holds a few units of weights during a step, and t
       t.step(loader.next(ctx.cpu()));
       Seen& s = seen[static_cast<std::size_t>(c.rank())];
       s.psi = t.arena().size();
-      for (const auto& u : t.arena().units()) s.unit = std::max(s.unit, u.size());
+      for (const auto& u : t.arena().blocks()) s.block = std::max(s.block, u.size());
       s.device = memory_stats(ctx.cpu().id());
       s.host = memory_stats(DeviceId{DeviceKind::kHost, ctx.cpu().id().index});
     });
     for (const auto& s : seen) {
       CAPTURE(s.psi);
-      CAPTURE(s.unit);
+      CAPTURE(s.block);
       // between steps the device keeps no weight, gradient or optimizer byte ...
       CHECK(s.device.current_of(MemoryCategory::kParameters) == 0);
       CHECK(s.device.current_of(MemoryCategory::kGradients) == 0);
@@ -95,10 +95,10 @@ TEST_CASE("offload: the device holds a few units of weights during a step, and t
       CHECK(s.host.current_of(MemoryCategory::kParameters) == 4 * s.psi / n);
       CHECK(s.host.current_of(MemoryCategory::kGradients) == 4 * s.psi / n);
       CHECK(s.host.current_of(MemoryCategory::kOptimizerState) == 8 * s.psi / n);
-      // ... and during a step the device held the running layer's units and the next one, with
+      // ... and during a step the device held the running layer's blocks and the next one, with
       // their staged shards: a small part of the model
-      CHECK(s.unit < s.psi / 10);
-      CHECK(s.device.peak_of(MemoryCategory::kParameters) <= 4 * 4 * s.unit);
+      CHECK(s.block < s.psi / 10);
+      CHECK(s.device.peak_of(MemoryCategory::kParameters) <= 4 * 4 * s.block);
       CHECK(s.device.peak_of(MemoryCategory::kParameters) < 4 * s.psi / 3);
     }
   }

@@ -78,7 +78,7 @@ TEST_CASE("zero: stages 1, 2 and 3 on 1, 2 and 4 thread ranks equal the run with
     }
 }
 
-TEST_CASE("zero: 3 ranks, whose shares of each unit need padding") {
+TEST_CASE("zero: 3 ranks, whose shares of each block need padding") {
   auto make = [] { return gpt::make_gpt(tiny()); };
   for (const char* level : {"v0", "v1", "v2"}) {
     CAPTURE(level);
@@ -86,7 +86,7 @@ TEST_CASE("zero: 3 ranks, whose shares of each unit need padding") {
   }
 }
 
-TEST_CASE("zero: many small units (communication.max_splits = 40) and apply groups change nothing") {
+TEST_CASE("zero: many small blocks (communication.max_splits = 40) and apply groups change nothing") {
   const auto plain = gpt_runs(2, config(""));
   expect_same(gpt_runs(2, config("v2", 2, 40)), gpt_runs(2, config("", 2, 40)), 1e-6);
   Config groups = config("v1");
@@ -149,9 +149,9 @@ TEST_CASE("zero: per-rank parameter, gradient and optimizer bytes are the ZeRO f
     }
 }
 
-TEST_CASE("zero: stage 3 holds its shard and a few units of gathered parameters during a step, not the model") {
+TEST_CASE("zero: stage 3 holds its shard and a few blocks of gathered parameters during a step, not the model") {
   const gpt::Shape shape{.vocab = 64, .context = 8, .layers = 4, .heads = 2, .dim = 64};
-  std::int64_t peak = 0, psi = 0, unit = 0;
+  std::int64_t peak = 0, psi = 0, block = 0;
   comm::run_threads(4, [&](comm::ThreadCommunicator& c) {
     Context ctx(c, 260 + c.rank());
     Trainer<gpt::Gpt, optim::AdamW, Policies<Zero<3>>> t(ctx, config("v2", 1, 20), gpt::make_gpt(shape), optim::AdamW({.lr = 0.01}),
@@ -164,14 +164,14 @@ TEST_CASE("zero: stage 3 holds its shard and a few units of gathered parameters 
     if (c.rank() == 0) {
       peak = memory_stats(ctx.cpu().id()).peak_of(MemoryCategory::kParameters);
       psi = t.arena().size();
-      for (const auto& u : t.arena().units()) unit = std::max(unit, u.size());
+      for (const auto& u : t.arena().blocks()) block = std::max(block, u.size());
     }
   });
   CAPTURE(psi);
-  CAPTURE(unit);
-  CHECK(unit < psi / 10);
-  // the shard (psi / 4), the running layer's units (two when it spans two) and the next one
-  CHECK(peak <= 4 * psi / 4 + 4 * 3 * unit);
+  CAPTURE(block);
+  CHECK(block < psi / 10);
+  // the shard (psi / 4), the running layer's blocks (two when it spans two) and the next one
+  CHECK(peak <= 4 * psi / 4 + 4 * 3 * block);
   CHECK(peak < 4 * psi / 2);
 }
 

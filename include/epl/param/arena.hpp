@@ -26,12 +26,12 @@ struct MaterializeOptions {
   /// Parameters to allocate on this rank (a pipeline stage's, say); null: all. Every parameter
   /// is numbered, allocated or not, so ordinals and draws are the whole model's.
   std::function<bool(const nn::Parameter&)> owned = nullptr;
-  /// ZeRO: the layout is cut into units of about this many elements (0: one unit), a parameter
-  /// never split; each unit is padded to a multiple of shards x align, so `shards` ranks own
+  /// ZeRO: the layout is cut into blocks of about this many elements (0: one block), a parameter
+  /// never split; each block is padded to a multiple of shards x align, so `shards` ranks own
   /// equal, aligned slices of it (what reduce_scatter and all_gather exchange).
-  std::int64_t unit_elements = 0;
+  std::int64_t block_elements = 0;
   int shards = 1;
-  /// Parameters of different segments (a pipeline rank's chunks) never share a unit; null: one.
+  /// Parameters of different segments (a pipeline rank's chunks) never share a block; null: one.
   std::function<int(const nn::Parameter&)> segment = nullptr;
 };
 
@@ -63,21 +63,21 @@ class Arena {
   /// \brief The values or gradients of a range, as a 1-D view.
   [[nodiscard]] Tensor values(Range r) const { return values_.slice(r.begin, r.end); }
   [[nodiscard]] Tensor grads(Range r) const { return grads_.slice(r.begin, r.end); }
-  /// \brief The units of the layout (ZeRO's buckets), in layout order; one unit when the arena
-  /// was not cut. Each parameter lies in one unit; each unit's size divides by shards().
-  [[nodiscard]] const std::vector<Range>& units() const noexcept { return units_; }
+  /// \brief The blocks of the layout (what one ZeRO reduce-scatter or all-gather moves), in layout order; one block when the arena
+  /// was not cut. Each parameter lies in one block; each block's size divides by shards().
+  [[nodiscard]] const std::vector<Range>& blocks() const noexcept { return blocks_; }
   [[nodiscard]] int shards() const noexcept { return shards_; }
-  /// \brief Shard k of unit u: the k-th of shards() equal slices.
+  /// \brief Shard k of block u: the k-th of shards() equal slices.
   [[nodiscard]] Range shard(std::size_t u, int k) const {
-    const Range r = units_.at(u);
+    const Range r = blocks_.at(u);
     const std::int64_t len = r.size() / shards_;
     return {r.begin + k * len, r.begin + (k + 1) * len};
   }
-  /// \brief The unit holding arena offset o.
-  [[nodiscard]] std::size_t unit_of(std::int64_t o) const {
-    auto it = std::upper_bound(units_.begin(), units_.end(), o, [](std::int64_t x, const Range& r) { return x < r.end; });
-    EPL_CHECK(it != units_.end() && o >= it->begin, "arena offset ", o, " lies in no unit");
-    return static_cast<std::size_t>(it - units_.begin());
+  /// \brief The block holding arena offset o.
+  [[nodiscard]] std::size_t block_of(std::int64_t o) const {
+    auto it = std::upper_bound(blocks_.begin(), blocks_.end(), o, [](std::int64_t x, const Range& r) { return x < r.end; });
+    EPL_CHECK(it != blocks_.end() && o >= it->begin, "arena offset ", o, " lies in no block");
+    return static_cast<std::size_t>(it - blocks_.begin());
   }
   /// \brief Frees the full gradient buffer (ZeRO 2 and 3 keep shards of it elsewhere): the
   /// parameters' grad views are reset, and grads() is empty.
@@ -86,7 +86,7 @@ class Arena {
     grads_ = {};
   }
   /// \brief Frees the full value buffer (ZeRO 3): the parameters' value views are reset until a
-  /// unit is gathered again, and values() is empty.
+  /// block is gathered again, and values() is empty.
   void drop_values() {
     for (auto* p : order_) p->value = {};
     values_ = {};
@@ -99,7 +99,7 @@ class Arena {
   std::int64_t size_ = 0;
   DType dtype_ = DType::kF32;
   std::vector<nn::Parameter*> order_;
-  std::vector<Range> units_;
+  std::vector<Range> blocks_;
   int shards_ = 1;
 };
 
@@ -128,21 +128,21 @@ Arena materialize(L& l, const D& d, MaterializeOptions opt) {
   a.dtype_ = opt.dtype;
   a.order_.assign(visiting.rbegin(), visiting.rend());  // backward order
   a.shards_ = opt.shards;
-  const std::int64_t quantum = opt.align * opt.shards;  // a unit's size divides by this
-  auto close_unit = [&] {
+  const std::int64_t quantum = opt.align * opt.shards;  // a block's size divides by this
+  auto close_block = [&] {
     a.size_ = (a.size_ + quantum - 1) / quantum * quantum;
-    const std::int64_t begin = a.units_.empty() ? 0 : a.units_.back().end;
-    if (a.size_ > begin) a.units_.push_back({begin, a.size_});
+    const std::int64_t begin = a.blocks_.empty() ? 0 : a.blocks_.back().end;
+    if (a.size_ > begin) a.blocks_.push_back({begin, a.size_});
   };
   for (std::size_t i = 0; i < a.order_.size(); ++i) {
     auto* p = a.order_[i];
-    const std::int64_t unit_begin = a.units_.empty() ? 0 : a.units_.back().end;
+    const std::int64_t block_begin = a.blocks_.empty() ? 0 : a.blocks_.back().end;
     const bool new_segment = i > 0 && opt.segment && opt.segment(*p) != opt.segment(*a.order_[i - 1]);
-    if (i > 0 && (new_segment || (opt.unit_elements > 0 && a.size_ - unit_begin >= opt.unit_elements))) close_unit();
+    if (i > 0 && (new_segment || (opt.block_elements > 0 && a.size_ - block_begin >= opt.block_elements))) close_block();
     p->offset = a.size_;
     a.size_ += (p->numel() + opt.align - 1) / opt.align * opt.align;
   }
-  close_unit();
+  close_block();
   a.values_ = d.zeros({a.size_}, opt.dtype, MemoryCategory::kParameters);
   a.grads_ = d.zeros({a.size_}, opt.dtype, MemoryCategory::kGradients);
 

@@ -643,7 +643,7 @@ class Trainer {
       for (int c : plan_.chunks_of(stage))
         all[static_cast<std::size_t>(c)].for_each_parameter([&](nn::Parameter& q) { chunk_of[&q] = c; total += q.numel(); });
       const std::int64_t splits = cfg.get(keys::max_splits);
-      mo.unit_elements = (total + splits - 1) / splits;
+      mo.block_elements = (total + splits - 1) / splits;
       mo.shards = mesh_->data_size();
       mo.segment = [&](const nn::Parameter& q) { return chunk_of.at(&q); };
     }
