@@ -1,13 +1,13 @@
 #pragma once
 /// \file
 /// \brief Combinators for what a field list cannot say: Seq<L...> (a sequence as one type),
-/// Repeat<L> (n layers of one type, n at run time) and Residual<L...> (x + Seq<L...>(x)), and
-/// for_each_part, the sequential parts a pipeline may cut between.
+/// Repeat<L> (n layers of one type, n at run time) and Residual<L...> (x + Seq<L...>(x)), with
+/// their node kinds (nn/tree.hpp).
 #include <tuple>
 #include <type_traits>
 #include <vector>
 
-#include "epl/nn/layer.hpp"
+#include "epl/nn/tree.hpp"
 
 namespace epl {
 inline namespace v0 {
@@ -110,35 +110,21 @@ class Residual {
   }
 };
 
-namespace detail {
-template <class T> struct is_seq : std::false_type {};
-template <class... L> struct is_seq<Seq<L...>> : std::true_type {};
-template <class T> struct is_repeat : std::false_type {};
-template <class L> struct is_repeat<Repeat<L>> : std::true_type {};
-template <class T> struct is_residual : std::false_type {};
-template <class... L> struct is_residual<Residual<L...>> : std::true_type {};
-}  // namespace detail
-
-/// \brief If l is a sequence — an aggregate of layers (without forward/backward of its own), a
-/// Seq<...> or a Repeat<...> — calls fn(part) for each of its parts in order and returns true;
-/// otherwise (a leaf layer: one unit) returns false. A pipeline stage boundary can fall between
-/// any two parts, recursively.
-template <class L, class Fn>
-bool for_each_part(L& l, Fn&& fn) {
-  using T = std::remove_cvref_t<L>;
-  if constexpr (detail::is_seq<T>::value) {
-    std::apply([&](auto&... part) { (fn(part), ...); }, l.layers);
-    return true;
-  } else if constexpr (detail::is_repeat<T>::value) {
-    for (auto& part : l.layers) fn(part);
-    return true;
-  } else if constexpr (!leaf_layer<T> && reflect::is_reflectable_v<T>) {
-    reflect::for_each_field(l, [&](auto& field, auto) { fn(field); });
-    return true;
-  } else {
-    return false;
-  }
-}
+template <class... L>
+struct node_traits<Seq<L...>> {
+  static constexpr NodeKind kind = NodeKind::kSequence;
+  using children = type_list<L...>;
+};
+template <class L>
+struct node_traits<Repeat<L>> {
+  static constexpr NodeKind kind = NodeKind::kRepeat;
+  using children = type_list<L>;
+};
+template <class... L>
+struct node_traits<Residual<L...>> {
+  static constexpr NodeKind kind = NodeKind::kResidual;
+  using children = type_list<L...>;
+};
 
 }  // namespace nn
 }  // namespace v0

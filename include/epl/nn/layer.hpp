@@ -80,10 +80,23 @@ consteval void require_fields() {
 }
 }  // namespace detail
 
+namespace detail {
+// A class layer whose members epl cannot see: not an aggregate (PFR cannot list its fields), not
+// empty, and without visit(v). A Parameter among them would silently not train.
+template <class L>
+inline constexpr bool hides_members_v = std::is_class_v<L> && !std::is_empty_v<L> && !reflect::is_reflectable_v<L> && !visitable<L>;
+}  // namespace detail
+
 /// \brief Compile-time check with a readable message naming the first offending field type.
 template <class L, class Ctx = CpuPass>
 consteval void require_layer() {
-  if constexpr (!leaf_layer<L, Ctx>) {
+  if constexpr (leaf_layer<L, Ctx>) {
+    static_assert(!detail::hides_members_v<L>,
+                  "epl: this layer is a class with data members but no visit(v), so epl cannot see them: a Parameter, "
+                  "RandomStream or sub-layer among them would be left out of initialisation, training and checkpoints. "
+                  "Give it `template <class V> void visit(V&& v) { v(\"weight\", weight_); }` naming each of them (an "
+                  "empty visit when it holds none), or make it an aggregate struct. The layer type is L in this instantiation");
+  } else {
     static_assert(reflect::is_reflectable_v<L>,
                   "epl: this type is not a layer: give it forward(ctx, x) and backward(ctx, dy) members "
                   "returning epl::Tensor, or make it an aggregate struct of layers");
@@ -131,30 +144,11 @@ Tensor backward(L& l, Ctx& ctx, const Tensor& dy) {
 /// on each parameter once per pass.
 template <class L, class Fn>
 void for_each_own_parameter(L& l, Fn&& fn) {
-  auto walk = [&](auto& self, auto& node) -> void {
-    using T = std::remove_cvref_t<decltype(node)>;
-    if constexpr (std::is_same_v<T, Parameter>) {
-      fn(node);
-    } else if constexpr (std::is_same_v<T, RandomStream>) {
-    } else if constexpr (requires { node.visit([](std::string_view, auto&) {}); }) {
-      node.visit([&](std::string_view, auto& member) {
-        if constexpr (!layer<std::remove_cvref_t<decltype(member)>>) self(self, member);
-      });
-    } else if constexpr (reflect::is_reflectable_v<T>) {
-      reflect::for_each_field(node, [&](auto& field, auto) {
-        if constexpr (!layer<std::remove_cvref_t<decltype(field)>>) self(self, field);
-      });
-    }
-  };
-  if constexpr (requires { l.visit([](std::string_view, auto&) {}); }) {
-    l.visit([&](std::string_view, auto& member) {
-      if constexpr (!layer<std::remove_cvref_t<decltype(member)>>) walk(walk, member);
-    });
-  } else if constexpr (reflect::is_reflectable_v<L>) {
-    reflect::for_each_field(l, [&](auto& field, auto) {
-      if constexpr (!layer<std::remove_cvref_t<decltype(field)>>) walk(walk, field);
-    });
-  }
+  for_each_member(l, [&](std::string_view, auto& member) {
+    using M = std::remove_cvref_t<decltype(member)>;
+    if constexpr (std::is_same_v<M, Parameter>) fn(member);
+    else if constexpr (!layer<M>) for_each_own_parameter(member, fn);
+  });
 }
 
 }  // namespace nn

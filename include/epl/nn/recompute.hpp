@@ -89,20 +89,11 @@ template <class... L>
 using Recompute = nn::Recompute<L...>;
 
 namespace nn {
-/// \brief True for nn::Recompute<L...>.
-template <class T>
-struct is_recompute : std::false_type {};
 template <class... L>
-struct is_recompute<Recompute<L...>> : std::true_type {};
-/// \brief True when a Recompute boundary lies anywhere in l's tree.
-template <class M>
-bool has_recompute(M& l) {
-  bool found = false;
-  visit_nodes(l, [&](std::string_view, auto& node) {
-    if constexpr (is_recompute<std::remove_cvref_t<decltype(node)>>::value) found = true;
-  });
-  return found;
-}
+struct node_traits<Recompute<L...>> {
+  static constexpr NodeKind kind = NodeKind::kRecompute;
+  using children = type_list<Seq<L...>>;
+};
 }  // namespace nn
 
 }  // namespace v0

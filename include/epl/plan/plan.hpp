@@ -21,60 +21,33 @@ namespace plan {
 namespace detail {
 // The degree two parts of a model agree on: 1 when one has none, -1 when they differ.
 constexpr int combine_degree(int a, int b) { return a == 1 ? b : b == 1 ? a : a == b ? a : -1; }
-// The device count of the strategy parts of a model type that Kind picks (Split or Replicate),
-// found by walking the type: strategies, Pipeline stages, Seq, Repeat, Residual, Recompute,
-// aggregates.
-// -1: two parts differ; -2: a part of that kind inside another.
-template <template <class> class Kind, class... L>
-constexpr int degree_of_all();
-template <template <class> class Kind, class M>
-constexpr int degree_of() {
-  if constexpr (is_split_v<M>) {
-    return []<int N, class... L>(Split<N, L...>*) {
-      constexpr int inner = degree_of_all<Kind, L...>();
-      return !Kind<M>::value ? inner : inner == 1 ? N : -2;
-    }(static_cast<M*>(nullptr));
-  } else if constexpr (is_pipeline_v<M>) {
-    return []<class... S>(Pipeline<S...>*) {
-      constexpr int inner = degree_of_all<Kind, S...>();
-      return !Kind<M>::value ? inner : 1 + static_cast<int>(sizeof...(S));  // > 1: there is one
-    }(static_cast<M*>(nullptr));
-  } else if constexpr (is_strategy_v<M>) {  // Replicate<D, L...>
-    return []<int D, class... L>(Replicate<D, L...>*) {
-      constexpr int inner = degree_of_all<Kind, L...>();
-      return !Kind<M>::value ? inner : inner == 1 ? D : -2;
-    }(static_cast<M*>(nullptr));
-  } else if constexpr (nn::detail::is_seq<M>::value) {
-    return []<class... L>(nn::Seq<L...>*) { return degree_of_all<Kind, L...>(); }(static_cast<M*>(nullptr));
-  } else if constexpr (nn::detail::is_repeat<M>::value) {
-    return degree_of<Kind, typename M::value_type>();
-  } else if constexpr (nn::detail::is_residual<M>::value) {
-    return []<class... L>(nn::Residual<L...>*) { return degree_of_all<Kind, L...>(); }(static_cast<M*>(nullptr));
-  } else if constexpr (nn::is_recompute<M>::value) {
-    return []<class... L>(nn::Recompute<L...>*) { return degree_of_all<Kind, L...>(); }(static_cast<M*>(nullptr));
-  } else if constexpr (!nn::leaf_layer<M> && reflect::is_reflectable_v<M>) {
-    return []<std::size_t... I>(std::index_sequence<I...>) { return degree_of_all<Kind, reflect::field_t<I, M>...>(); }(
-        std::make_index_sequence<reflect::field_count_v<M>>{});
-  } else {
-    return 1;
-  }
-}
-template <template <class> class Kind, class... L>
-constexpr int degree_of_all() {
+// The device count of the strategy nodes of kind K (kSplit, kReplicate) in model type M, found
+// by walking the type's node kinds: 1 when there are none, -1 when two differ, -2 when one lies
+// inside another of its kind.
+template <nn::NodeKind K, class M>
+constexpr int degree_of();
+template <nn::NodeKind K, class... C>
+constexpr int degree_of_children(nn::type_list<C...>) {
   int d = 1;
-  ((d = d < 0 ? d : degree_of<Kind, L>() < 0 ? degree_of<Kind, L>() : combine_degree(d, degree_of<Kind, L>())), ...);
+  ((d = d < 0 ? d : degree_of<K, C>() < 0 ? degree_of<K, C>() : combine_degree(d, degree_of<K, C>())), ...);
   return d;
 }
-template <class M> struct is_replicate : std::false_type {};
-template <int D, class... L> struct is_replicate<Replicate<D, L...>> : std::true_type {};
-template <class M> struct is_pipeline_kind : std::bool_constant<is_pipeline_v<M>> {};
+template <nn::NodeKind K, class M>
+constexpr int degree_of() {
+  using N = nn::node_traits<M>;
+  constexpr int inner = degree_of_children<K>(typename N::children{});
+  if constexpr (N::kind != K) return inner;
+  else return inner == 1 ? N::degree : -2;
+}
+template <class T>
+struct is_pipeline_node : std::bool_constant<nn::kind_of_v<T> == nn::NodeKind::kPipeline> {};
 }  // namespace detail
 
 /// \brief True, or a compile error when an epl::Pipeline is a part of a model rather than the
 /// model itself (its stages would run as plain layers: data parallel, silently).
 template <class Model>
 inline constexpr bool pipeline_at_top_v = [] {
-  static_assert(is_pipeline_v<Model> || detail::degree_of<detail::is_pipeline_kind, Model>() == 1,
+  static_assert(!nn::contains_below_v<Model, detail::is_pipeline_node>,
                 "epl: an epl::Pipeline<Stages...> must be the model itself (the Trainer's Model type), not a field or part of "
                 "it: declare the whole model as the Pipeline, its first stage holding the layers before, its last the layers "
                 "after");
@@ -85,7 +58,7 @@ inline constexpr bool pipeline_at_top_v = [] {
 /// Every Split of a model uses the same N, and a Split holds no Split (compile errors).
 template <class Model>
 inline constexpr int tensor_degree_v = [] {
-  constexpr int d = detail::degree_of<is_split, Model>();
+  constexpr int d = detail::degree_of<nn::NodeKind::kSplit, Model>();
   static_assert(d != -1, "epl: the epl::Split parts of this model use different device counts; every Split of a model "
                          "spans the same N devices (the mesh's tensor axis)");
   static_assert(d != -2, "epl: an epl::Split inside an epl::Split; a split group's layers are split once");
@@ -94,7 +67,7 @@ inline constexpr int tensor_degree_v = [] {
 /// \brief The devices of a model type's epl::Replicate<D, ...> parts (1: none, or D = 1).
 template <class Model>
 inline constexpr int replicate_degree_v = [] {
-  constexpr int d = detail::degree_of<detail::is_replicate, Model>();
+  constexpr int d = detail::degree_of<nn::NodeKind::kReplicate, Model>();
   static_assert(d != -1, "epl: the epl::Replicate parts of this model use different device counts; give them the same D");
   static_assert(d != -2, "epl: an epl::Replicate inside an epl::Replicate; replicate a part once");
   return d;

@@ -5,7 +5,6 @@
 /// layout of activations between parts asks for. A Split whose output stays sharded (it ends in
 /// a column-parallel Linear) makes that Linear gather when anything follows it; when nothing
 /// does, the model's output is sharded and the loss runs vocabulary-parallel.
-#include "epl/nn/recompute.hpp"
 #include "epl/strategy/pipeline.hpp"
 
 namespace epl {
@@ -32,28 +31,28 @@ struct ShardWalk {
 };
 template <class M>
 void shard_walk(M& m, ShardWalk& w) {
-  using T = std::remove_cvref_t<M>;
-  if constexpr (is_split_v<T>) {
+  using nn::NodeKind;
+  constexpr NodeKind kind = nn::kind_of_v<M>;
+  auto children = [&] { nn::for_each_child(m, [&](auto& c) { shard_walk(c, w); }); };
+  if constexpr (kind == NodeKind::kSplit) {
     w.need_whole();
     strategy::SplitContext sc{w.part};
     if (m.shard(sc, w.colocated) == nn::Layout::kLastDimSharded) w.pending = sc.sharded_by;
     w.met_split = true;
-  } else if constexpr (is_pipeline_v<T>) {
-    std::apply([&](auto&... stage) { (shard_walk(stage, w), ...); }, m.stages);
-  } else if constexpr (is_strategy_v<T>) {
+  } else if constexpr (kind == NodeKind::kReplicate) {
     // a replicated part that runs data parallel over the split group feeds the Split: it cannot follow one
-    EPL_CHECK(!(w.colocated && w.met_split && T::kDevicesPerReplica > 1), "an epl::Replicate<", T::kDevicesPerReplica,
-              ", ...> part after an epl::Split part: a replicated part running on the split group's ranks must come before "
-              "the Split it feeds");
-    shard_walk(m.body(), w);
-  } else if constexpr (nn::detail::is_residual<T>::value) {
+    constexpr int devices = nn::node_traits<M>::degree;
+    EPL_CHECK(!(w.colocated && w.met_split && devices > 1), "an epl::Replicate<", devices, ", ...> part after an epl::Split part: a "
+              "replicated part running on the split group's ranks must come before the Split it feeds");
+    children();
+  } else if constexpr (kind == NodeKind::kResidual) {
     w.need_whole();
-    shard_walk(m.body, w);
+    children();
     w.need_whole();
-  } else if constexpr (nn::is_recompute<T>::value) {
-    shard_walk(m.body, w);  // its layers run in sequence, as a Seq (a split one inside is refused when it runs)
+  } else if constexpr (kind == NodeKind::kLeaf) {
+    w.need_whole();  // any other layer takes the whole
   } else {
-    if (!nn::for_each_part(m, [&](auto& part) { shard_walk(part, w); })) w.need_whole();  // any other layer takes the whole
+    children();  // sequences, a pipeline's stages, a recompute boundary's layers (a split one inside is refused when it runs)
   }
 }
 }  // namespace detail
@@ -73,20 +72,15 @@ namespace detail {
 // Calls fn for the parameters met before the first Split, in forward order; true once it is met.
 template <class M, class Fn>
 bool before_split(M& m, Fn& fn) {
-  using T = std::remove_cvref_t<M>;
-  if constexpr (is_split_v<T>) {
+  constexpr nn::NodeKind kind = nn::kind_of_v<M>;
+  if constexpr (kind == nn::NodeKind::kSplit) {
     return true;
-  } else if constexpr (is_pipeline_v<T>) {
-    bool met = false;
-    std::apply([&](auto&... stage) { ((met = met || before_split(stage, fn)), ...); }, m.stages);
-    return met;
-  } else if constexpr (is_strategy_v<T>) {
-    return before_split(m.body(), fn);
-  } else if constexpr (nn::detail::is_residual<T>::value || nn::is_recompute<T>::value) {
-    return before_split(m.body, fn);
+  } else if constexpr (kind == nn::NodeKind::kLeaf) {
+    nn::for_each_parameter(m, fn);
+    return false;
   } else {
     bool met = false;
-    if (!nn::for_each_part(m, [&](auto& part) { met = met || before_split(part, fn); })) nn::for_each_parameter(m, fn);
+    nn::for_each_child(m, [&](auto& c) { met = met || before_split(c, fn); });
     return met;
   }
 }

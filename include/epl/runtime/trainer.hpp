@@ -976,7 +976,7 @@ class Trainer {
     if (type == "auto") recompute_ = nn::RecomputeMode::kSegments;
     else if (type == "collection" || cfg.source(keys::checkpoint_type) == Config::Source::kDefault) recompute_ = nn::RecomputeMode::kMarked;
     else recompute_ = nn::RecomputeMode::kNone;
-    EPL_CHECK(type != "collection" || nn::has_recompute(model_), "gradient_checkpoint.type = \"collection\" but the model "
+    EPL_CHECK(type != "collection" || nn::has_recompute_v<Model>, "gradient_checkpoint.type = \"collection\" but the model "
               "marks no boundary; wrap the layers whose activations to recompute in epl::Recompute<...> (a field of the model), "
               "or let the library choose them with gradient_checkpoint.type = \"auto\"");
     end_taskgraph_ = cfg.get(keys::checkpoint_end_taskgraph);
@@ -985,7 +985,7 @@ class Trainer {
               "; choose -1 (all of them) or at most ", plan_.chunks - 1);
     check_gradients_ = cfg.get(keys::checkpoint_check_gradients);
     // the keys that shape recompute ask for one: nothing recomputed is named, not ignored
-    const bool nothing = recompute_ == nn::RecomputeMode::kNone || (recompute_ == nn::RecomputeMode::kMarked && !nn::has_recompute(model_));
+    const bool nothing = recompute_ == nn::RecomputeMode::kNone || (recompute_ == nn::RecomputeMode::kMarked && !nn::has_recompute_v<Model>);
     const char* asked = check_gradients_ ? "gradient_checkpoint.check_gradients = true"
                         : cfg.source(keys::checkpoint_end_taskgraph) != Config::Source::kDefault ? "gradient_checkpoint.end_taskgraph is set"
                                                                                                   : nullptr;

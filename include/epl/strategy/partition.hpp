@@ -125,17 +125,19 @@ double unit_cost(L& l) {
 }
 
 namespace detail {
-template <class L> struct seq_parts;
-template <class... L> struct seq_parts<nn::Seq<L...>> { using type = std::tuple<L...>; };
-
+// A fixed sequence (an aggregate, a Seq) is its parts; any other node one unit with a static cost.
+template <class L>
+constexpr bool is_fixed_sequence = nn::kind_of_v<L> == nn::NodeKind::kSequence;
+template <class L>
+constexpr std::size_t static_unit_count();
+template <class... P>
+constexpr std::size_t static_unit_count_of(nn::type_list<P...>) {
+  return (static_unit_count<P>() + ... + 0);
+}
 template <class L>
 constexpr std::size_t static_unit_count() {
-  if constexpr (nn::detail::is_seq<L>::value) {
-    return []<class... P>(std::tuple<P...>*) { return (static_unit_count<P>() + ... + 0); }(
-        static_cast<typename seq_parts<L>::type*>(nullptr));
-  } else if constexpr (!nn::leaf_layer<L> && reflect::is_reflectable_v<L>) {
-    return []<std::size_t... I>(std::index_sequence<I...>) { return (static_unit_count<reflect::field_t<I, L>>() + ... + 0); }(
-        std::make_index_sequence<reflect::field_count_v<L>>{});
+  if constexpr (is_fixed_sequence<L>) {
+    return static_unit_count_of(typename nn::node_traits<L>::children{});
   } else {
     static_assert(has_static_cost<L>, "epl: a compile-time partition needs every unit's cost in its type: specialise "
                                       "epl::strategy::static_cost<Layer> (the offending type is L here)");
@@ -143,16 +145,15 @@ constexpr std::size_t static_unit_count() {
   }
 }
 template <class L, std::size_t N>
+constexpr void static_unit_costs(std::array<double, N>& out, std::size_t& at);
+template <std::size_t N, class... P>
+constexpr void static_unit_costs_of(nn::type_list<P...>, std::array<double, N>& out, std::size_t& at) {
+  (static_unit_costs<P>(out, at), ...);
+}
+template <class L, std::size_t N>
 constexpr void static_unit_costs(std::array<double, N>& out, std::size_t& at) {
-  if constexpr (nn::detail::is_seq<L>::value) {
-    []<class... P>(std::tuple<P...>*, std::array<double, N>& o, std::size_t& a) { (static_unit_costs<P>(o, a), ...); }(
-        static_cast<typename seq_parts<L>::type*>(nullptr), out, at);
-  } else if constexpr (!nn::leaf_layer<L> && reflect::is_reflectable_v<L>) {
-    [&]<std::size_t... I>(std::index_sequence<I...>) { (static_unit_costs<reflect::field_t<I, L>>(out, at), ...); }(
-        std::make_index_sequence<reflect::field_count_v<L>>{});
-  } else {
-    out[at++] = static_cost<L>::value;
-  }
+  if constexpr (is_fixed_sequence<L>) static_unit_costs_of(typename nn::node_traits<L>::children{}, out, at);
+  else out[at++] = static_cost<L>::value;
 }
 }  // namespace detail
 

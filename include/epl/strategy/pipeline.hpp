@@ -65,6 +65,14 @@ class Pipeline {
   }
 };
 
+namespace nn {
+template <class... S>
+struct node_traits<Pipeline<S...>> {
+  static constexpr NodeKind kind = NodeKind::kPipeline;
+  using children = type_list<S...>;
+};
+}  // namespace nn
+
 template <class T> struct is_pipeline : std::false_type {};
 template <class... S> struct is_pipeline<Pipeline<S...>> : std::true_type {};
 template <class T> inline constexpr bool is_pipeline_v = is_pipeline<T>::value;

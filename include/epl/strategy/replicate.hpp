@@ -41,6 +41,15 @@ class Replicate {
   Body body_;
 };
 
+namespace nn {
+template <int D, class... L>
+struct node_traits<Replicate<D, L...>> {
+  static constexpr NodeKind kind = NodeKind::kReplicate;
+  using children = type_list<typename Replicate<D, L...>::Body>;
+  static constexpr int degree = D;
+};
+}  // namespace nn
+
 /// \brief Devices per model replica of a model type: D for Replicate<D, ...>, 1 for a bare model.
 template <class M> struct devices_per_replica : std::integral_constant<int, 1> {};
 template <int D, class... L> struct devices_per_replica<Replicate<D, L...>> : std::integral_constant<int, D> {};

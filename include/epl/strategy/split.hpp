@@ -65,18 +65,29 @@ template <class T> inline constexpr bool no_rule = false;
 }  // namespace detail
 
 /// \brief Shards layer l (and everything in it) for sc.part, its input in layout `in`; returns
-/// the layout of its output. Aggregates, Seq and Repeat shard their parts in order.
+/// the layout of its output. Sequences shard their parts in order; a residual's body sees the whole
+/// input and gives back the whole output; a recompute boundary shards as its layers do (recomputing
+/// split layers would repeat their collectives, so training with recompute fails at the first step,
+/// naming the parameter); a leaf layer shards by its split_rule.
 template <class L>
 nn::Layout split_layer(L& l, SplitContext& sc, nn::Layout in) {
   using T = std::remove_cvref_t<L>;
-  if constexpr (!nn::leaf_layer<T> && reflect::is_reflectable_v<T>) {
-    reflect::for_each_field(l, [&](auto& field, auto) { in = split_layer(field, sc, in); });
+  using nn::NodeKind;
+  constexpr NodeKind kind = nn::kind_of_v<T>;
+  if constexpr (nn::is_sequence(kind) || kind == NodeKind::kRecompute) {
+    nn::for_each_child(l, [&](auto& part) { in = split_layer(part, sc, in); });
     return in;
-  } else if constexpr (nn::detail::is_seq<T>::value) {
-    std::apply([&](auto&... part) { ((in = split_layer(part, sc, in)), ...); }, l.layers);
-    return in;
-  } else if constexpr (nn::detail::is_repeat<T>::value) {
-    for (auto& part : l.layers) in = split_layer(part, sc, in);
+  } else if constexpr (kind == NodeKind::kResidual) {
+    need_whole(sc, in);
+    sc.at_entry = false;  // the input gradient is the body's plus the output's: it must be whole
+    nn::Layout body = nn::Layout::kWhole;
+    nn::for_each_child(l, [&](auto& part) { body = split_layer(part, sc, body); });
+    return need_whole(sc, body);
+  } else if constexpr (kind == NodeKind::kSplit) {
+    return in;  // refused by plan::tensor_degree_v ("an epl::Split inside an epl::Split"), with one message
+  } else if constexpr (kind == NodeKind::kReplicate || kind == NodeKind::kPipeline) {
+    static_assert(detail::no_rule<T>, "epl::Split: an epl::Replicate or an epl::Pipeline inside epl::Split<N, ...>; a strategy "
+                                      "holds layers, not other strategies: list the Split beside them");
     return in;
   } else if constexpr (splittable<T>) {
     const nn::Layout out = split_rule<T>::apply(l, sc, in);
@@ -162,26 +173,6 @@ struct split_rule<nn::Dropout> {
     return in;
   }
 };
-/// A residual's body sees the whole input and must give back the whole output.
-template <class... L>
-struct split_rule<nn::Residual<L...>> {
-  static nn::Layout apply(nn::Residual<L...>& l, strategy::SplitContext& sc, nn::Layout in) {
-    strategy::need_whole(sc, in);
-    sc.at_entry = false;  // the input gradient is the body's plus the output's: it must be whole
-    return strategy::need_whole(sc, strategy::split_layer(l.body, sc, nn::Layout::kWhole));
-  }
-};
-
-/// A checkpoint boundary shards as its layers do. Recomputing split layers would repeat their
-/// collectives, so training with recompute fails at the first step, naming the parameter; a
-/// boundary around the replicated layers of a split group recomputes.
-template <class... L>
-struct split_rule<nn::Recompute<L...>> {
-  static nn::Layout apply(nn::Recompute<L...>& l, strategy::SplitContext& sc, nn::Layout in) {
-    return strategy::split_layer(l.body, sc, in);
-  }
-};
-
 namespace detail {
 /// The first layer of every Split: nothing, unless the split is colocated with a replicated part
 /// that ran data parallel over the group (cluster.colocate_split_and_replicate): then its input is
@@ -192,6 +183,7 @@ struct SplitEntry {
   bool reduce = false;
   nn::SplitPart part;
 
+  template <class V> void visit(V&&) {}  // no parameters
   template <class Ctx>
   Tensor forward(Ctx& ctx, const Tensor& x) {
     if (!colocated) return x;
@@ -256,6 +248,15 @@ class Split {
  private:
   Body body_;
 };
+
+namespace nn {
+template <int N, class... L>
+struct node_traits<Split<N, L...>> {
+  static constexpr NodeKind kind = NodeKind::kSplit;
+  using children = type_list<typename Split<N, L...>::Body>;
+  static constexpr int degree = N;
+};
+}  // namespace nn
 
 template <class T> struct is_split : std::false_type {};
 template <int N, class... L> struct is_split<Split<N, L...>> : std::true_type {};

@@ -156,20 +156,20 @@ Unit<Ctx> make_unit(L& l, std::string name) {
   return u;
 }
 
-/// \brief Appends l's sequential units to out: a Replicate's body, a Pipeline's stages, an
-/// aggregate's fields, a Seq's or Repeat's parts, recursively; any other layer is one unit.
+/// \brief Appends l's sequential units to out: a strategy's body, a Pipeline's stages, a
+/// sequence's parts (an aggregate's fields, a Seq's or Repeat's layers), recursively; any other
+/// node (a leaf, a residual, a recompute boundary) is one unit.
 template <class Ctx, class L>
 void flatten(L& l, std::vector<Unit<Ctx>>& out, const std::string& name = "model") {
-  using T = std::remove_cvref_t<L>;
-  if constexpr (is_strategy_v<T>) {
-    flatten<Ctx>(l.body(), out, name);
-  } else if constexpr (is_pipeline_v<T>) {
+  using nn::NodeKind;
+  constexpr NodeKind kind = nn::kind_of_v<L>;
+  if constexpr (kind == NodeKind::kReplicate || kind == NodeKind::kSplit) {
+    nn::for_each_child(l, [&](auto& body) { flatten<Ctx>(body, out, name); });
+  } else if constexpr (kind == NodeKind::kPipeline || nn::is_sequence(kind)) {
     std::size_t i = 0;
-    std::apply([&](auto&... stage) { (flatten<Ctx>(stage, out, name + "." + std::to_string(i++)), ...); }, l.stages);
+    nn::for_each_child(l, [&](auto& part) { flatten<Ctx>(part, out, name + "." + std::to_string(i++)); });
   } else {
-    std::size_t i = 0;
-    if (!nn::for_each_part(l, [&](auto& part) { flatten<Ctx>(part, out, name + "." + std::to_string(i++)); }))
-      out.push_back(make_unit<Ctx>(l, name));
+    out.push_back(make_unit<Ctx>(l, name));
   }
 }
 
