@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "epl/comm/communicator.hpp"
+#include "epl/comm/solo.hpp"
 
 namespace epl {
 inline namespace v0 {
@@ -110,6 +111,9 @@ class Communicator {
     h.impl_ = std::make_unique<detail::CommunicatorModel<C, false>>(c);
     return h;
   }
+
+  /// \brief The world of one rank (a single-device run).
+  static Communicator solo() { return Communicator(SoloCommunicator{}); }
 
   [[nodiscard]] bool valid() const noexcept { return impl_ != nullptr; }
   [[nodiscard]] int rank() const { return impl().rank(); }

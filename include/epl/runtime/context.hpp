@@ -26,9 +26,7 @@ class Context {
       : world_(std::move(world)), cpu_(cpu_index >= 0 ? cpu_index : world_.rank(), threads) {}
 
   /// \brief The context of a single-device run: a world of one.
-  static Context solo(int cpu_index = 0, int threads = 0, comm::CommOptions opt = {}) {
-    return Context(comm::Communicator(comm::ThreadCommunicator::solo(opt)), cpu_index, threads);
-  }
+  static Context solo(int cpu_index = 0, int threads = 0) { return Context(comm::Communicator::solo(), cpu_index, threads); }
 
   Context(Context&&) = default;
   Context& operator=(Context&&) = default;
