@@ -353,6 +353,24 @@ TEST_CASE("checkpoint: misuse is named") {
   }
 }
 
+TEST_CASE("checkpoint: a save called on rank 0 only fails at once on every rank, naming the call") {
+  TempDir dir("rank0-only");
+  const Config cfg = config();
+  const auto start = std::chrono::steady_clock::now();
+  CHECK_THROWS_WITH_AS(comm::run_threads(2, [&](comm::ThreadCommunicator& c) {
+    Context ctx(c, 200 + c.rank());
+    Trainer<DropGpt, optim::AdamW, Policy> t(ctx, cfg, make_drop_gpt(), optim::AdamW({.lr = 1e-2}), {.seed = 5});
+    auto ds = test::token_corpus(4000);
+    data::WindowLoader loader(ds, 8, 8, 17, t.data_shard());
+    (void)t.step(loader.next(ctx.cpu()));
+    if (c.rank() == 0) (void)t.save(dir.path);  // the slip: a save is a collective
+    (void)t.step(loader.next(ctx.cpu()));
+  }, {.comm = {.timeout = std::chrono::seconds(60)}, .report = false}),  // a failure that waited for it would take a minute
+                       doctest::Contains("rank 0 called trainer.save() at step 1 while rank 1 called trainer.step() at step 2"), Error);
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(30));
+  CHECK_FALSE(fs::exists(dir.path / "step-00000001"));
+}
+
 TEST_CASE("checkpoint: loaders that read other data on each rank (io.slicing) resume on the same ranks only") {
   TempDir dir("sliced");
   // rank r reads a corpus of its own (as io.slicing gives each rank its files): positions per rank

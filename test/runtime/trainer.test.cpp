@@ -1,5 +1,5 @@
-// Training on one device: gradient accumulation equals one big batch, the loss falls, data
-// windows are served once per epoch, and bad input is a clear error.
+// Training on one device: gradient accumulation equals one big batch, the loss falls, evaluation
+// changes nothing, and bad input is a clear error.
 #include <filesystem>
 #include <limits>
 #include <fstream>
@@ -84,117 +84,6 @@ TEST_CASE("evaluation leaves parameters unchanged and matches the training loss 
   CHECK(t.step(b) == doctest::Approx(e).epsilon(1e-6));
 }
 
-// Text is bytes: every one of the 256 byte values is an id in [0, 256), and a GPT with a
-// vocabulary of 256 trains on them (bytes >= 128 once became negative ids through a signed char).
-TEST_CASE("text of all 256 byte values: ids 0..255, and a byte-level GPT trains on it") {
-  auto path = std::filesystem::temp_directory_path() / "epl_all_bytes.txt";
-  {
-    std::ofstream f(path, std::ios::binary);
-    for (int rep = 0; rep < 8; ++rep)
-      for (int b = 0; b < 256; ++b) f.put(static_cast<char>((b * 37 + rep) % 256));
-  }
-  auto text = data::TokenDataset::from_text({path});
-  REQUIRE(text.size() == 8 * 256);
-  std::vector<int> count(256);
-  for (auto id : text.tokens()) {
-    REQUIRE(id >= 0);
-    REQUIRE(id < 256);
-    ++count[static_cast<std::size_t>(id)];
-  }
-  CHECK(std::count(count.begin(), count.end(), 8) == 256);  // each byte value exactly 8 times
-  CHECK(text.tokens()[1] == 37);
-  CHECK(text.tokens()[7] == 259 % 256);
-  gpt::Shape s{.vocab = 256, .context = 16, .layers = 1, .heads = 2, .dim = 16};
-  Trainer<gpt::Gpt, optim::SGD> t(test::cpu(), Config{}, gpt::make_gpt(s), optim::SGD({.lr = 0.1}));
-  data::WindowLoader loader(text, 16, 8, 3);
-  for (int step = 0; step < 20; ++step) CHECK(std::isfinite(t.step(loader.next(test::cpu()))));  // 20 steps: > 1 epoch
-  std::filesystem::remove(path);
-}
-
-TEST_CASE("window loader: every window once per epoch, deterministic per seed") {
-  std::vector<std::int32_t> t(101);
-  for (int i = 0; i < 101; ++i) t[i] = i;
-  auto ds = data::TokenDataset::from_tokens(t, 101);
-  data::WindowLoader a(ds, 10, 2, 9), b(ds, 10, 2, 9), c(ds, 10, 2, 10);
-  std::vector<int> seen;
-  bool differs = false;
-  for (int i = 0; i < 5; ++i) {
-    Batch x = a.next(test::cpu()), y = b.next(test::cpu()), z = c.next(test::cpu());
-    CHECK(test::values<std::int32_t>(x.inputs) == test::values<std::int32_t>(y.inputs));
-    differs |= test::values<std::int32_t>(x.inputs) != test::values<std::int32_t>(z.inputs);
-    for (int r = 0; r < 2; ++r) {
-      auto row = x.inputs.span<std::int32_t>().subspan(r * 10, 10);
-      seen.push_back(row[0] / 10);
-      CHECK(x.targets.span<std::int32_t>()[r * 10 + 9] == row[9] + 1);  // targets shift by one
-    }
-  }
-  std::sort(seen.begin(), seen.end());
-  CHECK(seen == std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9});
-  CHECK(differs);
-  CHECK(a.epoch() == 0);
-  (void)a.next(test::cpu());
-  CHECK(a.epoch() == 1);
-}
-
-TEST_CASE("window loader shards: R ranks together read exactly the single-device batches") {
-  std::vector<std::int32_t> t(401);
-  for (int i = 0; i < 401; ++i) t[i] = i;
-  auto ds = data::TokenDataset::from_tokens(t, 401);
-  data::WindowLoader whole(ds, 10, 4, 5);
-  std::vector<data::WindowLoader> parts;
-  for (int r = 0; r < 4; ++r) parts.emplace_back(ds, 10, 4, 5, data::Shard{r, 4});
-  for (int step = 0; step < 25; ++step) {  // 40 windows: two and a half epochs
-    auto all = test::values<std::int32_t>(whole.next(test::cpu()).inputs);
-    std::vector<double> joined;
-    for (auto& p : parts) {
-      auto v = test::values<std::int32_t>(p.next(test::cpu()).inputs);
-      joined.insert(joined.end(), v.begin(), v.end());
-    }
-    CHECK(joined == all);
-  }
-  CHECK_THROWS_WITH_AS(data::WindowLoader(ds, 10, 6, 5, data::Shard{0, 4}),
-                       doctest::Contains("global batch of 6 windows does not divide among 4 data-parallel ranks"), Error);
-  CHECK_THROWS_WITH_AS(data::WindowLoader(ds, 10, 4, 5, data::Shard{4, 4}), doctest::Contains("rank 4 of 4 ranks is not valid"), Error);
-}
-
-TEST_CASE("data files: text bytes, binary ids, corrupt and missing files") {
-  auto dir = std::filesystem::temp_directory_path() / "epl_data_test";
-  std::filesystem::create_directories(dir);
-  { std::ofstream(dir / "a.txt") << "hello"; }
-  auto text = data::TokenDataset::from_text({dir / "a.txt"});
-  CHECK(text.size() == 5);
-  CHECK(text.vocab_size() == 256);
-  CHECK(text.tokens()[1] == 'e');
-  { std::ofstream f(dir / "ids.bin", std::ios::binary); std::int32_t v[] = {3, 70000, 1}; f.write(reinterpret_cast<char*>(v), sizeof v); }
-  auto bin = data::TokenDataset::from_binary(dir / "ids.bin");
-  CHECK(bin.tokens() == std::vector<std::int32_t>{3, 70000, 1});
-  CHECK(bin.vocab_size() == 70001);
-  { std::ofstream(dir / "bad.bin", std::ios::binary) << "abcde"; }
-  CHECK_THROWS_WITH_AS(data::TokenDataset::from_binary(dir / "bad.bin"), doctest::Contains("is corrupt: 5 bytes"), Error);
-  CHECK_THROWS_WITH_AS(data::TokenDataset::from_text({dir / "missing.txt"}), doctest::Contains("cannot open data file"), Error);
-  CHECK_THROWS_WITH_AS(data::TokenDataset::from_text({dir}), doctest::Contains("is a directory; name the files inside it"), Error);
-  CHECK_THROWS_WITH_AS(data::TokenDataset::from_binary(dir), doctest::Contains("is a directory"), Error);
-  CHECK_THROWS_WITH_AS(data::TokenDataset::from_text({"/dev/null/x"}), doctest::Contains("data file"), Error);
-  CHECK_THROWS_WITH_AS(data::WindowLoader(text, 4, 2, 0), doctest::Contains("fewer than one batch of 2"), Error);
-  std::filesystem::remove_all(dir);
-}
-
-TEST_CASE("token bytes in memory: every int32 id, and the file readers' messages") {
-  // id 2^31 - 1 once overflowed int32 computing the vocabulary (found by test/fuzz/tokens_fuzz.cpp)
-  const char max_id[] = {5, 0, 0, 0, '\xff', '\xff', '\xff', '\x7f'};
-  auto bin = data::TokenDataset::from_binary_bytes(max_id, "max.bin");
-  CHECK(bin.tokens() == std::vector<std::int32_t>{5, 2147483647});
-  CHECK(bin.vocab_size() == std::int64_t{1} << 31);
-  const char odd[] = {1, 0, 0, 0, 1}, negative[] = {1, 0, 0, 0, '\xff', '\xff', '\xff', '\xff'};
-  CHECK_THROWS_WITH_AS(data::TokenDataset::from_binary_bytes(odd, "odd.bin"),
-                       doctest::Contains("token file \"odd.bin\" is corrupt: 5 bytes is not a whole number of int32 ids"), Error);
-  CHECK_THROWS_WITH_AS(data::TokenDataset::from_binary_bytes(negative, "neg.bin"),
-                       doctest::Contains("token file \"neg.bin\" is corrupt: negative id -1 at position 1"), Error);
-  auto text = data::TokenDataset::from_text_bytes(std::string_view("\xc3\xa9!"));
-  CHECK(text.tokens() == std::vector<std::int32_t>{195, 169, 33});
-  CHECK(text.vocab_size() == 256);
-}
-
 // A NaN or infinite loss or gradient stops the run with the step and the parameter named.
 namespace {
 struct InfGrad {  // identity whose backward puts an infinity into its parameter's gradient
@@ -226,5 +115,22 @@ TEST_CASE("a NaN loss or an infinite gradient is an error naming the step and th
                        Error);
   Trainer<Classifier, optim::SGD> lenient(test::cpu(), Config{}, Classifier{nn::Linear(3, 2), {}}, optim::SGD({}), {.check_finite = false});
   CHECK_NOTHROW(lenient.step(b));
+}
+TEST_CASE("a key that would have no effect is an error at the first step, naming what reads it") {
+  auto first_step = [](Config cfg) {
+    Trainer<gpt::Gpt, optim::SGD> t(test::cpu(), cfg, gpt::make_gpt(tiny()), optim::SGD({}));
+    auto ds = test::token_corpus(3000);
+    data::WindowLoader loader(ds, 8, 8, 11);
+    (void)t.step(loader.next(test::cpu()));
+  };
+  Config slicing;
+  slicing.set(keys::io_slicing, true);  // a new user's program read no files through data::slice_files: it was ignored
+  CHECK_THROWS_WITH_AS(first_step(slicing), doctest::Contains("config key io.slicing = true was given, but this program reads no "
+                                                              "files through data::slice_files"), Error);
+  (void)data::slice_files({"a"}, {0, 1}, slicing);  // read as the program reads its files: accepted
+  CHECK_NOTHROW(first_step(slicing));
+  Config timeout;
+  timeout.set(keys::timeout, 5.0);
+  CHECK_THROWS_WITH_AS(first_step(timeout), doctest::Contains("pass {.comm = epl::comm_options(cfg)} to run_threads"), Error);
 }
 }

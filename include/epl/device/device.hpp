@@ -10,7 +10,11 @@
 ///   device_for_layers -> + the kernels of the built-in layers and the optimizer updates
 /// Work is ordered per device object: the CPU runs in program order; CUDA enqueues on the
 /// device's stream, and host reads of results go through download() (which synchronizes).
+#include <algorithm>
+#include <cmath>
 #include <concepts>
+#include <type_traits>
+#include <vector>
 
 #include "epl/core/tensor.hpp"
 #include "epl/device/functors.hpp"
@@ -79,6 +83,31 @@ concept device_for_layers = device_math<D> && requires(const D& d, const Tensor&
   d.momentum_update(t, t, t, 0.1, 0.9, 0.0, false);
   d.adamw_update(t, t, t, t, 1e-3, 0.9, 0.999, 1e-8, 0.0, std::int64_t{1});
 };
+
+namespace device {
+/// \brief Whether device type D computes in T (device::CpuF64 computes f64; device::Cpu f32 only).
+template <class D, class T>
+constexpr bool computes() {
+  if constexpr (requires { D::template kComputes<T>; }) return D::template kComputes<T>;
+  else return std::is_same_v<T, float>;
+}
+
+/// \brief The largest absolute value of an f32 or f64 tensor on device d (read back to the host).
+template <class D>
+double max_abs(const D& d, const Tensor& t) {
+  if (t.numel() == 0) return 0;
+  EPL_CHECK(t.dtype() == DType::kF32 || t.dtype() == DType::kF64, "max_abs: a ", name_of(t.dtype()), " tensor; expected f32 or f64");
+  double most = 0;
+  auto scan = [&]<class T>() {
+    std::vector<T> host(static_cast<std::size_t>(t.numel()));
+    d.download(t, host.data());
+    for (T v : host) most = std::max(most, std::abs(static_cast<double>(v)));
+  };
+  if (t.dtype() == DType::kF64) scan.template operator()<double>();
+  else scan.template operator()<float>();
+  return most;
+}
+}  // namespace device
 
 }  // namespace v0
 }  // namespace epl

@@ -119,15 +119,22 @@ double global_norm(const D& d, std::span<const Tensor> grads, comm::Communicator
   return std::sqrt(sq);
 }
 
-/// \brief Scales the gradients so their global L2 norm is at most max_norm (no-op when it is
-/// already); returns the norm before clipping. PyTorch's clip_grad_norm_ rule.
+/// \brief Scales gradients whose global L2 norm is `norm` so it is at most max_norm (no-op when
+/// it is already): PyTorch's clip_grad_norm_ rule, the one every clip in epl applies.
 template <class D>
-double clip_grad_norm(const D& d, std::span<const Tensor> grads, double max_norm, comm::Communicator* group = nullptr) {
+void scale_to_norm(const D& d, std::span<const Tensor> grads, double norm, double max_norm) {
   EPL_CHECK(max_norm > 0, "clip_grad_norm: max_norm ", max_norm, " must be positive");
-  const double norm = global_norm(d, grads, group);
   const double coef = max_norm / (norm + 1e-6);
   if (coef < 1)
     for (const auto& g : grads) d.scale(g, coef);
+}
+
+/// \brief Scales the gradients so their global L2 norm is at most max_norm (no-op when it is
+/// already); returns the norm before clipping.
+template <class D>
+double clip_grad_norm(const D& d, std::span<const Tensor> grads, double max_norm, comm::Communicator* group = nullptr) {
+  const double norm = global_norm(d, grads, group);
+  scale_to_norm(d, grads, norm, max_norm);
   return norm;
 }
 template <class D>

@@ -10,9 +10,11 @@
 #include <vector>
 
 #include "epl/nn/recompute.hpp"
+#include "epl/policy/setup.hpp"
 #include "epl/strategy/mesh.hpp"
 #include "epl/strategy/pipeline.hpp"
 #include "epl/strategy/schedule.hpp"
+#include "epl/strategy/units.hpp"
 
 namespace epl {
 inline namespace v0 {
@@ -73,9 +75,6 @@ inline constexpr int replicate_degree_v = [] {
   return d;
 }();
 
-/// \brief The pipeline schedules of pipeline.strategy.
-enum class Schedule : std::uint8_t { kAccumulate, kGPipe, kOneFOneB, kInterleaved };
-
 /// \brief A run's plan on a world of a given size.
 struct Plan {
   int pipeline = 1;          ///< ranks along the pipeline axis (p)
@@ -83,7 +82,8 @@ struct Plan {
   int chunks = 1;            ///< model chunks: pipeline stages, counting virtual ones (p v)
   int devices_per_stage = 1; ///< Replicate<D, ...>: the ranks of one stage in a model replica
   int micro_batches = 1;     ///< pipeline.num_micro_batch
-  Schedule schedule = Schedule::kAccumulate;
+  /// pipeline.strategy's schedule; null with one pipeline rank (gradient accumulation)
+  const strategy::ScheduleEntry* schedule = nullptr;
   bool prefer_intra_node = true;
   /// Replicate<N, ...> and Split<N, ...> on the same N ranks (cluster.colocate_split_and_replicate):
   /// the replicated part runs data parallel over the tensor axis, on its own rows.
@@ -94,6 +94,8 @@ struct Plan {
   /// The model's first part cut at its first Split (separate placement of a model that is not a
   /// Pipeline type).
   bool cut_at_split = false;
+  /// What the policies do (ZeRO, offload, AMP, recompute, communication), decided with the plan.
+  policy::Setup policies;
 
   /// \brief The replicated part runs data parallel over the tensor axis: each rank of a split
   /// group reads rows of its own, gathered at the Split.
@@ -109,13 +111,8 @@ struct Plan {
   /// \brief Pipeline rank `stage`'s actions for one step: the schedule's forwards and backwards
   /// with the sends and receives they imply.
   [[nodiscard]] std::vector<strategy::Action> actions(int stage) const {
-    std::vector<strategy::Action> compute;
-    switch (schedule) {
-      case Schedule::kAccumulate: compute = strategy::Accumulate(micro_batches).actions(0, 1); break;
-      case Schedule::kGPipe: compute = strategy::GPipe(micro_batches).actions(stage, pipeline); break;
-      case Schedule::kOneFOneB: compute = strategy::OneFOneB(micro_batches).actions(stage, pipeline); break;
-      case Schedule::kInterleaved: compute = strategy::Interleaved(micro_batches, virtual_stages()).actions(stage, pipeline); break;
-    }
+    const auto compute = schedule ? schedule->actions(micro_batches, virtual_stages(), stage, pipeline)
+                                  : strategy::Accumulate(micro_batches).actions(0, 1);
     return strategy::with_communication(compute, pipeline, chunks);
   }
   /// \brief One forward through every chunk of pipeline rank `stage`, micro-batch 0 (evaluation).
@@ -139,20 +136,15 @@ struct PlanOptions {
   bool auto_parallel = false;        ///< auto.auto_parallel
   bool prefer_intra_node = true;     ///< cluster.device_place_prefer_intra_node
   bool colocate = false;             ///< cluster.colocate_split_and_replicate
+  policy::Keys policies = {};        ///< the keys of ZeRO, offload, AMP, recompute and communication
 };
 
-/// \brief The plan of Model on a world of world_size ranks; an epl::Error names what does not
-/// fit and the fix.
+namespace detail {
+// Replicate<N, ...> beside Split<N, ...>: colocated on the same ranks (the key) or, EPL's
+// placement, on separate ranks (2 pipeline stages of a model that is not a Pipeline type).
 template <class Model>
-Plan make(const PlanOptions& opt, int world_size) {
-  Plan plan;
-  plan.micro_batches = opt.micro_batches;
-  plan.prefer_intra_node = opt.prefer_intra_node;
-  const std::string& schedule = opt.schedule;
+int place_replicate_and_split(const PlanOptions& opt, const strategy::ScheduleEntry& schedule, Plan& plan) {
   int p = opt.stages;
-  static_assert(pipeline_at_top_v<Model>);
-  plan.tensor = tensor_degree_v<Model>;
-  plan.devices_per_stage = replicate_degree_v<Model>;
   const int t = plan.tensor, d = plan.devices_per_stage;
   if (t > 1 && d > 1) {
     EPL_CHECK(d == t, "the model has epl::Replicate<", d, ", ...> and epl::Split<", t, ", ...> parts; a replicated part feeds a "
@@ -165,8 +157,8 @@ Plan make(const PlanOptions& opt, int world_size) {
         EPL_CHECK(!opt.stages_given || p == 2, "the model's epl::Replicate<", d, "> and epl::Split<", t, "> parts run on separate "
                   "devices as 2 pipeline stages, but pipeline.num_stages = ", p, "; leave it unset, or set "
                   "cluster.colocate_split_and_replicate=true to run both on the same devices");
-        EPL_CHECK(schedule != "Interleaved", "the separate placement of epl::Replicate<", d, "> and epl::Split<", t, "> parts is 2 "
-                  "pipeline stages, one each: pipeline.strategy=Interleaved needs more; use PreferBackward or PreferForward");
+        EPL_CHECK(!schedule.virtual_stages, "the separate placement of epl::Replicate<", d, "> and epl::Split<", t, "> parts is 2 "
+                  "pipeline stages, one each: pipeline.strategy=", schedule.name, " needs more; use PreferBackward or PreferForward");
         p = 2;
         plan.cut_at_split = true;
       }
@@ -175,6 +167,13 @@ Plan make(const PlanOptions& opt, int world_size) {
   EPL_CHECK(!opt.colocate || plan.colocated, "cluster.colocate_split_and_replicate=true, but the model has no epl::Replicate<N, "
             "...> part beside an epl::Split<N, ...> part to colocate (it has Replicate<", d, "> and a tensor-parallel degree of ", t,
             "); leave the key at false");
+  return p;
+}
+
+// The pipeline: p ranks, the model's chunks (a Pipeline type's stages, or a balanced cut), the
+// schedule and its checks.
+template <class Model>
+void plan_pipeline(const PlanOptions& opt, const strategy::ScheduleEntry& schedule, int p, Plan& plan) {
   if constexpr (is_pipeline_v<Model>) {
     // A Pipeline type runs one stage per rank unless pipeline.num_stages says otherwise.
     if (!opt.stages_given) p = Model::kStages;
@@ -187,36 +186,67 @@ Plan make(const PlanOptions& opt, int world_size) {
     EPL_CHECK(p == 1 || opt.auto_parallel, "pipeline.num_stages = ", p, " needs stages: declare the model as "
               "epl::Pipeline<epl::Replicate<1, ...>, ...>, or set auto.auto_parallel=true to cut it into ", p,
               " balanced stages");
-    plan.chunks = p == 1 ? 1 : (schedule == "Interleaved" ? p * opt.virtual_stages : p);
+    plan.chunks = p == 1 ? 1 : (schedule.virtual_stages ? p * opt.virtual_stages : p);
   }
   plan.pipeline = p;
+  plan.schedule = p == 1 ? nullptr : &schedule;
   const int v = plan.virtual_stages();
-  if (p == 1) plan.schedule = Schedule::kAccumulate;
-  else if (schedule == "PreferForward") plan.schedule = Schedule::kGPipe;
-  else if (schedule == "PreferBackward") plan.schedule = Schedule::kOneFOneB;
-  else plan.schedule = Schedule::kInterleaved;
-  EPL_CHECK(v == 1 || plan.schedule == Schedule::kInterleaved, "pipeline.num_stages = ", p, " ranks hold ", plan.chunks,
-            " stages, ", v, " each: that needs pipeline.strategy=Interleaved (PreferForward and PreferBackward run one "
-            "stage per rank)");
-  EPL_CHECK(!opt.virtual_stages_given || p == 1 || (plan.schedule == Schedule::kInterleaved && v == opt.virtual_stages),
+  EPL_CHECK(v == 1 || schedule.virtual_stages, "pipeline.num_stages = ", p, " ranks hold ", plan.chunks, " stages, ", v,
+            " each: that needs pipeline.strategy=Interleaved (PreferForward and PreferBackward run one stage per rank)");
+  EPL_CHECK(!opt.virtual_stages_given || p == 1 || (schedule.virtual_stages && v == opt.virtual_stages),
             "pipeline.num_virtual_stages = ", opt.virtual_stages, ", but ",
-            plan.schedule != Schedule::kInterleaved
+            !schedule.virtual_stages
                 ? std::string("it applies to pipeline.strategy=Interleaved only; set that, or leave the key unset")
                 : "the model's " + std::to_string(plan.chunks) + " stages (an epl::Pipeline type) on "
                   "pipeline.num_stages = " + std::to_string(p) + " ranks make " + std::to_string(v) + " per rank; leave the "
                   "key unset (the Pipeline type's stages decide it), or set it to " + std::to_string(v));
-  EPL_CHECK(plan.schedule != Schedule::kInterleaved || v >= 2, "pipeline.strategy=Interleaved runs several stages per rank, but "
+  EPL_CHECK(p == 1 || !schedule.virtual_stages || v >= 2, "pipeline.strategy=", schedule.name, " runs several stages per rank, but "
             "the model's ", plan.chunks, " stages on pipeline.num_stages = ", p, " ranks make ", v, " per rank; use PreferBackward, "
             "or declare ", 2 * p, " or more stages");
-  const int per_stage = std::max(d, t), per_replica = p * per_stage;
+}
+}  // namespace detail
+
+/// \brief The plan of Model with the policies Policy (an epl::Policies<...> list) on a world of
+/// world_size ranks, on a device that computes in f64 or not: the one can_implement of a run.
+/// Each strategy's and each policy's check runs here, before anything is allocated; an
+/// epl::Error names what does not fit and the fix.
+template <class Model, class Policy = Policies<>>
+Plan make(const PlanOptions& opt, int world_size, bool f64 = false) {
+  static_assert(pipeline_at_top_v<Model>);
+  Plan plan;
+  plan.micro_batches = opt.micro_batches;
+  plan.prefer_intra_node = opt.prefer_intra_node;
+  plan.tensor = tensor_degree_v<Model>;
+  plan.devices_per_stage = replicate_degree_v<Model>;
+  const auto& schedule = strategy::schedule_named(opt.schedule);
+  const int p = detail::place_replicate_and_split<Model>(opt, schedule, plan);
+  detail::plan_pipeline<Model>(opt, schedule, p, plan);
+  const int t = plan.tensor, d = plan.devices_per_stage, per_stage = std::max(d, t), per_replica = plan.pipeline * per_stage;
   EPL_CHECK(world_size % per_replica == 0, "world size ", world_size, " cannot hold replicas of ", per_replica, " devices each (",
-            p, " pipeline stage", p > 1 ? "s" : "", " x ", t > 1 ? "Split<" + std::to_string(t) : "Replicate<" + std::to_string(d),
-            ", ...>); use a world size that is a multiple of ", per_replica,
-            is_pipeline_v<Model> && p > 1 ? ", or pipeline.num_stages=1 to run every stage on each rank" : "",
+            plan.pipeline, " pipeline stage", plan.pipeline > 1 ? "s" : "", " x ",
+            t > 1 ? "Split<" + std::to_string(t) : "Replicate<" + std::to_string(d), ", ...>); use a world size that is a multiple of ",
+            per_replica, is_pipeline_v<Model> && plan.pipeline > 1 ? ", or pipeline.num_stages=1 to run every stage on each rank" : "",
             plan.separate ? ", or cluster.colocate_split_and_replicate=true to run the Replicate and Split parts on the same "
                             "devices" : "");
   (void)plan.actions(0);  // the schedule's own checks (micro-batches a multiple of p for Interleaved)
+  plan.policies = policy::decide(opt.policies, policy::compiled<Policy>(f64),
+                                 {.rows_over_tensor = plan.rows_over_tensor(), .chunks = plan.chunks,
+                                  .marks_recompute = nn::has_recompute_v<Model>});
   return plan;
+}
+
+/// \brief Pipeline rank `stage`'s chunks of model (chunk c of the plan's on rank c % p), as units
+/// run in passes of type Pass; under gradient_checkpoint.type = "auto", with the segments they
+/// recompute chosen.
+template <class Pass, class Model>
+std::vector<strategy::Chunk<Pass>> local_chunks(Model& model, const Plan& plan, int stage) {
+  auto all = plan.cut_at_split ? strategy::cut_at_first_split<Pass>(model) : strategy::cut_into_chunks<Pass>(model, plan.chunks);
+  std::vector<strategy::Chunk<Pass>> mine;
+  const auto ids = plan.chunks_of(stage);
+  for (int c : ids) mine.push_back(std::move(all[static_cast<std::size_t>(c)]));
+  if (plan.policies.recompute == nn::RecomputeMode::kSegments)
+    strategy::choose_recompute_segments(mine, ids, plan.chunks, plan.policies.end_taskgraph, stage);
+  return mine;
 }
 
 }  // namespace plan

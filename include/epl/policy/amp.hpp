@@ -18,9 +18,12 @@
 /// skipping on would train nothing, silently.
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <string>
+#include <vector>
 
 #include "epl/core/error.hpp"
+#include "epl/core/tensor.hpp"
 
 namespace epl {
 inline namespace v0 {
@@ -108,6 +111,47 @@ class LossScaler {
   double scale_;
   std::int64_t good_ = 0, skipped_ = 0;
   int in_a_row_ = 0;
+};
+
+/// \brief Mixed precision in a step (amp.level "O1"): the scale each pass multiplies the loss by,
+/// the gradients brought back to the loss's own scale, and the scaler's verdict. Each rank's loss
+/// is the mean over its rows, 1/R of the global batch (R row shares), so the passes scale by S / R:
+/// every GEMM then sees the magnitudes one device would, and a step overflows alike on any number
+/// of ranks; the reduction's mean leaves S / R, which unscale undoes.
+class MixedPrecision {
+ public:
+  MixedPrecision(const LossScaleOptions& o, int row_shares, bool log) : scaler_(o), shares_(row_shares), log_(log) {}
+
+  /// \brief What a pass of one of `micro_batches` multiplies its loss gradient by.
+  [[nodiscard]] double pass_scale(int micro_batches) const noexcept { return scaler_.scale() / (micro_batches * shares_); }
+  /// \brief The reduced gradients back at the loss's own scale.
+  template <class D>
+  void unscale(const D& d, const std::vector<Tensor>& grads) const {
+    for (const auto& g : grads) d.scale(g, shares_ / scaler_.scale());
+  }
+  /// \brief The step's verdict (finite: the global gradient norm is, so every rank agrees); returns
+  /// whether to update. With `log` (amp.debug_log) each change is printed (by the caller's rank 0).
+  bool accept(bool finite, std::int64_t step, bool print) {
+    const auto c = scaler_.update(finite);
+    if (log_ && print && (c.skipped || c.after != c.before)) {
+      if (c.skipped)
+        std::printf("amp: step %lld: a gradient overflowed; update skipped, loss scale %g -> %g\n", static_cast<long long>(step), c.before,
+                    c.after);
+      else
+        std::printf("amp: step %lld: %lld step%s without overflow; loss scale %g -> %g\n", static_cast<long long>(step),
+                    static_cast<long long>(scaler_.options().growth_interval), scaler_.options().growth_interval == 1 ? "" : "s",
+                    c.before, c.after);
+      std::fflush(stdout);
+    }
+    return !c.skipped;
+  }
+  [[nodiscard]] LossScaler& scaler() noexcept { return scaler_; }
+  [[nodiscard]] const LossScaler& scaler() const noexcept { return scaler_; }
+
+ private:
+  LossScaler scaler_;
+  double shares_;
+  bool log_;
 };
 
 }  // namespace policy

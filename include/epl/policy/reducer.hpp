@@ -1,7 +1,6 @@
 #pragma once
 /// \file
-/// \brief Reducers — how a step's gradients meet across the data-parallel group — and the first
-/// model, policy::AllReduceReducer (Zero<0>): gradients fused into buckets that are contiguous
+/// \brief policy::AllReduceReducer: gradients fused into buckets that are contiguous
 /// ranges of the arena's flat gradient buffer, each all-reduced in place and asynchronously as
 /// soon as backward has produced all of its gradients, so the last layer's gradients leave first
 /// and communication overlaps the rest of the backward pass.
@@ -17,20 +16,6 @@
 namespace epl {
 inline namespace v0 {
 namespace policy {
-
-/// \brief R satisfies reducer if 1. ready(p) takes a parameter whose gradient is final for the
-/// step (called from backward, possibly more than once per parameter), 2. ready_all() marks
-/// every gradient final in one rank-independent order, 3. finish() waits until every gradient
-/// is reduced, and 4. it reports the bucket count and the fraction of communication that
-/// overlapped the caller's work.
-template <class R>
-concept reducer = requires(R& r, nn::Parameter& p) {
-  r.ready(p);
-  r.ready_all();
-  r.finish();
-  { r.buckets() } -> std::convertible_to<std::size_t>;
-  { r.last_overlap() } -> std::convertible_to<double>;
-};
 
 /// \brief How gradients are fused and reduced (EPL's communication.* keys).
 struct BucketOptions {
@@ -204,7 +189,7 @@ class AllReduceReducer {
 
 /// \brief Reducers over disjoint ranges of one arena, each over its own group: the parameters of
 /// a colocated split's replicated part meet over the data and tensor axes, the rest over the data
-/// axis. ready(p) goes to the reducer whose range holds p. Models reducer.
+/// axis. ready(p) goes to the reducer whose range holds p.
 template <class D>
 class ReducerSet {
  public:

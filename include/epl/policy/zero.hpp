@@ -51,6 +51,18 @@ struct copy_ticket<D, true> {
 };
 }  // namespace detail
 
+/// \brief The arena's layout under ZeRO over `ranks` ranks: blocks of about total / max_splits
+/// elements (whole parameters), never two chunks in one (`chunk_of` numbers each owned
+/// parameter's chunk), each padded so the ranks own equal, aligned slices.
+inline void zero_layout(param::MaterializeOptions& mo, int ranks, std::int64_t max_splits,
+                        std::unordered_map<const nn::Parameter*, int> chunk_of) {
+  std::int64_t total = 0;
+  for (const auto& [p, c] : chunk_of) total += p->numel();
+  mo.block_elements = (total + max_splits - 1) / max_splits;
+  mo.shards = ranks;
+  mo.segment = [chunks = std::move(chunk_of)](const nn::Parameter& q) { return chunks.at(&q); };
+}
+
 /// \brief ZeRO stages 1, 2 and 3 over one group, on an arena cut into blocks of group.size() shards.
 template <class D>
 class ZeroSharder {

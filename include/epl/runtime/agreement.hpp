@@ -138,5 +138,43 @@ inline void check_agreement(comm::Communicator& group, const RunFacts& facts, st
     }
 }
 
+/// \brief The trainer's calls that are collectives over the world.
+enum class Call : std::int64_t { kStep = 1, kSave, kResume, kLoad };
+inline const char* call_name(Call c) {
+  switch (c) {
+    case Call::kStep: return "trainer.step()";
+    case Call::kSave: return "trainer.save()";
+    case Call::kResume: return "trainer.resume()";
+    case Call::kLoad: return "trainer.load()";
+  }
+  return "an unknown call";
+}
+
+/// \brief The first collective of each of the trainer's collective calls: all-gathers (call,
+/// step, rows) over the world, so that a call made on some ranks only (a save on rank 0 alone)
+/// fails at once on every rank, naming it, instead of waiting out communication.timeout in
+/// collectives that do not match; a step also checks that every rank got a batch of as many rows
+/// (equal shares of the global batch). `data_parallel` says the world is one data-parallel group
+/// (its ranks are named so in the message).
+inline void agree_on_call(comm::Communicator& world, Call call, std::int64_t step, std::int64_t rows, bool data_parallel) {
+  if (world.size() == 1) return;
+  const int n = world.size();
+  std::int64_t mine[3] = {static_cast<std::int64_t>(call), step, rows};
+  std::vector<std::int64_t> all(static_cast<std::size_t>(3 * n));
+  world.all_gather(comm::Buffer(mine, 3, DType::kI64), comm::Buffer(all.data(), 3 * n, DType::kI64));
+  const auto at = [&](int r, int i) { return all[static_cast<std::size_t>(3 * r + i)]; };
+  for (int r = 1; r < n; ++r) {
+    EPL_CHECK(at(r, 0) == at(0, 0), "rank 0 called ", call_name(static_cast<Call>(at(0, 0))), " at step ", at(0, 1), " while rank ", r,
+              " called ", call_name(static_cast<Call>(at(r, 0))), " at step ", at(r, 1), ": save, resume, load and step are "
+              "collectives that every rank calls, in the same order (a save on rank 0 only is the usual slip: call it on every rank)");
+    EPL_CHECK(at(r, 1) == at(0, 1), call_name(call), ": rank ", r, " is at step ", at(r, 1), " and rank 0 at step ", at(0, 1),
+              "; every rank must run the same steps (resume them all from one checkpoint)");
+    if (call != Call::kStep) continue;
+    EPL_CHECK(at(r, 2) == at(0, 2), "at step ", step, " ", data_parallel ? "data-parallel rank " : "rank ", r, " got a batch of ",
+              at(r, 2), " rows and rank 0 one of ", at(0, 2), "; every rank must get an equal share of the global batch "
+              "(data::WindowLoader with trainer.data_shard() does this)");
+  }
+}
+
 }  // namespace v0
 }  // namespace epl

@@ -10,6 +10,8 @@
 /// naming it, the nearest known name and the valid values; a key whose feature this version
 /// does not have yet is rejected as "not supported yet" unless it holds its default.
 #include <algorithm>
+#include <atomic>
+#include <memory>
 #include <cctype>
 #include <charconv>
 #include <cmath>
@@ -163,6 +165,7 @@ class Config {
   template <class T>
   [[nodiscard]] T get(std::string_view key) const {
     const auto& e = entry(key);
+    e.read->store(true, std::memory_order_relaxed);
     if constexpr (std::is_same_v<T, double>) {
       if (auto* i = std::get_if<std::int64_t>(&e.value)) return static_cast<double>(*i);
     }
@@ -213,6 +216,23 @@ class Config {
       out += name + " = " + detail::value_str(e.value) + " (" + src[static_cast<int>(e.source)] + ")\n";
     return out;
   }
+  /// \brief Fails naming the first EPL key that was given (not left at its default) but that
+  /// nothing has read: a key that would have no effect is an error, not ignored. A Trainer calls
+  /// it at its first step, when the program has built what reads its keys (io.slicing is read by
+  /// data::slice_files, communication.timeout by epl::launch or epl::comm_options).
+  void check_all_read() const {
+    for (const auto& [name, e] : entries_) {
+      if (e.key.program || e.source == Source::kDefault || e.read->load(std::memory_order_relaxed)) continue;
+      const std::string given = "config key " + name + " = " + detail::value_str(e.value) + " was given, but ";
+      if (name.rfind("io.", 0) == 0)
+        EPL_FAIL(given, "this program reads no files through data::slice_files, where the io.* keys apply; read the training files "
+                 "with data::slice_files(files, trainer.data_shard(), cfg), or drop the key");
+      if (name == "communication.timeout")
+        EPL_FAIL(given, "this program started its ranks without reading it (comm::run_threads with its own options); pass "
+                 "{.comm = epl::comm_options(cfg)} to run_threads, start the ranks with epl::launch, or drop the key");
+      EPL_FAIL(given, "nothing in this program read it by its first training step, so it would have no effect; drop the key");
+    }
+  }
   /// \brief The descriptions of every EPL key this version knows.
   static std::span<const ConfigKey> keys() { return detail::config_keys(); }
 
@@ -228,6 +248,9 @@ class Config {
     ConfigKey key;
     ConfigValue value;
     Source source;
+    // Set when the value is read (get): copies of a Config share it, so a key read through any
+    // copy counts.
+    std::shared_ptr<std::atomic<bool>> read = std::make_shared<std::atomic<bool>>(false);
   };
 
   Config& declare(const ConfigKey& k) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "epl/core/error.hpp"
+#include "epl/strategy/schedule.hpp"
 
 namespace epl {
 inline namespace v0 {
@@ -107,6 +108,20 @@ inline constexpr Key<I> checkpoint_every{"checkpoint.every"};
 }  // namespace keys
 
 namespace detail {
+// pipeline.strategy's choices and help: the schedules strategy/schedule.hpp lists.
+inline std::vector<std::string_view> schedule_names() {
+  std::vector<std::string_view> names;
+  for (const auto& e : strategy::kSchedules) names.push_back(e.name);
+  return names;
+}
+inline std::string_view schedule_help() {
+  static const std::string help = [] {
+    std::string h = "pipeline schedule:";
+    for (const auto& e : strategy::kSchedules) h += std::string(h.back() == ':' ? " " : ", ") + std::string(e.name) + " (" + std::string(e.help) + ")";
+    return h;
+  }();
+  return help;
+}
 inline const std::vector<ConfigKey>& config_keys() {
   using S = std::string;
   using I = std::int64_t;
@@ -115,8 +130,7 @@ inline const std::vector<ConfigKey>& config_keys() {
       {"pipeline.num_micro_batch", I{1}, {}, 1, 1 << 20, true, "micro-batches per step; gradient accumulation with one task graph"},
       {"pipeline.num_stages", I{1}, {}, 1, 4096, true,
        "ranks along the pipeline: the stages of an epl::Pipeline model, or of a model cut automatically (auto.auto_parallel)"},
-      {"pipeline.strategy", S{"PreferBackward"}, {"PreferBackward", "PreferForward", "Interleaved"}, -kNone, kNone, true,
-       "pipeline schedule: PreferBackward (1F1B), PreferForward (GPipe), Interleaved (1F1B over virtual stages, epl)"},
+      {"pipeline.strategy", S{std::string(strategy::kSchedules[0].name)}, schedule_names(), -kNone, kNone, true, schedule_help()},
       {"pipeline.num_virtual_stages", I{2}, {}, 2, 1024, true,
        "model chunks per pipeline rank under the Interleaved schedule (epl)"},
       {"gradient_checkpoint.type", S{""}, {"", "collection", "auto"}, -kNone, kNone, true,

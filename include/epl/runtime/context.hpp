@@ -5,7 +5,6 @@
 #include <optional>
 
 #include "epl/comm/any_communicator.hpp"
-#include "epl/comm/threads/threads.hpp"
 #include "epl/device/cpu/cpu.hpp"
 
 namespace epl {

@@ -4,8 +4,11 @@
 /// `--trace=FILE`): one process track per rank, its forward, backward, send, receive and
 /// all-reduce spans. Perfetto (ui.perfetto.dev) and chrome://tracing open it; tools/trace_svg.py
 /// draws it.
+#include <cstdio>
 #include <cstring>
+#include <exception>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -44,6 +47,45 @@ inline void write_trace(comm::Communicator& group, const Timeline& timeline, con
   out.close();
   EPL_CHECK(out.good(), "writing the trace file ", detail::quoted(path), " failed (disk full?)");
 }
+
+/// \brief A run's timeline when the `trace` key names a file: opened on every rank (rank 0 checks
+/// now, not at the end, that it can write the file), the ranks' clocks started together, and every
+/// rank's spans written to the file when the tracer is destroyed in a run that ended normally (a
+/// collective: every rank's tracer ends too, as a trainer's does).
+class Tracer {
+ public:
+  Tracer() = default;
+  Tracer(const Tracer&) = delete;
+  Tracer& operator=(const Tracer&) = delete;
+  ~Tracer() {
+    if (!timeline_ || std::uncaught_exceptions() > 0) return;
+    try {
+      write_trace(group_, *timeline_, path_);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "%s\n", e.what());
+    }
+  }
+  /// \brief Starts tracing into `path` over world (nothing when path is empty). A collective.
+  void open(const std::string& path, comm::Communicator& world) {
+    if (path.empty()) return;
+    path_ = path;
+    group_ = world.split(0, world.rank());
+    std::int64_t writable = group_.rank() == 0 ? std::ofstream(path_, std::ios::app).good() : 0;
+    group_.broadcast(comm::Buffer(&writable, 1, DType::kI64), 0);
+    EPL_CHECK(writable == 1, "cannot write the trace file ", detail::quoted(path_),
+              " (the trace key); give it, as --trace=FILE or EPL_TRACE=FILE, a path in a writable directory");
+    timeline_ = std::make_unique<Timeline>();
+    group_.barrier();  // the ranks' clocks start together
+    timeline_->set_origin();
+  }
+  /// \brief This rank's timeline, or null when not tracing.
+  [[nodiscard]] Timeline* timeline() const noexcept { return timeline_.get(); }
+
+ private:
+  std::unique_ptr<Timeline> timeline_;
+  std::string path_;
+  comm::Communicator group_;
+};
 
 }  // namespace v0
 }  // namespace epl

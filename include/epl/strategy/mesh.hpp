@@ -52,6 +52,9 @@ class Mesh {
   [[nodiscard]] comm::Communicator& pipeline() noexcept { return pipeline_; }
   [[nodiscard]] comm::Communicator& data() noexcept { return data_; }
   [[nodiscard]] comm::Communicator& tensor() noexcept { return tensor_; }
+  [[nodiscard]] const comm::Communicator& pipeline() const noexcept { return pipeline_; }
+  [[nodiscard]] const comm::Communicator& data() const noexcept { return data_; }
+  [[nodiscard]] const comm::Communicator& tensor() const noexcept { return tensor_; }
   [[nodiscard]] const MeshShape& shape() const noexcept { return shape_; }
   [[nodiscard]] int pipeline_size() const noexcept { return shape_.pipeline; }
   [[nodiscard]] int data_size() const noexcept { return data_size_; }

@@ -9,6 +9,7 @@
 #include <concepts>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "epl/core/error.hpp"
@@ -206,6 +207,34 @@ inline std::vector<Action> with_communication(const std::vector<Action>& compute
     }
   }
   return out;
+}
+
+/// \brief A pipeline schedule as pipeline.strategy names it: what it runs on each stage, from the
+/// micro-batch count m, the chunks per rank v (its virtual stages; 1 unless virtual_stages) and
+/// the rank's place.
+struct ScheduleEntry {
+  std::string_view name;  ///< pipeline.strategy's value
+  std::string_view help;
+  bool virtual_stages;    ///< runs several model chunks per rank (pipeline.num_virtual_stages)
+  std::vector<Action> (*actions)(int m, int v, int stage, int ranks);
+};
+
+/// \brief Every pipeline schedule pipeline.strategy may name, the default first. A new schedule is
+/// its class above and one entry here: the configuration's choices and the plan read this list.
+inline constexpr ScheduleEntry kSchedules[] = {
+    {"PreferBackward", "1F1B", false, [](int m, int, int s, int p) { return OneFOneB(m).actions(s, p); }},
+    {"PreferForward", "GPipe", false, [](int m, int, int s, int p) { return GPipe(m).actions(s, p); }},
+    {"Interleaved", "1F1B over virtual stages, epl", true, [](int m, int v, int s, int p) { return Interleaved(m, v).actions(s, p); }},
+};
+
+/// \brief The schedule pipeline.strategy names; an unknown name is an error listing them.
+inline const ScheduleEntry& schedule_named(std::string_view name) {
+  std::string names;
+  for (const auto& e : kSchedules) {
+    if (e.name == name) return e;
+    names += (names.empty() ? "" : ", ") + std::string(e.name);
+  }
+  EPL_FAIL("pipeline.strategy = \"", name, "\" is not a schedule; choose one of ", names);
 }
 
 /// \brief The fraction of a step a stage idles in an ideal pipeline of equal stages (the

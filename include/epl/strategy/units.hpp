@@ -209,6 +209,28 @@ std::vector<Chunk<Ctx>> cut_into_chunks(M& model, int chunks) {
   return out;
 }
 
+/// \brief Chooses the segments gradient_checkpoint.type = "auto" recomputes in a pipeline rank's
+/// chunks (local[j] is chunk ids[j] of a model of `chunks`), those up to end_taskgraph (-1: all);
+/// fails, naming them, when chunks that should recompute are too small to cut.
+template <class Ctx>
+void choose_recompute_segments(std::vector<Chunk<Ctx>>& local, const std::vector<int>& ids, int chunks, std::int64_t end_taskgraph,
+                               int stage) {
+  std::size_t recomputed = 0;
+  std::string uncut;  // the task graphs that should recompute and cannot
+  for (std::size_t j = 0; j < local.size(); ++j) {
+    const int c = ids[j];
+    if (end_taskgraph >= 0 && c > end_taskgraph) continue;
+    const std::size_t here = local[j].choose_segments(c + 1 == chunks);
+    recomputed += here;
+    const std::size_t n = local[j].units().size();
+    if (here == 0) uncut += (uncut.empty() ? "" : ", ") + std::to_string(c) + " (" + std::to_string(n) + " unit" + (n == 1 ? ")" : "s)");
+  }
+  EPL_CHECK(recomputed > 0 || uncut.empty(), "gradient_checkpoint.type = \"auto\" finds nothing to recompute on pipeline rank ",
+            stage, ": task graph ", uncut, " is too small to cut (the model's last piece keeps its activations) or split over a "
+            "tensor-parallel group; use a deeper model, gradient_checkpoint.end_taskgraph below the first of them, or "
+            "gradient_checkpoint.type = \"\"");
+}
+
 /// \brief A model cut in two at its first epl::Split: the replicated part before it and the rest
 /// (EPL's placement of a Replicate<N> and a Split<N> part on separate devices).
 template <class Ctx, class M>

@@ -36,6 +36,9 @@ class BasicCpu {
  public:
   static constexpr DeviceKind kind = DeviceKind::kCpu;
   static constexpr std::string_view kName = sizeof...(Compute) == 1 ? "device::Cpu" : "device::CpuF64";
+  /// Whether the device computes in T.
+  template <class T>
+  static constexpr bool kComputes = (std::is_same_v<T, Compute> || ...);
 
   /// \param index the accounting index (one per thread rank); \param threads OpenMP threads
   /// for this thread's kernels (0 keeps the current setting).

@@ -153,35 +153,6 @@ TEST_CASE("replicate: a world size the strategy cannot use, and ranks that built
   }, {.report = false}), doctest::Contains("ranks 0 and 1 disagree on the model's parameter count"), Error);
 }
 
-TEST_CASE("io.slicing: files divided among ranks, balanced, dropped or uneven, and too few files") {
-  std::vector<std::filesystem::path> files;
-  for (int i = 0; i < 10; ++i) files.emplace_back("part-" + std::to_string(i));
-  Config off;
-  CHECK(data::slice_files(files, {1, 4}, off).size() == 10);  // no slicing: every rank every file
-  Config on;
-  on.set("io.slicing", true);
-  CHECK(data::slice_files(files, {1, 5}, on) == std::vector<std::filesystem::path>{"part-1", "part-6"});
-  CHECK_THROWS_WITH_AS(data::slice_files(files, {0, 4}, on),
-                       doctest::Contains("10 files do not divide among 4 data-parallel ranks; set io.drop_last_files=true to drop the last 2"), Error);
-  Config drop = on;
-  drop.set("io.drop_last_files", true);
-  std::set<std::string> seen;
-  for (int r = 0; r < 4; ++r) {
-    auto mine = data::slice_files(files, {r, 4}, drop);
-    CHECK(mine.size() == 2);
-    for (auto& f : mine) CHECK(seen.insert(f.string()).second);  // no file read twice
-  }
-  CHECK(seen.size() == 8);
-  Config uneven = on;
-  uneven.set("io.unbalanced_io_slicing", true);
-  std::size_t total = 0;
-  for (int r = 0; r < 4; ++r) total += data::slice_files(files, {r, 4}, uneven).size();
-  CHECK(total == 10);  // none skipped
-  CHECK(data::slice_files(files, {0, 4}, uneven).size() == 3);
-  CHECK_THROWS_WITH_AS(data::slice_files({"a", "b"}, {0, 3}, on), doctest::Contains("2 files for 3 data-parallel ranks"), Error);
-}
-
-// What data-parallel ranks must agree on is checked, not assumed: each used to train on silently.
 TEST_CASE("replicate: ranks with different batch shares are stopped at the first step, naming both") {
   for (std::int64_t mine : {2, 3}) {  // rank 1 gets mine rows, rank 0 one
     CAPTURE(mine);
@@ -197,6 +168,7 @@ TEST_CASE("replicate: ranks with different batch shares are stopped at the first
   }
 }
 
+// What data-parallel ranks must agree on is checked, not assumed: each used to train on silently.
 TEST_CASE("replicate: ranks that differ in a hyper-parameter, the seed, the learning rate or a config key are named") {
   auto run = [](auto setup) {
     comm::run_threads(2, [&](comm::ThreadCommunicator& c) {

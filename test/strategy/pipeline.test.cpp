@@ -170,25 +170,6 @@ TEST_CASE("pipeline: setups that cannot run are errors naming the numbers and th
   fails(2, no_auto, "pipeline.num_stages = 2 needs stages: declare the model as epl::Pipeline");
   fails(2, config(2, 2, "Interleaved").set(keys::num_virtual_stages, 8),
         "a model of 12 sequential units cannot be cut into 16 pipeline stages");
-  // pipeline.num_virtual_stages that would not be what runs (it was ignored silently).
-  using Stage = Replicate<1, nn::Linear>;
-  using FourStages = Pipeline<Stage, Stage, Stage, Stage>;
-  CHECK_THROWS_WITH_AS(plan::make<FourStages>({.micro_batches = 2, .stages = 2, .stages_given = true, .schedule = "Interleaved",
-                                               .virtual_stages = 4, .virtual_stages_given = true}, 2),
-                       doctest::Contains("pipeline.num_virtual_stages = 4, but the model's 4 stages (an epl::Pipeline type) on "
-                                         "pipeline.num_stages = 2 ranks make 2 per rank"), Error);
-  CHECK_THROWS_WITH_AS(plan::make<FourStages>({.micro_batches = 2, .stages = 4, .stages_given = true, .schedule = "PreferBackward",
-                                               .virtual_stages = 2, .virtual_stages_given = true}, 4),
-                       doctest::Contains("it applies to pipeline.strategy=Interleaved only"), Error);
-  CHECK(plan::make<FourStages>({.micro_batches = 2, .stages = 2, .stages_given = true, .schedule = "Interleaved",
-                                .virtual_stages = 2, .virtual_stages_given = true}, 2).virtual_stages() == 2);
-  // Replicate<2> and Split<2> on 2 ranks without the colocation key: the message names the key.
-  struct Parts {
-    Replicate<2, nn::Linear> backbone;
-    Split<2, nn::Linear> head;
-  };
-  CHECK_THROWS_WITH_AS(plan::make<Parts>({}, 2), doctest::Contains("or cluster.colocate_split_and_replicate=true to run the "
-                                                                    "Replicate and Split parts on the same devices"), Error);
   // The stages of one replica given other rows: rank 1 once trained silently on its own targets.
   for (const bool other_inputs : {false, true}) {
     CHECK_THROWS_WITH_AS(comm::run_threads(2, [&](comm::ThreadCommunicator& c) {

@@ -1,0 +1,88 @@
+#pragma once
+/// \file
+/// \brief What a Trainer is told besides its model and optimizer: TrainerOptions (the settings
+/// that are not EPL keys), and the configuration keys read into the plain options plan::make
+/// checks (plan/ sits below runtime/ and does not know Config).
+#include <cstdint>
+#include <functional>
+#include <string_view>
+
+#include "epl/plan/plan.hpp"
+#include "epl/runtime/agreement.hpp"
+#include "epl/runtime/config.hpp"
+
+namespace epl {
+inline namespace v0 {
+
+/// \brief Options of a Trainer that are not EPL config keys.
+struct TrainerOptions {
+  std::uint64_t seed = 0;  ///< parameter init and dropout streams
+  double clip_norm = 0;    ///< clip gradients to this global L2 norm; 0: no clipping
+  /// The dtype of parameters, gradients and optimizer state: f32, or f64 on a device that computes
+  /// it (device::CpuF64). Half precision is mixed precision's: amp.level = "O1".
+  DType dtype = DType::kF32;
+  /// Data parallel: after the first step and every this many steps, compare a hash of the
+  /// parameters across replicas and fail if they drifted apart (0: never; one small all_gather).
+  std::int64_t check_replicas_every = 100;
+  /// A loss or gradient that is NaN or infinite is an error naming the step and the parameter
+  /// (false: train on, as a run that handles overflow itself might).
+  bool check_finite = true;
+  /// Mixed precision (amp.level "O1") with amp.loss_scale = "dynamic": the scale the run starts
+  /// at, and the good steps in a row after which it doubles (policy::LossScaler has the rule).
+  double amp_init_scale = 65536;
+  std::int64_t amp_growth_interval = 2000;
+  /// Called on every rank at each phase of a checkpoint save ("prepared", "shards written",
+  /// "manifest written"): where a test makes a save fail part-way. Null: nothing.
+  std::function<void(std::string_view phase)> checkpoint_phase = nullptr;
+};
+
+/// \brief The configuration keys (and the trainer's options) that shape a run's plan.
+inline plan::PlanOptions plan_options(const Config& cfg, const TrainerOptions& o) {
+  auto given = [&](auto key) { return cfg.source(key) != Config::Source::kDefault; };
+  auto optional = [&](Key<std::string> key) { return given(key) ? std::optional<std::string>(cfg.get(key)) : std::nullopt; };
+  plan::PlanOptions p;
+  p.micro_batches = static_cast<int>(cfg.get(keys::num_micro_batch));
+  p.stages = static_cast<int>(cfg.get(keys::num_stages));
+  p.stages_given = given(keys::num_stages);
+  p.schedule = cfg.get(keys::pipeline_strategy);
+  p.virtual_stages = static_cast<int>(cfg.get(keys::num_virtual_stages));
+  p.virtual_stages_given = given(keys::num_virtual_stages);
+  p.auto_parallel = cfg.get(keys::auto_parallel);
+  p.prefer_intra_node = cfg.get(keys::prefer_intra_node);
+  p.colocate = cfg.get(keys::colocate_split_and_replicate);
+  auto& k = p.policies;
+  k.zero_level = optional(keys::zero_level);
+  k.offload_level = optional(keys::offload_level);
+  k.amp_level = optional(keys::amp_level);
+  k.amp_loss_scale = cfg.get(keys::amp_loss_scale);
+  k.amp_debug_log = cfg.get(keys::amp_debug_log);
+  k.recompute = optional(keys::checkpoint_type);
+  k.end_taskgraph = cfg.get(keys::checkpoint_end_taskgraph);
+  k.end_taskgraph_given = given(keys::checkpoint_end_taskgraph);
+  k.check_gradients = cfg.get(keys::checkpoint_check_gradients);
+  k.apply_groups = cfg.get(keys::num_apply_group);
+  k.max_splits = cfg.get(keys::max_splits);
+  k.fp16 = cfg.get(keys::fp16);
+  k.fp16_scale = cfg.get(keys::fp16_scale);
+  k.fp16_scale_given = given(keys::fp16_scale);
+  k.clip_after_allreduce = cfg.get(keys::clip_after_allreduce);
+  k.reduce_method = cfg.get(keys::gradients_reduce_method);
+  k.clip_norm = o.clip_norm;
+  k.amp_init_scale = o.amp_init_scale;
+  k.amp_growth_interval = o.amp_growth_interval;
+  k.dtype = o.dtype;
+  return p;
+}
+
+/// \brief Facts about a trainer's options, for the ranks' agreement check.
+inline void add_trainer_facts(RunFacts& facts, const TrainerOptions& o) {
+  facts.add_number("TrainerOptions::seed", static_cast<double>(o.seed));
+  facts.add_number("TrainerOptions::clip_norm", o.clip_norm);
+  facts.add_number("TrainerOptions::dtype", static_cast<double>(o.dtype));
+  facts.add_number("TrainerOptions::check_replicas_every", static_cast<double>(o.check_replicas_every));
+  facts.add_number("TrainerOptions::amp_init_scale", o.amp_init_scale);
+  facts.add_number("TrainerOptions::amp_growth_interval", static_cast<double>(o.amp_growth_interval));
+}
+
+}  // namespace v0
+}  // namespace epl

@@ -1,0 +1,160 @@
+#pragma once
+/// \file
+/// \brief strategy::StepGroups — a rank's place on the mesh and the strategies' part of a step
+/// that is not the model's: which rows of each global batch the rank reads, the checks that the
+/// ranks were given rows that fit their strategy, the loss and the gradient norm summed over the
+/// axes that hold parts of them, and the comparison of replicas.
+///
+/// These small collectives run on groups split for them, so the data and tensor groups' byte
+/// counts are the gradients' and the layers' traffic alone (tests assert them).
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <vector>
+
+#include "epl/core/random.hpp"
+#include "epl/nn/pass.hpp"
+#include "epl/policy/gradient_sync.hpp"
+#include "epl/strategy/mesh.hpp"
+
+namespace epl {
+inline namespace v0 {
+namespace strategy {
+
+/// \brief A fast hash of a tensor's bytes (64-bit words through mix64), for comparing copies.
+inline std::uint64_t content_hash(const Tensor& t) {
+  const auto* p = static_cast<const unsigned char*>(t.raw());
+  const std::size_t n = t.bytes();
+  std::uint64_t h = n;
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    std::uint64_t w;
+    std::memcpy(&w, p + i, 8);
+    h = mix64(h ^ w);
+  }
+  for (; i < n; ++i) h = mix64(h ^ p[i]);
+  return h;
+}
+
+/// \brief Which rows of each global batch a rank reads: share `rank` of `ranks` equal shares.
+struct RowShare {
+  int rank = 0;
+  int ranks = 1;
+};
+
+class StepGroups {
+ public:
+  /// \param rows_over_tensor a colocated (or separate) split's replicated part runs data parallel
+  ///        over the tensor axis too: each rank of a split group reads rows of its own
+  StepGroups(comm::Communicator& world, MeshShape shape, bool rows_over_tensor)
+      : mesh_(world, shape), rows_over_tensor_(rows_over_tensor) {
+    replicas_ = mesh_.data().split(0, 0);
+    if (rows_over_tensor_) {
+      stage_ = world.split(mesh_.coord().pipeline, world.rank());
+      sharers_ = stage_.split(0, 0);
+    }
+    if (mesh_.tensor_size() > 1) tensor_ = mesh_.tensor().split(0, 0);
+    if (mesh_.pipeline_size() > 1) pipeline_ = mesh_.pipeline().split(0, 0);
+  }
+  StepGroups(const StepGroups&) = delete;
+  StepGroups& operator=(const StepGroups&) = delete;
+
+  [[nodiscard]] Mesh& mesh() noexcept { return mesh_; }
+  [[nodiscard]] const Mesh& mesh() const noexcept { return mesh_; }
+  /// \brief The ranks of this pipeline stage on every replica and tensor part (null unless the
+  /// replicated part runs over the tensor axis: its gradients meet there).
+  [[nodiscard]] comm::Communicator* stage_group() noexcept { return stage_.valid() ? &stage_ : nullptr; }
+  /// \brief The groups a layer may use inside its pass (a split Linear's tensor group).
+  [[nodiscard]] nn::Groups layer_groups() noexcept { return {mesh_.tensor_size() > 1 ? &mesh_.tensor() : nullptr, &mesh_.data()}; }
+
+  /// \brief The rows of each global batch this rank reads: its data-parallel share (a colocated
+  /// split's replicated part: its share over data and tensor ranks). The stages of one pipeline
+  /// replica read the same rows.
+  [[nodiscard]] RowShare rows() const {
+    const auto& c = mesh_.coord();
+    if (rows_over_tensor_) return {c.data * mesh_.tensor_size() + c.tensor, mesh_.data_size() * mesh_.tensor_size()};
+    return {c.data, mesh_.data_size()};
+  }
+
+  /// \brief Fails unless the ranks of a split group (unless colocated) and the stages of a
+  /// pipeline were given the same rows (equal shares are the world's check: runtime's agree_on_call).
+  void check_rows(const Tensor& inputs, const Tensor& targets, std::int64_t step) {
+    if (tensor_.valid() && !rows_over_tensor_)
+      same_rows(tensor_, inputs, targets, step, "tensor-parallel rank ", " of a split group",
+                "the ranks of an epl::Split group work on the same rows");
+    if (pipeline_.valid())
+      same_rows(pipeline_, inputs, targets, step, "pipeline stage ", "",
+                "the stages of one pipeline replica work on the same rows (stage 0 reads their inputs, the last stage their targets)");
+  }
+
+  /// \brief The global batch's loss from this rank's: the last stage's, summed over the pipeline,
+  /// then the mean over the ranks that share the batch.
+  double loss(double mine) {
+    if (pipeline_.valid()) mesh_.pipeline().all_reduce(comm::Buffer(&mine, 1, DType::kF64), comm::ReduceOp::kSum);
+    loss_group().all_reduce(comm::Buffer(&mine, 1, DType::kF64), comm::ReduceOp::kMean);
+    return mine;
+  }
+  /// \brief A loss of this rank's rows (evaluation): the last stage's, on every stage.
+  double stage_loss(double mine) {
+    if (pipeline_.valid()) mesh_.pipeline().all_reduce(comm::Buffer(&mine, 1, DType::kF64), comm::ReduceOp::kSum);
+    return mine;
+  }
+  /// \brief The global L2 norm from this rank's part: the split parts summed over the tensor axis,
+  /// the pipeline's stages summed.
+  double norm(policy::SquaredNorms sq) {
+    if (tensor_.valid()) tensor_.all_reduce(comm::Buffer(&sq.sharded, 1, DType::kF64), comm::ReduceOp::kSum);
+    double total = sq.whole + sq.sharded;
+    if (pipeline_.valid()) mesh_.pipeline().all_reduce(comm::Buffer(&total, 1, DType::kF64), comm::ReduceOp::kSum);
+    return std::sqrt(total);
+  }
+  /// \brief Fails unless every replica's parameters hash alike (h: this rank's hash).
+  void check_replicas(std::uint64_t h, std::int64_t step) {
+    std::vector<std::uint64_t> all(static_cast<std::size_t>(replicas_.size()));
+    replicas_.all_gather(comm::Buffer(&h, 1, DType::kI64), comm::Buffer(all.data(), replicas_.size(), DType::kI64));
+    for (std::size_t r = 1; r < all.size(); ++r)
+      EPL_CHECK(all[r] == all[0], "after step ", step, " the parameters of data-parallel rank ", r, " differ from rank 0's: the "
+                "replicas drifted apart (non-deterministic code on one rank, or a gradient that was not reduced)");
+  }
+
+  /// \brief The targets a rank's loss sees: its own rows, or under a colocated split the group's,
+  /// micro-batch by micro-batch (each micro-batch's rows of every part in group order, as the
+  /// split's entry gathers them).
+  template <class D>
+  Tensor targets(const D& d, const Tensor& mine, int micro_batches) {
+    if (!rows_over_tensor_) return mine;
+    const std::int64_t n = mesh_.tensor_size(), rows = mine.dim(0), per = rows / micro_batches;
+    Tensor all = d.empty({n * rows}, mine.dtype(), MemoryCategory::kActivations);
+    mesh_.tensor().all_gather(mine, all);
+    Tensor ordered = d.empty({n * rows}, mine.dtype(), MemoryCategory::kActivations);
+    for (std::int64_t m = 0; m < micro_batches; ++m)
+      for (std::int64_t q = 0; q < n; ++q)
+        d.copy(all.slice(q * rows + m * per, q * rows + (m + 1) * per), ordered.slice((m * n + q) * per, (m * n + q + 1) * per));
+    return ordered;
+  }
+
+ private:
+  comm::Communicator& loss_group() { return sharers_.valid() ? sharers_ : replicas_; }
+  // The ranks of group must have been given the same rows (inputs and targets).
+  static void same_rows(comm::Communicator& group, const Tensor& inputs, const Tensor& targets, std::int64_t step, const char* who,
+                        const char* of, const char* why) {
+    std::uint64_t mine[2] = {content_hash(inputs), content_hash(targets)};
+    std::vector<std::uint64_t> all(static_cast<std::size_t>(2 * group.size()));
+    group.all_gather(comm::Buffer(mine, 2, DType::kI64), comm::Buffer(all.data(), 2 * group.size(), DType::kI64));
+    for (int r = 1; r < group.size(); ++r) {
+      const bool same_inputs = all[2 * r] == all[0], same_targets = all[2 * r + 1] == all[1];
+      EPL_CHECK(same_inputs && same_targets, "at step ", step, " ", who, r, of, " got other ", same_inputs ? "targets" : "inputs",
+                " than its ", who, "0; ", why, " (read them with data::WindowLoader and trainer.data_shard())");
+    }
+  }
+
+  Mesh mesh_;
+  bool rows_over_tensor_;
+  // replicas_: the ranks that hold the same parameters (a colocated split: only those of the same
+  // tensor part); sharers_: the ranks that share the loss (each with its rows) when not those
+  comm::Communicator replicas_, sharers_, tensor_, pipeline_, stage_;
+};
+
+}  // namespace strategy
+}  // namespace v0
+}  // namespace epl

@@ -1,0 +1,81 @@
+// The model tree: every node type has one kind (nn::node_traits) and its children's types, and
+// nn::for_each_member is the one step down a model that every walk takes.
+#include "../helpers.hpp"
+
+using namespace epl;
+using nn::NodeKind;
+
+namespace {
+struct Block {
+  nn::LayerNorm ln{8};
+  nn::Linear fc{8, 8};
+};
+struct Model {
+  nn::Embedding tok{16, 8};
+  nn::Repeat<Block> blocks;
+  epl::Recompute<nn::Linear, nn::GELU> mid{nn::Linear(8, 8), nn::GELU{}};
+  nn::Residual<nn::LayerNorm, nn::Linear> res{nn::LayerNorm(8), nn::Linear(8, 8)};
+};
+template <class T>
+struct is_linear : std::is_same<T, nn::Linear> {};
+}  // namespace
+
+// every kind, from the type alone
+static_assert(nn::kind_of_v<nn::Linear> == NodeKind::kLeaf);
+static_assert(nn::kind_of_v<Block> == NodeKind::kSequence);
+static_assert(std::is_same_v<nn::node_traits<Block>::children, nn::type_list<nn::LayerNorm, nn::Linear>>);
+static_assert(nn::kind_of_v<nn::Seq<nn::Linear, nn::GELU>> == NodeKind::kSequence);
+static_assert(nn::kind_of_v<nn::Repeat<Block>> == NodeKind::kRepeat);
+static_assert(nn::kind_of_v<nn::Residual<nn::Linear>> == NodeKind::kResidual);
+static_assert(nn::kind_of_v<epl::Recompute<nn::Linear>> == NodeKind::kRecompute);
+static_assert(nn::kind_of_v<Replicate<2, nn::Linear>> == NodeKind::kReplicate && nn::node_traits<Replicate<2, nn::Linear>>::degree == 2);
+static_assert(nn::kind_of_v<Split<4, nn::Linear>> == NodeKind::kSplit && nn::node_traits<Split<4, nn::Linear>>::degree == 4);
+static_assert(nn::kind_of_v<Pipeline<Replicate<1, nn::Linear>>> == NodeKind::kPipeline);
+// searches over the type
+static_assert(nn::has_recompute_v<Model>);
+static_assert(!nn::has_recompute_v<Block>);
+static_assert(nn::contains_node_v<Model, is_linear>);
+static_assert(!nn::contains_below_v<nn::Linear, is_linear>);  // the node itself is not below itself
+// the strategy degrees walk the kinds
+static_assert(plan::tensor_degree_v<Model> == 1);
+static_assert(plan::tensor_degree_v<Pipeline<Replicate<1, Model>, Split<2, nn::Linear>>> == 2);
+static_assert(plan::replicate_degree_v<Replicate<3, Model>> == 3);
+
+TEST_SUITE("cpu") {
+TEST_CASE("tree: the members of each node, in visiting order, with their names") {
+  Model m;
+  m.blocks = nn::Repeat<Block>(2, [](std::int64_t) { return Block{}; });
+  std::vector<std::string> names;
+  nn::for_each_member(m, [&](std::string_view name, auto&) { names.emplace_back(name); });
+  CHECK(names == std::vector<std::string>{"0", "1", "2", "3"});  // an aggregate's fields by index
+  names.clear();
+  nn::for_each_member(m.mid, [&](std::string_view name, auto&) { names.emplace_back(name); });
+  CHECK(names == std::vector<std::string>{"recomputed"});
+  names.clear();
+  nn::for_each_member(m.tok, [&](std::string_view name, auto&) { names.emplace_back(name); });
+  CHECK(names == std::vector<std::string>{"weight"});
+  int children = 0;
+  nn::for_each_child(m.tok, [&](auto&) { ++children; });  // a leaf's members are not children
+  CHECK(children == 0);
+  nn::for_each_child(m.blocks, [&](auto&) { ++children; });
+  CHECK(children == 2);
+  std::vector<std::string> paths;
+  nn::visit_parameters(m, [&](std::string_view path, nn::Parameter&) { paths.emplace_back(path); });
+  CHECK(paths == std::vector<std::string>{"0.weight", "1.0.0.weight", "1.0.0.bias", "1.0.1.weight", "1.0.1.bias", "1.1.0.weight",
+                                          "1.1.0.bias", "1.1.1.weight", "1.1.1.bias", "2.recomputed.0.weight", "2.recomputed.0.bias",
+                                          "3.0.weight", "3.0.bias", "3.1.weight", "3.1.bias"});
+}
+
+TEST_CASE("tree: a leaf's own parameters are those outside its sub-layers") {
+  nn::CausalSelfAttention attention(8, 2);
+  int own = 0, all = 0;
+  nn::for_each_own_parameter(attention, [&](nn::Parameter&) { ++own; });
+  nn::for_each_parameter(attention, [&](nn::Parameter&) { ++all; });
+  CHECK(own == 0);  // its projections are its Linears'
+  CHECK(all == 4);
+  nn::Linear fc(8, 8);
+  own = 0;
+  nn::for_each_own_parameter(fc, [&](nn::Parameter&) { ++own; });
+  CHECK(own == 2);
+}
+}
