@@ -67,6 +67,12 @@ std::string concat(const Parts&... parts) {
   return out.str();
 }
 
+/// A message prefixed with the rank it comes from ("[rank 3] ..."), once.
+inline std::string with_rank(int rank, const std::string& what) {
+  const std::string prefix = "[rank " + std::to_string(rank) + "]";
+  return what.rfind(prefix, 0) == 0 ? what : prefix + " " + what;
+}
+
 /// A user-supplied value for a message: quoted, and cut after 64 characters with its length, so
 /// a megabyte of bad input is not repeated whole in the error.
 inline std::string quoted(std::string_view text, std::size_t keep = 64) {

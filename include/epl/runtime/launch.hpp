@@ -13,12 +13,10 @@
 #include <string>
 #include <string_view>
 
+#include "epl/comm/launcher.hpp"
 #include "epl/comm/threads/run_threads.hpp"
 #include "epl/runtime/config.hpp"
 #include "epl/runtime/context.hpp"
-#if defined(EPL_WITH_MPI)
-#include "epl/comm/mpi/mpi.hpp"
-#endif
 
 namespace epl {
 inline namespace v0 {
@@ -52,30 +50,11 @@ inline comm::CommOptions comm_options(const Config& cfg) {
 template <class Fn>
 [[nodiscard]] int launch(const Config& cfg, Fn&& fn, LaunchOptions opt = {}) {
   const auto comm_opt = comm_options(cfg);
-  if (started_by_mpi()) {
-#if defined(EPL_WITH_MPI)
-    comm::MpiEnvironment env(nullptr, nullptr);
-    int rank = -1;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    RankScope scope(rank);
-    try {
-      comm::MpiCommunicator world(MPI_COMM_WORLD, comm_opt);
+  if (started_by_mpi())  // the process backend this program was built with (comm/launcher.hpp)
+    return comm::ProcessLauncher::run(comm_opt, kLaunchFailed, [&](auto& world) {
       Context ctx(world, -1, opt.threads_per_rank);
       fn(ctx);
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "%s\n", comm::detail::with_rank(rank, e.what()).c_str());
-      comm::MpiEnvironment::abort_job(kLaunchFailed);
-    } catch (...) {
-      std::fprintf(stderr, "[rank %d] failed with an exception that is not a std::exception\n", rank);
-      comm::MpiEnvironment::abort_job(kLaunchFailed);
-    }
-    return 0;
-#else
-    std::fprintf(stderr, "epl: this program was started by mpirun but built without MPI; link it with epl::mpi "
-                         "(EPL_ENABLE_MPI=ON), or run it without mpirun (EPL_NUM_RANKS for thread ranks)\n");
-    return kLaunchFailed;
-#endif
-  }
+    });
   try {
     const int ranks = opt.ranks > 0 ? opt.ranks : comm::rank_count_from_env(1);
     int threads = opt.threads_per_rank;

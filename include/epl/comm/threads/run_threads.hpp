@@ -40,10 +40,6 @@ inline std::string describe(const std::exception_ptr& e) {
     return "an exception that is not a std::exception";
   }
 }
-inline std::string with_rank(int rank, const std::string& what) {
-  const std::string prefix = "[rank " + std::to_string(rank) + "]";
-  return what.rfind(prefix, 0) == 0 ? what : prefix + " " + what;
-}
 }  // namespace detail
 
 /// \brief Runs fn(ThreadCommunicator&) on n thread ranks and joins them. If a rank throws, its
@@ -74,7 +70,7 @@ void run_threads(int n, Fn&& fn, ThreadLaunchOptions opt = {}) {
         abort->mark_returned(r);  // a peer waiting for it in a collective fails now, not at its timeout
       } catch (...) {
         errors[r] = std::current_exception();
-        const std::string what = detail::with_rank(r, detail::describe(errors[r]));
+        const std::string what = epl::detail::with_rank(r, detail::describe(errors[r]));
         // the cause is this rank's if it raised the flag now, or earlier from inside a
         // collective (a timeout raises it at once, to stop the others)
         const bool cause = abort->raise(r, what) || abort->rank() == r;

@@ -1,0 +1,42 @@
+#pragma once
+/// \file
+/// \brief comm::MpiLauncher — runs a function on this MPI process as one rank of MPI_COMM_WORLD
+/// (under mpirun, epl-launch or srun): MPI started and finished around it, and a failure printed
+/// with the rank and turned into MPI_Abort, so no peer waits in MPI_Finalize for a rank that is gone.
+#include <cstdio>
+#include <exception>
+
+#include "epl/comm/mpi/communicator.hpp"
+#include "epl/comm/mpi/environment.hpp"
+
+namespace epl {
+inline namespace v0 {
+namespace comm {
+
+struct MpiLauncher {
+  static constexpr bool kAvailable = true;
+  /// \brief fn(MpiCommunicator& world) on this process; returns 0, or does not return when it
+  /// fails (the job is aborted with `failed`).
+  template <class Fn>
+  static int run(CommOptions opt, int failed, Fn&& fn) {
+    MpiEnvironment env(nullptr, nullptr);
+    int rank = -1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    RankScope scope(rank);
+    try {
+      MpiCommunicator world(MPI_COMM_WORLD, opt);
+      fn(world);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "%s\n", epl::detail::with_rank(rank, e.what()).c_str());
+      MpiEnvironment::abort_job(failed);
+    } catch (...) {
+      std::fprintf(stderr, "[rank %d] failed with an exception that is not a std::exception\n", rank);
+      MpiEnvironment::abort_job(failed);
+    }
+    return 0;
+  }
+};
+
+}  // namespace comm
+}  // namespace v0
+}  // namespace epl
