@@ -1,21 +1,16 @@
 #pragma once
 /// \file
-/// \brief Element types of tensors, with the compile-time <-> run-time mapping.
-///
-/// Half types are Eigen's (Eigen::half, Eigen::bfloat16): one well-kept implementation of the
-/// IEEE binary16 and bfloat16 conversions, shared by the CPU kernels and the tests.
-#include <Eigen/Core>
+/// \brief Element types of tensors, with the compile-time <-> run-time mapping. The 16-bit float
+/// types are epl::half and epl::bfloat16 (core/half.hpp).
 #include <cstdint>
 #include <string_view>
 #include <type_traits>
 
 #include "epl/core/error.hpp"
+#include "epl/core/half.hpp"
 
 namespace epl {
 inline namespace v0 {
-
-using half = Eigen::half;
-using bfloat16 = Eigen::bfloat16;
 
 /// \brief The element type of a tensor, known at run time.
 enum class DType : std::uint8_t { kF32, kF64, kF16, kBF16, kI32, kI64 };

@@ -14,8 +14,8 @@ namespace detail::cuda {
 
 /// The CUDA type of each epl element type.
 template <class T> struct native { using type = T; };
-template <> struct native<Eigen::half> { using type = __half; };
-template <> struct native<Eigen::bfloat16> { using type = __nv_bfloat16; };
+template <> struct native<epl::half> { using type = __half; };
+template <> struct native<epl::bfloat16> { using type = __nv_bfloat16; };
 template <class T> using native_t = typename native<T>::type;
 
 template <class To, class From> __device__ inline To convert(From x) { return static_cast<To>(static_cast<float>(x)); }
