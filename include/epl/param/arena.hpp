@@ -11,7 +11,8 @@
 #include <functional>
 #include <vector>
 
-#include "epl/device/cpu/cpu.hpp"
+#include "epl/core/random.hpp"
+#include "epl/core/tensor.hpp"
 #include "epl/nn/walk.hpp"
 
 namespace epl {
@@ -147,24 +148,25 @@ Arena materialize(L& l, const D& d, MaterializeOptions opt) {
   a.grads_ = d.zeros({a.size_}, opt.dtype, MemoryCategory::kGradients);
 
   // Values are drawn on the host in double, in chunks (staging stays small however large a
-  // parameter is), on the host account of d's own index: thread ranks materialize at once, and
-  // each one's staging is its own rank's, not cpu:0's.
+  // parameter is), narrowed to the arena's dtype and uploaded. The staging is host memory on the
+  // account of d's own index: thread ranks materialize at once, and each one's is its own rank's.
+  EPL_CHECK(opt.dtype == DType::kF32 || opt.dtype == DType::kF64, "materialize: parameters of dtype ", name_of(opt.dtype),
+            "; they are f32 or f64 (half precision is mixed precision's: its master weights stay f32)");
   constexpr std::int64_t kChunk = std::int64_t{1} << 16;
-  device::CpuF64 host(d.id().index);
+  auto& staging = host_allocator(d.id().index);
   for (auto* p : a.order_) {
     p->value = a.values(Arena::range_of(*p)).view(p->shape);
     p->grad = a.grads(Arena::range_of(*p)).view(p->shape);
     const auto key = stream_key(opt.seed, static_cast<std::uint64_t>(p->ordinal));
     const std::int64_t n = p->numel();
-    Tensor staged = host.empty({std::min(n, kChunk)}, DType::kF64, MemoryCategory::kWorkspace);
-    Tensor typed = opt.dtype == DType::kF64 ? staged : host.empty({std::min(n, kChunk)}, opt.dtype, MemoryCategory::kWorkspace);
+    Tensor drawn(staging, {std::min(n, kChunk)}, DType::kF64, MemoryCategory::kWorkspace);
+    Tensor narrowed = opt.dtype == DType::kF64 ? drawn : Tensor(staging, {std::min(n, kChunk)}, opt.dtype, MemoryCategory::kWorkspace);
     for (std::int64_t begin = 0; begin < n; begin += kChunk) {
       const std::int64_t len = std::min(kChunk, n - begin);
-      auto* out = staged.data<double>();
+      auto* out = drawn.data<double>();
       for (std::int64_t i = 0; i < len; ++i) out[i] = p->init.value(key, p->global_index(begin + i));
-      Tensor from = typed.slice(0, len);
-      if (opt.dtype != DType::kF64) host.cast(staged.slice(0, len), from);
-      d.upload(from.raw(), a.values({p->offset + begin, p->offset + begin + len}));
+      if (opt.dtype == DType::kF32) std::copy(out, out + len, narrowed.data<float>());  // rounds to nearest, as a cast does
+      d.upload(narrowed.raw(), a.values({p->offset + begin, p->offset + begin + len}));
     }
   }
   return a;

@@ -2,16 +2,20 @@
 /// \file
 /// \brief Element-wise and reduction kernels over contiguous arrays (Eigen array maps).
 #include <Eigen/Core>
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
 
+#include "epl/core/half.hpp"
 #include "epl/device/cpu/parallel.hpp"
 
 namespace epl {
 inline namespace v0 {
 namespace detail::cpu {
-
-inline constexpr std::int64_t kGrain = 1 << 15;
 
 template <class T> using ArrayMap = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
 template <class T> using ConstArrayMap = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
@@ -22,19 +26,38 @@ void chunked(std::int64_t n, Fn&& fn) {
   parallel_for(n, kGrain, [&](std::int64_t b, std::int64_t e) { fn(b, e - b); });
 }
 
-template <class T> void fill(T* y, std::int64_t n, T v) {
-  chunked(n, [&](std::int64_t o, std::int64_t len) { ArrayMap<T>(y + o, len).setConstant(v); });
+/// x as a To: a 16-bit float through float, anything else by static_cast (epl::half and
+/// epl::bfloat16 convert from and to every arithmetic type through float).
+template <class To, class From>
+To convert(From x) {
+  if constexpr (std::is_same_v<From, half> || std::is_same_v<From, bfloat16>) return static_cast<To>(static_cast<float>(x));
+  else return static_cast<To>(x);
 }
+
+template <class T> void fill(T* y, std::int64_t n, T v) {
+  chunked(n, [&](std::int64_t o, std::int64_t len) { std::fill(y + o, y + o + len, v); });
+}
+/// y = x converted element by element, between any two dtypes (f32 <-> f16 eight at a time with
+/// F16C where the target has it).
 template <class From, class To> void cast(const From* x, To* y, std::int64_t n) {
   chunked(n, [&](std::int64_t o, std::int64_t len) {
-    ArrayMap<To>(y + o, len) = ConstArrayMap<From>(x + o, len).template cast<To>();
+    std::int64_t i = o;
+#if defined(__F16C__)
+    if constexpr (std::is_same_v<From, float> && std::is_same_v<To, half>)
+      for (; i + 8 <= o + len; i += 8)
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(y + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+    if constexpr (std::is_same_v<From, half> && std::is_same_v<To, float>)
+      for (; i + 8 <= o + len; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i))));
+#endif
+    for (; i < o + len; ++i) y[i] = convert<To>(x[i]);
   });
 }
 /// y = x rounded to the nearest Low (a half type: round to nearest even, past its range to
 /// infinity), kept as T: what a GEMM under AMP multiplies.
 template <class Low, class T> void round_through(const T* x, T* y, std::int64_t n) {
   chunked(n, [&](std::int64_t o, std::int64_t len) {
-    ArrayMap<T>(y + o, len) = ConstArrayMap<T>(x + o, len).template cast<Low>().template cast<T>();
+    for (std::int64_t i = o; i < o + len; ++i) y[i] = static_cast<T>(static_cast<float>(Low(static_cast<float>(x[i]))));
   });
 }
 /// out = a + b
