@@ -21,8 +21,9 @@ inline device::CpuF64& cpu64() {
   return d;
 }
 
-/// The pass context of f64 (gradient-check) runs.
+/// The pass context of f64 (gradient-check) runs, and of f32 ones.
 using Ctx64 = nn::Pass<device::CpuF64>;
+using CpuPass = nn::Pass<device::Cpu>;
 
 template <class T = float>
 Tensor tensor(Shape s, const std::vector<double>& values, MemoryCategory c = MemoryCategory::kActivations) {

@@ -11,6 +11,6 @@ struct Model {
 int main() {
   Model m{epl::nn::Linear(2, 2), {3}};
   epl::device::Cpu cpu;
-  epl::nn::CpuPass ctx(cpu);
+  epl::nn::Pass<epl::device::Cpu> ctx(cpu);
   (void)epl::nn::forward(m, ctx, epl::Tensor{});
 }

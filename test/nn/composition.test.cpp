@@ -9,12 +9,14 @@ namespace {
 struct Recorder {  // records call order, passes data through
   std::vector<std::string>* log;
   std::string name;
-  Tensor forward(nn::CpuPass& ctx, const Tensor& x) {
+  template <class Ctx>
+  Tensor forward(Ctx& ctx, const Tensor& x) {
     log->push_back("f" + name);
     ctx.save(this, {});
     return x;
   }
-  Tensor backward(nn::CpuPass& ctx, const Tensor& dy) {
+  template <class Ctx>
+  Tensor backward(Ctx& ctx, const Tensor& dy) {
     (void)ctx.restore(this);
     log->push_back("b" + name);
     return dy;
@@ -40,7 +42,7 @@ TEST_SUITE("cpu") {
 TEST_CASE("aggregate: forward in field order, backward in reverse, recursively") {
   std::vector<std::string> log;
   Outer m{{&log, "a"}, {{&log, "b"}, {&log, "c"}}, {&log, "d"}};
-  nn::CpuPass ctx(test::cpu());
+  test::CpuPass ctx(test::cpu());
   Tensor y = nn::forward(m, ctx, test::random({2}, 1));
   nn::backward(m, ctx, y);
   CHECK(log == std::vector<std::string>{"fa", "fb", "fc", "fd", "bd", "bc", "bb", "ba"});
@@ -102,7 +104,7 @@ TEST_CASE("activations live in the context: two micro-batches in flight through 
 TEST_CASE("backward out of order or without forward is a clear error") {
   Net m = net();
   (void)param::materialize(m, test::cpu());
-  nn::CpuPass ctx(test::cpu());
+  test::CpuPass ctx(test::cpu());
   CHECK_THROWS_WITH_AS(nn::backward(m, ctx, test::random({2, 3}, 1)), doctest::Contains("run forward on this context first"), Error);
   Tensor h = m.fc1.forward(ctx, test::random({2, 4}, 1));
   (void)m.act.forward(ctx, h);
@@ -110,7 +112,7 @@ TEST_CASE("backward out of order or without forward is a clear error") {
 }
 
 TEST_CASE("bad shapes name the layer and the expected shape") {
-  nn::CpuPass ctx(test::cpu());
+  test::CpuPass ctx(test::cpu());
   nn::Linear lin(4, 2);
   (void)param::materialize(lin, test::cpu());
   CHECK_THROWS_WITH_AS(lin.forward(ctx, test::random({3, 5}, 1)), doctest::Contains("Linear(4 -> 2) got input [3, 5]"), Error);
@@ -125,10 +127,10 @@ TEST_CASE("dropout: identity in evaluation; masks by step and by global sample p
   nn::Dropout drop(0.5);
   (void)param::materialize(drop, test::cpu());
   Tensor x = test::random({8, 125}, 3);
-  nn::CpuPass eval(test::cpu(), {false});
+  test::CpuPass eval(test::cpu(), {false});
   CHECK(drop.forward(eval, x).same_as(x));
   auto pass = [&](std::uint64_t step, std::int64_t first_sample, const Tensor& in) {
-    nn::CpuPass ctx(test::cpu(), {true, 1, step, 0, first_sample});
+    test::CpuPass ctx(test::cpu(), {true, 1, step, 0, first_sample});
     return test::values(drop.forward(ctx, in));
   };
   auto whole = pass(0, 0, x);
@@ -140,7 +142,7 @@ TEST_CASE("dropout: identity in evaluation; masks by step and by global sample p
   first.insert(first.end(), second.begin(), second.end());
   CHECK(first == whole);
   nn::Dropout unnumbered(0.5);
-  nn::CpuPass ctx(test::cpu());
+  test::CpuPass ctx(test::cpu());
   CHECK_THROWS_WITH_AS(unnumbered.forward(ctx, x), doctest::Contains("a random stream that was never numbered"), Error);
 }
 }

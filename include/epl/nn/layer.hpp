@@ -12,7 +12,7 @@
 #include <string_view>
 #include <type_traits>
 
-#include "epl/device/cpu/cpu.hpp"
+#include "epl/device/archetype.hpp"
 #include "epl/nn/pass.hpp"
 #include "epl/nn/parameter.hpp"
 #include "epl/nn/walk.hpp"
@@ -22,13 +22,15 @@ namespace epl {
 inline namespace v0 {
 namespace nn {
 
-/// The pass archetype the concepts check layers against.
-using CpuPass = Pass<device::Cpu>;
+/// The pass the concepts check layers against: a pass on device::Archetype, which declares a
+/// device's memory interface and defines nothing. A layer written `template <class Ctx>` runs on
+/// every pass and satisfies the concepts; checking it instantiates none of its body.
+using ArchetypePass = Pass<device::Archetype>;
 
 /// \brief T satisfies leaf_layer if it has forward(ctx, x) and backward(ctx, dy), each
-/// returning a Tensor, for a pass context of type Ctx (by default the CPU archetype every layer
-/// must run on; layers written `template <class Ctx>` run on every context).
-template <class T, class Ctx = CpuPass>
+/// returning a Tensor, for a pass context of type Ctx (by default the archetype: layers written
+/// `template <class Ctx>` run on every pass).
+template <class T, class Ctx = ArchetypePass>
 concept leaf_layer = requires(T& l, Ctx& ctx, const Tensor& x) {
   { l.forward(ctx, x) } -> std::same_as<Tensor>;
   { l.backward(ctx, x) } -> std::same_as<Tensor>;
@@ -54,9 +56,9 @@ template <class T>
 struct layer_for<Ctx>::test : std::bool_constant<leaf_layer<T, Ctx> || aggregate_of_layers<T, Ctx>()> {};
 }  // namespace detail
 
-/// \brief True when T is a layer (for the CPU archetype context): a leaf_layer or an aggregate of layers.
+/// \brief True when T is a layer (for the archetype pass): a leaf_layer or an aggregate of layers.
 template <class T>
-struct is_layer : detail::layer_for<CpuPass>::template test<T> {};
+struct is_layer : detail::layer_for<ArchetypePass>::template test<T> {};
 
 /// \brief T satisfies layer if it is a leaf layer or an aggregate whose fields are layers.
 template <class T>
@@ -88,7 +90,7 @@ inline constexpr bool hides_members_v = std::is_class_v<L> && !std::is_empty_v<L
 }  // namespace detail
 
 /// \brief Compile-time check with a readable message naming the first offending field type.
-template <class L, class Ctx = CpuPass>
+template <class L, class Ctx = ArchetypePass>
 consteval void require_layer() {
   if constexpr (leaf_layer<L, Ctx>) {
     static_assert(!detail::hides_members_v<L>,

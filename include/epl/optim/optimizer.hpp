@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "epl/comm/any_communicator.hpp"
-#include "epl/device/cpu/cpu.hpp"
+#include "epl/device/archetype.hpp"
 
 namespace epl {
 inline namespace v0 {
@@ -24,7 +24,7 @@ namespace optim {
 /// state, step) applies step number `step` (from 1) to a flat range of values from the same
 /// range of gradients and of each state buffer, and 3. o.options() returns its hyper-parameters.
 template <class O>
-concept optimizer = requires(const O& o, const device::Cpu& d, const Tensor& t, std::span<const Tensor> state) {
+concept optimizer = requires(const O& o, const device::Archetype& d, const Tensor& t, std::span<const Tensor> state) {
   { O::kStateSlots } -> std::convertible_to<int>;
   o.update(d, t, t, state, std::int64_t{1});
   o.options();

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "epl/device/cpu/cpu.hpp"
 #include "epl/nn/layer.hpp"
 #include "epl/param/arena.hpp"
 
