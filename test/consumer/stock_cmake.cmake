@@ -39,12 +39,14 @@ endif()
 message("stock find modules: ${modules}")
 
 set(common -G ${GENERATOR} -DCMAKE_MODULE_PATH=${modules} -DCMAKE_CUDA_COMPILER=${NVCC} -DCMAKE_CUDA_ARCHITECTURES=90)
+# configuration only: nothing is built (the compiled-once library and the tool stay off)
 run(${CMAKE_COMMAND} -S ${EPL_SOURCE_DIR} -B ${WORK_DIR}/epl ${common} -DEPL_ENABLE_CUDA=ON -DEPL_ENABLE_NCCL=ON
-    -DEPL_BUILD_TESTS=OFF -DEPL_BUILD_EXAMPLES=OFF -DEPL_BUILD_BENCH=OFF -DEPL_INSTALL=ON -DCMAKE_INSTALL_PREFIX=${WORK_DIR}/prefix)
+    -DEPL_BUILD_TESTS=OFF -DEPL_BUILD_EXAMPLES=OFF -DEPL_BUILD_BENCH=OFF -DEPL_BUILD_PRECOMPILED=OFF -DEPL_BUILD_TOOLS=OFF
+    -DEPL_INSTALL=ON -DCMAKE_INSTALL_PREFIX=${WORK_DIR}/prefix)
 if(NOT last_output MATCHES "components epl cuda;nccl")
   message(FATAL_ERROR "epl configured against the stock modules without its CUDA components:\n${last_output}")
 endif()
 run(${CMAKE_COMMAND} --install ${WORK_DIR}/epl)
 run(${CMAKE_COMMAND} -S ${EPL_SOURCE_DIR}/test/consumer -B ${WORK_DIR}/consumer ${common} -DEPL_CONSUME=package
-    -DEPL_COMPONENTS=cuda;nccl -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix)
+    -DEPL_COMPONENTS=cuda;nccl -DEPL_CONSUME_PRECOMPILED=OFF -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix)
 message("epl and a consumer of epl::cuda and epl::nccl configure against the stock find modules")

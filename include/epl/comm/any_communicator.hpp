@@ -176,6 +176,13 @@ class Communicator {
 
 static_assert(communicator<Communicator>);
 
+// A program linked with epl::precompiled (EPL_PRECOMPILED) takes the type-erased models of the
+// host backends from that library instead of compiling every collective of each backend itself.
+#if defined(EPL_PRECOMPILED) && !defined(EPL_PRECOMPILED_SOURCE)
+extern template class detail::CommunicatorModel<SoloCommunicator, true>;
+extern template class detail::CommunicatorModel<SoloCommunicator, false>;
+#endif
+
 }  // namespace comm
 }  // namespace v0
 }  // namespace epl

@@ -112,143 +112,42 @@ struct TrainerState {
 /// \brief Saves and loads a trainer's state, and keeps what a run knows about its checkpoints:
 /// checkpoint.dir and checkpoint.every, the directory's lock, the loaders whose positions are
 /// saved, and what the run resumed from.
-class Serializer {
+template <class Unused = void>
+class BasicSerializer {
  public:
   /// \brief The configuration a run saves with, checkpoint.dir and checkpoint.every; `phase` is
   /// called on every rank at each phase of a save (where a test makes a save fail part-way).
-  void configure(const Config& cfg, std::function<void(std::string_view)> phase) {
-    dir_ = cfg.get(keys::checkpoint_dir);
-    every_ = cfg.get(keys::checkpoint_every);
-    EPL_CHECK(every_ == 0 || !dir_.empty(), "checkpoint.every = ", every_, " but checkpoint.dir is not set; give the directory to "
-              "save into (--checkpoint.dir=DIR) or drop checkpoint.every");
-    for (const auto& k : Config::keys()) config_.emplace_back(k.name, cfg.value_text(k.name));
-    phase_ = std::move(phase);
-  }
+  void configure(const Config& cfg, std::function<void(std::string_view)> phase);
   /// \brief checkpoint.dir checked (and, when the run saves, created and locked) now rather than
   /// at the first save, hours later; then the newest checkpoint in it, if any, loaded.
-  void open(TrainerState& s) {
-    if (dir_.empty()) return;
-    epl::detail::on_every_rank(*s.world, "checkpoint.dir = " + dir_, [&] {
-      if (s.world->rank() != 0) return;
-      if (every_ > 0) take_dir(dir_);
-      else check_dir(dir_);
-    });
-    if (auto from = resume(dir_, s); from && s.world->rank() == 0) {
-      std::printf("resumed from checkpoint %s at step %lld\n", from->c_str(), static_cast<long long>(*s.step));
-      std::fflush(stdout);
-    }
-  }
+  void open(TrainerState& s);
   /// \brief Whether checkpoint.every asks for a save after `step`.
   [[nodiscard]] bool due(std::int64_t step) const noexcept { return every_ > 0 && step % every_ == 0; }
   [[nodiscard]] const std::string& dir() const noexcept { return dir_; }
   [[nodiscard]] const std::optional<std::filesystem::path>& resumed_from() const noexcept { return resumed_from_; }
 
   /// \brief Saves s into dir/step-N (see Trainer::save); returns the directory.
-  std::filesystem::path save(const std::filesystem::path& dir, const TrainerState& s) {
-    const std::string name = step_name(*s.step);
-    const auto final_dir = dir / name, partial = dir / ("." + name + ".partial");
-    const std::string what = "saving checkpoint " + final_dir.string();
-    const bool root = s.world->rank() == 0;
-    epl::detail::on_every_rank(*s.world, what, [&] {
-      if (root) {
-        take_dir(dir);
-        std::filesystem::remove_all(partial);  // a save of this step that did not finish
-        std::filesystem::create_directory(partial);
-      }
-      phase("prepared");
-    });
-    std::string mine;  // this rank's pieces, as a manifest of its own
-    epl::detail::on_every_rank(*s.world, what, [&] {
-      mine = write_shard(partial, s);
-      phase("shards written");
-    });
-    const auto parts = epl::detail::all_gather_text(*s.world, mine);
-    epl::detail::on_every_rank(*s.world, what, [&] {
-      if (!root) return;
-      write_durably(partial / kManifest, format(merged_manifest(parts, s)));
-      phase("manifest written");
-      if (std::filesystem::exists(final_dir)) std::filesystem::remove_all(final_dir);  // saved again (a rerun from an older step)
-      std::filesystem::rename(partial, final_dir);
-      sync_directory(dir);
-    });
-    return final_dir;
-  }
+  std::filesystem::path save(const std::filesystem::path& dir, const TrainerState& s);
   /// \brief Loads the newest complete checkpoint in dir and returns its directory; nullopt,
   /// changing nothing, when dir holds none.
-  std::optional<std::filesystem::path> resume(const std::filesystem::path& dir, TrainerState& s) {
-    std::int64_t step = -1;  // rank 0 chooses, so every rank loads the same one
-    epl::detail::on_every_rank(*s.world, "resuming from " + dir.string(), [&] {
-      if (s.world->rank() != 0) return;
-      check_dir(dir);
-      if (auto found = newest(dir)) step = *step_of(found->filename().string());
-    });
-    s.world->broadcast(comm::Buffer(&step, 1, DType::kI64), 0);
-    if (step < 0) return std::nullopt;
-    const auto chosen = dir / step_name(step);
-    load(chosen, s);
-    return chosen;
-  }
+  std::optional<std::filesystem::path> resume(const std::filesystem::path& dir, TrainerState& s);
   /// \brief Loads checkpoint (a step-N directory a save wrote, by any layout) into s.
-  void load(const std::filesystem::path& checkpoint, TrainerState& s) {
-    epl::detail::on_every_rank(*s.world, "loading checkpoint " + checkpoint.string(), [&] {
-      const Reader reader(checkpoint);
-      const auto named = step_of(checkpoint.filename().string());
-      EPL_CHECK(!named || *named == reader.manifest().step, "checkpoint ", checkpoint, " is named for step ", *named,
-                " but its manifest says step ", reader.manifest().step, ": a step directory renamed or copied over another; "
-                "rename it step-", step_name(reader.manifest().step).substr(5), " or move it aside");
-      restore(reader, checkpoint.string(), s);
-    });
-    resumed_from_ = checkpoint;
-  }
+  void load(const std::filesystem::path& checkpoint, TrainerState& s);
 
   /// \brief Makes loader's position part of the saved state and, when this run resumed, moves it
   /// to the saved position. Watch the same loaders in the same order in every run (watching one
   /// twice counts once).
-  void watch(data::WindowLoader& loader) {
-    if (std::find(loaders_.begin(), loaders_.end(), &loader) != loaders_.end()) return;
-    EPL_CHECK(!resumed_from_ || loaders_.size() < saved_loaders_, "this run resumed from ", resumed_from_->string(), ", which holds "
-              "the position of ", saved_loaders_, " data loader", saved_loaders_ == 1 ? "" : "s", ", and now watches loader ",
-              loaders_.size() + 1, ", which would start from the beginning; watch the loaders the saving run watched");
-    loaders_.push_back(&loader);
-    if (loaders_.size() <= saved_positions_.size()) loader.seek(saved_positions_[loaders_.size() - 1]);
-  }
+  void watch(data::WindowLoader& loader);
   /// \brief Before a step: a resumed run that saved loader positions watches as many loaders.
-  void before_step() {
-    if (!resumed_from_ || saved_positions_.empty()) return;
-    EPL_CHECK(loaders_.size() >= saved_positions_.size(), "this run resumed from ", resumed_from_->string(), ", which holds the "
-              "position of ", saved_positions_.size(), " data loader", saved_positions_.size() == 1 ? "" : "s", " but the program "
-              "watches ", loaders_.size(), "; call trainer.watch(loader) for each loader before the first step, or the run reads "
-              "its data from the start again");
-    saved_positions_.clear();
-  }
+  void before_step();
 
  private:
-  void phase(std::string_view p) const {
-    if (phase_) phase_(p);
-  }
+  void phase(std::string_view p) const;
   // A directory to save into or resume from: not empty, and not a checkpoint itself (an easy slip:
   // epl-checkpoint takes either).
-  static void check_dir(const std::filesystem::path& dir) {
-    EPL_CHECK(!dir.empty(), "no checkpoint directory given; name the directory that holds (or will hold) the step-N directories");
-    std::error_code ec;
-    EPL_CHECK(!std::filesystem::exists(dir / kManifest, ec), "checkpoint directory ", dir, " is itself a checkpoint (it holds ",
-              kManifest, "); give the directory that holds the step-N directories, ", dir.parent_path(),
-              ", or load this one with trainer.load");
-    EPL_CHECK(!std::filesystem::exists(dir, ec) || std::filesystem::is_directory(dir, ec), "checkpoint directory ", dir,
-              " is not a directory; give checkpoint.dir a directory (it is created when missing)");
-  }
+  static void check_dir(const std::filesystem::path& dir);
   // Rank 0: dir exists, is this run's (its lock taken) and can be written.
-  void take_dir(const std::filesystem::path& dir) {
-    check_dir(dir);
-    std::error_code ec;
-    std::filesystem::create_directories(dir, ec);
-    EPL_CHECK(!ec, "cannot create checkpoint directory ", dir, ": ", ec.message(), "; give checkpoint.dir a writable directory");
-    const auto canonical = std::filesystem::weakly_canonical(dir, ec);
-    if (locked_dir_ == canonical) return;
-    lock_.reset();
-    lock_ = std::make_unique<DirectoryLock>(dir);
-    locked_dir_ = canonical;
-  }
+  void take_dir(const std::filesystem::path& dir);
   static std::string state_name(const std::string& parameter, std::size_t slot) { return parameter + "@state" + std::to_string(slot); }
   // Calls fn(parameter, its element range [b, e), the region, the offset of b in the region) for
   // every piece of a parameter that lies in one of this rank's regions.
@@ -261,155 +160,13 @@ class Serializer {
       }
   }
   // Writes this rank's pieces into dir/rank-R.bin; returns them as a manifest of their own.
-  std::string write_shard(const std::filesystem::path& dir, const TrainerState& s) const {
-    Manifest m;
-    m.step = *s.step;
-    const std::size_t elem = size_of(s.arena->dtype());
-    char file[32];
-    std::snprintf(file, sizeof file, "rank-%05d.bin", s.world->rank());
-    std::optional<ShardWriter> out;
-    std::vector<unsigned char> host;
-    auto add = [&](const std::string& tensor, const nn::Parameter& p, std::int64_t b, std::int64_t e, const Tensor& from) {
-      if (!out) out.emplace(dir / file, file);
-      host.resize(static_cast<std::size_t>(e - b) * elem);
-      s.download(from, host.data());
-      m.tensors[tensor] = {s.arena->dtype(), p.global_shape()};
-      m.pieces.push_back(out->add(tensor, p.shard, p.shape, b, e, host.data(), host.size()));
-    };
-    const auto& state = *s.optimizer_state;
-    for_each_piece(s, [&](const nn::Parameter& p, std::int64_t b, std::int64_t e, const Region& r, std::int64_t at) {
-      if (!s.writes(p)) return;
-      add(s.names.at(&p), p, b, e, r.values.slice(at, at + e - b));
-      for (std::size_t k = 0; k < state.size(); ++k)
-        add(state_name(s.names.at(&p), k), p, b, e, state[k].slice(r.state_at + at, r.state_at + at + e - b));
-    });
-    if (out) m.files[file] = out->sync();
-    m.scalars.emplace_back("loaders", std::to_string(loaders_.size()));
-    for (std::size_t i = 0; i < loaders_.size(); ++i) {
-      const auto q = loaders_[i]->position();
-      const std::string l = "loader." + std::to_string(i) + ".";
-      for (const auto& [k, v] : {std::pair{"epoch", q.epoch}, {"cursor", q.cursor}, {"windows", q.windows}, {"seq_len", q.seq_len},
-                                 {"batch", q.batch}})
-        m.scalars.emplace_back(l + k, std::to_string(v));
-      m.scalars.emplace_back(l + "seed", std::to_string(q.seed));
-    }
-    return format(m);
-  }
+  std::string write_shard(const std::filesystem::path& dir, const TrainerState& s) const;
   // Rank 0: the ranks' pieces and this run's scalars and configuration, as one manifest.
-  Manifest merged_manifest(const std::vector<std::string>& parts, const TrainerState& s) const {
-    Manifest m;
-    m.step = *s.step;
-    std::vector<std::vector<std::pair<std::string, std::string>>> loader_scalars;
-    for (std::size_t r = 0; r < parts.size(); ++r) {
-      auto part = parse(parts[r], "(the pieces of rank " + std::to_string(r) + ")");
-      loader_scalars.push_back(std::move(part.scalars));
-      m.tensors.insert(part.tensors.begin(), part.tensors.end());
-      m.files.insert(part.files.begin(), part.files.end());
-      for (auto& p : part.pieces) m.pieces.push_back(std::move(p));
-    }
-    auto scalar = [&](std::string name, std::string value) { m.scalars.emplace_back(std::move(name), std::move(value)); };
-    scalar("seed", std::to_string(s.seed));
-    scalar("optimizer", s.optimizer);
-    scalar("optimizer.steps", std::to_string(s.optimizer_steps));
-    if (s.scaler) {
-      const auto st = s.scaler->state();
-      char exact[40];  // a number as text that reads back to the same double
-      std::snprintf(exact, sizeof exact, "%.17g", st.scale);
-      scalar("amp.scale", exact);
-      scalar("amp.good", std::to_string(st.good));
-      scalar("amp.skipped", std::to_string(st.skipped));
-      scalar("amp.in_a_row", std::to_string(st.in_a_row));
-    }
-    // the loaders' positions: once when every rank's are the same (each reads its rows of one
-    // global order: any layout resumes them), else each rank's (io.slicing: each reads its own
-    // files; only the same ranks resume them)
-    const bool same = std::all_of(loader_scalars.begin(), loader_scalars.end(), [&](const auto& q) { return q == loader_scalars[0]; });
-    for (std::size_t r = 0; r < (same ? 1 : loader_scalars.size()); ++r)
-      for (const auto& [k, v] : loader_scalars[r]) {
-        EPL_CHECK(same || k != "loaders" || v == loader_scalars[0][0].second, "rank ", r, " watches ", v, " data loaders and rank 0 ",
-                  loader_scalars[0][0].second, "; every rank watches the same loaders");
-        scalar(same || k == "loaders" ? k : "rank" + std::to_string(r) + "." + k, v);
-      }
-    // what wrote it, for a reader's information: loading does not depend on it
-    scalar("layout.world", std::to_string(s.world->size()));
-    scalar("layout.data", std::to_string(s.data));
-    scalar("layout.tensor", std::to_string(s.tensor));
-    scalar("layout.pipeline", std::to_string(s.pipeline));
-    scalar("layout.zero", std::to_string(s.zero));
-    m.config = config_;
-    return m;
-  }
+  Manifest merged_manifest(const std::vector<std::string>& parts, const TrainerState& s) const;
   // This rank's part of the saved state, from reader (`where` names the checkpoint).
-  void restore(const Reader& reader, const std::string& where, TrainerState& s) {
-    const auto& m = reader.manifest();
-    auto scalar = [&](const std::string& name) -> std::int64_t {
-      const std::string* v = m.scalar(name);
-      EPL_CHECK(v != nullptr, "checkpoint ", where, " lacks its \"", name, "\" entry: the manifest is not one a save writes");
-      std::int64_t x = 0;
-      const auto r = std::from_chars(v->data(), v->data() + v->size(), x);
-      EPL_CHECK(r.ec == std::errc() && r.ptr == v->data() + v->size() && x >= 0, "checkpoint ", where, ": \"", name, "\" = \"", *v,
-                "\" is not a count");
-      return x;
-    };
-    check_same_run(m, where, s);
-    // the values, and the optimizer state (none before the first update)
-    const std::int64_t optimizer_steps = scalar("optimizer.steps");
-    std::int64_t held = 0;
-    for (const auto& r : s.regions) held += r.range.size();
-    const auto& state = s.restore_optimizer(optimizer_steps, held, s.arena->dtype());
-    const std::size_t elem = size_of(s.arena->dtype());
-    std::vector<unsigned char> host;
-    auto fill = [&](const std::string& tensor, const nn::Parameter& p, std::int64_t b, std::int64_t e, const Tensor& to) {
-      EPL_CHECK(reader.has(tensor), "checkpoint ", where, " holds no ", tensor, " although the optimizer had taken ", optimizer_steps,
-                " steps: the manifest is not one a save writes");
-      const auto whole = reader.whole(tensor);
-      if (p.shard.whole()) return s.upload(whole.data() + static_cast<std::size_t>(b) * elem, to);  // a range of it
-      host.resize(static_cast<std::size_t>(e - b) * elem);
-      for (std::int64_t i = b; i < e; ++i)
-        std::memcpy(host.data() + static_cast<std::size_t>(i - b) * elem, whole.data() + p.global_index(i) * elem, elem);
-      s.upload(host.data(), to);
-    };
-    for_each_piece(s, [&](const nn::Parameter& p, std::int64_t b, std::int64_t e, const Region& r, std::int64_t at) {
-      fill(s.names.at(&p), p, b, e, r.values.slice(at, at + e - b));
-      for (std::size_t k = 0; k < state.size(); ++k)
-        fill(state_name(s.names.at(&p), k), p, b, e, state[k].slice(r.state_at + at, r.state_at + at + e - b));
-    });
-    // the scalars
-    *s.step = m.step;
-    if (s.scaler && m.scalar("amp.scale")) {
-      policy::LossScaler::State st;
-      st.scale = std::strtod(m.scalar("amp.scale")->c_str(), nullptr);
-      st.good = scalar("amp.good");
-      st.skipped = scalar("amp.skipped");
-      st.in_a_row = scalar("amp.in_a_row");
-      s.scaler->restore(st);
-    }
-    restore_loaders(m, where, scalar, *s.world);
-  }
+  void restore(const Reader& reader, const std::string& where, TrainerState& s);
   // The same model, optimizer and seed as the run that saved it.
-  static void check_same_run(const Manifest& m, const std::string& where, const TrainerState& s) {
-    std::set<std::string> ours;
-    for (const auto& [p, name] : s.names) {
-      ours.insert(name);
-      const auto t = m.tensors.find(name);
-      EPL_CHECK(t != m.tensors.end(), "checkpoint ", where, " holds no parameter ", name, " ", p->global_shape(),
-                " of this model: it was saved from another model; resume with the model that saved it");
-      EPL_CHECK(t->second.shape == p->global_shape() && t->second.dtype == s.arena->dtype(), "checkpoint ", where, " holds parameter ",
-                name, " as ", name_of(t->second.dtype), " ", t->second.shape, " but this model's is ", name_of(s.arena->dtype()), " ",
-                p->global_shape(), ": it was saved from another model; resume with the model that saved it");
-    }
-    for (const auto& [name, t] : m.tensors)
-      EPL_CHECK(name.find('@') != std::string::npos || ours.count(name), "checkpoint ", where, " holds parameter ", name, " ",
-                t.shape, ", which this model lacks: it was saved from another model; resume with the model that saved it");
-    const std::string* optimizer = m.scalar("optimizer");
-    EPL_CHECK(optimizer && *optimizer == s.optimizer, "checkpoint ", where, " was saved with optimizer ",
-              optimizer ? *optimizer : std::string("(none named)"), " but this trainer's is ", s.optimizer,
-              "; resume with the optimizer that saved it");
-    const std::string* seed = m.scalar("seed");
-    EPL_CHECK(seed && *seed == std::to_string(s.seed), "checkpoint ", where, " was saved with TrainerOptions::seed = ",
-              seed ? *seed : std::string("(none)"), " and this trainer has ", s.seed, ": dropout would draw other numbers than the "
-              "saved run's; resume with the same seed");
-  }
+  static void check_same_run(const Manifest& m, const std::string& where, const TrainerState& s);
   // The loaders' saved positions: one for all ranks, or each rank's (see merged_manifest).
   template <class Scalar>
   void restore_loaders(const Manifest& m, const std::string& where, Scalar&& scalar, comm::Communicator& world) {
@@ -450,6 +207,300 @@ class Serializer {
   std::unique_ptr<DirectoryLock> lock_;  // rank 0: the directory this run saves into
   std::filesystem::path locked_dir_;
 };
+
+/// \brief The serializer of a trainer's state (a class template only so that a program linked with
+/// epl::precompiled takes its compiled members from that library).
+using Serializer = BasicSerializer<>;
+
+template <class Unused>
+void BasicSerializer<Unused>::configure(const Config& cfg, std::function<void(std::string_view)> phase) {
+  dir_ = cfg.get(keys::checkpoint_dir);
+  every_ = cfg.get(keys::checkpoint_every);
+  EPL_CHECK(every_ == 0 || !dir_.empty(), "checkpoint.every = ", every_, " but checkpoint.dir is not set; give the directory to "
+            "save into (--checkpoint.dir=DIR) or drop checkpoint.every");
+  for (const auto& k : Config::keys()) config_.emplace_back(k.name, cfg.value_text(k.name));
+  phase_ = std::move(phase);
+}
+
+template <class Unused>
+void BasicSerializer<Unused>::open(TrainerState& s) {
+  if (dir_.empty()) return;
+  epl::detail::on_every_rank(*s.world, "checkpoint.dir = " + dir_, [&] {
+    if (s.world->rank() != 0) return;
+    if (every_ > 0) take_dir(dir_);
+    else check_dir(dir_);
+  });
+  if (auto from = resume(dir_, s); from && s.world->rank() == 0) {
+    std::printf("resumed from checkpoint %s at step %lld\n", from->c_str(), static_cast<long long>(*s.step));
+    std::fflush(stdout);
+  }
+}
+
+template <class Unused>
+std::filesystem::path BasicSerializer<Unused>::save(const std::filesystem::path& dir, const TrainerState& s) {
+  const std::string name = step_name(*s.step);
+  const auto final_dir = dir / name, partial = dir / ("." + name + ".partial");
+  const std::string what = "saving checkpoint " + final_dir.string();
+  const bool root = s.world->rank() == 0;
+  epl::detail::on_every_rank(*s.world, what, [&] {
+    if (root) {
+      take_dir(dir);
+      std::filesystem::remove_all(partial);  // a save of this step that did not finish
+      std::filesystem::create_directory(partial);
+    }
+    phase("prepared");
+  });
+  std::string mine;  // this rank's pieces, as a manifest of its own
+  epl::detail::on_every_rank(*s.world, what, [&] {
+    mine = write_shard(partial, s);
+    phase("shards written");
+  });
+  const auto parts = epl::detail::all_gather_text(*s.world, mine);
+  epl::detail::on_every_rank(*s.world, what, [&] {
+    if (!root) return;
+    write_durably(partial / kManifest, format(merged_manifest(parts, s)));
+    phase("manifest written");
+    if (std::filesystem::exists(final_dir)) std::filesystem::remove_all(final_dir);  // saved again (a rerun from an older step)
+    std::filesystem::rename(partial, final_dir);
+    sync_directory(dir);
+  });
+  return final_dir;
+}
+
+template <class Unused>
+std::optional<std::filesystem::path> BasicSerializer<Unused>::resume(const std::filesystem::path& dir, TrainerState& s) {
+  std::int64_t step = -1;  // rank 0 chooses, so every rank loads the same one
+  epl::detail::on_every_rank(*s.world, "resuming from " + dir.string(), [&] {
+    if (s.world->rank() != 0) return;
+    check_dir(dir);
+    if (auto found = newest(dir)) step = *step_of(found->filename().string());
+  });
+  s.world->broadcast(comm::Buffer(&step, 1, DType::kI64), 0);
+  if (step < 0) return std::nullopt;
+  const auto chosen = dir / step_name(step);
+  load(chosen, s);
+  return chosen;
+}
+
+template <class Unused>
+void BasicSerializer<Unused>::load(const std::filesystem::path& checkpoint, TrainerState& s) {
+  epl::detail::on_every_rank(*s.world, "loading checkpoint " + checkpoint.string(), [&] {
+    const Reader reader(checkpoint);
+    const auto named = step_of(checkpoint.filename().string());
+    EPL_CHECK(!named || *named == reader.manifest().step, "checkpoint ", checkpoint, " is named for step ", *named,
+              " but its manifest says step ", reader.manifest().step, ": a step directory renamed or copied over another; "
+              "rename it step-", step_name(reader.manifest().step).substr(5), " or move it aside");
+    restore(reader, checkpoint.string(), s);
+  });
+  resumed_from_ = checkpoint;
+}
+
+template <class Unused>
+void BasicSerializer<Unused>::watch(data::WindowLoader& loader) {
+  if (std::find(loaders_.begin(), loaders_.end(), &loader) != loaders_.end()) return;
+  EPL_CHECK(!resumed_from_ || loaders_.size() < saved_loaders_, "this run resumed from ", resumed_from_->string(), ", which holds "
+            "the position of ", saved_loaders_, " data loader", saved_loaders_ == 1 ? "" : "s", ", and now watches loader ",
+            loaders_.size() + 1, ", which would start from the beginning; watch the loaders the saving run watched");
+  loaders_.push_back(&loader);
+  if (loaders_.size() <= saved_positions_.size()) loader.seek(saved_positions_[loaders_.size() - 1]);
+}
+
+template <class Unused>
+void BasicSerializer<Unused>::before_step() {
+  if (!resumed_from_ || saved_positions_.empty()) return;
+  EPL_CHECK(loaders_.size() >= saved_positions_.size(), "this run resumed from ", resumed_from_->string(), ", which holds the "
+            "position of ", saved_positions_.size(), " data loader", saved_positions_.size() == 1 ? "" : "s", " but the program "
+            "watches ", loaders_.size(), "; call trainer.watch(loader) for each loader before the first step, or the run reads "
+            "its data from the start again");
+  saved_positions_.clear();
+}
+
+template <class Unused>
+void BasicSerializer<Unused>::phase(std::string_view p) const {
+  if (phase_) phase_(p);
+}
+
+template <class Unused>
+void BasicSerializer<Unused>::check_dir(const std::filesystem::path& dir) {
+  EPL_CHECK(!dir.empty(), "no checkpoint directory given; name the directory that holds (or will hold) the step-N directories");
+  std::error_code ec;
+  EPL_CHECK(!std::filesystem::exists(dir / kManifest, ec), "checkpoint directory ", dir, " is itself a checkpoint (it holds ",
+            kManifest, "); give the directory that holds the step-N directories, ", dir.parent_path(),
+            ", or load this one with trainer.load");
+  EPL_CHECK(!std::filesystem::exists(dir, ec) || std::filesystem::is_directory(dir, ec), "checkpoint directory ", dir,
+            " is not a directory; give checkpoint.dir a directory (it is created when missing)");
+}
+
+template <class Unused>
+void BasicSerializer<Unused>::take_dir(const std::filesystem::path& dir) {
+  check_dir(dir);
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  EPL_CHECK(!ec, "cannot create checkpoint directory ", dir, ": ", ec.message(), "; give checkpoint.dir a writable directory");
+  const auto canonical = std::filesystem::weakly_canonical(dir, ec);
+  if (locked_dir_ == canonical) return;
+  lock_.reset();
+  lock_ = std::make_unique<DirectoryLock>(dir);
+  locked_dir_ = canonical;
+}
+
+template <class Unused>
+std::string BasicSerializer<Unused>::write_shard(const std::filesystem::path& dir, const TrainerState& s) const {
+  Manifest m;
+  m.step = *s.step;
+  const std::size_t elem = size_of(s.arena->dtype());
+  char file[32];
+  std::snprintf(file, sizeof file, "rank-%05d.bin", s.world->rank());
+  std::optional<ShardWriter> out;
+  std::vector<unsigned char> host;
+  auto add = [&](const std::string& tensor, const nn::Parameter& p, std::int64_t b, std::int64_t e, const Tensor& from) {
+    if (!out) out.emplace(dir / file, file);
+    host.resize(static_cast<std::size_t>(e - b) * elem);
+    s.download(from, host.data());
+    m.tensors[tensor] = {s.arena->dtype(), p.global_shape()};
+    m.pieces.push_back(out->add(tensor, p.shard, p.shape, b, e, host.data(), host.size()));
+  };
+  const auto& state = *s.optimizer_state;
+  for_each_piece(s, [&](const nn::Parameter& p, std::int64_t b, std::int64_t e, const Region& r, std::int64_t at) {
+    if (!s.writes(p)) return;
+    add(s.names.at(&p), p, b, e, r.values.slice(at, at + e - b));
+    for (std::size_t k = 0; k < state.size(); ++k)
+      add(state_name(s.names.at(&p), k), p, b, e, state[k].slice(r.state_at + at, r.state_at + at + e - b));
+  });
+  if (out) m.files[file] = out->sync();
+  m.scalars.emplace_back("loaders", std::to_string(loaders_.size()));
+  for (std::size_t i = 0; i < loaders_.size(); ++i) {
+    const auto q = loaders_[i]->position();
+    const std::string l = "loader." + std::to_string(i) + ".";
+    for (const auto& [k, v] : {std::pair{"epoch", q.epoch}, {"cursor", q.cursor}, {"windows", q.windows}, {"seq_len", q.seq_len},
+                               {"batch", q.batch}})
+      m.scalars.emplace_back(l + k, std::to_string(v));
+    m.scalars.emplace_back(l + "seed", std::to_string(q.seed));
+  }
+  return format(m);
+}
+
+template <class Unused>
+Manifest BasicSerializer<Unused>::merged_manifest(const std::vector<std::string>& parts, const TrainerState& s) const {
+  Manifest m;
+  m.step = *s.step;
+  std::vector<std::vector<std::pair<std::string, std::string>>> loader_scalars;
+  for (std::size_t r = 0; r < parts.size(); ++r) {
+    auto part = parse(parts[r], "(the pieces of rank " + std::to_string(r) + ")");
+    loader_scalars.push_back(std::move(part.scalars));
+    m.tensors.insert(part.tensors.begin(), part.tensors.end());
+    m.files.insert(part.files.begin(), part.files.end());
+    for (auto& p : part.pieces) m.pieces.push_back(std::move(p));
+  }
+  auto scalar = [&](std::string name, std::string value) { m.scalars.emplace_back(std::move(name), std::move(value)); };
+  scalar("seed", std::to_string(s.seed));
+  scalar("optimizer", s.optimizer);
+  scalar("optimizer.steps", std::to_string(s.optimizer_steps));
+  if (s.scaler) {
+    const auto st = s.scaler->state();
+    char exact[40];  // a number as text that reads back to the same double
+    std::snprintf(exact, sizeof exact, "%.17g", st.scale);
+    scalar("amp.scale", exact);
+    scalar("amp.good", std::to_string(st.good));
+    scalar("amp.skipped", std::to_string(st.skipped));
+    scalar("amp.in_a_row", std::to_string(st.in_a_row));
+  }
+  // the loaders' positions: once when every rank's are the same (each reads its rows of one
+  // global order: any layout resumes them), else each rank's (io.slicing: each reads its own
+  // files; only the same ranks resume them)
+  const bool same = std::all_of(loader_scalars.begin(), loader_scalars.end(), [&](const auto& q) { return q == loader_scalars[0]; });
+  for (std::size_t r = 0; r < (same ? 1 : loader_scalars.size()); ++r)
+    for (const auto& [k, v] : loader_scalars[r]) {
+      EPL_CHECK(same || k != "loaders" || v == loader_scalars[0][0].second, "rank ", r, " watches ", v, " data loaders and rank 0 ",
+                loader_scalars[0][0].second, "; every rank watches the same loaders");
+      scalar(same || k == "loaders" ? k : "rank" + std::to_string(r) + "." + k, v);
+    }
+  // what wrote it, for a reader's information: loading does not depend on it
+  scalar("layout.world", std::to_string(s.world->size()));
+  scalar("layout.data", std::to_string(s.data));
+  scalar("layout.tensor", std::to_string(s.tensor));
+  scalar("layout.pipeline", std::to_string(s.pipeline));
+  scalar("layout.zero", std::to_string(s.zero));
+  m.config = config_;
+  return m;
+}
+
+template <class Unused>
+void BasicSerializer<Unused>::restore(const Reader& reader, const std::string& where, TrainerState& s) {
+  const auto& m = reader.manifest();
+  auto scalar = [&](const std::string& name) -> std::int64_t {
+    const std::string* v = m.scalar(name);
+    EPL_CHECK(v != nullptr, "checkpoint ", where, " lacks its \"", name, "\" entry: the manifest is not one a save writes");
+    std::int64_t x = 0;
+    const auto r = std::from_chars(v->data(), v->data() + v->size(), x);
+    EPL_CHECK(r.ec == std::errc() && r.ptr == v->data() + v->size() && x >= 0, "checkpoint ", where, ": \"", name, "\" = \"", *v,
+              "\" is not a count");
+    return x;
+  };
+  check_same_run(m, where, s);
+  // the values, and the optimizer state (none before the first update)
+  const std::int64_t optimizer_steps = scalar("optimizer.steps");
+  std::int64_t held = 0;
+  for (const auto& r : s.regions) held += r.range.size();
+  const auto& state = s.restore_optimizer(optimizer_steps, held, s.arena->dtype());
+  const std::size_t elem = size_of(s.arena->dtype());
+  std::vector<unsigned char> host;
+  auto fill = [&](const std::string& tensor, const nn::Parameter& p, std::int64_t b, std::int64_t e, const Tensor& to) {
+    EPL_CHECK(reader.has(tensor), "checkpoint ", where, " holds no ", tensor, " although the optimizer had taken ", optimizer_steps,
+              " steps: the manifest is not one a save writes");
+    const auto whole = reader.whole(tensor);
+    if (p.shard.whole()) return s.upload(whole.data() + static_cast<std::size_t>(b) * elem, to);  // a range of it
+    host.resize(static_cast<std::size_t>(e - b) * elem);
+    for (std::int64_t i = b; i < e; ++i)
+      std::memcpy(host.data() + static_cast<std::size_t>(i - b) * elem, whole.data() + p.global_index(i) * elem, elem);
+    s.upload(host.data(), to);
+  };
+  for_each_piece(s, [&](const nn::Parameter& p, std::int64_t b, std::int64_t e, const Region& r, std::int64_t at) {
+    fill(s.names.at(&p), p, b, e, r.values.slice(at, at + e - b));
+    for (std::size_t k = 0; k < state.size(); ++k)
+      fill(state_name(s.names.at(&p), k), p, b, e, state[k].slice(r.state_at + at, r.state_at + at + e - b));
+  });
+  // the scalars
+  *s.step = m.step;
+  if (s.scaler && m.scalar("amp.scale")) {
+    policy::LossScaler::State st;
+    st.scale = std::strtod(m.scalar("amp.scale")->c_str(), nullptr);
+    st.good = scalar("amp.good");
+    st.skipped = scalar("amp.skipped");
+    st.in_a_row = scalar("amp.in_a_row");
+    s.scaler->restore(st);
+  }
+  restore_loaders(m, where, scalar, *s.world);
+}
+
+template <class Unused>
+void BasicSerializer<Unused>::check_same_run(const Manifest& m, const std::string& where, const TrainerState& s) {
+  std::set<std::string> ours;
+  for (const auto& [p, name] : s.names) {
+    ours.insert(name);
+    const auto t = m.tensors.find(name);
+    EPL_CHECK(t != m.tensors.end(), "checkpoint ", where, " holds no parameter ", name, " ", p->global_shape(),
+              " of this model: it was saved from another model; resume with the model that saved it");
+    EPL_CHECK(t->second.shape == p->global_shape() && t->second.dtype == s.arena->dtype(), "checkpoint ", where, " holds parameter ",
+              name, " as ", name_of(t->second.dtype), " ", t->second.shape, " but this model's is ", name_of(s.arena->dtype()), " ",
+              p->global_shape(), ": it was saved from another model; resume with the model that saved it");
+  }
+  for (const auto& [name, t] : m.tensors)
+    EPL_CHECK(name.find('@') != std::string::npos || ours.count(name), "checkpoint ", where, " holds parameter ", name, " ",
+              t.shape, ", which this model lacks: it was saved from another model; resume with the model that saved it");
+  const std::string* optimizer = m.scalar("optimizer");
+  EPL_CHECK(optimizer && *optimizer == s.optimizer, "checkpoint ", where, " was saved with optimizer ",
+            optimizer ? *optimizer : std::string("(none named)"), " but this trainer's is ", s.optimizer,
+            "; resume with the optimizer that saved it");
+  const std::string* seed = m.scalar("seed");
+  EPL_CHECK(seed && *seed == std::to_string(s.seed), "checkpoint ", where, " was saved with TrainerOptions::seed = ",
+            seed ? *seed : std::string("(none)"), " and this trainer has ", s.seed, ": dropout would draw other numbers than the "
+            "saved run's; resume with the same seed");
+}
+
+#if defined(EPL_PRECOMPILED) && !defined(EPL_PRECOMPILED_SOURCE)
+extern template class BasicSerializer<void>;
+#endif
 
 }  // namespace checkpoint
 }  // namespace v0

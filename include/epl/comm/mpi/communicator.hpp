@@ -27,6 +27,7 @@
 #include <cstring>
 #include <thread>
 
+#include "epl/comm/any_communicator.hpp"
 #include "epl/comm/async_queue.hpp"
 #include "epl/comm/mpi/types.hpp"
 
@@ -655,6 +656,12 @@ class MpiCommunicator {
 };
 
 static_assert(communicator<MpiCommunicator>);
+
+// Compiled once in epl::precompiled when it was built with MPI (it defines EPL_PRECOMPILED_MPI).
+#if defined(EPL_PRECOMPILED_MPI) && !defined(EPL_PRECOMPILED_SOURCE)
+extern template class detail::CommunicatorModel<MpiCommunicator, true>;
+extern template class detail::CommunicatorModel<MpiCommunicator, false>;
+#endif
 
 }  // namespace comm
 }  // namespace v0

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <thread>
 
+#include "epl/comm/any_communicator.hpp"
 #include "epl/comm/async_queue.hpp"
 #include "epl/comm/reduce.hpp"
 #include "epl/comm/threads/group.hpp"
@@ -414,6 +415,11 @@ class ThreadCommunicator {
 };
 
 static_assert(communicator<ThreadCommunicator>);
+
+#if defined(EPL_PRECOMPILED) && !defined(EPL_PRECOMPILED_SOURCE)  // compiled once in epl::precompiled
+extern template class detail::CommunicatorModel<ThreadCommunicator, true>;
+extern template class detail::CommunicatorModel<ThreadCommunicator, false>;
+#endif
 
 }  // namespace comm
 }  // namespace v0
