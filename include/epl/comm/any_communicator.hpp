@@ -53,8 +53,10 @@ struct CommunicatorBase {
 template <class C, bool kOwned>
 class CommunicatorModel final : public CommunicatorBase {
  public:
-  explicit CommunicatorModel(C&& c) requires kOwned : c_(std::move(c)) {}
-  explicit CommunicatorModel(C& c) requires(!kOwned) : c_(&c) {}
+  using Stored = std::conditional_t<kOwned, C, C*>;
+  // One constructor, not one per kOwned under `requires`: clang 14 instantiates both in an
+  // explicit instantiation (src/precompiled.cpp), unsatisfied constraint or not.
+  explicit CommunicatorModel(Stored c) : c_(std::move(c)) {}
 
   int rank() const override { return get().rank(); }
   int size() const override { return get().size(); }
@@ -91,7 +93,7 @@ class CommunicatorModel final : public CommunicatorBase {
     if constexpr (kOwned) return const_cast<C&>(c_);
     else return *c_;
   }
-  std::conditional_t<kOwned, C, C*> c_;
+  Stored c_;
 };
 }  // namespace detail
 
@@ -108,7 +110,7 @@ class Communicator {
   template <communicator C>
   static Communicator borrow(C& c) {
     Communicator h;
-    h.impl_ = std::make_unique<detail::CommunicatorModel<C, false>>(c);
+    h.impl_ = std::make_unique<detail::CommunicatorModel<C, false>>(&c);
     return h;
   }
 
