@@ -74,13 +74,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* bytes, std::size_t siz
   const auto argv = pointers(pieces, "prog");
   const int argc = static_cast<int>(argv.size() - 1);
 
-  // from_args without flags reads the real environment; it holds no EPL_* variable under the test.
+  // parse without flags reads the real environment; it holds no EPL_* variable under the test.
   try {
-    check_accepted(epl::Config::from_args(argc, argv.data()));
+    check_accepted(epl::Config::parse(argc, argv.data()));
   } catch (const std::exception&) {
   }
   try {
-    auto c = epl::Config::from_args(argc, argv.data(), steps, verbose, lr, mode, name, data);
+    auto c = epl::Config::parse(argc, argv.data(), steps, verbose, lr, mode, name, data);
     check_accepted(c);
     (void)c.get(steps), (void)c.get(verbose), (void)c.get(lr), (void)c.get(mode), (void)c.get(name), (void)c.get(data);
   } catch (const std::exception&) {

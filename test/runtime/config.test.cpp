@@ -29,10 +29,10 @@ TEST_CASE("defaults are EPL's") {
 TEST_CASE("command line, environment and code, in that order of precedence") {
   setenv("EPL_PIPELINE_NUM_MICRO_BATCH", "3", 1);
   const char* argv[] = {"prog", "--steps=7", "--pipeline.num_micro_batch=4", "data.txt"};
-  Config from_env = Config::from_args(1, argv);
+  Config from_env = Config::parse(1, argv);
   CHECK(from_env.get<std::int64_t>("pipeline.num_micro_batch") == 3);
   CHECK(from_env.source("pipeline.num_micro_batch") == Config::Source::kEnvironment);
-  Config c = Config::from_args(4, argv);
+  Config c = Config::parse(4, argv);
   unsetenv("EPL_PIPELINE_NUM_MICRO_BATCH");
   CHECK(c.get<std::int64_t>("pipeline.num_micro_batch") == 4);
   CHECK(c.source("pipeline.num_micro_batch") == Config::Source::kCommandLine);
@@ -53,9 +53,9 @@ TEST_CASE("unknown key names the key and its category's keys") {
                        Error);
   CHECK_THROWS_WITH_AS(c.set("bogus.key", 1), doctest::Contains("see docs/config.md"), Error);
   const char* argv[] = {"prog", "--zero.levle=v1"};
-  CHECK_THROWS_WITH_AS(Config::from_args(2, argv), doctest::Contains("unknown config key \"zero.levle\""), Error);
+  CHECK_THROWS_WITH_AS(Config::parse(2, argv), doctest::Contains("unknown config key \"zero.levle\""), Error);
   setenv("EPL_PIPELINE_NUM_MICRO_BATCH", "many", 1);
-  CHECK_THROWS_WITH_AS(Config::from_args(1, argv), doctest::Contains("pipeline.num_micro_batch takes an integer, got \"many\""), Error);
+  CHECK_THROWS_WITH_AS(Config::parse(1, argv), doctest::Contains("pipeline.num_micro_batch takes an integer, got \"many\""), Error);
   unsetenv("EPL_PIPELINE_NUM_MICRO_BATCH");
 }
 
@@ -74,7 +74,7 @@ TEST_CASE("wrong type, out of range and invalid choice name the key and the vali
   CHECK_THROWS_WITH_AS(c.set("amp.loss_scale", 128), doctest::Contains("takes a string, got an integer 128; pass the number as a string: \"128\""),
                        Error);
   const char* argv[] = {"prog", "--pipeline.num_micro_batch"};
-  CHECK_THROWS_WITH_AS(Config::from_args(2, argv), doctest::Contains("needs a value"), Error);
+  CHECK_THROWS_WITH_AS(Config::parse(2, argv), doctest::Contains("needs a value"), Error);
   CHECK_THROWS_WITH_AS((void)c.get<bool>("pipeline.num_micro_batch"), doctest::Contains("holds an integer"), Error);
 }
 
@@ -115,18 +115,18 @@ TEST_CASE("unknown EPL_* variables are refused naming the nearest key; rank coun
     setenv(typo, "2", 1);
     const char* argv[] = {"prog"};
     const std::string want = std::string("unknown environment variable ") + typo;
-    CHECK_THROWS_WITH_AS(Config::from_args(1, argv), doctest::Contains(want.c_str()), Error);
+    CHECK_THROWS_WITH_AS(Config::parse(1, argv), doctest::Contains(want.c_str()), Error);
     unsetenv(typo);
   }
   setenv("EPL_ZERO_LEVL", "v1", 1);
   const char* argv[] = {"prog"};
-  CHECK_THROWS_WITH_AS(Config::from_args(1, argv), doctest::Contains("did you mean EPL_ZERO_LEVEL (zero.level)?"), Error);
+  CHECK_THROWS_WITH_AS(Config::parse(1, argv), doctest::Contains("did you mean EPL_ZERO_LEVEL (zero.level)?"), Error);
   unsetenv("EPL_ZERO_LEVL");
   setenv("EPL_NUM_RANK", "3", 1);
-  CHECK_THROWS_WITH_AS(Config::from_args(1, argv), doctest::Contains("did you mean EPL_NUM_RANKS?"), Error);
+  CHECK_THROWS_WITH_AS(Config::parse(1, argv), doctest::Contains("did you mean EPL_NUM_RANKS?"), Error);
   unsetenv("EPL_NUM_RANK");
   setenv("EPL_NUM_RANKS", "2", 1);  // a library variable, not a key: accepted
-  CHECK_NOTHROW(Config::from_args(1, argv));
+  CHECK_NOTHROW(Config::parse(1, argv));
   for (const char* bad : {" 2", "+2", "2x", "", "0", "-1", "99999"}) {
     CAPTURE(bad);
     setenv("EPL_NUM_RANKS", bad, 1);
@@ -134,9 +134,9 @@ TEST_CASE("unknown EPL_* variables are refused naming the nearest key; rank coun
   }
   unsetenv("EPL_NUM_RANKS");
   setenv("EPL_PIPELINE_NUM_MICRO_BATCH", " 2", 1);
-  CHECK_THROWS_WITH_AS(Config::from_args(1, argv), doctest::Contains("takes an integer, got \" 2\""), Error);
+  CHECK_THROWS_WITH_AS(Config::parse(1, argv), doctest::Contains("takes an integer, got \" 2\""), Error);
   setenv("EPL_PIPELINE_NUM_MICRO_BATCH", "+2", 1);
-  CHECK_THROWS_WITH_AS(Config::from_args(1, argv), doctest::Contains("takes an integer, got \"+2\""), Error);
+  CHECK_THROWS_WITH_AS(Config::parse(1, argv), doctest::Contains("takes an integer, got \"+2\""), Error);
   unsetenv("EPL_PIPELINE_NUM_MICRO_BATCH");
 }
 
@@ -175,7 +175,7 @@ TEST_CASE("program flags: typed values, spaces or '=', lists, booleans, --help")
   const Flag<std::string> mode{"mode", "fast", "how", {.choices = {"fast", "slow"}}};
   const char* argv[] = {"prog", "--steps", "3", "--data=a.txt", "--verbose", "--data", "b.txt", "--lr=0.5",
                         "--pipeline.num_micro_batch", "2", "--mode=slow"};
-  Config c = Config::from_args(11, argv, steps, data, verbose, lr, mode);
+  Config c = Config::parse(11, argv, steps, data, verbose, lr, mode);
   CHECK(c.get(steps) == 3);
   CHECK(c.get(data) == std::vector<std::string>{"a.txt", "b.txt"});
   CHECK(c.get(verbose));
@@ -184,11 +184,13 @@ TEST_CASE("program flags: typed values, spaces or '=', lists, booleans, --help")
   CHECK(c.get(keys::num_micro_batch) == 2);
   CHECK_FALSE(c.help_requested());
   const char* help[] = {"prog", "--help"};
-  Config h = Config::from_args(2, help, steps, data);
+  Config h = Config::parse(2, help, steps, data);
   CHECK(h.help_requested());
   CHECK(h.usage("prog").find("--steps (an integer, default 200)  steps to run") != std::string::npos);
+  const char* help_mode[] = {"prog", "-h"};
+  CHECK(Config::parse(2, help_mode, mode).usage("prog").find("--mode (a string, default \"fast\", one of fast|slow)  how") != std::string::npos);
   const char* defaults[] = {"prog"};
-  CHECK(Config::from_args(1, defaults, steps, data).get(steps) == 200);
+  CHECK(Config::parse(1, defaults, steps, data).get(steps) == 200);
 }
 
 TEST_CASE("program flags: every bad input is an error naming the option") {
@@ -196,7 +198,7 @@ TEST_CASE("program flags: every bad input is an error naming the option") {
   const Flag<std::int64_t> layers{"layers", 2, "blocks", {.min = 1, .max = 64}};
   auto parse = [&](std::vector<const char*> args) {
     args.insert(args.begin(), "prog");
-    return Config::from_args(static_cast<int>(args.size()), args.data(), steps, layers);
+    return Config::parse(static_cast<int>(args.size()), args.data(), steps, layers);
   };
   CHECK_THROWS_WITH_AS(parse({"--steps=abc"}), doctest::Contains("option --steps takes an integer, got \"abc\""), Error);
   CHECK_THROWS_WITH_AS(parse({"--steps=3x"}), doctest::Contains("option --steps takes an integer, got \"3x\""), Error);
@@ -208,6 +210,12 @@ TEST_CASE("program flags: every bad input is an error naming the option") {
   CHECK_THROWS_WITH_AS(parse({"--steps", "--layers=2"}), doctest::Contains("option --steps needs a value"), Error);
   CHECK_THROWS_WITH_AS(parse({"data.txt"}), doctest::Contains("unexpected argument \"data.txt\""), Error);
   CHECK_THROWS_WITH_AS(Flag<std::int64_t>("a.b", 1, ""), doctest::Contains("must be non-empty and contain neither '.'"), Error);
+  CHECK_THROWS_WITH_AS(parse({"--steps=2", "--steps=3"}), doctest::Contains("option --steps is given twice on the command line (2 and 3)"), Error);
+  // the program's own flag declarations, checked where they are made
+  CHECK_THROWS_WITH_AS(Flag<std::int64_t>("n", 0, "", {.min = 1}), doctest::Contains("flag --n: its default 0 lies outside its own limits"), Error);
+  CHECK_THROWS_WITH_AS(Flag<double>("x", 5, "", {.min = 10, .max = 1}), doctest::Contains("flag --x: its limits {.min = 10, .max = 1} admit no value"), Error);
+  CHECK_THROWS_WITH_AS(Flag<std::string>("m", "medium", "", {.choices = {"fast", "slow"}}),
+                       doctest::Contains("flag --m: its default \"medium\" is not one of its own choices"), Error);
   CHECK(parse({"--layers", "7"}).get(layers) == 7);
 }
 }

@@ -2,6 +2,7 @@
 /// \file
 /// \brief epl::Error and the checked-call macros every layer of the library throws through.
 #include <sstream>
+#include <source_location>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -42,6 +43,9 @@ class Error : public std::runtime_error {
  public:
   Error(std::string what, const char* file, int line)
       : std::runtime_error(format(what, file, line)), detail_(std::move(what)), rank_(current_rank()) {}
+  /// \brief An error raised by a program's own code (a layer's check, say), located where it is made.
+  explicit Error(std::string what, std::source_location where = std::source_location::current())
+      : Error(std::move(what), where.file_name(), static_cast<int>(where.line())) {}
   /// \brief The message without the rank and location prefixes.
   [[nodiscard]] const std::string& detail() const noexcept { return detail_; }
   /// \brief The world rank that raised it (-1: not raised on a rank).

@@ -15,6 +15,7 @@
 #include <cctype>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <span>
@@ -92,11 +93,13 @@ class Config {
   /// \brief Defaults, then EPL_* environment variables, then --key=value arguments. Arguments
   /// that are not dotted keys are kept, in order, in program_args() for a program that parses
   /// its own; programs with flags of their own declare them instead (the overload below).
+  ///
+  /// A command line is the user's input: a mistake in it (an unknown key or option, a value of
+  /// the wrong type or out of range) prints epl's message, naming the option and the fix, and
+  /// exits with status 2, as getopt programs do, rather than escaping main as an exception.
+  /// parse() is the same reading, throwing epl::Error instead, for a program that handles it.
   static Config from_args(int argc, const char* const* argv) {
-    Config c;
-    c.load_environment(environ);
-    c.parse_args(argc, argv, false);
-    return c;
+    return or_exit(argc, argv, [&] { return parse(argc, argv); });
   }
   static Config from_args(int argc, char** argv) { return from_args(argc, const_cast<const char* const*>(argv)); }
 
@@ -106,16 +109,38 @@ class Config {
   template <class... T>
     requires(sizeof...(T) > 0)
   static Config from_args(int argc, const char* const* argv, const Flag<T>&... flags) {
-    Config c;
-    (c.declare(flags.spec()), ...);
-    c.load_environment(environ);
-    c.parse_args(argc, argv, true);
-    return c;
+    return or_exit(argc, argv, [&] { return parse(argc, argv, flags...); });
   }
   template <class... T>
     requires(sizeof...(T) > 0)
   static Config from_args(int argc, char** argv, const Flag<T>&... flags) {
     return from_args(argc, const_cast<const char* const*>(argv), flags...);
+  }
+
+  /// \brief from_args() that throws epl::Error on a bad command line or environment.
+  static Config parse(int argc, const char* const* argv) {
+    Config c;
+    c.load_environment(environ);
+    c.parse_args(argc, argv, false);
+    return c;
+  }
+  template <class... T>
+  static Config parse(int argc, const char* const* argv, const Flag<T>&... flags) {
+    if constexpr (sizeof...(T) == 0) {
+      return parse(argc, argv);
+    } else {
+      Config c;
+      (c.declare(flags.spec()), ...);
+      c.load_environment(environ);
+      c.parse_args(argc, argv, true);
+      return c;
+    }
+  }
+  static Config parse(int argc, char** argv) { return parse(argc, const_cast<const char* const*>(argv)); }
+  template <class... T>
+    requires(sizeof...(T) > 0)
+  static Config parse(int argc, char** argv, const Flag<T>&... flags) {
+    return parse(argc, const_cast<const char* const*>(argv), flags...);
   }
 
   /// \brief Reads EPL_* variables from an environment block as from_args reads the process's own:
@@ -198,10 +223,13 @@ class Config {
     std::string out = "usage: " + std::string(program) + " [--flag=value]... [--epl.key=value]...\n";
     if (!about.empty()) out += std::string(about) + "\n";
     out += "flags:\n";
-    for (const auto& [name, e] : entries_)
-      if (e.key.program)
-        out += "  --" + name + " (" + detail::type_str(e.key.default_value) + ", default " + detail::value_str(e.key.default_value) +
-               ")  " + std::string(e.key.help) + "\n";
+    for (const auto& [name, e] : entries_) {
+      if (!e.key.program) continue;
+      std::string limits;
+      for (auto c : e.key.choices) limits += (limits.empty() ? ", one of " : "|") + std::string(c);
+      out += "  --" + name + " (" + detail::type_str(e.key.default_value) + ", default " + detail::value_str(e.key.default_value) +
+             limits + ")  " + std::string(e.key.help) + "\n";
+    }
     out += "EPL keys (--category.attribute=value or EPL_CATEGORY_ATTRIBUTE): docs/config.md; now:\n";
     for (const auto& [name, e] : entries_)
       if (!e.key.program) out += "  --" + name + "=" + detail::value_str(e.value) + "\n";
@@ -301,6 +329,9 @@ class Config {
       mine.insert(mine.end(), list->begin(), list->end());
       return;
     }
+    // a scalar given twice on one command line: one of the two is a mistake, and which is not ours to guess
+    EPL_CHECK(!(src == Source::kCommandLine && e.source == src), what(e.key), " is given twice on the command line (",
+              detail::value_str(e.value), " and ", detail::value_str(v), "); give it once");
     e.value = std::move(v);
     e.source = src;
   }
@@ -402,7 +433,7 @@ class Config {
           auto k = key_of.find(std::string(near));
           hint = "; did you mean " + std::string(near) + (k != key_of.end() ? " (" + std::string(k->second) + ")" : "") + "?";
         }
-        EPL_FAIL("unknown environment variable ", std::string(name), hint,
+        EPL_FAIL("unknown environment variable ", std::string(name), hint.empty() ? ";" : hint,
                  " epl reads EPL_<CATEGORY>_<ATTRIBUTE> for its config keys (docs/config.md) and ", detail::library_variables().front(),
                  "; unset it or correct the name");
       }
@@ -452,6 +483,18 @@ class Config {
   std::map<std::string, Entry, std::less<>> entries_;
   std::vector<std::string> args_;
   bool help_ = false;
+
+  template <class Read>
+  static Config or_exit(int argc, const char* const* argv, Read&& read) {
+    try {
+      return read();
+    } catch (const Error& e) {
+      const std::string_view program = argc > 0 && argv[0] != nullptr ? argv[0] : "epl";
+      std::fprintf(stderr, "%.*s: %s\n", static_cast<int>(program.size()), program.data(), e.detail().c_str());
+      std::fflush(stderr);
+      std::exit(2);
+    }
+  }
 };
 
 }  // namespace v0

@@ -3,6 +3,7 @@
 /// \brief The configuration keys: EPL's dotted keys with EPL's defaults, epl's own additions,
 /// typed handles on them (`epl::keys::max_splits`), and typed flags a program declares for its
 /// own options (`epl::Flag<std::int64_t>`), validated by the same rules with the same messages.
+#include <algorithm>
 #include <limits>
 #include <string>
 #include <string_view>
@@ -62,6 +63,19 @@ class Flag {
       : key_{name, ConfigValue(std::move(default_value)), std::move(limits.choices), limits.min, limits.max, true, help, true} {
     EPL_CHECK(!name.empty() && name.find('.') == std::string_view::npos && name.find('=') == std::string_view::npos,
               "flag name ", detail::quoted(name), " must be non-empty and contain neither '.' (EPL keys have dots) nor '='");
+    // the program's own mistakes, caught where the flag is made rather than never
+    EPL_CHECK(key_.min <= key_.max, "flag --", name, ": its limits {.min = ", key_.min, ", .max = ", key_.max,
+              "} admit no value; give .min <= .max");
+    if constexpr (std::is_same_v<T, std::int64_t> || std::is_same_v<T, double>) {
+      const auto x = static_cast<double>(std::get<T>(key_.default_value));
+      EPL_CHECK(x >= key_.min && x <= key_.max, "flag --", name, ": its default ", x, " lies outside its own limits [",
+                key_.min, ", ", key_.max, "]; change the default or the limits");
+    }
+    if constexpr (std::is_same_v<T, std::string>) {
+      const auto& d = std::get<std::string>(key_.default_value);
+      EPL_CHECK(key_.choices.empty() || std::find(key_.choices.begin(), key_.choices.end(), d) != key_.choices.end(),
+                "flag --", name, ": its default ", detail::quoted(d), " is not one of its own choices");
+    }
   }
   [[nodiscard]] const ConfigKey& spec() const noexcept { return key_; }
   operator Key<T>() const noexcept { return {key_.name}; }  // NOLINT: a flag is read as its key
