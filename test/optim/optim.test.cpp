@@ -1,4 +1,6 @@
 // Optimizers over several steps against the update rules written out here, and clipping.
+#include <limits>
+
 #include "../helpers.hpp"
 
 using namespace epl;
@@ -134,6 +136,9 @@ TEST_CASE("clip_grad_norm scales to the max norm and reports the norm before") {
 TEST_CASE("bad hyper-parameters are rejected with the value") {
   CHECK_THROWS_WITH_AS(optim::AdamW({.lr = -1}), doctest::Contains("learning rate -1 must be positive"), Error);
   CHECK_THROWS_WITH_AS(optim::Momentum({.momentum = 1.5}), doctest::Contains("momentum 1.5"), Error);
+  CHECK_THROWS_WITH_AS(optim::AdamW({.lr = std::numeric_limits<double>::infinity()}), doctest::Contains("learning rate inf must be positive and finite"), Error);
+  CHECK_THROWS_WITH_AS(optim::SGD({.lr = std::numeric_limits<double>::quiet_NaN()}), doctest::Contains("learning rate nan"), Error);
+  CHECK_THROWS_WITH_AS(optim::AdamW({.weight_decay = -0.1}), doctest::Contains("weight_decay -0.1 must be finite and not negative"), Error);
   static_assert(optim::optimizer<optim::AdamW>);
   static_assert(optim::optimizer<optim::SGD>);
   static_assert(!optim::optimizer<int>);

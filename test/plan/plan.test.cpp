@@ -42,6 +42,8 @@ TEST_CASE("plan: the pipeline's virtual stages are what runs, or an error naming
   REQUIRE(p.schedule != nullptr);
   CHECK(p.schedule->name == "Interleaved");
   CHECK(plan::make<Net>({}, 4).schedule == nullptr);  // one pipeline rank: gradient accumulation
+  CHECK_THROWS_WITH_AS(plan::make<Net>({.virtual_stages = 4, .virtual_stages_given = true}, 1),
+                       doctest::Contains("pipeline.num_virtual_stages = 4, but this run has no pipeline"), Error);
 }
 
 TEST_CASE("plan: Replicate<2> and Split<2> on 2 ranks without the colocation key name the key") {

@@ -73,6 +73,17 @@ TEST_CASE("a batch that does not divide into micro-batches names both numbers") 
   CHECK_THROWS_WITH_AS(t.step(empty), doctest::Contains("the batch has no rows; give every step at least one row"), Error);
 }
 
+TEST_CASE("a TrainerOptions value outside its range is an error when the trainer is made, used or not") {
+  auto make = [](TrainerOptions o) { Trainer<gpt::Gpt, optim::SGD> t(test::cpu(), Config{}, gpt::make_gpt(tiny()), optim::SGD({}), o); };
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  CHECK_THROWS_WITH_AS(make({.clip_norm = -1}), doctest::Contains("TrainerOptions::clip_norm = -1 is not a norm"), Error);
+  CHECK_THROWS_WITH_AS(make({.clip_norm = nan}), doctest::Contains("TrainerOptions::clip_norm = nan is not a norm"), Error);
+  CHECK_THROWS_WITH_AS(make({.check_replicas_every = -1}), doctest::Contains("check_replicas_every = -1 is negative"), Error);
+  CHECK_THROWS_WITH_AS(make({.amp_init_scale = 0}), doctest::Contains("amp_init_scale = 0 is not a loss scale"), Error);  // no AMP in this run
+  CHECK_THROWS_WITH_AS(make({.amp_growth_interval = -5}), doctest::Contains("amp_growth_interval = -5 must be at least 1"), Error);
+  CHECK_NOTHROW(make({.clip_norm = 0, .check_replicas_every = 0}));
+}
+
 TEST_CASE("evaluation leaves parameters unchanged and matches the training loss without dropout") {
   Trainer<gpt::Gpt, optim::SGD> t(test::cpu(), Config{}, gpt::make_gpt(tiny()), optim::SGD({.lr = 0.1}));
   auto ds = test::token_corpus(3000);

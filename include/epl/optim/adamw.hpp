@@ -21,11 +21,11 @@ class AdamW {
   static constexpr int kStateSlots = 2;  ///< m, v
 
   explicit AdamW(Options o) : opt_(o) {
-    EPL_CHECK(o.lr > 0, "AdamW: learning rate ", o.lr, " must be positive");
+    EPL_CHECK(std::isfinite(o.lr) && o.lr > 0, "AdamW: learning rate ", o.lr, " must be positive and finite");
     EPL_CHECK(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1, "AdamW: betas (", o.beta1, ", ",
               o.beta2, ") must be in [0, 1)");
-    EPL_CHECK(o.eps > 0, "AdamW: eps ", o.eps, " must be positive");
-    EPL_CHECK(o.weight_decay >= 0, "AdamW: weight_decay ", o.weight_decay, " must not be negative");
+    EPL_CHECK(std::isfinite(o.eps) && o.eps > 0, "AdamW: eps ", o.eps, " must be positive and finite");
+    EPL_CHECK(std::isfinite(o.weight_decay) && o.weight_decay >= 0, "AdamW: weight_decay ", o.weight_decay, " must be finite and not negative");
   }
 
   template <class D>

@@ -1,6 +1,8 @@
 #pragma once
 /// \file
 /// \brief optim::SGD and optim::Momentum (heavy ball, optional Nesterov), PyTorch's rules.
+#include <cmath>
+
 #include "epl/optim/optimizer.hpp"
 
 namespace epl {
@@ -17,8 +19,8 @@ class SGD {
   static constexpr int kStateSlots = 0;
 
   explicit SGD(Options o) : opt_(o) {
-    EPL_CHECK(o.lr > 0, "SGD: learning rate ", o.lr, " must be positive");
-    EPL_CHECK(o.weight_decay >= 0, "SGD: weight_decay ", o.weight_decay, " must not be negative");
+    EPL_CHECK(std::isfinite(o.lr) && o.lr > 0, "SGD: learning rate ", o.lr, " must be positive and finite");
+    EPL_CHECK(std::isfinite(o.weight_decay) && o.weight_decay >= 0, "SGD: weight_decay ", o.weight_decay, " must be finite and not negative");
   }
   template <class D>
   void update(const D& d, const Tensor& value, const Tensor& grad, std::span<const Tensor>, std::int64_t) const {
@@ -44,9 +46,9 @@ class Momentum {
   static constexpr int kStateSlots = 1;  ///< velocity
 
   explicit Momentum(Options o) : opt_(o) {
-    EPL_CHECK(o.lr > 0, "Momentum: learning rate ", o.lr, " must be positive");
+    EPL_CHECK(std::isfinite(o.lr) && o.lr > 0, "Momentum: learning rate ", o.lr, " must be positive and finite");
     EPL_CHECK(o.momentum >= 0 && o.momentum < 1, "Momentum: momentum ", o.momentum, " must be in [0, 1)");
-    EPL_CHECK(o.weight_decay >= 0, "Momentum: weight_decay ", o.weight_decay, " must not be negative");
+    EPL_CHECK(std::isfinite(o.weight_decay) && o.weight_decay >= 0, "Momentum: weight_decay ", o.weight_decay, " must be finite and not negative");
   }
   template <class D>
   void update(const D& d, const Tensor& value, const Tensor& grad, std::span<const Tensor> state, std::int64_t) const {

@@ -193,7 +193,10 @@ void plan_pipeline(const PlanOptions& opt, const strategy::ScheduleEntry& schedu
   const int v = plan.virtual_stages();
   EPL_CHECK(v == 1 || schedule.virtual_stages, "pipeline.num_stages = ", p, " ranks hold ", plan.chunks, " stages, ", v,
             " each: that needs pipeline.strategy=Interleaved (PreferForward and PreferBackward run one stage per rank)");
-  EPL_CHECK(!opt.virtual_stages_given || p == 1 || (schedule.virtual_stages && v == opt.virtual_stages),
+  EPL_CHECK(!opt.virtual_stages_given || p > 1, "pipeline.num_virtual_stages = ", opt.virtual_stages,
+            ", but this run has no pipeline (pipeline.num_stages = 1) for it to shape; leave the key unset, or run a "
+            "pipeline of pipeline.strategy=Interleaved");
+  EPL_CHECK(!opt.virtual_stages_given || (schedule.virtual_stages && v == opt.virtual_stages),
             "pipeline.num_virtual_stages = ", opt.virtual_stages, ", but ",
             !schedule.virtual_stages
                 ? std::string("it applies to pipeline.strategy=Interleaved only; set that, or leave the key unset")

@@ -3,6 +3,7 @@
 /// \brief What a Trainer is told besides its model and optimizer: TrainerOptions (the settings
 /// that are not EPL keys), and the configuration keys read into the plain options plan::make
 /// checks (plan/ sits below runtime/ and does not know Config).
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <string_view>
@@ -36,8 +37,22 @@ struct TrainerOptions {
   std::function<void(std::string_view phase)> checkpoint_phase = nullptr;
 };
 
+/// \brief Every option's own range, checked when a Trainer is made, whether or not the run uses it
+/// (an AMP option set on a run without AMP is a setting that would be silently dropped).
+inline void check(const TrainerOptions& o) {
+  EPL_CHECK(std::isfinite(o.clip_norm) && o.clip_norm >= 0, "TrainerOptions::clip_norm = ", o.clip_norm,
+            " is not a norm; give a positive finite number, or 0 for no clipping");
+  EPL_CHECK(o.check_replicas_every >= 0, "TrainerOptions::check_replicas_every = ", o.check_replicas_every,
+            " is negative; give a step count, or 0 never to compare replicas");
+  EPL_CHECK(o.amp_init_scale >= 1 && o.amp_init_scale <= 0x1p64, "TrainerOptions::amp_init_scale = ", o.amp_init_scale,
+            " is not a loss scale; give a number from 1 to 2^64");
+  EPL_CHECK(o.amp_growth_interval >= 1, "TrainerOptions::amp_growth_interval = ", o.amp_growth_interval,
+            " must be at least 1 step");
+}
+
 /// \brief The configuration keys (and the trainer's options) that shape a run's plan.
 inline plan::PlanOptions plan_options(const Config& cfg, const TrainerOptions& o) {
+  check(o);
   auto given = [&](auto key) { return cfg.source(key) != Config::Source::kDefault; };
   auto optional = [&](Key<std::string> key) { return given(key) ? std::optional<std::string>(cfg.get(key)) : std::nullopt; };
   plan::PlanOptions p;
