@@ -21,7 +21,9 @@ std::filesystem::path checkpoint_in(const std::filesystem::path& dir) {
 
 int main(int argc, char** argv) try {
   const std::string command = argc > 1 ? argv[1] : "";
-  if (command == "show" && argc == 3) {
+  const auto asks_help = [&](int i) { return argc > i && (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h"); };
+  const bool help = command == "--help" || command == "-h" || command == "help" || asks_help(2);
+  if (command == "show" && argc == 3 && !help) {
     const auto dir = checkpoint_in(argv[2]);
     const epl::checkpoint::Reader r(dir);
     const auto& m = r.manifest();
@@ -36,18 +38,20 @@ int main(int argc, char** argv) try {
     std::printf("every piece's checksum holds (%llu bytes)\n", static_cast<unsigned long long>(bytes));
     return 0;
   }
-  if (command == "export" && argc == 4) {
+  if (command == "export" && argc == 4 && !help) {
     const auto dir = checkpoint_in(argv[2]);
     const auto n = epl::checkpoint::export_safetensors(dir, argv[3]);
     std::printf("wrote %zu tensors of %s to %s\n", n, dir.c_str(), argv[3]);
     return 0;
   }
-  const bool help = command == "--help" || command == "-h" || command == "help";
   std::fputs("usage: epl-checkpoint show DIR\n       epl-checkpoint export DIR OUT.safetensors\n"
              "DIR: a step-N checkpoint directory, or the checkpoint.dir that holds them (its newest is used)\n",
              help ? stdout : stderr);
   return help ? 0 : 2;
+} catch (const epl::Error& e) {
+  std::fprintf(stderr, "epl-checkpoint: %s\n", e.detail().c_str());  // the user's file, not where epl noticed it
+  return 2;
 } catch (const std::exception& e) {
-  std::fprintf(stderr, "%s\n", e.what());
+  std::fprintf(stderr, "epl-checkpoint: %s\n", e.what());
   return 2;
 }

@@ -37,6 +37,14 @@ void check_gemm(bool ta, bool tb, std::int64_t m = 5, std::int64_t n = 7, std::i
 }  // namespace
 
 TEST_SUITE("cpu") {
+TEST_CASE("gemm: an empty tensor (a Parameter never materialized) is named, not reported as a [1, 1] shape") {
+  const auto& d = test::cpu();
+  const Tensor a = d.zeros({4, 5}, DType::kF32), c = d.zeros({4, 3}, DType::kF32), none;
+  CHECK_THROWS_WITH_AS(d.gemm(a, false, none, false, c), doctest::Contains("gemm: b is an empty tensor (no storage); a Parameter whose "
+                                                                           "layer's visit() does not list it is never materialized"), Error);
+  CHECK_THROWS_WITH_AS(d.gemm_batched(none, false, a, false, c), doctest::Contains("gemm_batched: a is an empty tensor"), Error);
+}
+
 TEST_CASE("gemm: every transpose combination, f32 and f64, alpha and beta") {
   for (bool ta : {false, true})
     for (bool tb : {false, true}) {

@@ -14,6 +14,13 @@ namespace epl {
 inline namespace v0 {
 namespace device::detail {
 
+// A tensor with no storage reaching a kernel is most often a Parameter that was never
+// materialized: a layer's visit() that leaves it out (its shape would otherwise be reported as
+// [1, 1], naming neither).
+inline void defined(const Tensor& t, const char* op, const char* which) {
+  EPL_CHECK(t.defined(), op, ": ", which, " is an empty tensor (no storage); a Parameter whose layer's visit() does not "
+            "list it is never materialized: list every Parameter there, or allocate the tensor (device.empty)");
+}
 inline void same_dtype(const Tensor& a, const Tensor& b, const char* op) {
   EPL_CHECK(a.dtype() == b.dtype(), op, ": dtypes ", name_of(a.dtype()), " and ", name_of(b.dtype()), " differ");
 }
@@ -27,6 +34,7 @@ struct GemmDims {
   std::int64_t m, n, k;
 };
 inline GemmDims gemm_dims(const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& c) {
+  defined(a, "gemm", "a"), defined(b, "gemm", "b"), defined(c, "gemm", "c");
   const std::int64_t m = ta ? a.shape().back() : a.shape().rows(), k = ta ? a.shape().rows() : a.shape().back();
   const std::int64_t kb = tb ? b.shape().back() : b.shape().rows(), n = tb ? b.shape().rows() : b.shape().back();
   EPL_CHECK(k == kb && c.shape().rows() == m && c.shape().back() == n, "gemm: op(a) is [", m, ", ", k, "], op(b) is [", kb, ", ",
@@ -37,6 +45,7 @@ inline GemmDims gemm_dims(const Tensor& a, bool ta, const Tensor& b, bool tb, co
 }
 /// The sizes of the same GEMM on each [batch, .., ..] block of rank-3 tensors, checked.
 inline GemmDims gemm_batched_dims(const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& c) {
+  defined(a, "gemm_batched", "a"), defined(b, "gemm_batched", "b"), defined(c, "gemm_batched", "c");
   EPL_CHECK(a.rank() == 3 && b.rank() == 3 && c.rank() == 3 && a.dim(0) == b.dim(0) && a.dim(0) == c.dim(0),
             "gemm_batched needs rank-3 tensors of one batch: ", a.shape(), b.shape(), c.shape());
   const std::int64_t m = ta ? a.dim(2) : a.dim(1), k = ta ? a.dim(1) : a.dim(2);

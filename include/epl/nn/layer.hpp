@@ -70,7 +70,9 @@ template <class Parent, std::size_t Index, class Field, class Ctx>
 consteval void require_layer_field() {
   static_assert(layer_for<Ctx>::template test<Field>::value,
                 "epl: a field of a layer struct is not a layer. Each field needs forward(ctx, x) and "
-                "backward(ctx, dy) members returning epl::Tensor, or must itself be an aggregate of "
+                "backward(ctx, dy) members returning epl::Tensor, templates over the pass type "
+                "(template <class Ctx> epl::Tensor forward(Ctx& ctx, const epl::Tensor& x); one taking "
+                "nn::Pass<device::Cpu>& is not enough), or must itself be an aggregate of "
                 "layers. The offending field type is `Field` in this instantiation.");
 }
 template <class Parent, class Ctx>

@@ -328,7 +328,7 @@ void BasicSerializer<Unused>::check_dir(const std::filesystem::path& dir) {
             kManifest, "); give the directory that holds the step-N directories, ", dir.parent_path(),
             ", or load this one with trainer.load");
   EPL_CHECK(!std::filesystem::exists(dir, ec) || std::filesystem::is_directory(dir, ec), "checkpoint directory ", dir,
-            " is not a directory; give checkpoint.dir a directory (it is created when missing)");
+            " is not a directory; give a directory (checkpoint.dir, or the path given to save), which is created when missing");
 }
 
 template <class Unused>
@@ -336,7 +336,7 @@ void BasicSerializer<Unused>::take_dir(const std::filesystem::path& dir) {
   check_dir(dir);
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  EPL_CHECK(!ec, "cannot create checkpoint directory ", dir, ": ", ec.message(), "; give checkpoint.dir a writable directory");
+  EPL_CHECK(!ec, "cannot create checkpoint directory ", dir, ": ", ec.message(), "; give a writable directory (checkpoint.dir, or the path given to save)");
   const auto canonical = std::filesystem::weakly_canonical(dir, ec);
   if (locked_dir_ == canonical) return;
   lock_.reset();
