@@ -123,6 +123,12 @@ TEST_CASE("half and bfloat16: the conversions equal Eigen's on every value") {
   CHECK(bfloat16(std::numeric_limits<float>::quiet_NaN()).bits == 0x7fc0);
 }
 
+TEST_CASE("error: a program's own epl::Error is located where it is thrown") {
+  const Error e("my layer's check failed");
+  CHECK(e.detail() == "my layer's check failed");
+  CHECK(std::string(e.what()).find("core.test.cpp:") != std::string::npos);
+}
+
 TEST_CASE("random: counter-based values are pure functions of (key, index)") {
   auto k = stream_key(5, 3);
   CHECK(uniform01(k, 10) == uniform01(k, 10));

@@ -2,7 +2,6 @@
 /// \file
 /// \brief epl::Error and the checked-call macros every layer of the library throws through.
 #include <sstream>
-#include <source_location>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -38,14 +37,15 @@ inline int current_rank() noexcept { return detail::this_rank(); }
 ///
 /// The message reads "[rank r] epl error at file:line: what" (the prefix only on a thread that
 /// works for a rank), so a line printed by any rank of a job names the rank it came from. Every
-/// check that guards user input throws this; nothing in epl calls exit() or assert() on user input.
+/// check that guards user input throws this; nothing in epl calls exit() or assert() on user input
+/// but Config::from_args, which prints the message and exits 2 on a bad command line.
 class Error : public std::runtime_error {
  public:
-  Error(std::string what, const char* file, int line)
+  /// \brief `what` raised at file:line; a program's own code (a layer's check, say) gives the
+  /// message alone, `throw epl::Error("...")`, and is located where it throws. (__builtin_FILE,
+  /// not std::source_location: clang 14 has no source_location with libstdc++ 12.)
+  explicit Error(std::string what, const char* file = __builtin_FILE(), int line = __builtin_LINE())
       : std::runtime_error(format(what, file, line)), detail_(std::move(what)), rank_(current_rank()) {}
-  /// \brief An error raised by a program's own code (a layer's check, say), located where it is made.
-  explicit Error(std::string what, std::source_location where = std::source_location::current())
-      : Error(std::move(what), where.file_name(), static_cast<int>(where.line())) {}
   /// \brief The message without the rank and location prefixes.
   [[nodiscard]] const std::string& detail() const noexcept { return detail_; }
   /// \brief The world rank that raised it (-1: not raised on a rank).
