@@ -36,15 +36,46 @@ struct MaterializeOptions {
   std::function<int(const nn::Parameter&)> segment = nullptr;
 };
 
-class Arena;
-template <class L, class D>
-Arena materialize(L& l, const D& d, MaterializeOptions opt = {});
-
 /// \brief A contiguous range [begin, end) of an arena's flat buffers.
 struct Range {
   std::int64_t begin = 0, end = 0;
   [[nodiscard]] std::int64_t size() const noexcept { return end - begin; }
 };
+
+/// \brief Where an arena puts its parameters: each one's offset, the padded size and the blocks.
+struct Layout {
+  std::vector<std::int64_t> offsets;  ///< of order[i]
+  std::int64_t size = 0;              ///< elements of the value (and gradient) buffer
+  std::vector<Range> blocks;          ///< ZeRO's blocks (one when not cut), each divisible by shards
+};
+
+/// \brief The layout materialize gives parameters `order` (backward order) under opt: what the
+/// planner reads to predict an arena's bytes without drawing it.
+inline Layout layout(const std::vector<nn::Parameter*>& order, const MaterializeOptions& opt) {
+  Layout out;
+  out.offsets.reserve(order.size());
+  const std::int64_t quantum = opt.align * opt.shards;  // a block's size divides by this
+  auto close_block = [&] {
+    out.size = (out.size + quantum - 1) / quantum * quantum;
+    const std::int64_t begin = out.blocks.empty() ? 0 : out.blocks.back().end;
+    if (out.size > begin) out.blocks.push_back({begin, out.size});
+  };
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    const auto* p = order[i];
+    const std::int64_t block_begin = out.blocks.empty() ? 0 : out.blocks.back().end;
+    const bool new_segment = i > 0 && opt.segment && opt.segment(*p) != opt.segment(*order[i - 1]);
+    if (i > 0 && (new_segment || (opt.block_elements > 0 && out.size - block_begin >= opt.block_elements))) close_block();
+    out.offsets.push_back(out.size);
+    out.size += (p->numel() + opt.align - 1) / opt.align * opt.align;
+  }
+  close_block();
+  return out;
+}
+
+class Arena;
+template <class L, class D>
+Arena materialize(L& l, const D& d, MaterializeOptions opt = {});
+
 
 /// \brief The flat buffers of a model's (owned) parameters: values (kParameters) and
 /// gradients (kGradients), and the parameters in layout order.
@@ -129,21 +160,10 @@ Arena materialize(L& l, const D& d, MaterializeOptions opt) {
   a.dtype_ = opt.dtype;
   a.order_.assign(visiting.rbegin(), visiting.rend());  // backward order
   a.shards_ = opt.shards;
-  const std::int64_t quantum = opt.align * opt.shards;  // a block's size divides by this
-  auto close_block = [&] {
-    a.size_ = (a.size_ + quantum - 1) / quantum * quantum;
-    const std::int64_t begin = a.blocks_.empty() ? 0 : a.blocks_.back().end;
-    if (a.size_ > begin) a.blocks_.push_back({begin, a.size_});
-  };
-  for (std::size_t i = 0; i < a.order_.size(); ++i) {
-    auto* p = a.order_[i];
-    const std::int64_t block_begin = a.blocks_.empty() ? 0 : a.blocks_.back().end;
-    const bool new_segment = i > 0 && opt.segment && opt.segment(*p) != opt.segment(*a.order_[i - 1]);
-    if (i > 0 && (new_segment || (opt.block_elements > 0 && a.size_ - block_begin >= opt.block_elements))) close_block();
-    p->offset = a.size_;
-    a.size_ += (p->numel() + opt.align - 1) / opt.align * opt.align;
-  }
-  close_block();
+  const Layout lay = layout(a.order_, opt);
+  for (std::size_t i = 0; i < a.order_.size(); ++i) a.order_[i]->offset = lay.offsets[i];
+  a.size_ = lay.size;
+  a.blocks_ = lay.blocks;
   a.values_ = d.zeros({a.size_}, opt.dtype, MemoryCategory::kParameters);
   a.grads_ = d.zeros({a.size_}, opt.dtype, MemoryCategory::kGradients);
 

@@ -6,10 +6,14 @@
 /// configuration and the world size against each other, and names the fix when they do not fit
 /// (CUTLASS's can_implement, before run).
 #include <algorithm>
+#include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "epl/nn/recompute.hpp"
+#include "epl/param/arena.hpp"
+#include "epl/policy/zero.hpp"
 #include "epl/policy/setup.hpp"
 #include "epl/strategy/mesh.hpp"
 #include "epl/strategy/pipeline.hpp"
@@ -250,6 +254,22 @@ std::vector<strategy::Chunk<Pass>> local_chunks(Model& model, const Plan& plan, 
   if (plan.policies.recompute == nn::RecomputeMode::kSegments)
     strategy::choose_recompute_segments(mine, ids, plan.chunks, plan.policies.end_taskgraph, stage);
   return mine;
+}
+
+/// \brief How a rank's arena is laid out: the parameters of its chunks (`local`, chunks `ids` of
+/// the plan's), in ZeRO's blocks over `data_size` ranks when the plan shards; values drawn from
+/// `seed`. The Trainer materializes with it and predict_state lays out with it.
+template <class Pass>
+param::MaterializeOptions arena_options(const std::vector<strategy::Chunk<Pass>>& local, const std::vector<int>& ids, const Plan& plan,
+                                        int data_size, std::uint64_t seed) {
+  std::unordered_map<const nn::Parameter*, int> chunk_of;
+  for (std::size_t j = 0; j < local.size(); ++j) local[j].for_each_parameter([&](nn::Parameter& q) { chunk_of[&q] = ids[j]; });
+  param::MaterializeOptions mo{.dtype = plan.policies.dtype, .seed = seed};
+  mo.owned = [owned = std::make_shared<const std::unordered_map<const nn::Parameter*, int>>(chunk_of)](const nn::Parameter& q) {
+    return owned->count(&q) > 0;
+  };
+  if (plan.policies.zero_stage > 0) policy::zero_layout(mo, data_size, plan.policies.max_splits, std::move(chunk_of));
+  return mo;
 }
 
 }  // namespace plan

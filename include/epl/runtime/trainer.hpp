@@ -225,12 +225,7 @@ class Trainer {
     const bool vocab_parallel = plan::shard_model(model_, part, plan_.rows_over_tensor()).sharded_output;
     auto chunks = plan::local_chunks<Pass>(model_, plan_, stage);
     // This rank's chunks' parameters materialized (every parameter is numbered), in ZeRO's blocks.
-    std::unordered_map<const nn::Parameter*, int> chunk_of;
-    const auto ids = plan_.chunks_of(stage);
-    for (std::size_t j = 0; j < chunks.size(); ++j) chunks[j].for_each_parameter([&](nn::Parameter& q) { chunk_of[&q] = ids[j]; });
-    param::MaterializeOptions mo{.dtype = policies.dtype, .seed = opt_.seed};
-    mo.owned = [&](const nn::Parameter& q) { return chunk_of.count(&q) > 0; };
-    if (policies.zero_stage > 0) policy::zero_layout(mo, mesh.data_size(), policies.max_splits, chunk_of);
+    const auto mo = plan::arena_options(chunks, plan_.chunks_of(stage), plan_, mesh.data_size(), opt_.seed);
     arena_ = param::materialize(model_, *device_, mo);
     RunFacts facts;
     add_model_facts(facts, model_);

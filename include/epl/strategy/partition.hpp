@@ -96,19 +96,42 @@ inline double imbalance(const std::vector<double>& costs, const std::vector<std:
   return total > 0 ? most / (total / static_cast<double>(cut.size() - 1)) : 1.0;
 }
 
-/// \brief Specialise with `static constexpr double value` for a layer type whose cost is known
-/// from its type alone; then models made of such layers partition at compile time.
+/// \brief What a layer type states of its costs at compile time (static_cost<L>::value): the
+/// partitioner's multiply-adds per token and, for the planner's compile-time check
+/// (plan::fits), its parameter elements and the activation bytes it keeps per row (sample)
+/// from forward to backward.
+struct Cost {
+  double macs_per_token = 0;
+  std::int64_t parameters = 0;
+  std::int64_t activation_bytes = 0;
+};
+
+/// \brief Specialise with `static constexpr double value` (multiply-adds per token) or
+/// `static constexpr epl::strategy::Cost value` for a layer type whose cost is known from its
+/// type alone; then models made of such layers partition, and are planned, at compile time.
 template <class L>
 struct static_cost;
 
+namespace detail {
+constexpr Cost as_cost(double macs) { return {macs, 0, 0}; }
+constexpr Cost as_cost(const Cost& c) { return c; }
+}  // namespace detail
+
 template <class L>
-concept has_static_cost = requires { static_cast<double>(static_cost<L>::value); };
+concept has_static_cost = requires { detail::as_cost(static_cost<L>::value); };
+
+/// \brief L's static cost as a Cost (a plain number is its multiply-adds).
+template <class L>
+  requires has_static_cost<L>
+constexpr Cost static_cost_of() {
+  return detail::as_cost(static_cost<L>::value);
+}
 
 /// \brief The cost of layer l (its static_cost if it has one, else the estimate from parameters).
 template <class L>
 double unit_cost(L& l) {
   if constexpr (has_static_cost<L>) {
-    return static_cost<L>::value;
+    return static_cost_of<L>().macs_per_token;
   } else {
     double cost = 0;
     nn::visit_nodes(l, [&](std::string_view, auto& node) {
@@ -153,7 +176,7 @@ constexpr void static_unit_costs_of(nn::type_list<P...>, std::array<double, N>& 
 template <class L, std::size_t N>
 constexpr void static_unit_costs(std::array<double, N>& out, std::size_t& at) {
   if constexpr (is_fixed_sequence<L>) static_unit_costs_of(typename nn::node_traits<L>::children{}, out, at);
-  else out[at++] = static_cost<L>::value;
+  else out[at++] = static_cost_of<L>().macs_per_token;
 }
 }  // namespace detail
 

@@ -1,0 +1,411 @@
+#pragma once
+/// \file
+/// \brief The planner's cost model: what a plan costs one rank, predicted before anything is
+/// drawn.
+///
+/// - **State bytes** (parameters, gradients, optimizer state): exact. predict_state lays out each
+///   rank's parameters with the arena's own rule (param::layout, after the same sharding and
+///   stage cut the Trainer makes) and applies ZeRO's and offload's placement (state_bytes).
+/// - **Activations, time, FLOPs, communication**: from a Profile of the model's sequential units
+///   (the partitioner's units, with the partitioner's cost: strategy::unit_cost, or a
+///   strategy::static_cost a layer type declares), measured by one short probe run on the
+///   device (profile), and from the schedule's own action list.
+///
+/// search.hpp enumerates candidate plans with it; fits.hpp is its compile-time form.
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "epl/nn/loss.hpp"
+#include "epl/param/arena.hpp"
+#include "epl/plan/plan.hpp"
+#include "epl/plan/shard.hpp"
+#include "epl/policy/gradient_sync.hpp"
+
+namespace epl {
+inline namespace v0 {
+namespace plan {
+
+/// \brief One rank's training state, by where it lives (the allocator's categories).
+struct StateBytes {
+  std::int64_t parameters = 0, gradients = 0, optimizer_state = 0;  ///< on the device
+  /// In the device's host pool (offload.level = "v0").
+  std::int64_t host_parameters = 0, host_gradients = 0, host_optimizer_state = 0;
+  [[nodiscard]] constexpr std::int64_t device() const noexcept { return parameters + gradients + optimizer_state; }
+  [[nodiscard]] constexpr std::int64_t host() const noexcept { return host_parameters + host_gradients + host_optimizer_state; }
+};
+
+/// \brief The state a rank keeps between steps for an arena of `elements` (padding included)
+/// shared by `shards` data-parallel ranks: ZeRO stage 1 shards the optimizer state, stage 2 the
+/// gradients too, stage 3 the parameters too; offload keeps stage 3's shards in host memory.
+/// `slots` state values per element (optim's kStateSlots), `element_bytes` each (4: f32).
+constexpr StateBytes state_bytes(std::int64_t elements, int shards, int zero_stage, bool offload, int slots,
+                                 std::int64_t element_bytes = 4) {
+  const std::int64_t whole = elements * element_bytes, part = elements / shards * element_bytes;
+  StateBytes s;
+  s.parameters = zero_stage >= 3 ? part : whole;
+  s.gradients = zero_stage >= 2 ? part : whole;
+  s.optimizer_state = slots * (zero_stage >= 1 ? part : whole);
+  if (offload) {
+    s.host_parameters = std::exchange(s.parameters, 0);
+    s.host_gradients = std::exchange(s.gradients, 0);
+    s.host_optimizer_state = std::exchange(s.optimizer_state, 0);
+  }
+  return s;
+}
+
+/// \brief A rank's place: its pipeline rank and its part of the tensor axis.
+struct Place {
+  int stage = 0, tensor = 0;
+};
+
+/// \brief The state bytes of each place of plan on a world of world_size ranks (index
+/// stage * plan.tensor + tensor; every data-parallel rank of a place holds as much), for Model
+/// trained by an optimizer of `slots` state values per element, as Trainer<Model, ..., Policy, ...,
+/// D> lays it out. Nothing is drawn: a copy of the model is sharded and cut as each rank would.
+template <class Model, class Policy = Policies<>, class D = device::Cpu>
+std::vector<StateBytes> predict_state(const Model& model, const Plan& plan, int world_size, int slots) {
+  using Pass = nn::Pass<D, policy::gradient_sync_t<Policy, D>>;
+  const int data = world_size / (plan.pipeline * plan.tensor);
+  Plan cut = plan;
+  cut.policies.recompute = nn::RecomputeMode::kMarked;  // the parameters a rank owns do not depend on what it recomputes
+  const std::int64_t bytes = plan.policies.dtype == DType::kF64 ? 8 : 4;
+  std::vector<StateBytes> out;
+  for (int s = 0; s < plan.pipeline; ++s)
+    for (int t = 0; t < plan.tensor; ++t) {
+      Model copy = model;
+      (void)shard_model(copy, nn::SplitPart{t, plan.tensor}, plan.rows_over_tensor());
+      const auto chunks = local_chunks<Pass>(copy, cut, s);
+      const auto mo = arena_options(chunks, plan.chunks_of(s), plan, data, 0);
+      std::vector<nn::Parameter*> order;
+      nn::for_each_parameter(copy, [&](nn::Parameter& p) {
+        if (mo.owned(p)) order.push_back(&p);
+      });
+      std::reverse(order.begin(), order.end());  // the arena's backward order
+      const auto lay = param::layout(order, mo);
+      out.push_back(state_bytes(lay.size, mo.shards, plan.policies.zero_stage, plan.policies.offload, slots, bytes));
+    }
+  return out;
+}
+
+/// \brief What one sequential unit of a model costs, per row of its input (a sample).
+struct UnitProfile {
+  std::string name;                     ///< the unit's path, as strategy::flatten names it
+  std::int64_t parameters = 0;          ///< elements, unsplit
+  double macs_per_token = 0;            ///< the partitioner's cost (strategy::unit_cost)
+  std::int64_t activation_bytes = 0;    ///< kept from its forward to its backward (its output included), per row
+  std::int64_t output_bytes = 0;        ///< its output, per row: what a pipeline sends on
+  std::int64_t backward_bytes = 0;      ///< allocated for a while during its backward, per row
+  double forward_seconds = 0;           ///< measured, per row
+  double backward_seconds = 0;          ///< measured, per row
+};
+
+/// \brief A model's units as measured by profile(): one short probe run of forward, loss and
+/// backward on one device. The loss is the last unit (name "loss").
+struct Profile {
+  std::vector<UnitProfile> units;
+  std::int64_t rows = 0;             ///< rows of the probe batch
+  std::int64_t tokens_per_row = 0;   ///< elements of one input row
+  std::int64_t input_bytes = 0;      ///< of one input row
+  [[nodiscard]] std::int64_t parameters() const {
+    std::int64_t n = 0;
+    for (const auto& u : units) n += u.parameters;
+    return n;
+  }
+  /// \brief The unit named `name`; an error when there is none.
+  [[nodiscard]] const UnitProfile& unit(const std::string& name) const {
+    for (const auto& u : units)
+      if (u.name == name) return u;
+    EPL_FAIL("the profile has no unit ", name, ": it was measured on another model; profile this one");
+  }
+};
+
+namespace detail {
+inline std::int64_t activations_now(DeviceId d) { return memory_stats(d).current_of(MemoryCategory::kActivations); }
+inline double since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+}  // namespace detail
+
+/// \brief Measures model's units on device d with the batch (inputs, targets) of `rows` rows: each
+/// unit's activation bytes (from the allocator's accounting) and its forward and backward times
+/// (the fastest of `repeats` runs), and its parameters. The model is copied and drawn once, whole,
+/// on d (a model too large for one device is profiled on its parts by the caller). Run it on a
+/// device whose account nothing else charges meanwhile (before starting thread ranks).
+template <class Model, class Loss = nn::SoftmaxCrossEntropy, class D>
+Profile profile(const Model& model, const D& d, const Tensor& inputs, const Tensor& targets, int repeats = 3) {
+  EPL_CHECK(inputs.defined() && inputs.rank() > 0 && inputs.dim(0) > 0, "profile: the probe batch has no rows; give it one or more");
+  EPL_CHECK(targets.defined() && targets.rank() > 0 && targets.dim(0) == inputs.dim(0), "profile: the probe batch has ",
+            inputs.dim(0), " input rows but ", targets.defined() && targets.rank() > 0 ? targets.dim(0) : 0, " target rows");
+  EPL_CHECK(repeats >= 1, "profile: repeats = ", repeats, " must be at least 1");
+  using Pass = nn::Pass<D>;
+  Model copy = model;
+  param::Arena arena = param::materialize(copy, d, {.seed = 1});
+  std::vector<strategy::Unit<Pass>> units;
+  strategy::flatten<Pass>(copy, units);
+  Loss loss;
+  Profile p;
+  p.rows = inputs.dim(0);
+  p.tokens_per_row = inputs.numel() / p.rows;
+  p.input_bytes = static_cast<std::int64_t>(inputs.bytes()) / p.rows;
+  p.units.resize(units.size() + 1);
+  for (std::size_t i = 0; i < units.size(); ++i) {
+    p.units[i].name = units[i].name;
+    p.units[i].macs_per_token = units[i].cost;
+    units[i].parameters(units[i].layer, [&](nn::Parameter& q) { p.units[i].parameters += q.global_shape().numel(); });
+  }
+  p.units.back().name = "loss";
+  const DeviceId id = d.id();
+  auto& account = memory_account(id);
+  for (int r = 0; r < repeats; ++r) {
+    const bool first = r == 0;
+    auto keep_fastest = [&](double& slot, double seconds) { slot = first ? seconds : std::min(slot, seconds); };
+    Pass pass(d, nn::PassOptions{.training = true, .seed = 1, .recompute = nn::RecomputeMode::kNone});
+    std::vector<Tensor> outputs;
+    Tensor h = inputs;
+    for (std::size_t i = 0; i < units.size(); ++i) {
+      const std::int64_t before = detail::activations_now(id);
+      const auto t0 = std::chrono::steady_clock::now();
+      h = units[i].forward(units[i].layer, pass, h);
+      keep_fastest(p.units[i].forward_seconds, detail::since(t0) / static_cast<double>(p.rows));
+      if (first) {
+        p.units[i].activation_bytes = (detail::activations_now(id) - before) / p.rows;
+        p.units[i].output_bytes = static_cast<std::int64_t>(h.bytes()) / p.rows;
+      }
+      outputs.push_back(h);  // kept, as a pipeline keeps each stage's input
+    }
+    std::int64_t before = detail::activations_now(id);
+    auto t0 = std::chrono::steady_clock::now();
+    (void)loss.forward(pass, h, targets);
+    auto& lp = p.units.back();
+    keep_fastest(lp.forward_seconds, detail::since(t0) / static_cast<double>(p.rows));
+    if (first) lp.activation_bytes = (detail::activations_now(id) - before) / p.rows;
+    before = detail::activations_now(id);
+    account.reset_peaks();
+    t0 = std::chrono::steady_clock::now();
+    Tensor g = loss.backward(pass, 1.0 / static_cast<double>(p.rows));
+    keep_fastest(lp.backward_seconds, detail::since(t0) / static_cast<double>(p.rows));
+    if (first) lp.backward_bytes = (memory_stats(id).peak_of(MemoryCategory::kActivations) - before) / p.rows;
+    for (std::size_t i = units.size(); i-- > 0;) {
+      outputs[i] = {};  // the output is the next unit's saved input or gone: only the gradient flows on
+      before = detail::activations_now(id);
+      account.reset_peaks();
+      t0 = std::chrono::steady_clock::now();
+      g = units[i].backward(units[i].layer, pass, g);
+      keep_fastest(p.units[i].backward_seconds, detail::since(t0) / static_cast<double>(p.rows));
+      if (first) p.units[i].backward_bytes = (memory_stats(id).peak_of(MemoryCategory::kActivations) - before) / p.rows;
+    }
+  }
+  return p;
+}
+
+/// \brief The collectives' α-β model: a message of n bytes takes alpha + n / beta seconds.
+struct Link {
+  double alpha = 20e-6;  ///< seconds per message
+  double beta = 5e9;     ///< bytes per second
+  [[nodiscard]] constexpr double seconds(double bytes) const noexcept { return alpha + bytes / beta; }
+};
+
+/// \brief What a plan runs on: ranks, memory per rank, relative speed, links.
+struct Cluster {
+  int ranks = 1;
+  std::int64_t bytes_per_rank = std::int64_t{1} << 40;  ///< device memory per rank
+  /// A rank's speed over the probe's (2 ranks sharing the probe's core: 0.5).
+  double speed = 1.0;
+  Link data{};      ///< all-reduce, reduce-scatter, all-gather over the data-parallel group (ring)
+  Link pipeline{};  ///< a pipeline stage's send to the next
+};
+
+/// \brief One combination: the axes of the mesh, the schedule and the policies.
+struct Candidate {
+  int data = 1, pipeline = 1, micro_batches = 1;
+  std::string schedule = "PreferBackward";  ///< pipeline.strategy (when pipeline > 1)
+  int virtual_stages = 2;                   ///< Interleaved's chunks per rank
+  int zero = 0;                             ///< ZeRO stage (zero.level "", v0, v1, v2)
+  bool recompute = false;                   ///< gradient_checkpoint.type = "auto"
+  bool offload = false;                     ///< offload.level = "v0"
+  /// \brief The configuration keys that run it (key, value), for epl::Config::set.
+  [[nodiscard]] std::vector<std::pair<std::string, std::string>> keys() const {
+    std::vector<std::pair<std::string, std::string>> k{{"pipeline.num_micro_batch", std::to_string(micro_batches)},
+                                                       {"zero.level", zero == 0 ? "" : "v" + std::to_string(zero - 1)},
+                                                       {"offload.level", offload ? "v0" : ""},
+                                                       {"gradient_checkpoint.type", recompute ? "auto" : ""}};
+    if (pipeline > 1) {
+      k.push_back({"pipeline.num_stages", std::to_string(pipeline)});
+      k.push_back({"pipeline.strategy", schedule});
+      k.push_back({"auto.auto_parallel", "true"});
+      if (schedule == "Interleaved") k.push_back({"pipeline.num_virtual_stages", std::to_string(virtual_stages)});
+    }
+    return k;
+  }
+  /// \brief A short name: dp2 pp2 m4 1F1B zero1 rc.
+  [[nodiscard]] std::string str() const {
+    std::string s = "dp" + std::to_string(data) + " pp" + std::to_string(pipeline) + " m" + std::to_string(micro_batches);
+    if (pipeline > 1)
+      s += schedule == "PreferBackward" ? " 1F1B" : schedule == "PreferForward" ? " GPipe" : " " + schedule + std::to_string(virtual_stages);
+    if (zero) s += " zero" + std::to_string(zero);
+    if (offload) s += " offload";
+    if (recompute) s += " recompute";
+    return s;
+  }
+  /// \brief The plan options of this candidate (the rest as in `base`).
+  [[nodiscard]] PlanOptions options(PlanOptions base = {}) const {
+    base.micro_batches = micro_batches;
+    base.stages = pipeline;
+    base.stages_given = pipeline > 1;
+    base.schedule = schedule;
+    base.virtual_stages = virtual_stages;
+    base.virtual_stages_given = pipeline > 1 && schedule == "Interleaved";
+    base.auto_parallel = pipeline > 1;
+    base.policies.zero_level = zero == 0 ? std::string() : "v" + std::to_string(zero - 1);
+    base.policies.offload_level = offload ? "v0" : "";
+    base.policies.recompute = recompute ? "auto" : "";
+    return base;
+  }
+};
+
+/// \brief What a candidate is predicted to cost its busiest rank, per step.
+struct Estimate {
+  Candidate candidate;
+  StateBytes state;                ///< the largest of any rank (exact)
+  std::int64_t activations = 0;    ///< peak activation bytes of the rank that holds most
+  std::int64_t data_bytes = 0;     ///< gradient bytes a rank sends to its data-parallel group (ring)
+  std::int64_t pipeline_bytes = 0; ///< activation and gradient bytes a stage sends on
+  double flops = 0;                ///< multiply-adds x 2 of the busiest rank (forward, backward, recompute)
+  double bubble = 0;               ///< the fraction of the step a stage idles: (p - 1) / (v m + p - 1)
+  double compute_seconds = 0, data_seconds = 0, pipeline_seconds = 0;
+  double seconds = 0;              ///< predicted step time
+  [[nodiscard]] std::int64_t device_bytes() const noexcept { return state.device() + activations; }
+  /// \brief The largest of parameters, gradients, optimizer state, activations, by name.
+  [[nodiscard]] std::string biggest() const {
+    const std::pair<std::int64_t, const char*> parts[] = {{state.parameters, "parameters"},
+                                                          {state.gradients, "gradients"},
+                                                          {state.optimizer_state, "optimizer state"},
+                                                          {activations, "activations"}};
+    return std::max_element(std::begin(parts), std::end(parts))->second;
+  }
+};
+
+namespace detail {
+// The peak activation bytes of pipeline rank `stage` running `actions`, where chunk c keeps
+// kept[c] bytes per micro-batch from its forward to its backward and needs transient[c] more
+// while one runs.
+inline std::int64_t activation_peak(const std::vector<strategy::Action>& actions, const std::vector<std::int64_t>& kept,
+                                    const std::vector<std::int64_t>& transient) {
+  std::int64_t live = 0, peak = 0;
+  for (const auto& a : actions) {
+    const auto c = static_cast<std::size_t>(a.chunk);
+    if (a.kind == strategy::Action::Kind::kForward) {
+      peak = std::max(peak, live + transient[c]);
+      live += kept[c];
+    } else if (a.kind == strategy::Action::Kind::kBackward) {
+      peak = std::max(peak, live + transient[c]);
+      live -= kept[c];
+    }
+  }
+  return std::max(peak, live);
+}
+}  // namespace detail
+
+/// \brief Predicts `c` for Model (a copy of `model` is sharded and cut; nothing is drawn) from its
+/// profile, on `cluster`, training `rows` rows a step, with an optimizer of `slots` state values
+/// per element; a candidate the plan refuses throws the plan's error.
+template <class Model, class Policy = Policies<>, class D = device::Cpu>
+Estimate estimate(const Model& model, const Profile& prof, const Candidate& c, const Cluster& cluster, std::int64_t rows, int slots,
+                  PlanOptions base = {}) {
+  using Pass = nn::Pass<D, policy::gradient_sync_t<Policy, D>>;
+  EPL_CHECK(c.data * c.pipeline * tensor_degree_v<Model> == cluster.ranks, "candidate ", c.str(), " uses ",
+            c.data * c.pipeline * tensor_degree_v<Model>, " ranks, but the cluster has ", cluster.ranks);
+  EPL_CHECK(rows % (c.data * c.micro_batches) == 0, "candidate ", c.str(), ": a global batch of ", rows, " rows does not divide into ",
+            c.data, " replicas x ", c.micro_batches, " micro-batches");
+  const Plan plan = make<Model, Policy>(c.options(base), cluster.ranks, device::computes<D, double>());
+  Estimate e;
+  e.candidate = c;
+  for (const auto& s : predict_state<Model, Policy, D>(model, plan, cluster.ranks, slots)) {
+    e.state.parameters = std::max(e.state.parameters, s.parameters);
+    e.state.gradients = std::max(e.state.gradients, s.gradients);
+    e.state.optimizer_state = std::max(e.state.optimizer_state, s.optimizer_state);
+    e.state.host_parameters = std::max(e.state.host_parameters, s.host_parameters);
+    e.state.host_gradients = std::max(e.state.host_gradients, s.host_gradients);
+    e.state.host_optimizer_state = std::max(e.state.host_optimizer_state, s.host_optimizer_state);
+  }
+  const std::int64_t micro_rows = rows / c.data / c.micro_batches;
+  const bool recompute = plan.policies.recompute == nn::RecomputeMode::kSegments;
+  if (recompute)  // the segments it would recompute, chosen as each rank does: an error when there are none
+    for (int s = 0; s < plan.pipeline; ++s) {
+      Model sharded = model;
+      (void)shard_model(sharded, nn::SplitPart{0, plan.tensor}, plan.rows_over_tensor());
+      (void)local_chunks<Pass>(sharded, plan, s);
+    }
+  Model copy = model;
+  auto all = strategy::cut_into_chunks<Pass>(copy, plan.chunks);
+  const double speed = cluster.speed > 0 ? cluster.speed : 1.0;
+  double slowest_chunk = 0;
+  std::int64_t sends = 0;  // boundary bytes per micro-batch, the largest
+  for (int s = 0; s < plan.pipeline; ++s) {
+    std::vector<std::int64_t> kept(static_cast<std::size_t>(plan.chunks)), transient(kept.size());
+    double stage_seconds = 0, stage_macs = 0;
+    for (int id : plan.chunks_of(s)) {
+      const auto& units = all[static_cast<std::size_t>(id)].units();
+      std::int64_t k = 0, tr = 0, largest = 0;
+      double sec = 0, macs = 0;
+      for (const auto& u : units) {
+        const auto& up = prof.unit(u.name);
+        // recomputed, a unit keeps only its input; its activations come back one segment at a time
+        k += recompute ? 0 : up.activation_bytes;
+        largest = std::max(largest, up.activation_bytes);
+        tr = std::max(tr, up.backward_bytes);
+        sec += up.forward_seconds * (recompute ? 2 : 1) + up.backward_seconds;
+        macs += up.macs_per_token * (recompute ? 4 : 3);
+      }
+      if (recompute) k += units.empty() ? 0 : prof.unit(units.front().name).activation_bytes;  // a segment's input
+      if (recompute) tr += largest * static_cast<std::int64_t>(units.size() > 1 ? 2 : 1);
+      if (id + 1 == plan.chunks) {  // the loss runs on the last chunk
+        const auto& l = prof.units.back();
+        k += l.activation_bytes;
+        tr = std::max(tr, l.backward_bytes);
+        sec += l.forward_seconds + l.backward_seconds;
+      } else if (!units.empty()) {
+        sends = std::max(sends, prof.unit(units.back().name).output_bytes);
+      }
+      kept[static_cast<std::size_t>(id)] = k * micro_rows;
+      transient[static_cast<std::size_t>(id)] = tr * micro_rows;
+      slowest_chunk = std::max(slowest_chunk, sec * static_cast<double>(micro_rows) / speed);
+      stage_seconds += sec;
+      stage_macs += macs;
+    }
+    (void)stage_seconds;
+    e.activations = std::max(e.activations, detail::activation_peak(plan.actions(s), kept, transient));
+    e.flops = std::max(e.flops, 2.0 * stage_macs * static_cast<double>(prof.tokens_per_row * micro_rows * c.micro_batches));
+  }
+  const int v = plan.virtual_stages(), p = plan.pipeline, m = c.micro_batches;
+  e.bubble = p == 1 ? 0.0 : static_cast<double>(p - 1) / static_cast<double>(v * m + p - 1);
+  e.compute_seconds = slowest_chunk * static_cast<double>(v * m + p - 1);
+  if (p > 1) {
+    const double per = static_cast<double>(sends * micro_rows);
+    e.pipeline_bytes = 2 * m * v * sends * micro_rows;
+    e.pipeline_seconds = 2.0 * static_cast<double>(v * m + p - 1) * cluster.pipeline.seconds(per);
+  }
+  const int n = c.data;
+  if (n > 1) {
+    // a ring moves 2 (n - 1) / n of the gradients per all-reduce (ZeRO: a reduce-scatter and an
+    // all-gather, the same); stage 3 gathers the parameters again in backward
+    const std::int64_t held = e.state.gradients + e.state.host_gradients;
+    const std::int64_t grads = plan.policies.zero_stage >= 2 ? held * n : held;
+    const double moved = 2.0 * (n - 1) / n * static_cast<double>(grads) * (plan.policies.zero_stage == 3 ? 1.5 : 1.0);
+    e.data_bytes = static_cast<std::int64_t>(moved);
+    const int messages = 2 * (n - 1) * plan.policies.max_splits;
+    e.data_seconds = cluster.data.alpha * messages + moved / cluster.data.beta;
+  }
+  // The reduction overlaps backward but for its last bucket.
+  const double exposed = std::max(e.data_seconds - 0.6 * e.compute_seconds, e.data_seconds / plan.policies.max_splits);
+  e.seconds = e.compute_seconds + e.pipeline_seconds + exposed;
+  return e;
+}
+
+}  // namespace plan
+}  // namespace v0
+}  // namespace epl

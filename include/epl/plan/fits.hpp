@@ -1,0 +1,157 @@
+#pragma once
+/// \file
+/// \brief plan::fits — the cost model at compile time, for a model type whose layers state their
+/// costs in their types (strategy::static_cost<L> with a strategy::Cost):
+///
+///     static_assert(epl::plan::fits<MyModel, epl::Policies<epl::Zero<1>>>({.ranks = 8}, {.bytes = 16 << 30, .rows = 64}));
+///
+/// A model that does not fit stops the compile at a call whose name says what is largest and which
+/// policy would shrink it (`optimizer_state_is_largest__add_epl_Zero_1`); at run time the same call
+/// throws an epl::Error with the bytes and by how much they are over.
+#include <cstdint>
+
+#include "epl/core/error.hpp"
+#include "epl/plan/cost.hpp"
+#include "epl/strategy/partition.hpp"
+
+namespace epl {
+inline namespace v0 {
+namespace plan {
+
+/// \brief What a run may use: bytes per rank, and the work of one step.
+struct Budget {
+  std::int64_t bytes = 0;        ///< device bytes one rank may use
+  std::int64_t rows = 1;         ///< the global batch, rows (samples) per step
+  int micro_batches = 1;         ///< pipeline.num_micro_batch
+  int optimizer_slots = 2;       ///< state values per parameter element (AdamW: 2, SGD: 0 or 1)
+};
+
+/// \brief What a model type's static costs add up to on one rank (no alignment padding).
+struct StaticFootprint {
+  StateBytes state;
+  std::int64_t activations = 0;
+  [[nodiscard]] constexpr std::int64_t total() const noexcept { return state.device() + activations; }
+};
+
+namespace detail {
+struct StaticSums {
+  std::int64_t parameters = 0;        // elements this rank holds (its stage's, its tensor part)
+  std::int64_t activation_bytes = 0;  // per row, this rank's stage
+};
+template <class M>
+constexpr StaticSums static_sums(int tensor);
+template <class... C>
+constexpr StaticSums static_sums_of(nn::type_list<C...>, int tensor) {
+  StaticSums s;
+  ((s.parameters += static_sums<C>(tensor).parameters, s.activation_bytes += static_sums<C>(tensor).activation_bytes), ...);
+  return s;
+}
+// The busiest stage of a Pipeline, else the sum of the parts; a Split part's parameters divided
+// among its N ranks.
+template <class M>
+constexpr StaticSums static_sums(int tensor) {
+  using N = nn::node_traits<M>;
+  if constexpr (strategy::has_static_cost<M>) {
+    const auto c = strategy::static_cost_of<M>();
+    return {c.parameters, c.activation_bytes};
+  } else if constexpr (N::kind == nn::NodeKind::kPipeline) {
+    StaticSums most;
+    [&]<class... S>(nn::type_list<S...>) {
+      ((most = static_sums<S>(tensor).parameters + static_sums<S>(tensor).activation_bytes > most.parameters + most.activation_bytes
+                   ? static_sums<S>(tensor) : most), ...);
+    }(typename N::children{});
+    return most;
+  } else if constexpr (N::kind == nn::NodeKind::kSplit) {
+    auto s = static_sums_of(typename N::children{}, tensor);
+    s.parameters /= tensor;
+    return s;
+  } else if constexpr (N::kind == nn::NodeKind::kLeaf) {
+    static_assert(strategy::has_static_cost<M>, "epl: plan::fits needs every layer's costs in its type: specialise "
+                                                "epl::strategy::static_cost<Layer> with a strategy::Cost (the layer is M here)");
+    return {};
+  } else {
+    return static_sums_of(typename N::children{}, tensor);
+  }
+}
+
+// What does not fit, named so a compile error says it (these are not constexpr: calling one
+// ends constant evaluation at its name); at run time each throws the message.
+[[noreturn]] inline void does_not_fit(const char* what, std::int64_t need, std::int64_t budget) {
+  EPL_FAIL("the model does not fit: a rank needs ", need, " bytes, ", need - budget, " more than its budget of ", budget, "; ", what);
+}
+inline void optimizer_state_is_largest__add_epl_Zero_1(std::int64_t need, std::int64_t budget) {
+  does_not_fit("the optimizer state is the largest part: add epl::Zero<1> (zero.level=v0) to shard it over the replicas", need, budget);
+}
+inline void gradients_are_largest__add_epl_Zero_2(std::int64_t need, std::int64_t budget) {
+  does_not_fit("the gradients are the largest part: add epl::Zero<2> (zero.level=v1) to shard them over the replicas", need, budget);
+}
+inline void parameters_are_largest__add_epl_Zero_3(std::int64_t need, std::int64_t budget) {
+  does_not_fit("the parameters are the largest part: add epl::Zero<3> (zero.level=v2) to shard them over the replicas", need, budget);
+}
+inline void state_is_sharded__add_epl_Offload(std::int64_t need, std::int64_t budget) {
+  does_not_fit("the training state is sharded by ZeRO stage 3 already: add epl::Offload<epl::offload::V0> to keep it in host "
+               "memory", need, budget);
+}
+inline void activations_are_largest__mark_epl_Recompute_or_raise_micro_batches(std::int64_t need, std::int64_t budget) {
+  does_not_fit("the activations are the largest part: mark blocks epl::Recompute<...> (or gradient_checkpoint.type=auto), or "
+               "raise pipeline.num_micro_batch", need, budget);
+}
+inline void state_is_sharded_already__add_ranks_or_split_the_model(std::int64_t need, std::int64_t budget) {
+  does_not_fit("every policy that shrinks it is on: use more ranks, or split the model (epl::Split, epl::Pipeline)", need, budget);
+}
+inline void world_size_does_not_hold_a_replica__use_a_multiple(std::int64_t ranks, std::int64_t replica) {
+  EPL_FAIL("plan::fits: a cluster of ", ranks, " ranks cannot hold replicas of ", replica, " ranks (pipeline stages x split "
+           "degree); use a multiple of ", replica);
+}
+}  // namespace detail
+
+/// \brief One rank's bytes for Model with Policy on `cluster`, from the layers' static costs:
+/// ZeRO's and offload's compiled stage shard the state over the data-parallel ranks (the ranks
+/// over pipeline stages x split degree); activations are the busiest stage's per row, times the
+/// rows of a micro-batch, times the micro-batches a first stage of 1F1B keeps in flight.
+template <class Model, class Policy = Policies<>>
+constexpr StaticFootprint static_footprint(const Cluster& cluster, const Budget& budget) {
+  constexpr int t = tensor_degree_v<Model>;
+  constexpr int p = [] {
+    if constexpr (is_pipeline_v<Model>) return Model::kStages;
+    else return 1;
+  }();
+  if (cluster.ranks % (p * t) != 0) detail::world_size_does_not_hold_a_replica__use_a_multiple(cluster.ranks, p * t);
+  const int data = cluster.ranks / (p * t);
+  constexpr policy::Compiled c = policy::compiled<Policy>(false);
+  const auto sums = detail::static_sums<Model>(t);
+  StaticFootprint f;
+  f.state = state_bytes(sums.parameters, data, c.zero, c.offload, budget.optimizer_slots);
+  const std::int64_t micro_rows = budget.rows / data / budget.micro_batches;
+  f.activations = sums.activation_bytes * micro_rows * (p == 1 ? 1 : std::min(budget.micro_batches, p));
+  return f;
+}
+
+/// \brief True when Model with Policy fits `budget` on `cluster`; otherwise, in a constant
+/// expression, a compile error at the call that names the largest part and the policy that
+/// shrinks it, and at run time an epl::Error that says so with the bytes.
+template <class Model, class Policy = Policies<>>
+constexpr bool fits(const Cluster& cluster, const Budget& budget) {
+  const auto f = static_footprint<Model, Policy>(cluster, budget);
+  const std::int64_t need = f.total(), limit = std::min(budget.bytes, cluster.bytes_per_rank);
+  if (need <= limit) return true;
+  constexpr policy::Compiled c = policy::compiled<Policy>(false);
+  const auto& s = f.state;
+  if (f.activations >= s.parameters && f.activations >= s.gradients && f.activations >= s.optimizer_state)
+    detail::activations_are_largest__mark_epl_Recompute_or_raise_micro_batches(need, limit);
+  else if (s.optimizer_state >= s.parameters && s.optimizer_state >= s.gradients && c.zero < 1)
+    detail::optimizer_state_is_largest__add_epl_Zero_1(need, limit);
+  else if (s.gradients >= s.parameters && c.zero < 2)
+    detail::gradients_are_largest__add_epl_Zero_2(need, limit);
+  else if (c.zero < 3)
+    detail::parameters_are_largest__add_epl_Zero_3(need, limit);
+  else if (!c.offload)
+    detail::state_is_sharded__add_epl_Offload(need, limit);
+  else
+    detail::state_is_sharded_already__add_ranks_or_split_the_model(need, limit);
+  return false;
+}
+
+}  // namespace plan
+}  // namespace v0
+}  // namespace epl

@@ -1,0 +1,119 @@
+#pragma once
+/// \file
+/// \brief plan::search — every combination of data-parallel degree, pipeline stages,
+/// micro-batches, schedule, ZeRO stage, offload and recompute that Model, its compiled policies
+/// and a cluster allow, each predicted by plan::estimate; those that fit the memory budget,
+/// fastest first. A combination the plan refuses is never returned. The tensor-parallel degree
+/// is the model type's (its epl::Split parts); search each type to compare degrees.
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "epl/plan/cost.hpp"
+
+namespace epl {
+inline namespace v0 {
+namespace plan {
+
+/// \brief What search tries.
+struct SearchOptions {
+  std::vector<int> micro_batches = {1, 2, 4, 8};  ///< pipeline.num_micro_batch values
+  bool pipelines = true;                          ///< cut into stages (auto.auto_parallel) as well as replicate
+  bool recompute = true;                          ///< try gradient_checkpoint.type = "auto"
+  std::int64_t budget = 0;                        ///< device bytes per rank (0: the cluster's)
+  PlanOptions base = {};                          ///< the other keys
+};
+
+/// \brief What search found: the fitting plans, fastest first, and how many it tried.
+struct SearchResult {
+  std::vector<Estimate> plans;
+  int tried = 0, refused = 0, too_big = 0;
+  [[nodiscard]] const Estimate& best() const {
+    EPL_CHECK(!plans.empty(), "plan::search found no plan");
+    return plans.front();
+  }
+};
+
+/// \brief Every valid combination for Model (a copy of `model`, with Policy's compiled policies)
+/// on `cluster`, training `rows` rows a step with an optimizer of `slots` state values per element,
+/// from its profile. Fails, saying by how much, when none fits the budget.
+template <class Model, class Policy = Policies<>, class D = device::Cpu>
+SearchResult search(const Model& model, const Profile& prof, const Cluster& cluster, std::int64_t rows, int slots,
+                    const SearchOptions& o = {}) {
+  constexpr int t = tensor_degree_v<Model>;
+  constexpr auto c = policy::compiled<Policy>(false);
+  EPL_CHECK(cluster.ranks % t == 0, "plan::search: a cluster of ", cluster.ranks, " ranks cannot hold the model's epl::Split<", t,
+            ", ...> parts; use a multiple of ", t, " ranks");
+  const std::int64_t budget = o.budget > 0 ? std::min(o.budget, cluster.bytes_per_rank) : cluster.bytes_per_rank;
+  SearchResult r;
+  const Estimate* smallest = nullptr;
+  std::vector<Estimate> over;  // what did not fit, to say by how much
+  over.reserve(1024);
+  for (int p = 1; p <= cluster.ranks / t; ++p) {
+    if ((cluster.ranks / t) % p != 0 || (p > 1 && !o.pipelines)) continue;
+    const int data = cluster.ranks / t / p;
+    for (int m : o.micro_batches) {
+      if (m < 1 || rows % (static_cast<std::int64_t>(data) * m) != 0) continue;
+      for (const auto& entry : strategy::kSchedules) {
+        if (p == 1 && entry.name != strategy::kSchedules[0].name) continue;  // one stage: no schedule
+        for (int zero = 0; zero <= c.zero; ++zero) {
+          if (zero > 0 && data == 1) continue;  // nothing to shard over
+          for (int offload = 0; offload <= (c.offload && zero == 3 ? 1 : 0); ++offload)
+            for (int rc = 0; rc <= (o.recompute ? 1 : 0); ++rc) {
+              Candidate cand{.data = data, .pipeline = p, .micro_batches = m, .schedule = std::string(entry.name), .virtual_stages = 2,
+                             .zero = zero, .recompute = rc == 1, .offload = offload == 1};
+              ++r.tried;
+              try {
+                Estimate e = estimate<Model, Policy, D>(model, prof, cand, cluster, rows, slots, o.base);
+                if (e.device_bytes() <= budget) {
+                  r.plans.push_back(std::move(e));
+                } else {
+                  ++r.too_big;
+                  over.push_back(std::move(e));
+                }
+              } catch (const Error&) {
+                ++r.refused;  // the plan's checks refuse it: never a choice
+              }
+            }
+        }
+      }
+    }
+  }
+  for (const auto& e : over)
+    if (!smallest || e.device_bytes() < smallest->device_bytes()) smallest = &e;
+  EPL_CHECK(!r.plans.empty(), "no plan of the model fits ", budget, " bytes per rank on ", cluster.ranks, " ranks (", r.tried,
+            " tried, ", r.refused, " refused by the plan's checks)",
+            smallest ? "; the smallest, " + smallest->candidate.str() + ", needs " + std::to_string(smallest->device_bytes()) +
+                           " bytes, " + std::to_string(smallest->device_bytes() - budget) + " more, its largest part the " +
+                           smallest->biggest() + ": add ranks or memory, or the policy that shrinks it (epl::Zero<k>, "
+                           "epl::Offload, gradient_checkpoint)"
+                     : std::string());
+  std::stable_sort(r.plans.begin(), r.plans.end(), [](const Estimate& a, const Estimate& b) { return a.seconds < b.seconds; });
+  return r;
+}
+
+/// \brief The top `n` plans as a table: the combination, predicted bytes by part, step time and bubble.
+inline std::string report(const SearchResult& r, std::size_t n = 5) {
+  auto mib = [](std::int64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); };
+  std::string out;
+  char line[256];
+  std::snprintf(line, sizeof line, "%-34s %9s %9s %9s %9s %9s %10s %7s\n", "plan (fastest first)", "params", "grads", "optim",
+                "activ.", "MiB", "step ms", "bubble");
+  out += line;
+  for (std::size_t i = 0; i < std::min(n, r.plans.size()); ++i) {
+    const auto& e = r.plans[i];
+    std::snprintf(line, sizeof line, "%-34s %9.2f %9.2f %9.2f %9.2f %9.2f %10.3f %6.1f%%\n", e.candidate.str().c_str(),
+                  mib(e.state.parameters), mib(e.state.gradients), mib(e.state.optimizer_state), mib(e.activations),
+                  mib(e.device_bytes()), 1e3 * e.seconds, 100 * e.bubble);
+    out += line;
+  }
+  std::snprintf(line, sizeof line, "(%d combinations tried: %zu fit, %d over the budget, %d refused by the plan's checks)\n", r.tried,
+                r.plans.size(), r.too_big, r.refused);
+  out += line;
+  return out;
+}
+
+}  // namespace plan
+}  // namespace v0
+}  // namespace epl

@@ -1,0 +1,207 @@
+// The planner's cost model: each rank's parameter, gradient and optimizer bytes predicted before
+// anything is drawn equal the allocator's after a step, for data parallel, ZeRO 1-3, offload, a
+// pipeline and a split; a unit's activation bytes measured by the probe; the compile-time check
+// and its run-time message; the search returns only plans the plan accepts, fastest first, and
+// says by how much nothing fits.
+#include "../../examples/gpt/gpt.hpp"
+#include "../helpers.hpp"
+#include "epl/comm/threads/run_threads.hpp"
+#include "epl/plan/fits.hpp"
+#include "epl/plan/search.hpp"
+
+using namespace epl;
+
+namespace {
+gpt::Shape tiny() { return {.vocab = 32, .context = 8, .layers = 2, .heads = 2, .dim = 16}; }
+using All = Policies<Zero<3>, Offload<offload::V0>>;
+
+struct Held {
+  plan::StateBytes state;
+  int stage = 0, tensor = 0;
+};
+
+// n thread ranks train one step of Model under cfg; each rank's state bytes from the allocator.
+template <class Model, class Make>
+std::vector<Held> measure(int n, const Config& cfg, Make make) {
+  std::vector<Held> held(static_cast<std::size_t>(n));
+  comm::run_threads(n, [&](comm::ThreadCommunicator& c) {
+    Context ctx(c, 300 + c.rank());
+    Trainer<Model, optim::AdamW, All> t(ctx, cfg, make(), optim::AdamW({.lr = 0.01}), {.seed = 5});
+    auto ds = test::token_corpus(4000);
+    data::WindowLoader loader(ds, 8, 8, 17, t.data_shard());
+    t.step(loader.next(ctx.cpu()));
+    const auto m = memory_stats(ctx.cpu().id());
+    const auto h = memory_stats(DeviceId{DeviceKind::kHost, ctx.cpu().id().index});
+    auto& out = held[static_cast<std::size_t>(c.rank())];
+    out.state = {m.current_of(MemoryCategory::kParameters), m.current_of(MemoryCategory::kGradients),
+                 m.current_of(MemoryCategory::kOptimizerState), h.current_of(MemoryCategory::kParameters),
+                 h.current_of(MemoryCategory::kGradients), h.current_of(MemoryCategory::kOptimizerState)};
+    out.stage = t.mesh().coord().pipeline;
+    out.tensor = t.mesh().coord().tensor;
+  });
+  return held;
+}
+
+// The keys as a command line gives them (zero.level and offload.level off unless given).
+Config config(std::initializer_list<std::pair<const char*, const char*>> keys) {
+  std::vector<std::string> args{"test"};
+  auto given = [&](std::string_view key) {
+    return std::any_of(keys.begin(), keys.end(), [&](const auto& kv) { return key == kv.first; });
+  };
+  for (const char* off : {"zero.level", "offload.level"})
+    if (!given(off)) args.push_back(std::string("--") + off + "=");
+  for (const auto& [k, v] : keys) args.push_back(std::string("--") + k + "=" + v);
+  std::vector<const char*> argv;
+  for (const auto& a : args) argv.push_back(a.c_str());
+  return Config::parse(static_cast<int>(argv.size()), argv.data());
+}
+
+template <class Model, class Make>
+void expect_exact(int n, const Config& cfg, Make make) {
+  const Model model = make();
+  const auto plan = plan::make<Model, All>(plan_options(cfg, {}), n);
+  const auto predicted = plan::predict_state<Model, All>(model, plan, n, optim::AdamW::kStateSlots);
+  for (const auto& h : measure<Model>(n, cfg, make)) {
+    CAPTURE(h.stage);
+    CAPTURE(h.tensor);
+    const auto& p = predicted.at(static_cast<std::size_t>(h.stage * plan.tensor + h.tensor));
+    CHECK(h.state.parameters == p.parameters);
+    CHECK(h.state.gradients == p.gradients);
+    CHECK(h.state.optimizer_state == p.optimizer_state);
+    CHECK(h.state.host_parameters == p.host_parameters);
+    CHECK(h.state.host_gradients == p.host_gradients);
+    CHECK(h.state.host_optimizer_state == p.host_optimizer_state);
+    CHECK(p.device() + p.host() > 0);
+  }
+}
+
+// A layer whose costs are in its type: plan::fits reads them at compile time.
+template <std::int64_t Params, std::int64_t Activations>
+struct Static {
+  nn::Linear l{1, 1};
+  template <class V> void visit(V&& v) { l.visit(v); }
+  template <class Ctx> Tensor forward(Ctx& ctx, const Tensor& x) { return l.forward(ctx, x); }
+  template <class Ctx> Tensor backward(Ctx& ctx, const Tensor& dy) { return l.backward(ctx, dy); }
+};
+}  // namespace
+
+template <std::int64_t P, std::int64_t A>
+struct epl::strategy::static_cost<Static<P, A>> {
+  static constexpr Cost value{.macs_per_token = static_cast<double>(P), .parameters = P, .activation_bytes = A};
+};
+
+namespace {
+// 1 G parameters and 1 MB of activations a row; a pipeline of two such stages.
+struct Big {
+  Static<1'000'000'000, 1'000'000> a;
+};
+using BigPipe = Pipeline<Replicate<1, Static<1'000'000'000, 1'000'000>>, Replicate<1, Static<1'000'000'000, 1'000'000>>>;
+constexpr std::int64_t kGiB = std::int64_t{1} << 30;
+// fp32 AdamW: 16 bytes an element whole; ZeRO 1 over 8 ranks: 4 + 4 + 1 = 9
+static_assert(plan::fits<Big>({.ranks = 8}, {.bytes = 17 * kGiB, .rows = 8}));
+static_assert(plan::fits<Big, Policies<Zero<1>>>({.ranks = 8}, {.bytes = 9 * kGiB, .rows = 8}));
+static_assert(plan::static_footprint<Big, Policies<Zero<3>>>({.ranks = 8}, {.bytes = 0, .rows = 8}).state.device() == 2'000'000'000);
+// two stages on 2 x 4 ranks: each rank holds one stage, a quarter of the state under ZeRO 3
+static_assert(plan::static_footprint<BigPipe, Policies<Zero<3>>>({.ranks = 8}, {.bytes = 0, .rows = 8}).state.device() == 4'000'000'000);
+}  // namespace
+
+TEST_SUITE("cpu") {
+TEST_CASE("cost: predicted state bytes equal the allocator's (data parallel, ZeRO 1-3, offload)") {
+  auto make = [] { return gpt::make_gpt(tiny()); };
+  expect_exact<gpt::Gpt>(1, config({}), make);
+  expect_exact<gpt::Gpt>(2, config({}), make);
+  expect_exact<gpt::Gpt>(2, config({{"zero.level", "v0"}}), make);
+  expect_exact<gpt::Gpt>(2, config({{"zero.level", "v1"}, {"communication.max_splits", "3"}}), make);
+  expect_exact<gpt::Gpt>(4, config({{"zero.level", "v2"}}), make);
+  expect_exact<gpt::Gpt>(2, config({{"zero.level", "v2"}, {"offload.level", "v0"}}), make);
+}
+
+TEST_CASE("cost: predicted state bytes equal the allocator's (a pipeline, a split, both with ZeRO)") {
+  auto two = [] { return gpt::make_two_stage_gpt(tiny()); };
+  expect_exact<gpt::TwoStageGpt>(2, config({{"pipeline.num_micro_batch", "2"}}), two);
+  expect_exact<gpt::TwoStageGpt>(4, config({{"zero.level", "v1"}, {"pipeline.num_micro_batch", "2"}}), two);
+  auto cut = [] { return gpt::make_gpt(tiny()); };  // a balanced cut into 2 stages
+  expect_exact<gpt::Gpt>(2, config({{"pipeline.num_stages", "2"}, {"auto.auto_parallel", "true"}, {"pipeline.num_micro_batch", "2"}}),
+                         cut);
+  auto split = [] { return gpt::make_split_gpt<2>(tiny()); };
+  expect_exact<gpt::SplitGpt<2>>(2, config({}), split);
+  expect_exact<gpt::SplitGpt<2>>(4, config({{"zero.level", "v0"}}), split);
+}
+
+TEST_CASE("cost: the probe measures a unit's activation bytes from the allocator") {
+  struct Two {
+    nn::Linear a{4, 8};
+    nn::GELU g;
+  };
+  // a Linear keeps its output (8 floats a row; its input is the caller's); GELU its output too
+  const Two model;
+  const Tensor x = test::random<float>({3, 4}, 1);
+  Tensor targets = test::ids({3}, 8, 2);
+  const auto p = plan::profile(model, test::cpu(), x, targets, 1);
+  REQUIRE(p.units.size() == 3);
+  CHECK(p.units[0].name == "model.0");
+  CHECK(p.units[0].parameters == 4 * 8 + 8);
+  CHECK(p.units[0].output_bytes == 8 * 4);
+  CHECK(p.units[0].activation_bytes == 8 * 4);
+  CHECK(p.units[1].output_bytes == 8 * 4);
+  CHECK(p.units[2].name == "loss");
+  CHECK(p.units[2].activation_bytes == 0);  // the loss keeps the logits: the last unit's output
+  CHECK(p.units[2].backward_bytes >= 8 * 4);  // their gradient
+  CHECK(p.rows == 3);
+  CHECK(p.tokens_per_row == 4);
+  CHECK_THROWS_WITH_AS(plan::profile(model, test::cpu(), x, test::ids({2}, 8, 2)), doctest::Contains("3 input rows but 2 target rows"),
+                       Error);
+}
+
+TEST_CASE("cost: plan::fits at run time names the largest part, the policy that shrinks it, and by how much") {
+  CHECK(plan::fits<Big>({.ranks = 8}, {.bytes = 17 * kGiB, .rows = 8}));
+  CHECK_THROWS_WITH_AS((plan::fits<Big>({.ranks = 8}, {.bytes = 15'000'000'000, .rows = 8})),
+                       doctest::Contains("optimizer state is the largest part: add epl::Zero<1>"), Error);
+  CHECK_THROWS_WITH_AS((plan::fits<Big>({.ranks = 8}, {.bytes = 15'000'000'000, .rows = 8})),
+                       doctest::Contains("16001000000 bytes, 1001000000 more than its budget of 15000000000"), Error);
+  CHECK_THROWS_WITH_AS((plan::fits<Big, Policies<Zero<1>>>({.ranks = 8}, {.bytes = 8 * kGiB, .rows = 8})),
+                       doctest::Contains("gradients are the largest part: add epl::Zero<2>"), Error);
+  CHECK_THROWS_WITH_AS((plan::fits<Big, Policies<Zero<3>>>({.ranks = 8}, {.bytes = 1 * kGiB, .rows = 8})),
+                       doctest::Contains("sharded by ZeRO stage 3 already: add epl::Offload"), Error);
+  CHECK_THROWS_WITH_AS((plan::fits<Big, Policies<Zero<3>>>({.ranks = 8}, {.bytes = 3 * kGiB, .rows = 8 * 4096})),
+                       doctest::Contains("activations are the largest part"), Error);
+  CHECK_THROWS_WITH_AS((plan::fits<BigPipe>({.ranks = 3}, {.bytes = 3 * kGiB, .rows = 8})),
+                       doctest::Contains("a cluster of 3 ranks cannot hold replicas of 2 ranks"), Error);
+}
+
+TEST_CASE("cost: search returns only plans the plan accepts, fastest first, and says by how much nothing fits") {
+  const auto model = gpt::make_gpt(tiny());
+  const auto sample = test::ids({2, 8}, 32, 3), targets = test::ids({2, 8}, 32, 4);
+  const auto prof = plan::profile(model, test::cpu(), sample, targets, 1);
+  const plan::Cluster cluster{.ranks = 4};
+  const auto r = plan::search<gpt::Gpt, All>(model, prof, cluster, 16, optim::AdamW::kStateSlots);
+  REQUIRE(!r.plans.empty());
+  CHECK(r.refused > 0);  // too few units for 4 stages with Interleaved's 2 each, recompute of a stage of one unit...
+  for (std::size_t i = 0; i < r.plans.size(); ++i) {
+    const auto& e = r.plans[i];
+    CAPTURE(e.candidate.str());
+    CHECK_NOTHROW((void)plan::make<gpt::Gpt, All>(e.candidate.options(), 4));
+    CHECK(e.candidate.data * e.candidate.pipeline == 4);
+    if (i > 0) CHECK(r.plans[i - 1].seconds <= e.seconds);
+    CHECK(e.seconds > 0);
+    CHECK(e.activations > 0);
+  }
+  // ZeRO 3 holds a quarter of what no ZeRO holds, as the allocator would
+  const auto find = [&](int data, int zero) {
+    for (const auto& e : r.plans)
+      if (e.candidate.data == data && e.candidate.zero == zero && e.candidate.micro_batches == 1 && !e.candidate.recompute &&
+          !e.candidate.offload)
+        return e;
+    REQUIRE(false);  // no such plan
+    return plan::Estimate{};
+  };
+  CHECK(find(4, 3).state.device() * 3 < find(4, 0).state.device());
+  CHECK(plan::report(r, 3).find("fastest first") != std::string::npos);
+  // a budget below every plan: the error says which comes closest and by how much
+  const auto smallest = std::min_element(r.plans.begin(), r.plans.end(), [](const auto& a, const auto& b) {
+                          return a.device_bytes() < b.device_bytes();
+                        })->device_bytes();
+  CHECK_THROWS_WITH_AS((plan::search<gpt::Gpt, All>(model, prof, cluster, 16, 2, {.budget = smallest - 100})),
+                       doctest::Contains("100 more, its largest part the"), Error);
+}
+}
