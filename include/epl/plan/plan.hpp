@@ -6,6 +6,7 @@
 /// configuration and the world size against each other, and names the fix when they do not fit
 /// (CUTLASS's can_implement, before run).
 #include <algorithm>
+#include <cmath>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -100,6 +101,10 @@ struct Plan {
   bool cut_at_split = false;
   /// What the policies do (ZeRO, offload, AMP, recompute, communication), decided with the plan.
   policy::Setup policies;
+  /// Uneven devices (cluster.rank_speeds): each data-parallel rank's share of the batch (the
+  /// slowest of its ranks' speeds), and each pipeline rank's speed for the stage cut (the slowest
+  /// of its ranks'). Empty: even.
+  std::vector<double> data_weights, stage_speeds;
 
   /// \brief The replicated part runs data parallel over the tensor axis: each rank of a split
   /// group reads rows of its own, gathered at the Split.
@@ -140,6 +145,7 @@ struct PlanOptions {
   bool auto_parallel = false;        ///< auto.auto_parallel
   bool prefer_intra_node = true;     ///< cluster.device_place_prefer_intra_node
   bool colocate = false;             ///< cluster.colocate_split_and_replicate
+  std::vector<double> rank_speeds;   ///< cluster.rank_speeds: each world rank's relative speed (empty: even)
   policy::Keys policies = {};        ///< the keys of ZeRO, offload, AMP, recompute and communication
 };
 
@@ -213,6 +219,35 @@ void plan_pipeline(const PlanOptions& opt, const strategy::ScheduleEntry& schedu
 }
 }  // namespace detail
 
+namespace detail {
+// cluster.rank_speeds: a data-parallel rank's share is its slowest rank's speed; a pipeline rank's
+// speed (for the stage cut) its slowest rank's.
+template <class Model>
+void plan_speeds(const PlanOptions& opt, int world_size, Plan& plan) {
+  const auto& v = opt.rank_speeds;
+  if (v.empty()) return;
+  EPL_CHECK(static_cast<int>(v.size()) == world_size, "cluster.rank_speeds gives ", v.size(), " speed", v.size() == 1 ? "" : "s", " for ",
+            world_size, " ranks; give one per rank (\"1,0.5\": rank 1 half as fast), or \"measure\"");
+  for (std::size_t r = 0; r < v.size(); ++r)
+    EPL_CHECK(std::isfinite(v[r]) && v[r] > 0, "cluster.rank_speeds: rank ", r, "'s speed ", v[r], " is not a positive number");
+  EPL_CHECK(!plan.rows_over_tensor(), "cluster.rank_speeds with a split colocated with (or placed beside) a replicated part: "
+            "their ranks read rows of one group together, which uneven shares cannot divide; leave cluster.rank_speeds unset");
+  const int data = world_size / (plan.pipeline * plan.tensor);
+  plan.data_weights.assign(static_cast<std::size_t>(data), 0.0);
+  plan.stage_speeds.assign(static_cast<std::size_t>(plan.pipeline), 0.0);
+  for (int r = 0; r < world_size; ++r) {
+    const auto c = strategy::coord_of(plan.mesh_shape(), data, r);
+    const double speed = v[static_cast<std::size_t>(r)];
+    auto& d = plan.data_weights[static_cast<std::size_t>(c.data)];
+    auto& s = plan.stage_speeds[static_cast<std::size_t>(c.pipeline)];
+    d = d == 0 ? speed : std::min(d, speed);
+    s = s == 0 ? speed : std::min(s, speed);
+  }
+  if (data == 1) plan.data_weights.clear();
+  if (plan.pipeline == 1 || is_pipeline_v<Model> || plan.cut_at_split) plan.stage_speeds.clear();  // a declared cut stays
+}
+}  // namespace detail
+
 /// \brief The plan of Model with the policies Policy (an epl::Policies<...> list) on a world of
 /// world_size ranks, on a device that computes in f64 or not: the one can_implement of a run.
 /// Each strategy's and each policy's check runs here, before anything is allocated; an
@@ -236,6 +271,7 @@ Plan make(const PlanOptions& opt, int world_size, bool f64 = false) {
             plan.separate ? ", or cluster.colocate_split_and_replicate=true to run the Replicate and Split parts on the same "
                             "devices" : "");
   (void)plan.actions(0);  // the schedule's own checks (micro-batches a multiple of p for Interleaved)
+  detail::plan_speeds<Model>(opt, world_size, plan);
   plan.policies = policy::decide(opt.policies, policy::compiled<Policy>(f64),
                                  {.rows_over_tensor = plan.rows_over_tensor(), .chunks = plan.chunks,
                                   .marks_recompute = nn::has_recompute_v<Model>});
@@ -247,7 +283,9 @@ Plan make(const PlanOptions& opt, int world_size, bool f64 = false) {
 /// recompute chosen.
 template <class Pass, class Model>
 std::vector<strategy::Chunk<Pass>> local_chunks(Model& model, const Plan& plan, int stage) {
-  auto all = plan.cut_at_split ? strategy::cut_at_first_split<Pass>(model) : strategy::cut_into_chunks<Pass>(model, plan.chunks);
+  std::vector<double> speeds;  // chunk c runs on pipeline rank c % p
+  for (int c = 0; c < plan.chunks && !plan.stage_speeds.empty(); ++c) speeds.push_back(plan.stage_speeds[static_cast<std::size_t>(c % plan.pipeline)]);
+  auto all = plan.cut_at_split ? strategy::cut_at_first_split<Pass>(model) : strategy::cut_into_chunks<Pass>(model, plan.chunks, speeds);
   std::vector<strategy::Chunk<Pass>> mine;
   const auto ids = plan.chunks_of(stage);
   for (int c : ids) mine.push_back(std::move(all[static_cast<std::size_t>(c)]));

@@ -154,9 +154,10 @@ inline const char* call_name(Call c) {
 /// step, rows) over the world, so that a call made on some ranks only (a save on rank 0 alone)
 /// fails at once on every rank, naming it, instead of waiting out communication.timeout in
 /// collectives that do not match; a step also checks that every rank got a batch of as many rows
-/// (equal shares of the global batch). `data_parallel` says the world is one data-parallel group
-/// (its ranks are named so in the message).
-inline void agree_on_call(comm::Communicator& world, Call call, std::int64_t step, std::int64_t rows, bool data_parallel) {
+/// (equal shares of the global batch, unless `equal_rows` is false: uneven devices). `data_parallel`
+/// says the world is one data-parallel group (its ranks are named so in the message).
+inline void agree_on_call(comm::Communicator& world, Call call, std::int64_t step, std::int64_t rows, bool data_parallel,
+                          bool equal_rows = true) {
   if (world.size() == 1) return;
   const int n = world.size();
   std::int64_t mine[3] = {static_cast<std::int64_t>(call), step, rows};
@@ -169,7 +170,7 @@ inline void agree_on_call(comm::Communicator& world, Call call, std::int64_t ste
               "collectives that every rank calls, in the same order (a save on rank 0 only is the usual slip: call it on every rank)");
     EPL_CHECK(at(r, 1) == at(0, 1), call_name(call), ": rank ", r, " is at step ", at(r, 1), " and rank 0 at step ", at(0, 1),
               "; every rank must run the same steps (resume them all from one checkpoint)");
-    if (call != Call::kStep) continue;
+    if (call != Call::kStep || !equal_rows) continue;  // uneven shares: StepGroups::place checks them
     EPL_CHECK(at(r, 2) == at(0, 2), "at step ", step, " ", data_parallel ? "data-parallel rank " : "rank ", r, " got a batch of ",
               at(r, 2), " rows and rank 0 one of ", at(0, 2), "; every rank must get an equal share of the global batch "
               "(data::WindowLoader with trainer.data_shard() does this)");

@@ -104,6 +104,7 @@ inline constexpr Key<I> num_apply_group{"optimizer.num_apply_group"};
 inline constexpr Key<bool> prefer_intra_node{"cluster.device_place_prefer_intra_node"};
 inline constexpr Key<S> run_visible_devices{"cluster.run_visible_devices"};
 inline constexpr Key<bool> colocate_split_and_replicate{"cluster.colocate_split_and_replicate"};
+inline constexpr Key<S> rank_speeds{"cluster.rank_speeds"};
 inline constexpr Key<I> num_communicators{"communication.num_communicators"};
 inline constexpr Key<bool> sparse_as_dense{"communication.sparse_as_dense"};
 inline constexpr Key<I> max_splits{"communication.max_splits"};
@@ -171,6 +172,9 @@ inline const std::vector<ConfigKey>& config_keys() {
       {"cluster.run_visible_devices", S{""}, {}, -kNone, kNone, false, "comma-separated device ids to use"},
       {"cluster.colocate_split_and_replicate", false, {}, -kNone, kNone, true,
        "run a model's Replicate<N, ...> and Split<N, ...> parts on the same N devices"},
+      {"cluster.rank_speeds", S{""}, {}, -kNone, kNone, true,
+       "uneven devices: each rank's relative speed, comma-separated (\"1,0.5\"), or \"measure\" (a GEMM timed on each); "
+       "data-parallel batch shares and automatic pipeline stage cuts in proportion (epl)"},
       {"communication.num_communicators", I{2}, {}, 1, 1024, false, "communicators used for gradient traffic"},
       {"communication.sparse_as_dense", false, {}, -kNone, kNone, false, "reduce sparse gradients as dense"},
       {"communication.max_splits", I{5}, {}, 1, 1 << 20, true, "gradient fusion buckets"},
@@ -183,7 +187,8 @@ inline const std::vector<ConfigKey>& config_keys() {
       {"io.unbalanced_io_slicing", false, {}, -kNone, kNone, true, "allow uneven file shares"},
       {"io.drop_last_files", false, {}, -kNone, kNone, true, "drop files that do not divide evenly"},
       {"auto.auto_parallel", false, {}, -kNone, kNone, true,
-       "cut a model without stage annotations into pipeline.num_stages stages balanced by cost"},
+       "with pipeline.num_stages: cut a model without stage annotations into that many stages balanced by cost; without it: "
+       "epl::auto_plan chooses the plan (docs/planner.md)"},
       {"communication.timeout", 300.0, {}, 0.001, 86400, true,
        "seconds a collective or receive waits for its peers before the job fails naming them (epl)"},
       {"trace", S{""}, {}, -kNone, kNone, true,

@@ -15,6 +15,7 @@
 #include "epl/core/random.hpp"
 #include "epl/core/tensor.hpp"
 #include "epl/runtime/config.hpp"
+#include "epl/strategy/step_groups.hpp"
 
 namespace epl {
 inline namespace v0 {
@@ -108,6 +109,15 @@ class TokenDataset {
 struct Shard {
   int rank = 0;
   int ranks = 1;
+  /// Uneven devices (cluster.rank_speeds): rank r reads rows in proportion to weights[r]
+  /// (strategy::share_rows); empty: equal shares.
+  std::vector<double> weights = {};
+  std::int64_t quantum = 1;  ///< uneven shares are whole multiples of it (pipeline.num_micro_batch)
+  /// \brief This rank's rows of a global batch of `batch`, and the first of them.
+  [[nodiscard]] std::int64_t rows_of(std::int64_t batch) const { return strategy::RowShare{rank, ranks, weights, quantum}.rows_of(batch); }
+  [[nodiscard]] std::int64_t first_of(std::int64_t batch) const {
+    return strategy::RowShare{rank, ranks, weights, quantum}.first_of(batch);
+  }
 };
 
 /// \brief The files this data-parallel rank reads (EPL's io.slicing). Without io.slicing every
@@ -143,8 +153,9 @@ class WindowLoader {
     EPL_CHECK(seq_len > 0 && batch > 0, "WindowLoader: seq_len ", seq_len, " and batch ", batch, " must be positive");
     EPL_CHECK(shard.ranks >= 1 && shard.rank >= 0 && shard.rank < shard.ranks, "WindowLoader: rank ", shard.rank, " of ",
               shard.ranks, " ranks is not valid");
-    EPL_CHECK(batch % shard.ranks == 0, "global batch of ", batch, " windows does not divide among ", shard.ranks,
-              " data-parallel ranks; make the batch a multiple of ", shard.ranks);
+    EPL_CHECK(batch % shard.ranks == 0 || !shard.weights.empty(), "global batch of ", batch, " windows does not divide among ",
+              shard.ranks, " data-parallel ranks; make the batch a multiple of ", shard.ranks);
+    (void)shard.rows_of(batch);  // uneven shares: one row each at least
     windows_ = (ds.size() - 1) / seq_len;
     EPL_CHECK(windows_ >= batch, "dataset of ", ds.size(), " tokens holds ", windows_, " windows of ", seq_len,
               " tokens, fewer than one batch of ", batch, "; use more data or a smaller batch");
@@ -177,7 +188,7 @@ class WindowLoader {
   }
 
   /// \brief This rank's rows of the next global batch on device d: inputs and targets
-  /// [batch / ranks, seq_len] as int32. An epoch ends when fewer than `batch` windows remain
+  /// [its share of batch (batch / ranks when even), seq_len] as int32. An epoch ends when fewer than `batch` windows remain
   /// (those are dropped for that epoch, on every rank alike).
   template <class D>
   Batch next(const D& d) {
@@ -186,7 +197,7 @@ class WindowLoader {
       cursor_ = 0;
       shuffle();
     }
-    const std::int64_t rows = batch_ / shard_.ranks, first = cursor_ + shard_.rank * rows;
+    const std::int64_t rows = shard_.rows_of(batch_), first = cursor_ + shard_.first_of(batch_);
     std::vector<std::int32_t> in(static_cast<std::size_t>(rows * seq_)), out(in.size());
     const auto& t = ds_->tokens();
     for (std::int64_t b = 0; b < rows; ++b) {

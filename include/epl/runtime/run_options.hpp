@@ -3,10 +3,15 @@
 /// \brief What a Trainer is told besides its model and optimizer: TrainerOptions (the settings
 /// that are not EPL keys), and the configuration keys read into the plain options plan::make
 /// checks (plan/ sits below runtime/ and does not know Config).
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <functional>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "epl/plan/plan.hpp"
 #include "epl/runtime/agreement.hpp"
@@ -87,6 +92,49 @@ inline plan::PlanOptions plan_options(const Config& cfg, const TrainerOptions& o
   k.amp_growth_interval = o.amp_growth_interval;
   k.dtype = o.dtype;
   return p;
+}
+
+/// \brief Device d's speed: the fastest of a few timed 256 x 256 x 256 GEMMs, in GFLOP/s.
+template <class D>
+double measure_speed(const D& d) {
+  constexpr std::int64_t n = 256;
+  const Tensor a = d.zeros({n, n}, DType::kF32, MemoryCategory::kWorkspace), c = d.zeros({n, n}, DType::kF32, MemoryCategory::kWorkspace);
+  double best = 0;
+  for (int i = 0; i < 6; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    d.gemm(a, false, a, true, c, 1, 0);
+    d.synchronize();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (i > 0) best = std::max(best, 2.0 * n * n * n / std::max(s, 1e-9) / 1e9);  // the first warms up
+  }
+  return best;
+}
+
+/// \brief cluster.rank_speeds: empty (even), each rank's number, or with "measure" each rank's
+/// device timed and the speeds gathered over world (so every rank holds the same list).
+template <class D>
+std::vector<double> rank_speeds(const Config& cfg, const D& d, comm::Communicator& world) {
+  const std::string text = cfg.get(keys::rank_speeds);
+  if (text.empty()) return {};
+  std::vector<double> speeds(static_cast<std::size_t>(world.size()));
+  if (text == "measure") {
+    double mine = measure_speed(d);
+    world.all_gather(comm::Buffer(&mine, 1, DType::kF64), comm::Buffer(speeds.data(), world.size(), DType::kF64));
+    return speeds;
+  }
+  speeds.clear();
+  std::size_t at = 0;
+  while (at <= text.size()) {
+    const std::size_t end = std::min(text.find(',', at), text.size());
+    const std::string item = text.substr(at, end - at);
+    char* stop = nullptr;
+    const double v = std::strtod(item.c_str(), &stop);
+    EPL_CHECK(!item.empty() && stop && *stop == '\0', "cluster.rank_speeds = \"", text, "\": \"", item, "\" is not a number; give "
+              "each rank's relative speed, comma-separated (\"1,0.5\"), or \"measure\"");
+    speeds.push_back(v);
+    at = end + 1;
+  }
+  return speeds;
 }
 
 /// \brief Facts about a trainer's options, for the ranks' agreement check.

@@ -82,8 +82,10 @@ class Trainer {
   double step(const Batch& batch) {
     if constexpr (!device::trainable<D>) return 0;  // the static_assert above is the one error
     else {
-      agree_on_call(*world_, Call::kStep, steps_ + 1, rows_of(batch.inputs), world_->size() == groups_->mesh().data_size());
+      agree_on_call(*world_, Call::kStep, steps_ + 1, rows_of(batch.inputs), world_->size() == groups_->mesh().data_size(),
+                    !groups_->uneven());
       check_batch(batch);
+      place_ = groups_->place(rows_of(batch.inputs), steps_ + 1);  // uneven shares: checked, and the loss's weight
       groups_->check_rows(batch.inputs, batch.targets, steps_ + 1);
       if (!std::exchange(stepped_, true)) config_.check_all_read();  // a key nothing read (io.slicing alone) is an error
       serializer_.before_step();
@@ -92,7 +94,7 @@ class Trainer {
         (void)compute_gradients(batch, nn::RecomputeMode::kNone);
         check_.keep(*device_, sync_->owned_grads());
       }
-      double loss = groups_->loss(compute_gradients(batch, plan_.policies.recompute));  // schedule, then sync.finish()
+      double loss = groups_->loss(place_.weight * compute_gradients(batch, plan_.policies.recompute));  // schedule, then sync.finish()
       if (compare) recompute_difference_ = check_.compare(*device_, sync_->owned_grads(), *world_);
       check_finite_loss(loss);
       if (amp_) amp_->unscale(*device_, sync_->owned_grads());
@@ -177,7 +179,10 @@ class Trainer {
   [[nodiscard]] std::int64_t micro_batches() const noexcept { return plan_.micro_batches; }
   /// \brief The rows of each global batch this rank reads (its data-parallel share): hand it to
   /// the loader (data::WindowLoader(..., trainer.data_shard())).
-  [[nodiscard]] data::Shard data_shard() const { return {groups_->rows().rank, groups_->rows().ranks}; }
+  [[nodiscard]] data::Shard data_shard() const {
+    const auto r = groups_->rows();
+    return {r.rank, r.ranks, r.weights, r.quantum};
+  }
   /// \brief What this run does on its world: pipeline ranks, chunks, schedule, policies.
   [[nodiscard]] const plan::Plan& plan() const noexcept { return plan_; }
   /// \brief This rank's list of actions for a step (the schedule's, with sends and receives).
@@ -215,9 +220,11 @@ class Trainer {
  private:
   void init(const Config& cfg) {
     config_ = cfg;
-    plan_ = plan::make<Model, Policy>(plan_options(cfg, opt_), world_->size(), device::computes<D, double>());
+    auto options = plan_options(cfg, opt_);
+    options.rank_speeds = rank_speeds(cfg, *device_, *world_);  // uneven devices: shares and stage cuts
+    plan_ = plan::make<Model, Policy>(options, world_->size(), device::computes<D, double>());
     const auto& policies = plan_.policies;
-    groups_.emplace(*world_, plan_.mesh_shape(), plan_.rows_over_tensor());
+    groups_.emplace(*world_, plan_.mesh_shape(), plan_.rows_over_tensor(), plan_.data_weights, plan_.micro_batches);
     auto& mesh = groups_->mesh();
     const int stage = mesh.coord().pipeline;
     // The Split parts sharded for this rank's place on the tensor axis, before anything is drawn.
@@ -268,7 +275,8 @@ class Trainer {
   // A pass of chunk c for micro-batch m of `count`: the run's seed, step, the global index of its
   // first sample, the scale of its loss gradient, what it recomputes and AMP's GEMM precision.
   Pass pass(int m, int count, bool training, nn::RecomputeMode recompute, std::int64_t first = 0) {
-    const double scale = amp_ ? amp_->pass_scale(count) : 1.0 / count;
+    // this rank's share of the mean: 1 / M of its rows' mean, times its weight among uneven shares
+    const double scale = (amp_ ? amp_->pass_scale(count) : 1.0 / count) * (training ? place_.weight : 1.0);
     return Pass(*device_, nn::PassOptions{training, opt_.seed, static_cast<std::uint64_t>(steps_), static_cast<std::uint64_t>(m), first,
                                           scale, recompute, plan_.policies.matmul},
                 sync_.get(), groups_->layer_groups());
@@ -277,7 +285,7 @@ class Trainer {
   // communication.clip_after_allreduce=false, clipped before); returns this rank's loss.
   double compute_gradients(const Batch& batch, nn::RecomputeMode recompute) {
     const int count = plan_.micro_batches;
-    const std::int64_t per = batch.inputs.dim(0) / count, first = groups_->rows().rank * batch.inputs.dim(0);
+    const std::int64_t per = batch.inputs.dim(0) / count, first = place_.first;
     const auto end = plan_.policies.end_taskgraph;
     sync_->begin_step();
     const double loss = executor_->run(actions_, {batch.inputs, groups_->targets(*device_, batch.targets, count), count},
@@ -377,6 +385,7 @@ class Trainer {
   Tracer tracer_;
   checkpoint::Serializer serializer_;
   std::int64_t steps_ = 0;
+  strategy::RowPlace place_;  // this step's rows in the global batch
   bool stepped_ = false;  // this trainer took a step
   double last_grad_norm_ = 0;
   policy::RecomputeCheck check_;

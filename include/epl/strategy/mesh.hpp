@@ -29,6 +29,24 @@ struct MeshCoord {
   friend bool operator==(const MeshCoord&, const MeshCoord&) = default;
 };
 
+/// \brief The coordinate of world rank `rank` on a mesh of `shape` with `data_size` replicas:
+/// the pipeline axis outermost; within a stage, tensor groups on neighbouring ranks when
+/// shape.prefer_intra_node (else data groups).
+constexpr MeshCoord coord_of(MeshShape shape, int data_size, int rank) {
+  const int T = shape.tensor, D = data_size;
+  MeshCoord c;
+  c.pipeline = rank / (T * D);
+  const int in_stage = rank % (T * D);
+  if (shape.prefer_intra_node) {
+    c.tensor = in_stage % T;
+    c.data = in_stage / T;
+  } else {
+    c.data = in_stage % D;
+    c.tensor = in_stage / D;
+  }
+  return c;
+}
+
 class Mesh {
  public:
   /// \brief Splits world into the groups of shape; fails, naming both numbers, when the world
@@ -67,20 +85,7 @@ class Mesh {
     return shape_.prefer_intra_node ? c.tensor + T * (c.data + D * c.pipeline) : c.data + D * (c.tensor + T * c.pipeline);
   }
   /// \brief The coordinate of a world rank.
-  [[nodiscard]] MeshCoord coord_of(int rank) const {
-    const int T = shape_.tensor, D = data_size_;
-    MeshCoord c;
-    c.pipeline = rank / (T * D);
-    const int in_stage = rank % (T * D);
-    if (shape_.prefer_intra_node) {
-      c.tensor = in_stage % T;
-      c.data = in_stage / T;
-    } else {
-      c.data = in_stage % D;
-      c.tensor = in_stage / D;
-    }
-    return c;
-  }
+  [[nodiscard]] MeshCoord coord_of(int rank) const { return strategy::coord_of(shape_, data_size_, rank); }
 
  private:
   comm::Communicator* world_;

@@ -19,36 +19,40 @@ inline namespace v0 {
 namespace strategy {
 
 namespace detail {
-// Cuts c[0..n) into k non-empty contiguous pieces whose largest sum is as small as it can be
-// (to within a millionth): bisection on that largest sum, each candidate checked greedily. Writes
-// the k + 1 boundaries into out. constexpr, so a cut of static costs is a compile-time constant.
-constexpr void balanced_cut(const double* c, std::size_t n, std::size_t k, std::size_t* out) {
-  double lo = 0, hi = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    lo = std::max(lo, c[i]);
-    hi += c[i];
-  }
-  // pieces needed when no piece may exceed limit (greedy from the front)
+// Cuts c[0..n) into k non-empty contiguous pieces whose largest time is as small as it can be (to
+// within a millionth), piece p taking its sum over speed[p] (null: every speed 1): bisection on
+// that time, each candidate checked greedily. Writes the k + 1 boundaries into out. constexpr, so
+// a cut of static costs is a compile-time constant.
+constexpr void balanced_cut(const double* c, std::size_t n, std::size_t k, std::size_t* out, const double* speed = nullptr) {
+  auto cap = [&](std::size_t p) { return speed ? speed[p] : 1.0; };
+  double lo = 0, hi = 0, slowest = cap(0);
+  for (std::size_t p = 1; p < k; ++p) slowest = std::min(slowest, cap(p));
+  for (std::size_t i = 0; i < n; ++i) hi += c[i];
+  hi /= slowest;  // everything on the slowest piece
+  // pieces needed when no piece may take longer than limit (greedy from the front, piece p
+  // holding up to limit x its speed; the pieces past k all at the slowest speed)
   auto pieces = [&](double limit) {
     std::size_t count = 1;
     double sum = 0;
     for (std::size_t i = 0; i < n; ++i) {
-      if (sum + c[i] > limit && sum > 0) {
+      const double room = limit * (count <= k ? cap(count - 1) : slowest);
+      if (sum + c[i] > room && sum > 0) {
         ++count;
         sum = 0;
       }
+      if (c[i] > limit * (count <= k ? cap(count - 1) : slowest)) return n + k + 1;  // one unit alone is too slow here
       sum += c[i];
     }
     return count;
   };
-  for (int iter = 0; iter < 100 && hi - lo > 1e-6 * (hi > 0 ? hi : 1); ++iter) {
+  for (int iter = 0; iter < 200 && hi - lo > 1e-6 * (hi > 0 ? hi : 1); ++iter) {
     const double mid = (lo + hi) / 2;
     if (pieces(mid) <= k) hi = mid;
     else lo = mid;
   }
-  // Cut greedily under that limit: each piece takes units while they fit and while one unit is
+  // Cut greedily under that time: each piece takes units while they fit and while one unit is
   // left for each piece still to come; the last piece takes the rest. Greedy filling under the
-  // smallest feasible limit keeps every piece within it.
+  // smallest feasible time keeps every piece within it.
   std::size_t i = 0;
   for (std::size_t p = 0; p < k; ++p) {
     out[p] = i;
@@ -57,7 +61,7 @@ constexpr void balanced_cut(const double* c, std::size_t n, std::size_t k, std::
     do {
       sum += c[i];
       ++i;
-    } while (i < n - later && (later == 0 || sum + c[i] <= hi));
+    } while (i < n - later && (later == 0 || sum + c[i] <= hi * cap(p)));
   }
   out[k] = n;
 }
@@ -73,14 +77,18 @@ constexpr std::array<std::size_t, K + 1> balanced_partition(const std::array<dou
   return cut;
 }
 
-/// \brief The same at run time: an error names both numbers when there are fewer units than stages.
-inline std::vector<std::size_t> balanced_partition(const std::vector<double>& costs, std::size_t stages) {
+/// \brief The same at run time: an error names both numbers when there are fewer units than
+/// stages. With `speeds` (one per stage: cluster.rank_speeds), stage s takes its cost over
+/// speeds[s], so a faster stage takes more of the model.
+inline std::vector<std::size_t> balanced_partition(const std::vector<double>& costs, std::size_t stages,
+                                                   const std::vector<double>& speeds = {}) {
   EPL_CHECK(stages >= 1 && stages <= costs.size(), "a model of ", costs.size(), " sequential units cannot be cut into ", stages,
             " pipeline stages; use at most ", costs.size(), " stages (pipeline.num_stages, times pipeline.num_virtual_stages under "
             "pipeline.strategy=Interleaved), or split the model into more "
             "layers (a struct of layers, nn::Seq or nn::Repeat)");
+  EPL_CHECK(speeds.empty() || speeds.size() == stages, "balanced_partition: ", speeds.size(), " stage speeds for ", stages, " stages");
   std::vector<std::size_t> cut(stages + 1);
-  detail::balanced_cut(costs.data(), costs.size(), stages, cut.data());
+  detail::balanced_cut(costs.data(), costs.size(), stages, cut.data(), speeds.empty() ? nullptr : speeds.data());
   return cut;
 }
 

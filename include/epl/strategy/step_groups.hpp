@@ -7,6 +7,7 @@
 ///
 /// These small collectives run on groups split for them, so the data and tensor groups' byte
 /// counts are the gradients' and the layers' traffic alone (tests assert them).
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -37,18 +38,92 @@ inline std::uint64_t content_hash(const Tensor& t) {
   return h;
 }
 
-/// \brief Which rows of each global batch a rank reads: share `rank` of `ranks` equal shares.
+/// \brief Each rank's rows of a global batch of `rows`: equal shares, or with `weights` (one per
+/// rank, positive) shares in proportion to them, by largest remainder, in whole multiples of
+/// `quantum` (the micro-batches each rank splits its rows into), at least one each.
+inline std::vector<std::int64_t> share_rows(std::int64_t rows, int ranks, const std::vector<double>& weights = {},
+                                            std::int64_t quantum = 1) {
+  EPL_CHECK(ranks >= 1 && (weights.empty() || static_cast<int>(weights.size()) == ranks), "share_rows: ", weights.size(),
+            " weights for ", ranks, " ranks");
+  std::vector<std::int64_t> out(static_cast<std::size_t>(ranks), rows / ranks);
+  if (weights.empty()) return out;
+  EPL_CHECK(quantum >= 1 && rows % quantum == 0 && rows / quantum >= ranks, "a global batch of ", rows, " rows cannot give each of ",
+            ranks, " data-parallel ranks of uneven speed (cluster.rank_speeds) a whole number of its ", quantum,
+            " micro-batch(es), one at least; use a batch that is a multiple of ", quantum, " and at least ", ranks * quantum, " rows");
+  const std::int64_t units = rows / quantum;
+  for (auto& o : out) o = 0;
+  double total = 0;
+  for (double w : weights) total += w;
+  // in proportion, rounded down but one at least; then the units left go to the largest
+  // fractions, or the ones over go from the shares furthest above their due (lowest rank first)
+  std::vector<double> exact(static_cast<std::size_t>(ranks));
+  std::int64_t given = 0;
+  for (int r = 0; r < ranks; ++r) {
+    const auto i = static_cast<std::size_t>(r);
+    exact[i] = static_cast<double>(units) * weights[i] / total;
+    out[i] = std::max<std::int64_t>(1, static_cast<std::int64_t>(std::floor(exact[i])));
+    given += out[i];
+  }
+  std::vector<int> order(static_cast<std::size_t>(ranks));
+  for (int r = 0; r < ranks; ++r) order[static_cast<std::size_t>(r)] = r;
+  auto due = [&](int r) { return exact[static_cast<std::size_t>(r)] - static_cast<double>(out[static_cast<std::size_t>(r)]); };
+  while (given != units) {
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return due(a) > due(b); });
+    if (given < units) {
+      ++out[static_cast<std::size_t>(order.front())];
+      ++given;
+    } else {
+      for (auto it = order.rbegin(); it != order.rend(); ++it)
+        if (out[static_cast<std::size_t>(*it)] > 1) {
+          --out[static_cast<std::size_t>(*it)];
+          --given;
+          break;
+        }
+    }
+  }
+  for (auto& o : out) o *= quantum;
+  return out;
+}
+
+/// \brief Which rows of each global batch a rank reads: share `rank` of `ranks` shares, equal or,
+/// with `weights` (cluster.rank_speeds), in proportion to them.
 struct RowShare {
   int rank = 0;
   int ranks = 1;
+  std::vector<double> weights = {};
+  std::int64_t quantum = 1;  ///< uneven shares are whole multiples of it (the micro-batches)
+  /// \brief This rank's rows of a global batch of `rows`, and the first of them.
+  [[nodiscard]] std::int64_t rows_of(std::int64_t rows) const {
+    return share_rows(rows, ranks, weights, quantum)[static_cast<std::size_t>(rank)];
+  }
+  [[nodiscard]] std::int64_t first_of(std::int64_t rows) const {
+    const auto all = share_rows(rows, ranks, weights, quantum);
+    std::int64_t first = 0;
+    for (int r = 0; r < rank; ++r) first += all[static_cast<std::size_t>(r)];
+    return first;
+  }
+};
+
+/// \brief Where a rank's rows of this step's global batch lie: the first, how many in all, and
+/// the weight its loss carries in the mean over the ranks that share the batch
+/// (rows x ranks / total: 1 with equal shares).
+struct RowPlace {
+  std::int64_t first = 0, total = 0;
+  double weight = 1.0;
 };
 
 class StepGroups {
  public:
   /// \param rows_over_tensor a colocated (or separate) split's replicated part runs data parallel
   ///        over the tensor axis too: each rank of a split group reads rows of its own
-  StepGroups(comm::Communicator& world, MeshShape shape, bool rows_over_tensor)
-      : mesh_(world, shape), rows_over_tensor_(rows_over_tensor) {
+  /// \param weights each data-parallel rank's share of the batch (cluster.rank_speeds); empty: equal
+  /// \param quantum uneven shares are whole multiples of it (the micro-batches)
+  StepGroups(comm::Communicator& world, MeshShape shape, bool rows_over_tensor, std::vector<double> weights = {},
+             std::int64_t quantum = 1)
+      : mesh_(world, shape), rows_over_tensor_(rows_over_tensor), weights_(std::move(weights)), quantum_(quantum) {
+    EPL_CHECK(weights_.empty() || (!rows_over_tensor_ && static_cast<int>(weights_.size()) == mesh_.data_size()),
+              "uneven data-parallel shares (cluster.rank_speeds) need one weight per data-parallel rank and a split that is "
+              "not colocated with a replicated part; leave cluster.rank_speeds unset");
     replicas_ = mesh_.data().split(0, 0);
     if (rows_over_tensor_) {
       stage_ = world.split(mesh_.coord().pipeline, world.rank());
@@ -74,7 +149,26 @@ class StepGroups {
   [[nodiscard]] RowShare rows() const {
     const auto& c = mesh_.coord();
     if (rows_over_tensor_) return {c.data * mesh_.tensor_size() + c.tensor, mesh_.data_size() * mesh_.tensor_size()};
-    return {c.data, mesh_.data_size()};
+    return {c.data, mesh_.data_size(), weights_, quantum_};
+  }
+  [[nodiscard]] bool uneven() const noexcept { return !weights_.empty(); }
+
+  /// \brief Where this rank's `rows` lie in this step's global batch. With uneven shares, checks
+  /// (over the data-parallel group) that every rank got its share of the batch they add up to.
+  RowPlace place(std::int64_t rows, std::int64_t step) {
+    const RowShare share = this->rows();
+    if (!uneven()) return {share.rank * rows, rows * share.ranks, 1.0};
+    std::vector<std::int64_t> all(static_cast<std::size_t>(share.ranks));
+    mesh_.data().all_gather(comm::Buffer(&rows, 1, DType::kI64), comm::Buffer(all.data(), share.ranks, DType::kI64));
+    std::int64_t total = 0;
+    for (auto r : all) total += r;
+    const auto expected = share_rows(total, share.ranks, weights_, quantum_);
+    for (int r = 0; r < share.ranks; ++r)
+      EPL_CHECK(all[static_cast<std::size_t>(r)] == expected[static_cast<std::size_t>(r)], "at step ", step, " data-parallel rank ",
+                r, " got ", all[static_cast<std::size_t>(r)], " rows, but its share of the global batch of ", total,
+                " rows by cluster.rank_speeds is ", expected[static_cast<std::size_t>(r)],
+                "; read the rows with data::WindowLoader and trainer.data_shard(), which carries the shares");
+    return {share.first_of(total), total, static_cast<double>(rows * share.ranks) / static_cast<double>(total)};
   }
 
   /// \brief Fails unless the ranks of a split group (unless colocated) and the stages of a
@@ -150,6 +244,8 @@ class StepGroups {
 
   Mesh mesh_;
   bool rows_over_tensor_;
+  std::vector<double> weights_;
+  std::int64_t quantum_ = 1;
   // replicas_: the ranks that hold the same parameters (a colocated split: only those of the same
   // tensor part); sharers_: the ranks that share the loss (each with its rows) when not those
   comm::Communicator replicas_, sharers_, tensor_, pipeline_, stage_;

@@ -175,9 +175,9 @@ void flatten(L& l, std::vector<Unit<Ctx>>& out, const std::string& name = "model
 
 /// \brief The chunks of a model cut into `chunks` contiguous pieces: a Pipeline's own stages when
 /// it is one (their count must then be `chunks`, or 1: the whole), else a balanced cut of its
-/// units by cost.
+/// units by cost, chunk c taking its cost over speeds[c] when given (uneven devices).
 template <class Ctx, class M>
-std::vector<Chunk<Ctx>> cut_into_chunks(M& model, int chunks) {
+std::vector<Chunk<Ctx>> cut_into_chunks(M& model, int chunks, const std::vector<double>& speeds = {}) {
   std::vector<Chunk<Ctx>> out;
   if constexpr (is_pipeline_v<M>) {
     if (chunks == 1) {  // every stage on this rank: the whole model in order
@@ -201,7 +201,7 @@ std::vector<Chunk<Ctx>> cut_into_chunks(M& model, int chunks) {
     flatten<Ctx>(model, units);
     std::vector<double> costs;
     for (const auto& u : units) costs.push_back(u.cost);
-    const auto cut = balanced_partition(costs, static_cast<std::size_t>(chunks));
+    const auto cut = balanced_partition(costs, static_cast<std::size_t>(chunks), speeds);
     for (int c = 0; c < chunks; ++c)
       out.emplace_back(std::vector<Unit<Ctx>>(units.begin() + static_cast<std::ptrdiff_t>(cut[c]),
                                               units.begin() + static_cast<std::ptrdiff_t>(cut[c + 1])));
