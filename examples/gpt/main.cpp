@@ -9,6 +9,8 @@
 // Pipelined: cut into stages automatically, or declared as two stages (--two_stage):
 //   gpt --ranks=2 --pipeline.num_stages=2 --auto.auto_parallel=true --pipeline.num_micro_batch=4
 //   gpt --ranks=2 --two_stage --pipeline.strategy=PreferForward --pipeline.num_micro_batch=4
+// Planned: the planner measures the model and chooses stages, micro-batches, ZeRO, recompute, AMP:
+//   gpt --ranks=4 --auto.auto_parallel=true
 // Memory policies, alone or combined (built in; off unless asked for):
 //   gpt --ranks=2 --zero.level=v2 --optimizer.num_apply_group=4
 //   gpt --gradient_checkpoint.type=auto          (the library's segments)
@@ -17,6 +19,7 @@
 // Checkpoints: save every 50 steps; run again with the same directory to resume from the newest:
 //   gpt --checkpoint.dir=ckpt --checkpoint.every=50
 #include <epl/epl.hpp>
+#include <epl/runtime/auto_plan.hpp>
 #include <epl/runtime/launch.hpp>
 
 #include <chrono>
@@ -59,11 +62,20 @@ epl::Config with_policies_off_by_default(epl::Config cfg) {
 
 // Every rank runs this with the model type chosen on the command line.
 template <class Model>
-void train(epl::Context& ctx, const epl::Config& cfg, const Run& run, Model model) {
+void train(epl::Context& ctx, const epl::Config& given, const Run& run, Model model) {
   const auto& cpu = ctx.cpu();
-  // Built with every ZeRO stage and offload; zero.level and offload.level pick (off when not given).
-  epl::Trainer<Model, epl::optim::AdamW, epl::Policies<epl::Zero<3>, epl::Offload<epl::offload::V0>, epl::Amp<epl::amp::BF16>>> trainer(
-      ctx, with_policies_off_by_default(cfg), std::move(model), epl::optim::AdamW({.lr = 2e-3, .weight_decay = 0.0}), {.seed = 42, .clip_norm = 1.0});
+  // Built with every ZeRO stage, offload and AMP; zero.level, offload.level and amp.level pick (off when not given).
+  using Policy = epl::Policies<epl::Zero<3>, epl::Offload<epl::offload::V0>, epl::Amp<epl::amp::BF16>>;
+  epl::Config cfg = with_policies_off_by_default(given);
+  // --auto.auto_parallel=true without --pipeline.num_stages: the planner measures the model on a
+  // few windows of the first file and chooses the plan (docs/planner.md).
+  if (cfg.get(epl::keys::auto_parallel) && cfg.source(epl::keys::num_stages) == epl::Config::Source::kDefault) {
+    const auto sample = epl::data::TokenDataset::from_text({run.files.front()});
+    epl::data::WindowLoader probe(sample, run.shape.context, 4, 99);
+    cfg = epl::auto_plan<Model, epl::optim::AdamW, Policy>(ctx, cfg, model, probe.next(cpu), run.global_batch);
+  }
+  epl::Trainer<Model, epl::optim::AdamW, Policy> trainer(ctx, cfg, std::move(model), epl::optim::AdamW({.lr = 2e-3, .weight_decay = 0.0}),
+                                                         {.seed = 42, .clip_norm = 1.0});
   // The data-parallel replicas divide each global batch; a pipeline's stages read the same rows.
   const epl::data::Shard shard = trainer.data_shard();
   auto files_here = epl::data::slice_files(run.files, shard, cfg);

@@ -15,10 +15,17 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <sstream>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "epl/device/cpu/cpu.hpp"
+#include "epl/device/device.hpp"
 #include "epl/nn/loss.hpp"
 #include "epl/param/arena.hpp"
 #include "epl/plan/plan.hpp"
@@ -96,11 +103,14 @@ struct UnitProfile {
   std::string name;                     ///< the unit's path, as strategy::flatten names it
   std::int64_t parameters = 0;          ///< elements, unsplit
   double macs_per_token = 0;            ///< the partitioner's cost (strategy::unit_cost)
-  std::int64_t activation_bytes = 0;    ///< kept from its forward to its backward (its output included), per row
+  /// What its forward leaves allocated, per row: its output and what it saves for its backward,
+  /// less its input when it does not save it (so a model's units add up to its activations).
+  std::int64_t activation_bytes = 0;
   std::int64_t output_bytes = 0;        ///< its output, per row: what a pipeline sends on
   std::int64_t backward_bytes = 0;      ///< allocated for a while during its backward, per row
   double forward_seconds = 0;           ///< measured, per row
   double backward_seconds = 0;          ///< measured, per row
+  double fixed_seconds = 0;             ///< measured, forward and backward, per call whatever its rows
 };
 
 /// \brief A model's units as measured by profile(): one short probe run of forward, loss and
@@ -132,11 +142,12 @@ inline double since(std::chrono::steady_clock::time_point t0) {
 
 /// \brief Measures model's units on device d with the batch (inputs, targets) of `rows` rows: each
 /// unit's activation bytes (from the allocator's accounting) and its forward and backward times
-/// (the fastest of `repeats` runs), and its parameters. The model is copied and drawn once, whole,
+/// (the fastest of `repeats` runs), and its parameters; `matmul` bf16 or f16 times AMP's GEMMs. The model is copied and drawn once, whole,
 /// on d (a model too large for one device is profiled on its parts by the caller). Run it on a
 /// device whose account nothing else charges meanwhile (before starting thread ranks).
 template <class Model, class Loss = nn::SoftmaxCrossEntropy, class D>
-Profile profile(const Model& model, const D& d, const Tensor& inputs, const Tensor& targets, int repeats = 3) {
+Profile profile(const Model& model, const D& d, const Tensor& inputs, const Tensor& targets, int repeats = 3,
+                DType matmul = DType::kF32) {
   EPL_CHECK(inputs.defined() && inputs.rank() > 0 && inputs.dim(0) > 0, "profile: the probe batch has no rows; give it one or more");
   EPL_CHECK(targets.defined() && targets.rank() > 0 && targets.dim(0) == inputs.dim(0), "profile: the probe batch has ",
             inputs.dim(0), " input rows but ", targets.defined() && targets.rank() > 0 ? targets.dim(0) : 0, " target rows");
@@ -160,45 +171,105 @@ Profile profile(const Model& model, const D& d, const Tensor& inputs, const Tens
   p.units.back().name = "loss";
   const DeviceId id = d.id();
   auto& account = memory_account(id);
-  for (int r = 0; r < repeats; ++r) {
-    const bool first = r == 0;
-    auto keep_fastest = [&](double& slot, double seconds) { slot = first ? seconds : std::min(slot, seconds); };
-    Pass pass(d, nn::PassOptions{.training = true, .seed = 1, .recompute = nn::RecomputeMode::kNone});
-    std::vector<Tensor> outputs;
-    Tensor h = inputs;
-    for (std::size_t i = 0; i < units.size(); ++i) {
-      const std::int64_t before = detail::activations_now(id);
-      const auto t0 = std::chrono::steady_clock::now();
-      h = units[i].forward(units[i].layer, pass, h);
-      keep_fastest(p.units[i].forward_seconds, detail::since(t0) / static_cast<double>(p.rows));
-      if (first) {
-        p.units[i].activation_bytes = (detail::activations_now(id) - before) / p.rows;
-        p.units[i].output_bytes = static_cast<std::int64_t>(h.bytes()) / p.rows;
+  // Forward, loss and backward of the rows of x, `repeats` times: each unit's fastest forward and
+  // backward, in seconds per call; on the first run, with `record`, the bytes.
+  auto measure = [&](const Tensor& x, const Tensor& y, bool record) {
+    std::vector<std::pair<double, double>> t(p.units.size());
+    const auto rows = x.dim(0);
+    for (int r = 0; r < repeats; ++r) {
+      const bool first = r == 0;
+      auto keep_fastest = [&](double& slot, double seconds) { slot = first ? seconds : std::min(slot, seconds); };
+      Pass pass(d, nn::PassOptions{.training = true, .seed = 1, .recompute = nn::RecomputeMode::kNone, .matmul = matmul});
+      Tensor h = x;
+      for (std::size_t i = 0; i < units.size(); ++i) {
+        const std::int64_t before = detail::activations_now(id);
+        const auto t0 = std::chrono::steady_clock::now();
+        Tensor out = units[i].forward(units[i].layer, pass, h);
+        keep_fastest(t[i].first, detail::since(t0));
+        h = std::move(out);  // the input goes unless the unit saved it
+        if (first && record) {
+          // what the unit added: its output and what it saved, less its input when it did not save
+          // it (the batch is the caller's: never freed here)
+          p.units[i].activation_bytes = (detail::activations_now(id) - before) / rows;
+          p.units[i].output_bytes = static_cast<std::int64_t>(h.bytes()) / rows;
+        }
       }
-      outputs.push_back(h);  // kept, as a pipeline keeps each stage's input
-    }
-    std::int64_t before = detail::activations_now(id);
-    auto t0 = std::chrono::steady_clock::now();
-    (void)loss.forward(pass, h, targets);
-    auto& lp = p.units.back();
-    keep_fastest(lp.forward_seconds, detail::since(t0) / static_cast<double>(p.rows));
-    if (first) lp.activation_bytes = (detail::activations_now(id) - before) / p.rows;
-    before = detail::activations_now(id);
-    account.reset_peaks();
-    t0 = std::chrono::steady_clock::now();
-    Tensor g = loss.backward(pass, 1.0 / static_cast<double>(p.rows));
-    keep_fastest(lp.backward_seconds, detail::since(t0) / static_cast<double>(p.rows));
-    if (first) lp.backward_bytes = (memory_stats(id).peak_of(MemoryCategory::kActivations) - before) / p.rows;
-    for (std::size_t i = units.size(); i-- > 0;) {
-      outputs[i] = {};  // the output is the next unit's saved input or gone: only the gradient flows on
+      auto& lp = p.units.back();
+      std::int64_t before = detail::activations_now(id);
+      auto t0 = std::chrono::steady_clock::now();
+      (void)loss.forward(pass, h, y);
+      keep_fastest(t.back().first, detail::since(t0));
+      if (first && record) lp.activation_bytes = (detail::activations_now(id) - before) / rows;
       before = detail::activations_now(id);
       account.reset_peaks();
       t0 = std::chrono::steady_clock::now();
-      g = units[i].backward(units[i].layer, pass, g);
-      keep_fastest(p.units[i].backward_seconds, detail::since(t0) / static_cast<double>(p.rows));
-      if (first) p.units[i].backward_bytes = (memory_stats(id).peak_of(MemoryCategory::kActivations) - before) / p.rows;
+      Tensor g = loss.backward(pass, 1.0 / static_cast<double>(rows));
+      keep_fastest(t.back().second, detail::since(t0));
+      if (first && record) lp.backward_bytes = (memory_stats(id).peak_of(MemoryCategory::kActivations) - before) / rows;
+      h = {};  // the logits: the loss saved them
+      for (std::size_t i = units.size(); i-- > 0;) {
+        before = detail::activations_now(id);
+        account.reset_peaks();
+        t0 = std::chrono::steady_clock::now();
+        g = units[i].backward(units[i].layer, pass, g);
+        keep_fastest(t[i].second, detail::since(t0));
+        if (first && record) p.units[i].backward_bytes = (memory_stats(id).peak_of(MemoryCategory::kActivations) - before) / rows;
+      }
     }
+    return t;
+  };
+  // Times are affine in the rows: a fixed part per call (what a small micro-batch pays) and a part
+  // per row, from the whole batch and its first row.
+  const auto all = measure(inputs, targets, true);
+  const auto one = p.rows > 1 ? measure(inputs.slice(0, 1), targets.slice(0, 1), false) : all;
+  const double extra = static_cast<double>(std::max<std::int64_t>(p.rows - 1, 1));
+  for (std::size_t i = 0; i < p.units.size(); ++i) {
+    auto& u = p.units[i];
+    if (p.rows == 1) {
+      u.forward_seconds = all[i].first;
+      u.backward_seconds = all[i].second;
+      continue;
+    }
+    u.forward_seconds = std::max(0.0, (all[i].first - one[i].first) / extra);
+    u.backward_seconds = std::max(0.0, (all[i].second - one[i].second) / extra);
+    u.fixed_seconds = std::max(0.0, one[i].first + one[i].second - u.forward_seconds - u.backward_seconds);
   }
+  return p;
+}
+
+/// \brief Writes a profile to `path` under `key` (what it was measured for: the model's shape,
+/// the device), so a later run reads it back instead of measuring again (load_profile).
+inline void save_profile(const Profile& p, const std::filesystem::path& path, const std::string& key) {
+  std::ofstream f(path, std::ios::trunc);
+  EPL_CHECK(f.good(), "cannot write the planner's calibration file ", path, "; give a writable path");
+  f.precision(17);
+  f << "epl-profile 2\n" << key << "\n" << p.rows << ' ' << p.tokens_per_row << ' ' << p.input_bytes << ' ' << p.units.size() << '\n';
+  for (const auto& u : p.units)
+    f << u.name << ' ' << u.parameters << ' ' << u.macs_per_token << ' ' << u.activation_bytes << ' ' << u.output_bytes << ' '
+      << u.backward_bytes << ' ' << u.forward_seconds << ' ' << u.backward_seconds << ' ' << u.fixed_seconds << '\n';
+  EPL_CHECK(f.good(), "writing the planner's calibration file ", path, " failed");
+}
+
+/// \brief The profile save_profile wrote to `path` under `key`; nullopt when there is no file or it
+/// was measured for another key. A file that is not a profile is an error naming it.
+inline std::optional<Profile> load_profile(const std::filesystem::path& path, const std::string& key) {
+  std::ifstream f(path);
+  if (!f) return std::nullopt;
+  std::string magic, saved;
+  std::getline(f, magic);
+  EPL_CHECK(magic == "epl-profile 2", "the planner's calibration file ", path, " is not one (its first line is \"", magic.substr(0, 40),
+            "\"); delete it to measure again");
+  std::getline(f, saved);
+  if (saved != key) return std::nullopt;
+  Profile p;
+  std::size_t n = 0;
+  f >> p.rows >> p.tokens_per_row >> p.input_bytes >> n;
+  EPL_CHECK(f.good() && n > 0 && n < (1u << 24), "the planner's calibration file ", path, " is truncated or corrupt; delete it to measure again");
+  p.units.resize(n);
+  for (auto& u : p.units)
+    f >> u.name >> u.parameters >> u.macs_per_token >> u.activation_bytes >> u.output_bytes >> u.backward_bytes >> u.forward_seconds >>
+        u.backward_seconds >> u.fixed_seconds;
+  EPL_CHECK(!f.fail(), "the planner's calibration file ", path, " is truncated or corrupt; delete it to measure again");
   return p;
 }
 
@@ -213,8 +284,11 @@ struct Link {
 struct Cluster {
   int ranks = 1;
   std::int64_t bytes_per_rank = std::int64_t{1} << 40;  ///< device memory per rank
-  /// A rank's speed over the probe's (2 ranks sharing the probe's core: 0.5).
+  /// A rank's speed over the probe's (a device twice as fast: 2).
   double speed = 1.0;
+  /// Cores the ranks share when they share them (thread ranks of one machine, more ranks than
+  /// cores): a step takes at least every rank's work over them. 0: each rank has its own.
+  int cores = 0;
   Link data{};      ///< all-reduce, reduce-scatter, all-gather over the data-parallel group (ring)
   Link pipeline{};  ///< a pipeline stage's send to the next
 };
@@ -227,12 +301,14 @@ struct Candidate {
   int zero = 0;                             ///< ZeRO stage (zero.level "", v0, v1, v2)
   bool recompute = false;                   ///< gradient_checkpoint.type = "auto"
   bool offload = false;                     ///< offload.level = "v0"
+  bool amp = false;                         ///< amp.level = "O1" (the compiled epl::Amp's dtype)
   /// \brief The configuration keys that run it (key, value), for epl::Config::set.
   [[nodiscard]] std::vector<std::pair<std::string, std::string>> keys() const {
     std::vector<std::pair<std::string, std::string>> k{{"pipeline.num_micro_batch", std::to_string(micro_batches)},
                                                        {"zero.level", zero == 0 ? "" : "v" + std::to_string(zero - 1)},
                                                        {"offload.level", offload ? "v0" : ""},
-                                                       {"gradient_checkpoint.type", recompute ? "auto" : ""}};
+                                                       {"gradient_checkpoint.type", recompute ? "auto" : ""},
+                                                       {"amp.level", amp ? "O1" : ""}};
     if (pipeline > 1) {
       k.push_back({"pipeline.num_stages", std::to_string(pipeline)});
       k.push_back({"pipeline.strategy", schedule});
@@ -249,6 +325,7 @@ struct Candidate {
     if (zero) s += " zero" + std::to_string(zero);
     if (offload) s += " offload";
     if (recompute) s += " recompute";
+    if (amp) s += " amp";
     return s;
   }
   /// \brief The plan options of this candidate (the rest as in `base`).
@@ -263,6 +340,7 @@ struct Candidate {
     base.policies.zero_level = zero == 0 ? std::string() : "v" + std::to_string(zero - 1);
     base.policies.offload_level = offload ? "v0" : "";
     base.policies.recompute = recompute ? "auto" : "";
+    base.policies.amp_level = amp ? "O1" : "";
     return base;
   }
 };
@@ -292,14 +370,13 @@ struct Estimate {
 namespace detail {
 // The peak activation bytes of pipeline rank `stage` running `actions`, where chunk c keeps
 // kept[c] bytes per micro-batch from its forward to its backward and needs transient[c] more
-// while one runs.
+// while its backward runs.
 inline std::int64_t activation_peak(const std::vector<strategy::Action>& actions, const std::vector<std::int64_t>& kept,
                                     const std::vector<std::int64_t>& transient) {
   std::int64_t live = 0, peak = 0;
   for (const auto& a : actions) {
     const auto c = static_cast<std::size_t>(a.chunk);
     if (a.kind == strategy::Action::Kind::kForward) {
-      peak = std::max(peak, live + transient[c]);
       live += kept[c];
     } else if (a.kind == strategy::Action::Kind::kBackward) {
       peak = std::max(peak, live + transient[c]);
@@ -334,56 +411,82 @@ Estimate estimate(const Model& model, const Profile& prof, const Candidate& c, c
   }
   const std::int64_t micro_rows = rows / c.data / c.micro_batches;
   const bool recompute = plan.policies.recompute == nn::RecomputeMode::kSegments;
-  if (recompute)  // the segments it would recompute, chosen as each rank does: an error when there are none
-    for (int s = 0; s < plan.pipeline; ++s) {
-      Model sharded = model;
-      (void)shard_model(sharded, nn::SplitPart{0, plan.tensor}, plan.rows_over_tensor());
-      (void)local_chunks<Pass>(sharded, plan, s);
-    }
-  Model copy = model;
-  auto all = strategy::cut_into_chunks<Pass>(copy, plan.chunks);
-  const double speed = cluster.speed > 0 ? cluster.speed : 1.0;
-  double slowest_chunk = 0;
-  std::int64_t sends = 0;  // boundary bytes per micro-batch, the largest
+  // Each pipeline rank's chunks as it cuts them, with the segments gradient_checkpoint.type = "auto"
+  // recomputes chosen as it chooses them (an error when there are none: the plan is refused).
+  Model sharded = model;
+  (void)shard_model(sharded, nn::SplitPart{0, plan.tensor}, plan.rows_over_tensor());
+  std::vector<std::vector<strategy::Chunk<Pass>>> stages;
+  for (int s = 0; s < plan.pipeline; ++s) stages.push_back(local_chunks<Pass>(sharded, plan, s));
+  double slowest_chunk = 0, work = 0;  // one micro-batch's chunk at full speed; every rank's seconds a step
+  std::int64_t sends = 0;              // boundary bytes per row, the largest
   for (int s = 0; s < plan.pipeline; ++s) {
     std::vector<std::int64_t> kept(static_cast<std::size_t>(plan.chunks)), transient(kept.size());
-    double stage_seconds = 0, stage_macs = 0;
-    for (int id : plan.chunks_of(s)) {
-      const auto& units = all[static_cast<std::size_t>(id)].units();
-      std::int64_t k = 0, tr = 0, largest = 0;
-      double sec = 0, macs = 0;
-      for (const auto& u : units) {
-        const auto& up = prof.unit(u.name);
-        // recomputed, a unit keeps only its input; its activations come back one segment at a time
-        k += recompute ? 0 : up.activation_bytes;
-        largest = std::max(largest, up.activation_bytes);
-        tr = std::max(tr, up.backward_bytes);
-        sec += up.forward_seconds * (recompute ? 2 : 1) + up.backward_seconds;
-        macs += up.macs_per_token * (recompute ? 4 : 3);
+    double stage_macs = 0;
+    const auto ids = plan.chunks_of(s);
+    for (std::size_t j = 0; j < ids.size(); ++j) {
+      const int id = ids[j];
+      const auto& chunk = stages[static_cast<std::size_t>(s)][j];
+      const auto& units = chunk.units();
+      const bool last = id + 1 == plan.chunks;
+      // The chunk's pieces in forward order, as the probe measured their units: the segments it
+      // recomputes or not (one piece a unit without recompute), and the loss on the last chunk.
+      struct Piece {
+        std::vector<const UnitProfile*> units;
+        bool recomputed = false;
+        std::int64_t input = 0;  // bytes per row of the piece's input (what a recomputed piece keeps)
+      };
+      std::vector<Piece> pieces;
+      auto input_of = [&](std::size_t u) { return u > 0 ? prof.unit(units[u - 1].name).output_bytes : std::int64_t{0}; };
+      if (chunk.segments().empty()) {
+        for (std::size_t u = 0; u < units.size(); ++u) pieces.push_back({{&prof.unit(units[u].name)}, false, input_of(u)});
+      } else {
+        for (const auto& seg : chunk.segments()) {
+          Piece piece{{}, seg.recompute, input_of(seg.begin)};
+          for (std::size_t u = seg.begin; u < seg.end; ++u) piece.units.push_back(&prof.unit(units[u].name));
+          pieces.push_back(std::move(piece));
+        }
       }
-      if (recompute) k += units.empty() ? 0 : prof.unit(units.front().name).activation_bytes;  // a segment's input
-      if (recompute) tr += largest * static_cast<std::int64_t>(units.size() > 1 ? 2 : 1);
-      if (id + 1 == plan.chunks) {  // the loss runs on the last chunk
-        const auto& l = prof.units.back();
-        k += l.activation_bytes;
-        tr = std::max(tr, l.backward_bytes);
-        sec += l.forward_seconds + l.backward_seconds;
-      } else if (!units.empty()) {
-        sends = std::max(sends, prof.unit(units.back().name).output_bytes);
+      if (last) pieces.push_back({{&prof.units.back()}, false, 0});
+      else if (!units.empty()) sends = std::max(sends, prof.unit(units.back().name).output_bytes);
+      // kept from forward to backward; in backward, the peak over what is left
+      std::int64_t k = 0, above = 0, freed = 0;
+      double sec = 0, macs = 0;
+      for (const auto& piece : pieces)
+        for (const auto* up : piece.units) {
+          const double again = piece.recomputed ? 2 : 1;
+          k += piece.recomputed ? 0 : up->activation_bytes;
+          sec += (up->forward_seconds * again + up->backward_seconds) * static_cast<double>(micro_rows) +
+                 up->fixed_seconds * (piece.recomputed ? 1.5 : 1.0);
+          macs += up->macs_per_token * (1 + again + 1);
+        }
+      for (const auto& piece : pieces) k += piece.recomputed ? piece.input : 0;
+      for (auto it = pieces.rbegin(); it != pieces.rend(); ++it) {
+        // a recomputed piece's activations come back at its backward, over what is left of the rest
+        std::int64_t back = 0, inner = 0, inner_freed = 0;
+        for (const auto* up : it->units) back += up->activation_bytes;
+        for (auto u = it->units.rbegin(); u != it->units.rend(); ++u) {
+          inner = std::max(inner, (*u)->backward_bytes - inner_freed);
+          inner_freed += (*u)->activation_bytes;
+        }
+        above = std::max(above, (it->recomputed ? back : 0) + inner - freed);
+        freed += it->recomputed ? it->input : back;
       }
       kept[static_cast<std::size_t>(id)] = k * micro_rows;
-      transient[static_cast<std::size_t>(id)] = tr * micro_rows;
-      slowest_chunk = std::max(slowest_chunk, sec * static_cast<double>(micro_rows) / speed);
-      stage_seconds += sec;
+      transient[static_cast<std::size_t>(id)] = above * micro_rows;
+      slowest_chunk = std::max(slowest_chunk, sec);
+      work += sec * c.micro_batches * c.data;
       stage_macs += macs;
     }
-    (void)stage_seconds;
     e.activations = std::max(e.activations, detail::activation_peak(plan.actions(s), kept, transient));
     e.flops = std::max(e.flops, 2.0 * stage_macs * static_cast<double>(prof.tokens_per_row * micro_rows * c.micro_batches));
   }
   const int v = plan.virtual_stages(), p = plan.pipeline, m = c.micro_batches;
   e.bubble = p == 1 ? 0.0 : static_cast<double>(p - 1) / static_cast<double>(v * m + p - 1);
-  e.compute_seconds = slowest_chunk * static_cast<double>(v * m + p - 1);
+  // The critical path: (v m + p - 1) chunk-passes of the slowest chunk; ranks that share cores
+  // (Cluster::cores) also wait for every rank's work to get its turn on them.
+  const double speed = cluster.speed > 0 ? cluster.speed : 1.0;
+  e.compute_seconds = slowest_chunk * static_cast<double>(v * m + p - 1) / speed;
+  if (cluster.cores > 0) e.compute_seconds = std::max(e.compute_seconds, work / speed / cluster.cores);
   if (p > 1) {
     const double per = static_cast<double>(sends * micro_rows);
     e.pipeline_bytes = 2 * m * v * sends * micro_rows;

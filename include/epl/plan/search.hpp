@@ -22,6 +22,9 @@ struct SearchOptions {
   bool pipelines = true;                          ///< cut into stages (auto.auto_parallel) as well as replicate
   bool recompute = true;                          ///< try gradient_checkpoint.type = "auto"
   std::int64_t budget = 0;                        ///< device bytes per rank (0: the cluster's)
+  /// The profile measured with AMP's GEMMs (profile(..., matmul = the compiled epl::Amp's
+  /// dtype)): amp.level = "O1" is tried with it when the policies compile AMP; null: not tried.
+  const Profile* amp_profile = nullptr;
   PlanOptions base = {};                          ///< the other keys
 };
 
@@ -60,12 +63,13 @@ SearchResult search(const Model& model, const Profile& prof, const Cluster& clus
         for (int zero = 0; zero <= c.zero; ++zero) {
           if (zero > 0 && data == 1) continue;  // nothing to shard over
           for (int offload = 0; offload <= (c.offload && zero == 3 ? 1 : 0); ++offload)
-            for (int rc = 0; rc <= (o.recompute ? 1 : 0); ++rc) {
+            for (int rc = 0; rc <= (o.recompute ? 1 : 0); ++rc)
+              for (int amp = 0; amp <= (c.amp != DType::kF32 && o.amp_profile ? 1 : 0); ++amp) {
               Candidate cand{.data = data, .pipeline = p, .micro_batches = m, .schedule = std::string(entry.name), .virtual_stages = 2,
-                             .zero = zero, .recompute = rc == 1, .offload = offload == 1};
+                             .zero = zero, .recompute = rc == 1, .offload = offload == 1, .amp = amp == 1};
               ++r.tried;
               try {
-                Estimate e = estimate<Model, Policy, D>(model, prof, cand, cluster, rows, slots, o.base);
+                Estimate e = estimate<Model, Policy, D>(model, amp ? *o.amp_profile : prof, cand, cluster, rows, slots, o.base);
                 if (e.device_bytes() <= budget) {
                   r.plans.push_back(std::move(e));
                 } else {

@@ -1,0 +1,193 @@
+// The planner checked against measurement: a GPT of examples/gpt's kind, every combination
+// plan::search finds valid on R ranks (thread ranks, or MPI processes under epl-launch), each
+// predicted (plan::estimate) and then trained for a few steps (epl::bench::combinations).
+// Prints a table and writes JSON:
+//   bench_strategies [--ranks=4] [--steps=3] [--warmup=1] [--layers=4 --dim=128 --heads=4 --context=64 --batch=16]
+//                    [--calibration=FILE] [--json=FILE] [--only=N]
+// Parameter, gradient and optimizer bytes are predicted exactly (the arena's layout); activation
+// peaks from the probe's per-unit bytes and the schedule's action list; step times from the
+// probe's per-unit times, scaled by the ranks' share of the cores, and the collectives' α-β
+// measured on the run's own world (the calibration; the probe is cached in --calibration).
+#include <epl/epl.hpp>
+#include <epl/plan/search.hpp>
+#include <epl/runtime/combinations.hpp>
+#include <epl/runtime/launch.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <thread>
+
+#include "../examples/gpt/gpt.hpp"
+
+namespace {
+using Policy = epl::Policies<epl::Zero<3>, epl::Offload<epl::offload::V0>, epl::Amp<epl::amp::BF16>>;
+
+epl::data::TokenDataset random_tokens(std::int64_t vocab) {
+  std::vector<std::int32_t> tokens(1 << 18);
+  for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<std::int32_t>(epl::uniform01(7, i) * static_cast<double>(vocab));
+  return epl::data::TokenDataset::from_tokens(tokens, vocab);
+}
+
+// α and β of the world's all-reduce: the median time of a small and a large message.
+epl::plan::Link measure_link(epl::comm::Communicator& world) {
+  auto median_seconds = [&](std::int64_t n) {
+    std::vector<float> buf(static_cast<std::size_t>(n), 1.0f);
+    std::vector<double> t;
+    for (int i = 0; i < 9; ++i) {
+      world.barrier();
+      const auto t0 = std::chrono::steady_clock::now();
+      world.all_reduce(epl::comm::Buffer(buf.data(), n, epl::DType::kF32), epl::comm::Buffer(buf.data(), n, epl::DType::kF32),
+                       epl::comm::ReduceOp::kSum);
+      t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::sort(t.begin(), t.end());
+    double s = t[t.size() / 2];
+    world.all_reduce(epl::comm::Buffer(&s, 1, epl::DType::kF64), epl::comm::Buffer(&s, 1, epl::DType::kF64), epl::comm::ReduceOp::kMax);
+    return s;
+  };
+  const std::int64_t small = 16, large = 1 << 20;
+  const int n = world.size();
+  const double ts = median_seconds(small), tl = median_seconds(large);
+  // a ring all-reduce: 2 (n - 1) messages of n-th parts, 2 (n - 1) / n of the bytes each way
+  const double moved = 2.0 * (n - 1) / n * 4.0 * static_cast<double>(large);
+  epl::plan::Link l;
+  l.alpha = std::max(1e-7, ts / (2.0 * (n - 1)));
+  l.beta = moved / std::max(1e-9, tl - 2.0 * (n - 1) * l.alpha);
+  return l;
+}
+
+// The CPU's model name (/proc/cpuinfo), to stand beside every figure.
+std::string cpu_name() {
+  std::ifstream f("/proc/cpuinfo");
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos) return line.substr(line.find(':') + 2);
+  return "an unknown CPU";
+}
+
+std::string json_escape(const std::string& s) {
+  std::string o;
+  for (char ch : s) o += ch == '"' ? std::string("\\\"") : std::string(1, ch);
+  return o;
+}
+}  // namespace
+
+int main(int argc, char** argv) try {
+  const epl::Flag<std::int64_t> ranks{"ranks", 4, "thread ranks (under epl-launch: the processes)", {.min = 1, .max = 64}};
+  const epl::Flag<std::int64_t> steps{"steps", 3, "timed steps per combination (their median)", {.min = 1, .max = 1000}};
+  const epl::Flag<std::int64_t> warmup{"warmup", 1, "steps before the timed ones", {.min = 0, .max = 100}};
+  const epl::Flag<std::int64_t> layers{"layers", 4, "transformer blocks", {.min = 1, .max = 64}};
+  const epl::Flag<std::int64_t> dim{"dim", 128, "model width", {.min = 8, .max = 4096}};
+  const epl::Flag<std::int64_t> heads{"heads", 4, "attention heads", {.min = 1, .max = 64}};
+  const epl::Flag<std::int64_t> context{"context", 64, "tokens per window", {.min = 2, .max = 4096}};
+  const epl::Flag<std::int64_t> batch{"batch", 16, "windows per global batch", {.min = 1, .max = 4096}};
+  const epl::Flag<std::int64_t> only{"only", 0, "measure only the first N combinations, in the planner's order (0: all)", {.min = 0}};
+  const epl::Flag<std::string> calibration{"calibration", "strategies.calibration", "the probe's cache file"};
+  const epl::Flag<std::string> json{"json", "strategies.json", "where the results go"};
+  auto cfg = epl::Config::from_args(argc, argv, ranks, steps, warmup, layers, dim, heads, context, batch, only, calibration, json);
+  if (cfg.help_requested()) {
+    std::fputs(cfg.usage("bench_strategies", "Every valid strategy combination of a GPT, predicted by the planner and measured.").c_str(), stdout);
+    return 0;
+  }
+  const gpt::Shape shape{.vocab = 256, .context = cfg.get(context), .layers = cfg.get(layers), .heads = cfg.get(heads), .dim = cfg.get(dim)};
+  EPL_CHECK(shape.dim % shape.heads == 0, "--dim=", shape.dim, " is not a multiple of --heads=", shape.heads);
+  const std::int64_t rows = cfg.get(batch);
+  const auto ds = random_tokens(shape.vocab);
+  const auto model = gpt::make_gpt(shape);
+
+  // The probe: each unit's bytes and times on one device, one thread (cached).
+  const std::string key = "gpt vocab " + std::to_string(shape.vocab) + " context " + std::to_string(shape.context) + " layers " +
+                          std::to_string(shape.layers) + " heads " + std::to_string(shape.heads) + " dim " + std::to_string(shape.dim) +
+                          " on " + cpu_name();
+  epl::plan::Profile prof, amp_prof;
+  {
+    const auto cached = epl::plan::load_profile(cfg.get(calibration), key), cached_amp = epl::plan::load_profile(cfg.get(calibration) + ".amp", key);
+    if (cached && cached_amp) {
+      prof = *cached;
+      amp_prof = *cached_amp;
+    } else {
+      epl::device::Cpu probe(63, 1);
+      epl::data::WindowLoader loader(ds, shape.context, 4, 11);
+      const auto b = loader.next(probe);
+      prof = epl::plan::profile(model, probe, b.inputs, b.targets, 5);
+      amp_prof = epl::plan::profile(model, probe, b.inputs, b.targets, 5, epl::DType::kBF16);
+      epl::plan::save_profile(prof, cfg.get(calibration), key);
+      epl::plan::save_profile(amp_prof, cfg.get(calibration) + ".amp", key);
+    }
+  }
+
+  const int world_ranks = static_cast<int>(cfg.get(ranks));
+  return epl::launch(cfg, [&](epl::Context& ctx) {
+    auto& world = ctx.world();
+    const int n = world.size();
+    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    epl::plan::Cluster cluster{.ranks = n, .cores = n > static_cast<int>(cores) ? static_cast<int>(cores) : 0};
+    cluster.data = cluster.pipeline = measure_link(world);
+    auto found = epl::plan::search<gpt::Gpt, Policy>(model, prof, cluster, rows, epl::optim::AdamW::kStateSlots, {.amp_profile = &amp_prof});
+    auto plans = found.plans;
+    if (cfg.get(only) > 0 && static_cast<std::size_t>(cfg.get(only)) < plans.size()) plans.resize(static_cast<std::size_t>(cfg.get(only)));
+    if (ctx.rank() == 0) {
+      std::printf("bench_strategies: gpt (%lld parameters; vocab %lld, context %lld, %lld layers, dim %lld), global batch %lld, "
+                  "%d ranks on %u cores of %s (%s); all-reduce α %.1f us, β %.2f GB/s\n",
+                  static_cast<long long>(prof.parameters()), static_cast<long long>(shape.vocab), static_cast<long long>(shape.context),
+                  static_cast<long long>(shape.layers), static_cast<long long>(shape.dim), static_cast<long long>(rows), n, cores,
+                  cpu_name().c_str(), cluster.cores ? "sharing the cores" : "a core each or more", cluster.data.alpha * 1e6, cluster.data.beta / 1e9);
+      std::fputs(epl::plan::report(found, 8).c_str(), stdout);
+      std::printf("measuring %zu combinations, %lld steps each...\n", plans.size(), static_cast<long long>(cfg.get(steps)));
+      std::fflush(stdout);
+    }
+    epl::Config base;
+    const auto measured = epl::bench::combinations<gpt::Gpt, epl::optim::AdamW, Policy>(
+        ctx, base, plans, [&] { return gpt::make_gpt(shape); }, epl::optim::AdamW({.lr = 1e-3}),
+        [&](epl::data::Shard shard) {
+          return [loader = epl::data::WindowLoader(ds, shape.context, rows, 3, shard), &cpu = ctx.cpu()]() mutable { return loader.next(cpu); };
+        },
+        {.warmup = static_cast<int>(cfg.get(warmup)), .steps = static_cast<int>(cfg.get(steps))});
+    if (ctx.rank() != 0) return;
+    auto mib = [](std::int64_t b) { return static_cast<double>(b) / 1048576.0; };
+    std::printf("\n%-36s %10s %7s %9s %9s %6s %9s %9s %6s\n", "plan (planner's order)", "state MiB", "exact", "act pred", "act meas", "ratio",
+                "ms pred", "ms meas", "ratio");
+    int exact = 0, act_within = 0, time_within = 0;
+    std::size_t fastest = 0;
+    for (std::size_t i = 0; i < measured.size(); ++i) {
+      const auto& m = measured[i];
+      const auto& p = m.predicted;
+      const bool same = m.state.parameters == p.state.parameters && m.state.gradients == p.state.gradients &&
+                        m.state.optimizer_state == p.state.optimizer_state && m.state.host() == p.state.host();
+      const double ar = m.activations > 0 ? static_cast<double>(p.activations) / static_cast<double>(m.activations) : 0;
+      const double tr = p.seconds / m.seconds;
+      exact += same;
+      act_within += std::abs(ar - 1) <= 0.10;
+      time_within += std::abs(tr - 1) <= 0.20;
+      if (m.seconds < measured[fastest].seconds) fastest = i;
+      std::printf("%-36s %10.3f %7s %9.3f %9.3f %6.2f %9.2f %9.2f %6.2f\n", p.candidate.str().c_str(), mib(p.state.device() + p.state.host()),
+                  same ? "yes" : "NO", mib(p.activations), mib(m.activations), ar, 1e3 * p.seconds, 1e3 * m.seconds, tr);
+    }
+    const double first_vs_fastest = measured.empty() ? 0 : measured[0].seconds / measured[fastest].seconds;
+    std::printf("\nstate bytes exact: %d of %zu; activation peak within 10%%: %d; step time within 20%%: %d; the planner's first choice "
+                "(%s) measured %.2fx the fastest (%s)\n",
+                exact, measured.size(), act_within, time_within, measured.empty() ? "-" : measured[0].predicted.candidate.str().c_str(),
+                first_vs_fastest, measured.empty() ? "-" : measured[fastest].predicted.candidate.str().c_str());
+    std::ofstream out(cfg.get(json));
+    out << "{\"bench\": \"strategies\", \"cpu\": \"" << json_escape(cpu_name()) << "\", \"ranks\": " << n
+        << ", \"cores\": " << cores << ", \"parameters\": " << prof.parameters() << ", \"global_batch\": " << rows
+        << ", \"alpha_s\": " << cluster.data.alpha << ", \"beta_bytes_per_s\": " << cluster.data.beta << ", \"state_exact\": " << exact
+        << ", \"activations_within_10pc\": " << act_within << ", \"time_within_20pc\": " << time_within
+        << ", \"first_choice_over_fastest\": " << first_vs_fastest << ", \"plans\": [";
+    for (std::size_t i = 0; i < measured.size(); ++i) {
+      const auto& m = measured[i];
+      const auto& p = m.predicted;
+      out << (i ? ",\n  " : "\n  ") << "{\"plan\": \"" << p.candidate.str() << "\", \"state_predicted\": " << p.state.device() + p.state.host()
+          << ", \"state_measured\": " << m.state.device() + m.state.host() << ", \"activations_predicted\": " << p.activations
+          << ", \"activations_measured\": " << m.activations << ", \"seconds_predicted\": " << p.seconds
+          << ", \"seconds_measured\": " << m.seconds << ", \"bubble\": " << p.bubble << ", \"flops\": " << p.flops
+          << ", \"data_bytes\": " << p.data_bytes << ", \"pipeline_bytes\": " << p.pipeline_bytes << ", \"loss\": " << m.loss << "}";
+    }
+    out << "]}\n";
+  }, {.ranks = world_ranks, .threads_per_rank = 1});
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "bench_strategies: %s\n", e.what());
+  return 2;
+}

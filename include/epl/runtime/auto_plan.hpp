@@ -1,0 +1,88 @@
+#pragma once
+/// \file
+/// \brief epl::auto_plan — auto.auto_parallel = true without pipeline.num_stages: the planner
+/// chooses the run's data-parallel degree, pipeline stages, micro-batches, schedule, ZeRO stage,
+/// offload, recompute and AMP (plan::search over the compiled policies), and rank 0 prints why
+/// (the top plans with their predicted memory and time). Call it before building the Trainer:
+///
+///     cfg = epl::auto_plan<Model, Optimizer, Policies>(ctx, cfg, model, sample, global_batch);
+///     epl::Trainer<Model, Optimizer, Policies> trainer(ctx, cfg, std::move(model), ...);
+#include <cstdio>
+#include <thread>
+
+#include "epl/optim/optimizer.hpp"
+#include "epl/plan/search.hpp"
+#include "epl/reflect/type_name.hpp"
+#include "epl/runtime/config.hpp"
+#include "epl/runtime/context.hpp"
+#include "epl/runtime/data.hpp"
+
+namespace epl {
+inline namespace v0 {
+
+/// \brief What auto_plan measures and allows.
+struct AutoPlanOptions {
+  std::int64_t budget = 0;          ///< device bytes a rank may use (0: no limit)
+  std::filesystem::path cache = {}; ///< where the probe's profile is kept between runs (empty: measured each run)
+  int repeats = 3;                  ///< probe runs (the fastest counts)
+  bool print = true;                ///< rank 0 prints the top plans
+};
+
+/// \brief cfg with the fastest plan's keys when auto.auto_parallel = true and pipeline.num_stages
+/// is not set (else cfg as it is): every rank profiles the model on its device with the rows of
+/// `sample` (a few rows of real data), measures the world's all-reduce, and the ranks take rank 0's
+/// choice. A collective. `global_rows` is the batch the run trains a step. Annotations in the
+/// model (epl::Split, epl::Replicate, an epl::Pipeline type) keep their axes; the planner fills the rest.
+template <class Model, optim::optimizer Optimizer, class Policy = Policies<>, class Loss = nn::SoftmaxCrossEntropy>
+Config auto_plan(Context& ctx, const Config& cfg, const Model& model, const Batch& sample, std::int64_t global_rows,
+                 AutoPlanOptions o = {}) {
+  if (!cfg.get(keys::auto_parallel) || cfg.source(keys::num_stages) != Config::Source::kDefault) return cfg;
+  auto& world = ctx.world();
+  const int n = world.size();
+  // the probe: at most 4 rows of the sample
+  const std::int64_t rows = std::min<std::int64_t>(sample.inputs.dim(0), 4);
+  Model counted = model;
+  const std::string key = std::string(reflect::type_name<Model>()) + " rows " + std::to_string(rows) + " of " +
+                          sample.inputs.shape().str() + " " + std::to_string(nn::parameter_count(counted)) + " parameters";
+  std::optional<plan::Profile> prof, amp;
+  constexpr auto compiled = policy::compiled<Policy>(false);
+  if (!o.cache.empty()) {
+    prof = plan::load_profile(o.cache, key);
+    if (compiled.amp != DType::kF32) amp = plan::load_profile(o.cache.string() + ".amp", key);
+  }
+  const Tensor x = sample.inputs.slice(0, rows), y = sample.targets.slice(0, rows);
+  if (!prof) prof = plan::profile<Model, Loss>(model, ctx.cpu(), x, y, o.repeats);
+  if (compiled.amp != DType::kF32 && !amp) amp = plan::profile<Model, Loss>(model, ctx.cpu(), x, y, o.repeats, compiled.amp);
+  if (!o.cache.empty() && ctx.rank() == 0) {
+    plan::save_profile(*prof, o.cache, key);
+    if (amp) plan::save_profile(*amp, o.cache.string() + ".amp", key);
+  }
+  plan::Cluster cluster{.ranks = n};
+  if (o.budget > 0) cluster.bytes_per_rank = o.budget;
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (n > cores) cluster.cores = cores;  // more ranks than this machine's cores: they share them (thread ranks, one host's processes)
+  const auto found = plan::search<Model, Policy>(model, *prof, cluster, global_rows, Optimizer::kStateSlots,
+                                                 {.budget = o.budget, .amp_profile = amp ? &*amp : nullptr});
+  // rank 0's choice, on every rank
+  const auto& b = found.best().candidate;
+  std::int64_t chosen[] = {b.data, b.pipeline, b.micro_batches, 0, b.virtual_stages, b.zero, b.recompute, b.offload, b.amp};
+  for (std::size_t i = 0; i < std::size(strategy::kSchedules); ++i)
+    if (strategy::kSchedules[i].name == b.schedule) chosen[3] = static_cast<std::int64_t>(i);
+  world.broadcast(comm::Buffer(chosen, 9, DType::kI64), 0);
+  const plan::Candidate c{.data = static_cast<int>(chosen[0]), .pipeline = static_cast<int>(chosen[1]),
+                          .micro_batches = static_cast<int>(chosen[2]),
+                          .schedule = std::string(strategy::kSchedules[static_cast<std::size_t>(chosen[3])].name),
+                          .virtual_stages = static_cast<int>(chosen[4]), .zero = static_cast<int>(chosen[5]),
+                          .recompute = chosen[6] != 0, .offload = chosen[7] != 0, .amp = chosen[8] != 0};
+  if (o.print && ctx.rank() == 0) {
+    std::printf("auto.auto_parallel: %s on %d rank%s, chosen as the fastest of the plans that fit (predicted):\n%s", c.str().c_str(), n,
+                n == 1 ? "" : "s", plan::report(found, 5).c_str());
+    std::fflush(stdout);
+  }
+  Config out = cfg;
+  for (const auto& [k, v] : c.keys()) out.set_text(k, v);
+  return out;
+}
+
+}  // namespace v0
+}  // namespace epl
