@@ -84,9 +84,10 @@ int main(int argc, char** argv) try {
   const epl::Flag<std::int64_t> context{"context", 64, "tokens per window", {.min = 2, .max = 4096}};
   const epl::Flag<std::int64_t> batch{"batch", 16, "windows per global batch", {.min = 1, .max = 4096}};
   const epl::Flag<std::int64_t> only{"only", 0, "measure only the first N combinations, in the planner's order (0: all)", {.min = 0}};
-  const epl::Flag<std::string> calibration{"calibration", "strategies.calibration", "the probe's cache file"};
+  const epl::Flag<std::string> calibration{"calibration", "strategies.calibration", "the probe's cache file (and FILE.amp, FILE.cluster)"};
+  const epl::Flag<std::int64_t> confirm{"confirm", 5, "alternating rounds of the first choice and the measured-fastest three", {.min = 0, .max = 100}};
   const epl::Flag<std::string> json{"json", "strategies.json", "where the results go"};
-  auto cfg = epl::Config::from_args(argc, argv, ranks, steps, warmup, layers, dim, heads, context, batch, only, calibration, json);
+  auto cfg = epl::Config::from_args(argc, argv, ranks, steps, warmup, layers, dim, heads, context, batch, only, calibration, confirm, json);
   if (cfg.help_requested()) {
     std::fputs(cfg.usage("bench_strategies", "Every valid strategy combination of a GPT, predicted by the planner and measured.").c_str(), stdout);
     return 0;
@@ -123,28 +124,62 @@ int main(int argc, char** argv) try {
     auto& world = ctx.world();
     const int n = world.size();
     const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    const epl::Config base;
+    const epl::bench::CombinationOptions measure{.warmup = static_cast<int>(cfg.get(warmup)), .steps = static_cast<int>(cfg.get(steps))};
+    auto run = [&](const std::vector<epl::plan::Estimate>& plans) {
+      return epl::bench::combinations<gpt::Gpt, epl::optim::AdamW, Policy>(
+          ctx, base, plans, [&] { return gpt::make_gpt(shape); }, epl::optim::AdamW({.lr = 1e-3}),
+          [&](epl::data::Shard shard) {
+            return [loader = epl::data::WindowLoader(ds, shape.context, rows, 3, shard), &cpu = ctx.cpu()]() mutable { return loader.next(cpu); };
+          },
+          measure);
+    };
+    // The calibration (cached): the links' α-β measured on this world, and the speed from one short
+    // run of the plainest plan (data parallel over every rank, one micro-batch, no policy).
     epl::plan::Cluster cluster{.ranks = n, .cores = n > static_cast<int>(cores) ? static_cast<int>(cores) : 0};
-    cluster.data = cluster.pipeline = measure_link(world);
+    const std::string cluster_key = key + " on " + std::to_string(n) + " ranks, batch " + std::to_string(rows);
+    double factor = 1;
+    if (auto cached = epl::plan::load_cluster(cfg.get(calibration) + ".cluster", cluster_key, cluster)) {
+      cluster = *cached;
+    } else {
+      cluster.data = cluster.pipeline = measure_link(world);
+      const auto uncalibrated = epl::plan::search<gpt::Gpt, Policy>(model, prof, cluster, rows, epl::optim::AdamW::kStateSlots);
+      std::vector<epl::plan::Estimate> plain;
+      for (const auto& e : uncalibrated.plans)
+        if (plain.empty() && e.candidate.data == n && e.candidate.micro_batches == 1 && !e.candidate.zero && !e.candidate.recompute)
+          plain.push_back(e);
+      EPL_CHECK(!plain.empty(), "no plain data-parallel plan to calibrate with: use a batch that divides among ", n, " ranks");
+      factor = epl::plan::calibrate(cluster, plain[0], run(plain)[0].seconds);
+      if (ctx.rank() == 0) epl::plan::save_cluster(cluster, cfg.get(calibration) + ".cluster", cluster_key);
+    }
     auto found = epl::plan::search<gpt::Gpt, Policy>(model, prof, cluster, rows, epl::optim::AdamW::kStateSlots, {.amp_profile = &amp_prof});
     auto plans = found.plans;
     if (cfg.get(only) > 0 && static_cast<std::size_t>(cfg.get(only)) < plans.size()) plans.resize(static_cast<std::size_t>(cfg.get(only)));
     if (ctx.rank() == 0) {
       std::printf("bench_strategies: gpt (%lld parameters; vocab %lld, context %lld, %lld layers, dim %lld), global batch %lld, "
-                  "%d ranks on %u cores of %s (%s); all-reduce α %.1f us, β %.2f GB/s\n",
+                  "%d ranks on %u cores of %s (%s); all-reduce α %.1f us, β %.2f GB/s; calibrated speed %.3f of the probe's%s\n",
                   static_cast<long long>(prof.parameters()), static_cast<long long>(shape.vocab), static_cast<long long>(shape.context),
                   static_cast<long long>(shape.layers), static_cast<long long>(shape.dim), static_cast<long long>(rows), n, cores,
-                  cpu_name().c_str(), cluster.cores ? "sharing the cores" : "a core each or more", cluster.data.alpha * 1e6, cluster.data.beta / 1e9);
+                  cpu_name().c_str(), cluster.cores ? "sharing the cores" : "a core each or more", cluster.data.alpha * 1e6,
+                  cluster.data.beta / 1e9, cluster.speed, factor == 1 ? " (cached)" : "");
       std::fputs(epl::plan::report(found, 8).c_str(), stdout);
       std::printf("measuring %zu combinations, %lld steps each...\n", plans.size(), static_cast<long long>(cfg.get(steps)));
       std::fflush(stdout);
     }
-    epl::Config base;
-    const auto measured = epl::bench::combinations<gpt::Gpt, epl::optim::AdamW, Policy>(
-        ctx, base, plans, [&] { return gpt::make_gpt(shape); }, epl::optim::AdamW({.lr = 1e-3}),
-        [&](epl::data::Shard shard) {
-          return [loader = epl::data::WindowLoader(ds, shape.context, rows, 3, shard), &cpu = ctx.cpu()]() mutable { return loader.next(cpu); };
-        },
-        {.warmup = static_cast<int>(cfg.get(warmup)), .steps = static_cast<int>(cfg.get(steps))});
+    const auto measured = run(plans);
+    // The planner's first choice against the fastest measured, confirmed: those plans again in
+    // alternating rounds (each round runs each once), medians.
+    std::vector<std::size_t> by_time(measured.size());
+    for (std::size_t i = 0; i < by_time.size(); ++i) by_time[i] = i;
+    std::sort(by_time.begin(), by_time.end(), [&](auto a, auto b) { return measured[a].seconds < measured[b].seconds; });
+    std::vector<epl::plan::Estimate> finalists{measured.empty() ? epl::plan::Estimate{} : measured[0].predicted};
+    for (std::size_t i = 0; i < by_time.size() && finalists.size() < 4; ++i)
+      if (by_time[i] != 0) finalists.push_back(measured[by_time[i]].predicted);
+    std::vector<std::vector<double>> rounds(finalists.size());
+    for (std::int64_t r = 0; r < cfg.get(confirm) && !measured.empty(); ++r) {
+      const auto again = run(finalists);
+      for (std::size_t i = 0; i < again.size(); ++i) rounds[i].push_back(again[i].seconds);
+    }
     if (ctx.rank() != 0) return;
     auto mib = [](std::int64_t b) { return static_cast<double>(b) / 1048576.0; };
     std::printf("\n%-36s %10s %7s %9s %9s %6s %9s %9s %6s\n", "plan (planner's order)", "state MiB", "exact", "act pred", "act meas", "ratio",
@@ -167,15 +202,32 @@ int main(int argc, char** argv) try {
     }
     const double first_vs_fastest = measured.empty() ? 0 : measured[0].seconds / measured[fastest].seconds;
     std::printf("\nstate bytes exact: %d of %zu; activation peak within 10%%: %d; step time within 20%%: %d; the planner's first choice "
-                "(%s) measured %.2fx the fastest (%s)\n",
+                "(%s) measured %.2fx the fastest (%s) in the sweep\n",
                 exact, measured.size(), act_within, time_within, measured.empty() ? "-" : measured[0].predicted.candidate.str().c_str(),
                 first_vs_fastest, measured.empty() ? "-" : measured[fastest].predicted.candidate.str().c_str());
+    // the confirmation: medians of alternating rounds
+    double confirmed = 0;
+    if (!rounds.empty() && !rounds[0].empty()) {
+      std::printf("confirmed in %zu alternating rounds (medians):\n", rounds[0].size());
+      double best = 1e30;
+      for (std::size_t i = 0; i < rounds.size(); ++i) {
+        auto v = rounds[i];
+        std::sort(v.begin(), v.end());
+        const double med = v[v.size() / 2];
+        best = std::min(best, med);
+        std::printf("  %-36s %9.2f ms%s\n", finalists[i].candidate.str().c_str(), 1e3 * med, i == 0 ? "  (the planner's first choice)" : "");
+      }
+      std::sort(rounds[0].begin(), rounds[0].end());
+      confirmed = rounds[0][rounds[0].size() / 2] / best;
+      std::printf("the planner's first choice is %.2fx the fastest of them\n", confirmed);
+    }
     std::ofstream out(cfg.get(json));
     out << "{\"bench\": \"strategies\", \"cpu\": \"" << json_escape(cpu_name()) << "\", \"ranks\": " << n
         << ", \"cores\": " << cores << ", \"parameters\": " << prof.parameters() << ", \"global_batch\": " << rows
         << ", \"alpha_s\": " << cluster.data.alpha << ", \"beta_bytes_per_s\": " << cluster.data.beta << ", \"state_exact\": " << exact
         << ", \"activations_within_10pc\": " << act_within << ", \"time_within_20pc\": " << time_within
-        << ", \"first_choice_over_fastest\": " << first_vs_fastest << ", \"plans\": [";
+        << ", \"calibrated_speed\": " << cluster.speed << ", \"first_choice_over_fastest_sweep\": " << first_vs_fastest
+        << ", \"first_choice_over_fastest_confirmed\": " << confirmed << ", \"plans\": [";
     for (std::size_t i = 0; i < measured.size(); ++i) {
       const auto& m = measured[i];
       const auto& p = m.predicted;

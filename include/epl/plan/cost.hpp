@@ -14,6 +14,7 @@
 /// search.hpp enumerates candidate plans with it; fits.hpp is its compile-time form.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -386,6 +387,47 @@ inline std::int64_t activation_peak(const std::vector<strategy::Action>& actions
   return std::max(peak, live);
 }
 }  // namespace detail
+
+/// \brief Writes a cluster's calibrated speed and links to `path` under `key` (what it was measured
+/// for), for load_cluster to read back in a later run.
+inline void save_cluster(const Cluster& c, const std::filesystem::path& path, const std::string& key) {
+  std::ofstream f(path, std::ios::trunc);
+  EPL_CHECK(f.good(), "cannot write the planner's calibration file ", path, "; give a writable path");
+  f.precision(17);
+  f << "epl-cluster 1\n" << key << '\n' << c.speed << ' ' << c.data.alpha << ' ' << c.data.beta << ' ' << c.pipeline.alpha << ' '
+    << c.pipeline.beta << '\n';
+  EPL_CHECK(f.good(), "writing the planner's calibration file ", path, " failed");
+}
+
+/// \brief `base` with the speed and links save_cluster wrote under `key`; nullopt when there is no
+/// file or it was measured for another key. A file that is not one is an error naming it.
+inline std::optional<Cluster> load_cluster(const std::filesystem::path& path, const std::string& key, Cluster base) {
+  std::ifstream f(path);
+  if (!f) return std::nullopt;
+  std::string magic, saved;
+  std::getline(f, magic);
+  EPL_CHECK(magic == "epl-cluster 1", "the planner's calibration file ", path, " is not one (its first line is \"", magic.substr(0, 40),
+            "\"); delete it to measure again");
+  std::getline(f, saved);
+  if (saved != key) return std::nullopt;
+  f >> base.speed >> base.data.alpha >> base.data.beta >> base.pipeline.alpha >> base.pipeline.beta;
+  EPL_CHECK(!f.fail() && base.speed > 0 && base.data.beta > 0 && base.pipeline.beta > 0, "the planner's calibration file ", path,
+            " is truncated or corrupt; delete it to measure again");
+  return base;
+}
+
+/// \brief Calibration: the cluster's speed made such that `predicted` (an estimate on `cluster`)
+/// takes the `measured` seconds one short run of that plan took. What the probe does not see (the
+/// optimizer's update, the step's bookkeeping, cores shared with others) then scales every
+/// candidate's compute alike. Returns the factor the speed changed by.
+inline double calibrate(Cluster& cluster, const Estimate& predicted, double measured) {
+  EPL_CHECK(std::isfinite(measured) && measured > 0, "plan::calibrate: the measured step of ", measured, " s is not a positive time");
+  const double other = predicted.seconds - predicted.compute_seconds;  // communication, which the α-β already measured
+  const double compute = std::max(measured - other, 0.25 * measured);
+  const double factor = predicted.compute_seconds > 0 ? predicted.compute_seconds / compute : 1.0;
+  cluster.speed = (cluster.speed > 0 ? cluster.speed : 1.0) * factor;
+  return factor;
+}
 
 /// \brief Predicts `c` for Model (a copy of `model` is sharded and cut; nothing is drawn) from its
 /// profile, on `cluster`, training `rows` rows a step, with an optimizer of `slots` state values
