@@ -48,10 +48,10 @@ TEST_CASE("auto_plan: every rank runs the plan rank 0 chose, and trains as one d
     data::WindowLoader loader(ds, 8, kBatch, 17);
     for (int s = 0; s < 3; ++s) ref.push_back(t.step(loader.next(test::cpu())));
   }
-  for (const auto& [losses, keys] : runs) {
-    CAPTURE(keys);
-    CHECK(keys == runs[0].second);
-    CHECK(test::max_rel_diff(losses, ref) <= 2e-5);
+  for (const auto& run : runs) {
+    CAPTURE(run.second);
+    CHECK(run.second == runs[0].second);
+    CHECK(test::max_rel_diff(run.first, ref) <= 2e-5);
   }
 }
 
