@@ -167,6 +167,12 @@ TEST_CASE("cost: plan::fits at run time names the largest part, the policy that 
                        doctest::Contains("activations are the largest part"), Error);
   CHECK_THROWS_WITH_AS((plan::fits<BigPipe>({.ranks = 3}, {.bytes = 3 * kGiB, .rows = 8})),
                        doctest::Contains("a cluster of 3 ranks cannot hold replicas of 2 ranks"), Error);
+  CHECK_THROWS_WITH_AS((plan::fits<Big>({.ranks = 0}, {.bytes = kGiB, .rows = 8})), doctest::Contains("Cluster::ranks must be at least 1"),
+                       Error);
+  CHECK_THROWS_WITH_AS((plan::fits<Big>({.ranks = 8}, {.bytes = kGiB, .rows = 8, .micro_batches = 0})),
+                       doctest::Contains("::micro_batches must be at least 1"), Error);
+  CHECK_THROWS_WITH_AS((plan::fits<Big>({.ranks = 8}, {.bytes = kGiB, .rows = 12, .micro_batches = 1})),
+                       doctest::Contains("must divide into the data-parallel ranks"), Error);
 }
 
 TEST_CASE("cost: search returns only plans the plan accepts, fastest first, and says by how much nothing fits") {
@@ -203,5 +209,17 @@ TEST_CASE("cost: search returns only plans the plan accepts, fastest first, and 
                         })->device_bytes();
   CHECK_THROWS_WITH_AS((plan::search<gpt::Gpt, All>(model, prof, cluster, 16, 2, {.budget = smallest - 100})),
                        doctest::Contains("100 more, its largest part the"), Error);
+  // nonsense in, an error out: rows, slots, ranks, another model's profile
+  CHECK_THROWS_WITH_AS((plan::search<gpt::Gpt, All>(model, prof, cluster, 0, 2)), doctest::Contains("a global batch of 0 rows"), Error);
+  CHECK_THROWS_WITH_AS((plan::search<gpt::Gpt, All>(model, prof, cluster, 16, -1)), doctest::Contains("-1 optimizer state slots"), Error);
+  CHECK_THROWS_WITH_AS((plan::search<gpt::Gpt, All>(model, prof, {.ranks = 0}, 16, 2)), doctest::Contains("a cluster of 0 ranks"), Error);
+  auto deeper = tiny();
+  deeper.layers = 3;
+  CHECK_THROWS_WITH_AS((plan::search<gpt::Gpt, All>(gpt::make_gpt(deeper), prof, cluster, 16, 2)),
+                       doctest::Contains("the profile was measured on another model: it has 8 units, this model 10"), Error);
+  auto wider = tiny();
+  wider.dim = 32;
+  CHECK_THROWS_WITH_AS((plan::search<gpt::Gpt, All>(gpt::make_gpt(wider), prof, cluster, 16, 2)),
+                       doctest::Contains("the profile was measured on another model: its unit"), Error);
 }
 }

@@ -102,8 +102,14 @@ TEST_CASE("uneven: a pipeline's automatic cut gives the faster stage more units,
 
 TEST_CASE("uneven: bad speeds and a loader that ignores the shares are errors naming the fix") {
   CHECK_THROWS_WITH_AS(train(2, config("1"), 6), doctest::Contains("cluster.rank_speeds gives 1 speed for 2 ranks"), Error);
-  CHECK_THROWS_WITH_AS(train(2, config("1,0"), 6), doctest::Contains("rank 1's speed 0 is not a positive number"), Error);
+  CHECK_THROWS_WITH_AS(train(2, config("1,0"), 6), doctest::Contains("rank 1's speed 0 is not a positive finite number"), Error);
   CHECK_THROWS_WITH_AS(train(2, config("1,fast"), 6), doctest::Contains("\"fast\" is not a number"), Error);
+  Config c;  // checked when set, as every key
+  for (const char* bad : {"1,,2", ",", "1,0.5,", "MEASURE", "-1,1", "inf,1"}) {
+    CAPTURE(bad);
+    CHECK_THROWS_WITH_AS(c.set("cluster.rank_speeds", bad), doctest::Contains("config key cluster.rank_speeds"), Error);
+  }
+  CHECK_NOTHROW(c.set("cluster.rank_speeds", " 1, 0.5"));
   CHECK_THROWS_WITH_AS(train(2, config("1,0.5"), 6, true),
                        doctest::Contains("got 3 rows, but its share of the global batch of 6 rows by cluster.rank_speeds is 4"), Error);
 }

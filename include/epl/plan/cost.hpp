@@ -238,17 +238,53 @@ Profile profile(const Model& model, const D& d, const Tensor& inputs, const Tens
   return p;
 }
 
+namespace detail {
+// A calibration file written whole or not at all: into a temporary file beside it, renamed over it
+// when complete, so a rank reading it meanwhile sees the old file or the new one.
+class AtomicFile {
+ public:
+  explicit AtomicFile(std::filesystem::path path) : path_(std::move(path)) {
+    tmp_ = path_;
+    tmp_ += ".tmp" + std::to_string(reinterpret_cast<std::uintptr_t>(this));
+    f_.open(tmp_, std::ios::trunc);
+    EPL_CHECK(f_.good(), "cannot write the planner's calibration file ", path_, "; give a writable path");
+    f_.precision(17);
+  }
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+  ~AtomicFile() {
+    if (!done_) {
+      std::error_code ec;
+      std::filesystem::remove(tmp_, ec);
+    }
+  }
+  std::ofstream& stream() { return f_; }
+  void commit() {
+    f_.close();
+    EPL_CHECK(!f_.fail(), "writing the planner's calibration file ", path_, " failed (is the disk full?)");
+    std::error_code ec;
+    std::filesystem::rename(tmp_, path_, ec);
+    EPL_CHECK(!ec, "cannot put the planner's calibration file in place at ", path_, ": ", ec.message());
+    done_ = true;
+  }
+
+ private:
+  std::filesystem::path path_, tmp_;
+  std::ofstream f_;
+  bool done_ = false;
+};
+}  // namespace detail
+
 /// \brief Writes a profile to `path` under `key` (what it was measured for: the model's shape,
 /// the device), so a later run reads it back instead of measuring again (load_profile).
 inline void save_profile(const Profile& p, const std::filesystem::path& path, const std::string& key) {
-  std::ofstream f(path, std::ios::trunc);
-  EPL_CHECK(f.good(), "cannot write the planner's calibration file ", path, "; give a writable path");
-  f.precision(17);
+  detail::AtomicFile file(path);
+  auto& f = file.stream();
   f << "epl-profile 2\n" << key << "\n" << p.rows << ' ' << p.tokens_per_row << ' ' << p.input_bytes << ' ' << p.units.size() << '\n';
   for (const auto& u : p.units)
     f << u.name << ' ' << u.parameters << ' ' << u.macs_per_token << ' ' << u.activation_bytes << ' ' << u.output_bytes << ' '
       << u.backward_bytes << ' ' << u.forward_seconds << ' ' << u.backward_seconds << ' ' << u.fixed_seconds << '\n';
-  EPL_CHECK(f.good(), "writing the planner's calibration file ", path, " failed");
+  file.commit();
 }
 
 /// \brief The profile save_profile wrote to `path` under `key`; nullopt when there is no file or it
@@ -391,12 +427,11 @@ inline std::int64_t activation_peak(const std::vector<strategy::Action>& actions
 /// \brief Writes a cluster's calibrated speed and links to `path` under `key` (what it was measured
 /// for), for load_cluster to read back in a later run.
 inline void save_cluster(const Cluster& c, const std::filesystem::path& path, const std::string& key) {
-  std::ofstream f(path, std::ios::trunc);
-  EPL_CHECK(f.good(), "cannot write the planner's calibration file ", path, "; give a writable path");
-  f.precision(17);
+  detail::AtomicFile file(path);
+  auto& f = file.stream();
   f << "epl-cluster 1\n" << key << '\n' << c.speed << ' ' << c.data.alpha << ' ' << c.data.beta << ' ' << c.pipeline.alpha << ' '
     << c.pipeline.beta << '\n';
-  EPL_CHECK(f.good(), "writing the planner's calibration file ", path, " failed");
+  file.commit();
 }
 
 /// \brief `base` with the speed and links save_cluster wrote under `key`; nullopt when there is no
@@ -436,6 +471,9 @@ template <class Model, class Policy = Policies<>, class D = device::Cpu>
 Estimate estimate(const Model& model, const Profile& prof, const Candidate& c, const Cluster& cluster, std::int64_t rows, int slots,
                   PlanOptions base = {}) {
   using Pass = nn::Pass<D, policy::gradient_sync_t<Policy, D>>;
+  EPL_CHECK(cluster.ranks >= 1 && rows >= 1 && slots >= 0 && c.data >= 1 && c.pipeline >= 1 && c.micro_batches >= 1,
+            "plan::estimate: the cluster's ranks (", cluster.ranks, "), the batch's rows (", rows, "), the candidate's degrees and "
+            "micro-batches must be at least 1, and the optimizer's state slots (", slots, ") at least 0");
   EPL_CHECK(c.data * c.pipeline * tensor_degree_v<Model> == cluster.ranks, "candidate ", c.str(), " uses ",
             c.data * c.pipeline * tensor_degree_v<Model>, " ranks, but the cluster has ", cluster.ranks);
   EPL_CHECK(rows % (c.data * c.micro_batches) == 0, "candidate ", c.str(), ": a global batch of ", rows, " rows does not divide into ",
@@ -478,6 +516,13 @@ Estimate estimate(const Model& model, const Profile& prof, const Candidate& c, c
         std::int64_t input = 0;  // bytes per row of the piece's input (what a recomputed piece keeps)
       };
       std::vector<Piece> pieces;
+      for (const auto& u : units) {  // the profile must be this model's: each unit as large
+        std::int64_t params = 0;
+        u.parameters(u.layer, [&](nn::Parameter& q) { params += q.global_shape().numel(); });
+        const auto& up = prof.unit(u.name);
+        EPL_CHECK(params == up.parameters, "the profile was measured on another model: its unit ", u.name, " has ", up.parameters,
+                  " parameters, this model's ", params, "; profile this model (plan::profile)");
+      }
       auto input_of = [&](std::size_t u) { return u > 0 ? prof.unit(units[u - 1].name).output_bytes : std::int64_t{0}; };
       if (chunk.segments().empty()) {
         for (std::size_t u = 0; u < units.size(); ++u) pieces.push_back({{&prof.unit(units[u].name)}, false, input_of(u)});

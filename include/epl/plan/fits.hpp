@@ -99,6 +99,9 @@ inline void activations_are_largest__mark_epl_Recompute_or_raise_micro_batches(s
 inline void state_is_sharded_already__add_ranks_or_split_the_model(std::int64_t need, std::int64_t budget) {
   does_not_fit("every policy that shrinks it is on: use more ranks, or split the model (epl::Split, epl::Pipeline)", need, budget);
 }
+inline void cluster_or_budget_is_not_valid(const char* what) {
+  EPL_FAIL("plan::fits: ", what);
+}
 inline void world_size_does_not_hold_a_replica__use_a_multiple(std::int64_t ranks, std::int64_t replica) {
   EPL_FAIL("plan::fits: a cluster of ", ranks, " ranks cannot hold replicas of ", replica, " ranks (pipeline stages x split "
            "degree); use a multiple of ", replica);
@@ -116,8 +119,14 @@ constexpr StaticFootprint static_footprint(const Cluster& cluster, const Budget&
     if constexpr (is_pipeline_v<Model>) return Model::kStages;
     else return 1;
   }();
+  if (cluster.ranks < 1) detail::cluster_or_budget_is_not_valid("Cluster::ranks must be at least 1");
+  if (budget.rows < 1 || budget.micro_batches < 1 || budget.optimizer_slots < 0)
+    detail::cluster_or_budget_is_not_valid("Budget::rows and ::micro_batches must be at least 1 and ::optimizer_slots at least 0");
   if (cluster.ranks % (p * t) != 0) detail::world_size_does_not_hold_a_replica__use_a_multiple(cluster.ranks, p * t);
   const int data = cluster.ranks / (p * t);
+  if (budget.rows % (static_cast<std::int64_t>(data) * budget.micro_batches) != 0)
+    detail::cluster_or_budget_is_not_valid("the global batch (Budget::rows) must divide into the data-parallel ranks (cluster ranks "
+                                           "over pipeline stages x split degree) times Budget::micro_batches");
   constexpr policy::Compiled c = policy::compiled<Policy>(false);
   const auto sums = detail::static_sums<Model>(t);
   StaticFootprint f;

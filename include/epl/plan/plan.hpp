@@ -229,7 +229,7 @@ void plan_speeds(const PlanOptions& opt, int world_size, Plan& plan) {
   EPL_CHECK(static_cast<int>(v.size()) == world_size, "cluster.rank_speeds gives ", v.size(), " speed", v.size() == 1 ? "" : "s", " for ",
             world_size, " ranks; give one per rank (\"1,0.5\": rank 1 half as fast), or \"measure\"");
   for (std::size_t r = 0; r < v.size(); ++r)
-    EPL_CHECK(std::isfinite(v[r]) && v[r] > 0, "cluster.rank_speeds: rank ", r, "'s speed ", v[r], " is not a positive number");
+    EPL_CHECK(std::isfinite(v[r]) && v[r] > 0, "cluster.rank_speeds: rank ", r, "'s speed ", v[r], " is not a positive finite number");
   EPL_CHECK(!plan.rows_over_tensor(), "cluster.rank_speeds with a split colocated with (or placed beside) a replicated part: "
             "their ranks read rows of one group together, which uneven shares cannot divide; leave cluster.rank_speeds unset");
   const int data = world_size / (plan.pipeline * plan.tensor);

@@ -48,6 +48,26 @@ SearchResult search(const Model& model, const Profile& prof, const Cluster& clus
   constexpr auto c = policy::compiled<Policy>(false);
   EPL_CHECK(cluster.ranks % t == 0, "plan::search: a cluster of ", cluster.ranks, " ranks cannot hold the model's epl::Split<", t,
             ", ...> parts; use a multiple of ", t, " ranks");
+  EPL_CHECK(cluster.ranks >= 1, "plan::search: a cluster of ", cluster.ranks, " ranks; it needs at least 1");
+  EPL_CHECK(rows >= 1, "plan::search: a global batch of ", rows, " rows; it needs at least 1");
+  EPL_CHECK(slots >= 0, "plan::search: ", slots, " optimizer state slots per element; give the optimizer's kStateSlots (0 or more)");
+  EPL_CHECK(o.budget >= 0 && cluster.bytes_per_rank > 0, "plan::search: a budget of ", o.budget, " bytes and ", cluster.bytes_per_rank,
+            " bytes per rank; give positive byte counts (a budget of 0: the cluster's)");
+  {  // the profile must be this model's: as many units (and the loss)
+    Model copy = model;
+    using Pass = nn::Pass<D, policy::gradient_sync_t<Policy, D>>;  // estimate's: no other instantiation
+    std::vector<strategy::Unit<Pass>> units;
+    strategy::flatten<Pass>(copy, units);
+    EPL_CHECK(prof.units.size() == units.size() + 1, "the profile was measured on another model: it has ", prof.units.size() - 1,
+              " units, this model ", units.size(), "; profile this model (plan::profile)");
+    for (const auto& u : units) {
+      std::int64_t params = 0;
+      u.parameters(u.layer, [&](nn::Parameter& q) { params += q.global_shape().numel(); });
+      const auto& up = prof.unit(u.name);
+      EPL_CHECK(params == up.parameters, "the profile was measured on another model: its unit ", u.name, " has ", up.parameters,
+                " parameters, this model's ", params, "; profile this model (plan::profile)");
+    }
+  }
   const std::int64_t budget = o.budget > 0 ? std::min(o.budget, cluster.bytes_per_rank) : cluster.bytes_per_rank;
   SearchResult r;
   const Estimate* smallest = nullptr;

@@ -51,9 +51,12 @@ Config auto_plan(Context& ctx, const Config& cfg, const Model& model, const Batc
     if (compiled.amp != DType::kF32) amp = plan::load_profile(o.cache.string() + ".amp", key);
   }
   const Tensor x = sample.inputs.slice(0, rows), y = sample.targets.slice(0, rows);
+  const bool fresh = !prof || (compiled.amp != DType::kF32 && !amp);
   if (!prof) prof = plan::profile<Model, Loss>(model, ctx.cpu(), x, y, o.repeats);
   if (compiled.amp != DType::kF32 && !amp) amp = plan::profile<Model, Loss>(model, ctx.cpu(), x, y, o.repeats, compiled.amp);
-  if (!o.cache.empty() && ctx.rank() == 0) {
+  // rank 0 writes what it measured; the others may be reading the old file: it is replaced whole
+  world.barrier();
+  if (!o.cache.empty() && fresh && ctx.rank() == 0) {
     plan::save_profile(*prof, o.cache, key);
     if (amp) plan::save_profile(*amp, o.cache.string() + ".amp", key);
   }

@@ -50,6 +50,9 @@ std::vector<Measured> combinations(Context& ctx, const Config& cfg, const std::v
   const DeviceId id = ctx.cpu().id(), host{DeviceKind::kHost, id.index};
   std::vector<Measured> out;
   for (const auto& e : plans) {
+    const int ranks = e.candidate.data * e.candidate.pipeline * plan::tensor_degree_v<Model>;
+    EPL_CHECK(ranks == world.size(), "bench::combinations: plan ", e.candidate.str(), " was made for ", ranks, " ranks, but this run has ",
+              world.size(), "; search with a cluster of ", world.size(), " ranks");
     Config c = cfg;
     for (const auto& [key, value] : e.candidate.keys()) c.set_text(key, value);
     Measured m;

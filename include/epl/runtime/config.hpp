@@ -81,6 +81,32 @@ inline std::string_view nearest(std::string_view name, const std::vector<std::st
 }  // namespace detail
 
 /// \brief The run's configuration: every EPL key and the program's flags, each with a value
+namespace detail {
+/// \brief cluster.rank_speeds' text: "" (even), "measure", or one positive finite number per rank,
+/// comma-separated; an error names the item that is not. Returns the numbers (empty for "" and
+/// "measure").
+inline std::vector<double> parse_rank_speeds(std::string_view text) {
+  std::vector<double> speeds;
+  if (text.empty() || text == "measure") return speeds;
+  std::size_t at = 0;
+  while (at <= text.size()) {
+    const std::size_t end = std::min(text.find(',', at), text.size());
+    std::string item(text.substr(at, end - at));
+    while (!item.empty() && item.front() == ' ') item.erase(item.begin());
+    while (!item.empty() && item.back() == ' ') item.pop_back();
+    double v = 0;
+    const auto [p, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
+    EPL_CHECK(!item.empty() && ec == std::errc{} && p == item.data() + item.size(), "config key cluster.rank_speeds = ", quoted(text),
+              ": ", quoted(item), " is not a number; give each rank's relative speed, comma-separated (\"1,0.5\": rank 1 half as "
+              "fast), or \"measure\"");
+    EPL_CHECK(std::isfinite(v) && v > 0, "config key cluster.rank_speeds = ", quoted(text), ": rank ", speeds.size(), "'s speed ",
+              item, " is not a positive finite number");
+    speeds.push_back(v);
+    at = end + 1;
+  }
+  return speeds;
+}
+}  // namespace detail
 /// and where it came from.
 class Config {
  public:
@@ -373,6 +399,7 @@ class Config {
     };
     if (auto* s = std::get_if<std::string>(&v)) {
       check_choice(*s);
+      if (k.name == "cluster.rank_speeds") (void)detail::parse_rank_speeds(*s);
       if (k.name == "amp.loss_scale" && *s != "dynamic") {
         double x = 0;
         auto [p, ec] = std::from_chars(s->data(), s->data() + s->size(), x);

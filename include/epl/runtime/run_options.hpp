@@ -122,19 +122,7 @@ std::vector<double> rank_speeds(const Config& cfg, const D& d, comm::Communicato
     world.all_gather(comm::Buffer(&mine, 1, DType::kF64), comm::Buffer(speeds.data(), world.size(), DType::kF64));
     return speeds;
   }
-  speeds.clear();
-  std::size_t at = 0;
-  while (at <= text.size()) {
-    const std::size_t end = std::min(text.find(',', at), text.size());
-    const std::string item = text.substr(at, end - at);
-    char* stop = nullptr;
-    const double v = std::strtod(item.c_str(), &stop);
-    EPL_CHECK(!item.empty() && stop && *stop == '\0', "cluster.rank_speeds = \"", text, "\": \"", item, "\" is not a number; give "
-              "each rank's relative speed, comma-separated (\"1,0.5\"), or \"measure\"");
-    speeds.push_back(v);
-    at = end + 1;
-  }
-  return speeds;
+  return detail::parse_rank_speeds(text);
 }
 
 /// \brief Facts about a trainer's options, for the ranks' agreement check.

@@ -311,8 +311,11 @@ class Trainer {
     const int m = plan_.micro_batches;
     EPL_CHECK(targets == rows, "batch has ", rows, " inputs but ", targets, " targets");
     EPL_CHECK(rows > 0, "the batch has no rows; give every step at least one row per micro-batch (pipeline.num_micro_batch = ", m, ")");
-    EPL_CHECK(rows % m == 0, "batch of ", rows, " samples does not divide into pipeline.num_micro_batch = ", m,
-              " micro-batches; make the batch a multiple of ", m);
+    const int ranks = groups_->rows().ranks;
+    EPL_CHECK(rows % m == 0, "this rank's batch of ", rows, " samples does not divide into pipeline.num_micro_batch = ", m,
+              " micro-batches; make ", ranks > 1 && !groups_->uneven() ? "the global batch a multiple of " + std::to_string(ranks * m) +
+              " (" + std::to_string(ranks) + " data-parallel ranks x " + std::to_string(m) + " micro-batches)"
+              : "the batch a multiple of " + std::to_string(m));
   }
   void check_finite_loss(double loss) const {
     EPL_CHECK(!opt_.check_finite || std::isfinite(loss), "the loss is ", loss, " at step ", steps_ + 1, ": training diverged or the "
