@@ -18,9 +18,10 @@ struct Front { Costly<4> a; Costly<1> b; };
 struct Model { Front front; nn::Seq<Costly<2>, Costly<2>> mid; Costly<3> last; };
 }  // namespace
 
-template <int Cost>
-struct epl::strategy::static_cost<Costly<Cost>> {
-  static constexpr double value = Cost;
+// (not `Cost`: clang finds strategy::Cost before a template parameter of that name here)
+template <int C>
+struct epl::strategy::static_cost<Costly<C>> {
+  static constexpr double value = C;
 };
 
 // The cut is a compile-time constant. Model's units cost 4 1 2 2 3: in 2 stages no cut beats a
