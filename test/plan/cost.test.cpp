@@ -223,3 +223,85 @@ TEST_CASE("cost: search returns only plans the plan accepts, fastest first, and 
                        doctest::Contains("the profile was measured on another model: its unit"), Error);
 }
 }
+
+TEST_SUITE("cpu") {
+TEST_CASE("cost: a split model's estimate does its share of the GEMMs and prices its group's all-reduces") {
+  const auto shape = tiny();
+  const auto sample = test::ids({2, 8}, 32, 3), targets = test::ids({2, 8}, 32, 4);
+  const auto whole = gpt::make_gpt(shape);
+  const auto split = gpt::make_split_gpt<2>(shape);
+  const auto prof = plan::profile(whole, test::cpu(), sample, targets, 1);
+  const auto split_prof = plan::profile(split, test::cpu(), sample, targets, 1);
+  plan::Cluster cluster{.ranks = 2};
+  cluster.tensor = {.alpha = 1e-3, .beta = 1e6};  // slow enough to see
+  const std::int64_t rows = 16;
+  const auto e = plan::estimate<gpt::SplitGpt<2>, All>(split, split_prof, {.data = 1}, cluster, rows, optim::AdamW::kStateSlots);
+  CHECK(e.candidate.tensor == 2);
+  CHECK(e.candidate.str() == "dp1 tp2 pp1 m1");
+  // Megatron's four all-reduces of a block (attention's and the MLP's input gradient backward,
+  // their output forward), the vocabulary-parallel embedding's output, the head's input gradient:
+  // (4 layers + 2) x dim f32 values a token, of every row on the one replica
+  const std::int64_t per_token = (4 * shape.layers + 2) * shape.dim;
+  CHECK(e.tensor_bytes == per_token * shape.context * rows * 4);
+  const int collectives = 4 * static_cast<int>(shape.layers) + 2;
+  CHECK(e.tensor_seconds == doctest::Approx(collectives * 2.0 * 1e-3 + 1.0 * static_cast<double>(e.tensor_bytes) / 1e6));
+  CHECK(e.compute_seconds > e.tensor_seconds);
+  // two micro-batches move the same bytes in twice the messages
+  const auto e2 = plan::estimate<gpt::SplitGpt<2>, All>(split, split_prof, {.data = 1, .micro_batches = 2}, cluster, rows, 2);
+  CHECK(e2.tensor_bytes == e.tensor_bytes);
+  CHECK(e2.tensor_seconds == doctest::Approx(2 * collectives * 2.0 * 1e-3 + 1.0 * static_cast<double>(e.tensor_bytes) / 1e6));
+  // with free links, a split rank's compute is about half the unsplit model's on one rank: its
+  // GEMMs are halved, its norms and the attention's softmax are not
+  cluster.tensor = {.alpha = 0, .beta = 1e30};
+  const auto free_split = plan::estimate<gpt::SplitGpt<2>, All>(split, split_prof, {.data = 1}, cluster, rows, 2);
+  const auto one = plan::estimate<gpt::Gpt, All>(whole, prof, {.data = 1}, {.ranks = 1}, rows, 2);
+  CHECK(free_split.tensor_bytes == e.tensor_bytes);
+  CHECK(free_split.flops < 0.75 * one.flops);
+  CHECK(free_split.flops > 0.5 * one.flops);
+  // merge: the tp2 and dp2 plans of a 2-rank cluster in one list, fastest first
+  const auto merged = plan::merge({plan::search<gpt::SplitGpt<2>, All>(split, split_prof, {.ranks = 2}, rows, 2),
+                                   plan::search<gpt::Gpt, All>(whole, prof, {.ranks = 2}, rows, 2)});
+  bool tp = false, dp = false;
+  for (std::size_t i = 0; i < merged.plans.size(); ++i) {
+    tp = tp || merged.plans[i].candidate.tensor == 2;
+    dp = dp || merged.plans[i].candidate.data == 2;
+    if (i > 0) CHECK(merged.plans[i - 1].seconds <= merged.plans[i].seconds);
+  }
+  CHECK((tp && dp));
+  CHECK_THROWS_WITH_AS(plan::merge({}), doctest::Contains("none of the 0 searches found a plan"), Error);
+}
+
+TEST_CASE("cost: on uneven devices the estimate gives the slow rank its share and the search prices it") {
+  const auto model = gpt::make_gpt(tiny());
+  const auto sample = test::ids({2, 8}, 32, 3), targets = test::ids({2, 8}, 32, 4);
+  const auto prof = plan::profile(model, test::cpu(), sample, targets, 1);
+  const plan::Cluster cluster{.ranks = 2};
+  const std::int64_t rows = 12;
+  const auto even = plan::estimate<gpt::Gpt, All>(model, prof, {.data = 2}, cluster, rows, 2);
+  plan::PlanOptions slow;
+  slow.rank_speeds = {1.0, 0.5};
+  // the Trainer shares 8 and 4 rows; the slow rank's 4 at half speed take as long as 8: the step
+  // takes 8 rows' time where the even split's slow rank would take 6 rows at half speed, 12
+  const auto uneven = plan::estimate<gpt::Gpt, All>(model, prof, {.data = 2}, cluster, rows, 2, slow);
+  const double fixed = even.compute_seconds;  // 6 rows at full speed
+  CHECK(uneven.compute_seconds == doctest::Approx(fixed * 8.0 / 6.0));
+  CHECK(uneven.compute_seconds > fixed);
+  // a pipeline of the two ranks: the slow stage gets the smaller cut, the path its slower speed
+  const auto piped = plan::estimate<gpt::Gpt, All>(model, prof, {.pipeline = 2, .micro_batches = 2}, cluster, rows, 2, slow);
+  CHECK(piped.compute_seconds > 0);
+  // speeds for another world size are refused, by the plan
+  plan::PlanOptions wrong;
+  wrong.rank_speeds = {1.0, 0.5, 2.0};
+  CHECK_THROWS_WITH_AS((plan::estimate<gpt::Gpt, All>(model, prof, {.data = 2}, cluster, rows, 2, wrong)),
+                       doctest::Contains("cluster.rank_speeds gives 3 speeds for 2 ranks"), Error);
+  // the search prices it too: its dp2 plan is the uneven estimate
+  const auto found = plan::search<gpt::Gpt, All>(model, prof, cluster, rows, 2, {.pipelines = false, .recompute = false, .base = slow});
+  bool seen = false;
+  for (const auto& e : found.plans)
+    if (e.candidate.data == 2 && e.candidate.micro_batches == 1 && e.candidate.zero == 0) {
+      seen = true;
+      CHECK(e.seconds == doctest::Approx(uneven.seconds));
+    }
+  CHECK(seen);
+}
+}

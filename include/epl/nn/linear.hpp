@@ -70,6 +70,7 @@ class Linear {
   /// \brief Column-parallel: leave the input gradient as this part's share for the caller to
   /// reduce (a colocated split's reduce-scatter does, instead of this layer's all-reduce).
   void defer_input_grad_reduction(bool on) { defer_dx_ = on; }
+  [[nodiscard]] bool input_grad_deferred() const noexcept { return defer_dx_; }
   /// \brief The output features this rank computes (all of them unless column-parallel).
   [[nodiscard]] std::int64_t local_out() const noexcept { return mode_ == Parallel::kColumn ? opt_.out / part_.parts : opt_.out; }
   /// \brief The input features this rank takes (all of them unless row-parallel).

@@ -32,6 +32,7 @@
 #include "epl/plan/plan.hpp"
 #include "epl/plan/shard.hpp"
 #include "epl/policy/gradient_sync.hpp"
+#include "epl/strategy/step_groups.hpp"
 
 namespace epl {
 inline namespace v0 {
@@ -326,13 +327,18 @@ struct Cluster {
   /// Cores the ranks share when they share them (thread ranks of one machine, more ranks than
   /// cores): a step takes at least every rank's work over them. 0: each rank has its own.
   int cores = 0;
+  /// Multiply-adds a second one rank does in its GEMMs: the compile-time search's (plan::static_search)
+  /// compute model, where there is no probe. A measured figure (bench/gemm) is best.
+  double macs_per_second = 50e9;
   Link data{};      ///< all-reduce, reduce-scatter, all-gather over the data-parallel group (ring)
   Link pipeline{};  ///< a pipeline stage's send to the next
+  Link tensor{};    ///< the all-reduces of an epl::Split group (ring), on the critical path
 };
 
 /// \brief One combination: the axes of the mesh, the schedule and the policies.
 struct Candidate {
   int data = 1, pipeline = 1, micro_batches = 1;
+  int tensor = 1;                           ///< the model type's epl::Split degree (set by estimate; a type, not a key)
   std::string schedule = "PreferBackward";  ///< pipeline.strategy (when pipeline > 1)
   int virtual_stages = 2;                   ///< Interleaved's chunks per rank
   int zero = 0;                             ///< ZeRO stage (zero.level "", v0, v1, v2)
@@ -356,7 +362,8 @@ struct Candidate {
   }
   /// \brief A short name: dp2 pp2 m4 1F1B zero1 rc.
   [[nodiscard]] std::string str() const {
-    std::string s = "dp" + std::to_string(data) + " pp" + std::to_string(pipeline) + " m" + std::to_string(micro_batches);
+    std::string s = "dp" + std::to_string(data) + (tensor > 1 ? " tp" + std::to_string(tensor) : std::string()) + " pp" +
+                    std::to_string(pipeline) + " m" + std::to_string(micro_batches);
     if (pipeline > 1)
       s += schedule == "PreferBackward" ? " 1F1B" : schedule == "PreferForward" ? " GPipe" : " " + schedule + std::to_string(virtual_stages);
     if (zero) s += " zero" + std::to_string(zero);
@@ -389,9 +396,11 @@ struct Estimate {
   std::int64_t activations = 0;    ///< peak activation bytes of the rank that holds most
   std::int64_t data_bytes = 0;     ///< gradient bytes a rank sends to its data-parallel group (ring)
   std::int64_t pipeline_bytes = 0; ///< activation and gradient bytes a stage sends on
+  std::int64_t tensor_bytes = 0;   ///< bytes a rank's split group all-reduces per step (epl::Split)
   double flops = 0;                ///< multiply-adds x 2 of the busiest rank (forward, backward, recompute)
   double bubble = 0;               ///< the fraction of the step a stage idles: (p - 1) / (v m + p - 1)
   double compute_seconds = 0, data_seconds = 0, pipeline_seconds = 0;
+  double tensor_seconds = 0;       ///< the split group's all-reduces of the busiest rank (part of compute_seconds' path)
   double seconds = 0;              ///< predicted step time
   [[nodiscard]] std::int64_t device_bytes() const noexcept { return state.device() + activations; }
   /// \brief The largest of parameters, gradients, optimizer state, activations, by name.
@@ -422,6 +431,36 @@ inline std::int64_t activation_peak(const std::vector<strategy::Action>& actions
   }
   return std::max(peak, live);
 }
+
+// A pipeline stage's time over the probe's, on uneven devices (cluster.rank_speeds): `slowest`
+// the most over its replicas of the replica's share of the rows (as the Trainer shares them)
+// over its slowest rank's speed, `busy` their sum (the replicas' work); even: 1 and the replicas.
+struct Lane {
+  double slowest = 1, busy = 1;
+};
+inline std::vector<Lane> stage_lanes(const Plan& plan, const std::vector<double>& speeds, int ranks, std::int64_t rows, int micro_batches) {
+  const int data = ranks / (plan.pipeline * plan.tensor);
+  std::vector<Lane> lanes(static_cast<std::size_t>(plan.pipeline), Lane{1.0, static_cast<double>(data)});
+  if (speeds.empty()) return lanes;
+  std::vector<double> slow(static_cast<std::size_t>(data * plan.pipeline), 0.0);  // [replica][stage]: its slowest rank
+  for (int r = 0; r < ranks; ++r) {
+    const auto at = strategy::coord_of(plan.mesh_shape(), data, r);
+    auto& v = slow[static_cast<std::size_t>(at.data * plan.pipeline + at.pipeline)];
+    v = v == 0 ? speeds[static_cast<std::size_t>(r)] : std::min(v, speeds[static_cast<std::size_t>(r)]);
+  }
+  const auto shares = strategy::share_rows(rows, data, plan.data_weights, micro_batches);
+  const double even = static_cast<double>(rows) / data;
+  for (int s = 0; s < plan.pipeline; ++s) {
+    auto& lane = lanes[static_cast<std::size_t>(s)];
+    lane = {0, 0};
+    for (int i = 0; i < data; ++i) {
+      const double f = static_cast<double>(shares[static_cast<std::size_t>(i)]) / even / slow[static_cast<std::size_t>(i * plan.pipeline + s)];
+      lane.slowest = std::max(lane.slowest, f);
+      lane.busy += f;
+    }
+  }
+  return lanes;
+}
 }  // namespace detail
 
 /// \brief Writes a cluster's calibrated speed and links to `path` under `key` (what it was measured
@@ -429,8 +468,8 @@ inline std::int64_t activation_peak(const std::vector<strategy::Action>& actions
 inline void save_cluster(const Cluster& c, const std::filesystem::path& path, const std::string& key) {
   detail::AtomicFile file(path);
   auto& f = file.stream();
-  f << "epl-cluster 1\n" << key << '\n' << c.speed << ' ' << c.data.alpha << ' ' << c.data.beta << ' ' << c.pipeline.alpha << ' '
-    << c.pipeline.beta << '\n';
+  f << "epl-cluster 2\n" << key << '\n' << c.speed << ' ' << c.data.alpha << ' ' << c.data.beta << ' ' << c.pipeline.alpha << ' '
+    << c.pipeline.beta << ' ' << c.tensor.alpha << ' ' << c.tensor.beta << '\n';
   file.commit();
 }
 
@@ -441,13 +480,15 @@ inline std::optional<Cluster> load_cluster(const std::filesystem::path& path, co
   if (!f) return std::nullopt;
   std::string magic, saved;
   std::getline(f, magic);
-  EPL_CHECK(magic == "epl-cluster 1", "the planner's calibration file ", path, " is not one (its first line is \"", magic.substr(0, 40),
-            "\"); delete it to measure again");
+  EPL_CHECK(magic == "epl-cluster 1" || magic == "epl-cluster 2", "the planner's calibration file ", path, " is not one (its first line is \"",
+            magic.substr(0, 40), "\"); delete it to measure again");
   std::getline(f, saved);
   if (saved != key) return std::nullopt;
   f >> base.speed >> base.data.alpha >> base.data.beta >> base.pipeline.alpha >> base.pipeline.beta;
-  EPL_CHECK(!f.fail() && base.speed > 0 && base.data.beta > 0 && base.pipeline.beta > 0, "the planner's calibration file ", path,
-            " is truncated or corrupt; delete it to measure again");
+  if (magic == "epl-cluster 2") f >> base.tensor.alpha >> base.tensor.beta;
+  else base.tensor = base.data;  // version 1 measured one link: the world's all-reduce
+  EPL_CHECK(!f.fail() && base.speed > 0 && base.data.beta > 0 && base.pipeline.beta > 0 && base.tensor.beta > 0,
+            "the planner's calibration file ", path, " is truncated or corrupt; delete it to measure again");
   return base;
 }
 
@@ -457,9 +498,12 @@ inline std::optional<Cluster> load_cluster(const std::filesystem::path& path, co
 /// candidate's compute alike. Returns the factor the speed changed by.
 inline double calibrate(Cluster& cluster, const Estimate& predicted, double measured) {
   EPL_CHECK(std::isfinite(measured) && measured > 0, "plan::calibrate: the measured step of ", measured, " s is not a positive time");
-  const double other = predicted.seconds - predicted.compute_seconds;  // communication, which the α-β already measured
+  // communication, which the α-β already measured: the data and pipeline links, and the split
+  // group's all-reduces on the compute path
+  const double other = predicted.seconds - predicted.compute_seconds + predicted.tensor_seconds;
+  const double work = predicted.compute_seconds - predicted.tensor_seconds;
   const double compute = std::max(measured - other, 0.25 * measured);
-  const double factor = predicted.compute_seconds > 0 ? predicted.compute_seconds / compute : 1.0;
+  const double factor = work > 0 ? work / compute : 1.0;
   cluster.speed = (cluster.speed > 0 ? cluster.speed : 1.0) * factor;
   return factor;
 }
@@ -481,6 +525,7 @@ Estimate estimate(const Model& model, const Profile& prof, const Candidate& c, c
   const Plan plan = make<Model, Policy>(c.options(base), cluster.ranks, device::computes<D, double>());
   Estimate e;
   e.candidate = c;
+  e.candidate.tensor = plan.tensor;
   for (const auto& s : predict_state<Model, Policy, D>(model, plan, cluster.ranks, slots)) {
     e.state.parameters = std::max(e.state.parameters, s.parameters);
     e.state.gradients = std::max(e.state.gradients, s.gradients);
@@ -499,9 +544,16 @@ Estimate estimate(const Model& model, const Profile& prof, const Candidate& c, c
   for (int s = 0; s < plan.pipeline; ++s) stages.push_back(local_chunks<Pass>(sharded, plan, s));
   double slowest_chunk = 0, work = 0;  // one micro-batch's chunk at full speed; every rank's seconds a step
   std::int64_t sends = 0;              // boundary bytes per row, the largest
+  // Uneven devices (cluster.rank_speeds): stage s's time over the probe's is the most, over its
+  // replicas, of the replica's share of the rows over its slowest rank's speed; `busy` the sum.
+  const auto lanes = detail::stage_lanes(plan, base.rank_speeds, cluster.ranks, rows, c.micro_batches);
+  const double speed = cluster.speed > 0 ? cluster.speed : 1.0;
+  const double tensor_ring = plan.tensor > 1 ? 2.0 * (plan.tensor - 1) / plan.tensor : 0.0;
   for (int s = 0; s < plan.pipeline; ++s) {
     std::vector<std::int64_t> kept(static_cast<std::size_t>(plan.chunks)), transient(kept.size());
-    double stage_macs = 0;
+    double stage_macs = 0, stage_tensor_seconds = 0;
+    std::int64_t stage_tensor_bytes = 0;
+    const auto& lane = lanes[static_cast<std::size_t>(s)];
     const auto ids = plan.chunks_of(s);
     for (std::size_t j = 0; j < ids.size(); ++j) {
       const int id = ids[j];
@@ -510,60 +562,84 @@ Estimate estimate(const Model& model, const Profile& prof, const Candidate& c, c
       const bool last = id + 1 == plan.chunks;
       // The chunk's pieces in forward order, as the probe measured their units: the segments it
       // recomputes or not (one piece a unit without recompute), and the loss on the last chunk.
+      // A unit as measured whole, the share of its multiply-adds this rank does (its parameters'
+      // share: a split layer's GEMMs are as split as its weights) and its split group's traffic.
+      struct Part {
+        const UnitProfile* profile = nullptr;
+        double share = 1;
+        strategy::TensorTraffic traffic;
+      };
       struct Piece {
-        std::vector<const UnitProfile*> units;
+        std::vector<Part> units;
         bool recomputed = false;
         std::int64_t input = 0;  // bytes per row of the piece's input (what a recomputed piece keeps)
       };
-      std::vector<Piece> pieces;
+      std::vector<Part> parts;
       for (const auto& u : units) {  // the profile must be this model's: each unit as large
-        std::int64_t params = 0;
-        u.parameters(u.layer, [&](nn::Parameter& q) { params += q.global_shape().numel(); });
+        std::int64_t params = 0, local = 0;
+        u.parameters(u.layer, [&](nn::Parameter& q) {
+          params += q.global_shape().numel();
+          local += q.shape.numel();
+        });
         const auto& up = prof.unit(u.name);
         EPL_CHECK(params == up.parameters, "the profile was measured on another model: its unit ", u.name, " has ", up.parameters,
                   " parameters, this model's ", params, "; profile this model (plan::profile)");
+        parts.push_back({&up, params > 0 ? static_cast<double>(local) / static_cast<double>(params) : 1.0, u.traffic});
       }
+      std::vector<Piece> pieces;
       auto input_of = [&](std::size_t u) { return u > 0 ? prof.unit(units[u - 1].name).output_bytes : std::int64_t{0}; };
       if (chunk.segments().empty()) {
-        for (std::size_t u = 0; u < units.size(); ++u) pieces.push_back({{&prof.unit(units[u].name)}, false, input_of(u)});
+        for (std::size_t u = 0; u < units.size(); ++u) pieces.push_back({{parts[u]}, false, input_of(u)});
       } else {
         for (const auto& seg : chunk.segments()) {
           Piece piece{{}, seg.recompute, input_of(seg.begin)};
-          for (std::size_t u = seg.begin; u < seg.end; ++u) piece.units.push_back(&prof.unit(units[u].name));
+          for (std::size_t u = seg.begin; u < seg.end; ++u) piece.units.push_back(parts[u]);
           pieces.push_back(std::move(piece));
         }
       }
-      if (last) pieces.push_back({{&prof.units.back()}, false, 0});
+      if (last) pieces.push_back({{Part{&prof.units.back()}}, false, 0});
       else if (!units.empty()) sends = std::max(sends, prof.unit(units.back().name).output_bytes);
       // kept from forward to backward; in backward, the peak over what is left
       std::int64_t k = 0, above = 0, freed = 0;
-      double sec = 0, macs = 0;
+      double sec = 0, macs = 0, talk = 0;
+      std::int64_t talked = 0;
       for (const auto& piece : pieces)
-        for (const auto* up : piece.units) {
+        for (const auto& part : piece.units) {
+          const auto* up = part.profile;
           const double again = piece.recomputed ? 2 : 1;
           k += piece.recomputed ? 0 : up->activation_bytes;
-          sec += (up->forward_seconds * again + up->backward_seconds) * static_cast<double>(micro_rows) +
-                 up->fixed_seconds * (piece.recomputed ? 1.5 : 1.0);
-          macs += up->macs_per_token * (1 + again + 1);
+          sec += part.share * ((up->forward_seconds * again + up->backward_seconds) * static_cast<double>(micro_rows) +
+                               up->fixed_seconds * (piece.recomputed ? 1.5 : 1.0));
+          macs += part.share * up->macs_per_token * (1 + again + 1);
+          if (tensor_ring > 0 && part.traffic.collectives > 0) {  // ring all-reduces of f32 activations, on the path
+            const std::int64_t bytes = part.traffic.elements * prof.tokens_per_row * micro_rows * 4;
+            talked += bytes;
+            talk += part.traffic.collectives * 2.0 * (plan.tensor - 1) * cluster.tensor.alpha +
+                    tensor_ring * static_cast<double>(bytes) / cluster.tensor.beta;
+          }
         }
       for (const auto& piece : pieces) k += piece.recomputed ? piece.input : 0;
       for (auto it = pieces.rbegin(); it != pieces.rend(); ++it) {
         // a recomputed piece's activations come back at its backward, over what is left of the rest
         std::int64_t back = 0, inner = 0, inner_freed = 0;
-        for (const auto* up : it->units) back += up->activation_bytes;
+        for (const auto& part : it->units) back += part.profile->activation_bytes;
         for (auto u = it->units.rbegin(); u != it->units.rend(); ++u) {
-          inner = std::max(inner, (*u)->backward_bytes - inner_freed);
-          inner_freed += (*u)->activation_bytes;
+          inner = std::max(inner, u->profile->backward_bytes - inner_freed);
+          inner_freed += u->profile->activation_bytes;
         }
         above = std::max(above, (it->recomputed ? back : 0) + inner - freed);
         freed += it->recomputed ? it->input : back;
       }
       kept[static_cast<std::size_t>(id)] = k * micro_rows;
       transient[static_cast<std::size_t>(id)] = above * micro_rows;
-      slowest_chunk = std::max(slowest_chunk, sec);
-      work += sec * c.micro_batches * c.data;
+      slowest_chunk = std::max(slowest_chunk, sec * lane.slowest + talk * speed);  // the links do not scale with the speed
+      work += sec * c.micro_batches * lane.busy * plan.tensor;
       stage_macs += macs;
+      stage_tensor_bytes += talked * c.micro_batches;
+      stage_tensor_seconds += talk * c.micro_batches;
     }
+    e.tensor_bytes = std::max(e.tensor_bytes, stage_tensor_bytes);
+    e.tensor_seconds = std::max(e.tensor_seconds, stage_tensor_seconds);
     e.activations = std::max(e.activations, detail::activation_peak(plan.actions(s), kept, transient));
     e.flops = std::max(e.flops, 2.0 * stage_macs * static_cast<double>(prof.tokens_per_row * micro_rows * c.micro_batches));
   }
@@ -571,7 +647,6 @@ Estimate estimate(const Model& model, const Profile& prof, const Candidate& c, c
   e.bubble = p == 1 ? 0.0 : static_cast<double>(p - 1) / static_cast<double>(v * m + p - 1);
   // The critical path: (v m + p - 1) chunk-passes of the slowest chunk; ranks that share cores
   // (Cluster::cores) also wait for every rank's work to get its turn on them.
-  const double speed = cluster.speed > 0 ? cluster.speed : 1.0;
   e.compute_seconds = slowest_chunk * static_cast<double>(v * m + p - 1) / speed;
   if (cluster.cores > 0) e.compute_seconds = std::max(e.compute_seconds, work / speed / cluster.cores);
   if (p > 1) {

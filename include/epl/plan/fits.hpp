@@ -24,6 +24,7 @@ struct Budget {
   std::int64_t rows = 1;         ///< the global batch, rows (samples) per step
   int micro_batches = 1;         ///< pipeline.num_micro_batch
   int optimizer_slots = 2;       ///< state values per parameter element (AdamW: 2, SGD: 0 or 1)
+  std::int64_t tokens_per_row = 1;  ///< tokens a row (a sample) holds: static costs are per token (static_search)
 };
 
 /// \brief What a model type's static costs add up to on one rank (no alignment padding).

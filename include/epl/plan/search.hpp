@@ -4,7 +4,8 @@
 /// micro-batches, schedule, ZeRO stage, offload and recompute that Model, its compiled policies
 /// and a cluster allow, each predicted by plan::estimate; those that fit the memory budget,
 /// fastest first. A combination the plan refuses is never returned. The tensor-parallel degree
-/// is the model type's (its epl::Split parts); search each type to compare degrees.
+/// is the model type's (its epl::Split parts): search each type and merge() the results to compare
+/// degrees; estimate prices a split's all-reduces on Cluster::tensor.
 #include <algorithm>
 #include <cstdio>
 #include <string>
@@ -115,6 +116,22 @@ SearchResult search(const Model& model, const Profile& prof, const Cluster& clus
                      : std::string());
   std::stable_sort(r.plans.begin(), r.plans.end(), [](const Estimate& a, const Estimate& b) { return a.seconds < b.seconds; });
   return r;
+}
+
+/// \brief The plans of several searches (one a model type: its epl::Split degree is its type's,
+/// so comparing tensor-parallel degrees is searching each type), fastest first; the counts added.
+/// An error when none found a plan.
+inline SearchResult merge(std::vector<SearchResult> results) {
+  SearchResult all;
+  for (auto& r : results) {
+    all.tried += r.tried;
+    all.refused += r.refused;
+    all.too_big += r.too_big;
+    for (auto& e : r.plans) all.plans.push_back(std::move(e));
+  }
+  EPL_CHECK(!all.plans.empty(), "plan::merge: none of the ", results.size(), " searches found a plan");
+  std::stable_sort(all.plans.begin(), all.plans.end(), [](const Estimate& a, const Estimate& b) { return a.seconds < b.seconds; });
+  return all;
 }
 
 /// \brief The top `n` plans as a table: the combination, predicted bytes by part, step time and bubble.

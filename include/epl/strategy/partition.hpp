@@ -112,6 +112,14 @@ struct Cost {
   double macs_per_token = 0;
   std::int64_t parameters = 0;
   std::int64_t activation_bytes = 0;
+  /// Its output's bytes per row: what a pipeline stage that ends with it sends on (the
+  /// compile-time search's pipeline traffic; 0: not stated, none counted).
+  std::int64_t output_bytes = 0;
+  /// Bytes per row its tensor-parallel collectives all-reduce, forward and backward together,
+  /// when it runs inside an epl::Split (Megatron's MLP: its output forward, its input backward).
+  std::int64_t tensor_bytes = 0;
+  /// How many all-reduces those are per pass (each pays the link's latency).
+  int tensor_collectives = 0;
 };
 
 /// \brief Specialise with `static constexpr double value` (multiply-adds per token) or
@@ -153,6 +161,46 @@ double unit_cost(L& l) {
     });
     return cost > 0 ? cost : 1.0;  // a layer without parameters still takes some time
   }
+}
+
+/// \brief What a layer's tensor-parallel collectives all-reduce per token over its split group in
+/// one forward and backward, once it is sharded (epl::Split): a row-parallel Linear its output
+/// forward, a column-parallel Linear its input's gradient backward (once for those that share an
+/// input, the split's entry reducing it) and, when it gathers its output, that all-gather (counted
+/// as half an all-reduce of it), a vocabulary-parallel Embedding its output forward.
+/// Elements, not bytes; none for a layer that is not split.
+struct TensorTraffic {
+  std::int64_t elements = 0;  ///< per token
+  int collectives = 0;        ///< all-reduces per forward and backward
+};
+template <class L>
+TensorTraffic tensor_traffic(L& l) {
+  TensorTraffic t;
+  bool deferred = false;  // column-parallel Linears that leave their input gradient to the split's entry
+  nn::visit_nodes(l, [&](std::string_view, auto& node) {
+    using N = std::remove_cvref_t<decltype(node)>;
+    if constexpr (std::is_same_v<N, nn::Linear>) {
+      const auto& shape = node.weight.global_shape();  // [out, in]
+      if (node.parallel() == nn::Linear::Parallel::kRow) {
+        t.elements += shape[0];
+        ++t.collectives;
+      } else if (node.parallel() == nn::Linear::Parallel::kColumn && (!node.input_grad_deferred() || !deferred)) {
+        deferred = deferred || node.input_grad_deferred();
+        t.elements += shape[1];
+        ++t.collectives;
+      }
+      if (node.gathers_output()) {  // an all-gather of its output: half an all-reduce's traffic
+        t.elements += shape[0] / 2;
+        ++t.collectives;
+      }
+    } else if constexpr (std::is_same_v<N, nn::Embedding>) {
+      if (node.weight.shape[0] != node.weight.global_shape()[0]) {
+        t.elements += node.weight.shape[1];
+        ++t.collectives;
+      }
+    }
+  });
+  return t;
 }
 
 namespace detail {

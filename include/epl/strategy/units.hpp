@@ -26,6 +26,7 @@ struct Unit {
   Tensor (*backward)(void*, Ctx&, const Tensor&) = nullptr;
   void (*parameters)(void*, const std::function<void(nn::Parameter&)>&) = nullptr;
   double cost = 0;
+  TensorTraffic traffic;  ///< what its split group all-reduces per token (none unless sharded)
   std::string name;
   bool split_entry = false;  ///< the first unit of an epl::Split
   /// Its forward may run twice: it issues no collective (no parameter split over a
@@ -149,6 +150,7 @@ Unit<Ctx> make_unit(L& l, std::string name) {
   u.backward = [](void* p, Ctx& ctx, const Tensor& dy) { return nn::backward(*static_cast<L*>(p), ctx, dy); };
   u.parameters = [](void* p, const std::function<void(nn::Parameter&)>& fn) { nn::for_each_parameter(*static_cast<L*>(p), fn); };
   u.cost = unit_cost(l);
+  u.traffic = tensor_traffic(l);
   u.name = std::move(name);
   u.split_entry = std::is_same_v<L, epl::detail::SplitEntry>;
   u.recomputable = !u.split_entry;

@@ -1,0 +1,123 @@
+// The compile-time search (plan::static_search): every combination priced from the layers' static
+// costs in a constant expression — the fastest that fits first, the state bytes plan::fits
+// predicts, the cluster's links and GEMM rate deciding between replicas, stages and splits — and
+// a clear error when nothing fits.
+#include "../helpers.hpp"
+#include "epl/plan/static_search.hpp"
+
+using namespace epl;
+
+namespace {
+// A layer whose costs are in its type: P parameters (and P multiply-adds a token), A activation
+// bytes a row, O output bytes a row, T bytes a row its split group all-reduces in C collectives.
+template <std::int64_t P, std::int64_t A, std::int64_t O = 0, std::int64_t T = 0, int C = 0>
+struct Layer {
+  nn::Linear l{1, 1};
+  template <class V> void visit(V&& v) { l.visit(v); }
+  template <class Ctx> Tensor forward(Ctx& ctx, const Tensor& x) { return l.forward(ctx, x); }
+  template <class Ctx> Tensor backward(Ctx& ctx, const Tensor& dy) { return l.backward(ctx, dy); }
+};
+}  // namespace
+
+template <std::int64_t P, std::int64_t A, std::int64_t O, std::int64_t T, int C>
+struct epl::strategy::static_cost<Layer<P, A, O, T, C>> {
+  static constexpr Cost value{.macs_per_token = static_cast<double>(P), .parameters = P, .activation_bytes = A, .output_bytes = O,
+                              .tensor_bytes = T, .tensor_collectives = C};
+};
+
+namespace {
+constexpr std::int64_t kM = 1'000'000;
+using Block = Layer<10 * kM, 4 * kM, kM, 2 * kM, 4>;
+struct Four {
+  Block a, b, c, d;
+};
+struct SplitFour {
+  Split<2, Four> body;
+};
+using TwoStages = Pipeline<Replicate<1, Block, Block>, Replicate<1, Block, Block>>;
+using Adam = Policies<Zero<3>, Offload<offload::V0>>;
+
+// one rank: the search's only plan is the model itself, priced as a roofline
+constexpr auto one = plan::static_search<Four>({.ranks = 1, .macs_per_second = 1e12}, {.bytes = 0, .rows = 8, .tokens_per_row = 16},
+                                               {.micro_batches = {1, 0, 0, 0, 0}, .recompute = false});
+static_assert(one.count == 1 && one.tried == 1);
+static_assert(one.best().data == 1 && one.best().pipeline == 1 && one.best().micro_batches == 1);
+// its state is plan::fits' (16 bytes an element with AdamW), its activations every unit's for 8 rows
+static_assert(one.best().bytes.state.device() == plan::static_footprint<Four>({.ranks = 1}, {.rows = 8}).state.device());
+static_assert(one.best().bytes.state.device() == 40 * kM * 16);
+static_assert(one.best().bytes.activations == 4 * 4 * kM * 8);
+// 40 M multiply-adds a token, 128 tokens, forward and backward (3x), at 1e12 a second
+static_assert(one.best().seconds > 3 * 40e6 * 128 / 1e12 * 0.999999 && one.best().seconds < 3 * 40e6 * 128 / 1e12 * 1.000001);
+
+// four ranks, plenty of memory, fast links: replicas do it all with no bubble
+constexpr plan::Cluster fast{.ranks = 4, .macs_per_second = 1e12, .data = {1e-6, 1e12}, .pipeline = {1e-6, 1e12}, .tensor = {1e-6, 1e12}};
+constexpr auto roomy = plan::static_search<Four, Adam>(fast, {.bytes = std::int64_t{1} << 40, .rows = 64, .tokens_per_row = 16});
+static_assert(roomy.best().data == 4 && roomy.best().pipeline == 1 && roomy.best().zero == 0 && !roomy.best().recompute);
+static_assert(roomy.fit == roomy.tried && roomy.count == 8);
+// fastest first
+static_assert([] {
+  for (int i = 1; i < roomy.count; ++i)
+    if (roomy.plans[static_cast<std::size_t>(i)].seconds < roomy.plans[static_cast<std::size_t>(i - 1)].seconds) return false;
+  return true;
+}());
+
+// 300 MB a rank: a whole replica's 640 MB of state does not fit; ZeRO or stages must shard it
+constexpr plan::Budget tight{.bytes = 300 * kM, .rows = 64, .tokens_per_row = 16};
+constexpr auto sharded = plan::static_search<Four, Adam>(fast, tight);
+static_assert(sharded.too_big > 0 && sharded.fit > 0);
+static_assert(sharded.best().zero > 0 || sharded.best().pipeline > 1);
+static_assert([] {
+  for (int i = 0; i < sharded.count; ++i)
+    if (sharded.plans[static_cast<std::size_t>(i)].bytes.total() > tight.bytes) return false;
+  return true;
+}());
+
+// a slow data link: the gradients' all-reduce costs more than a pipeline's bubble
+constexpr plan::Cluster slow_data{.ranks = 4, .macs_per_second = 1e12, .data = {1e-3, 1e7}, .pipeline = {1e-6, 1e12}, .tensor = {1e-6, 1e12}};
+static_assert(plan::static_search<Four, Adam>(slow_data, {.bytes = std::int64_t{1} << 40, .rows = 64, .tokens_per_row = 16}).best().pipeline == 4);
+
+// a declared pipeline keeps its two stages; its data-parallel degree is what is left
+constexpr auto declared = plan::static_search<TwoStages>(fast, {.bytes = std::int64_t{1} << 40, .rows = 64, .tokens_per_row = 16});
+static_assert([] {
+  for (int i = 0; i < declared.count; ++i)
+    if (declared.plans[static_cast<std::size_t>(i)].pipeline != 2 || declared.plans[static_cast<std::size_t>(i)].data != 2) return false;
+  return true;
+}());
+static_assert(declared.best().bytes.state.device() == 20 * kM * 16);  // a stage's two blocks
+
+// the split degree is the type's: the tensor-parallel model halves each rank's state and GEMMs,
+// and pays its all-reduces on the path; merge() compares the two types' plans
+constexpr auto split = plan::static_search<SplitFour, Adam>(fast, {.bytes = std::int64_t{1} << 40, .rows = 64, .tokens_per_row = 16});
+static_assert(split.best().tensor == 2 && split.best().data * split.best().pipeline == 2);
+static_assert(split.best().tensor_seconds > 0);
+constexpr plan::Cluster slow_tensor{.ranks = 4, .macs_per_second = 1e12, .data = {1e-6, 1e12}, .pipeline = {1e-6, 1e12}, .tensor = {1e-3, 1e7}};
+constexpr plan::Budget roomy_budget{.bytes = std::int64_t{1} << 40, .rows = 64, .tokens_per_row = 16};
+static_assert(plan::merge(plan::static_search<SplitFour, Adam>(slow_tensor, roomy_budget),
+                          plan::static_search<Four, Adam>(slow_tensor, roomy_budget)).best().tensor == 1);
+// a slow data link and a fast split group: tp2 x pp2 has half the bubble of four stages
+static_assert(plan::merge(plan::static_search<SplitFour, Adam>(slow_data, roomy_budget),
+                          plan::static_search<Four, Adam>(slow_data, roomy_budget)).best().tensor == 2);
+}  // namespace
+
+TEST_SUITE("cpu") {
+TEST_CASE("static_search: at run time, nothing that fits and nonsense are errors that say so") {
+  CHECK_THROWS_WITH_AS((plan::static_search<Four>(fast, {.bytes = 100, .rows = 64, .tokens_per_row = 16})),
+                       doctest::Contains("no combination of the"), Error);
+  CHECK_THROWS_WITH_AS((plan::static_search<Four>(fast, {.bytes = 100, .rows = 64, .tokens_per_row = 16})),
+                       doctest::Contains("more: add ranks or memory"), Error);
+  CHECK_THROWS_WITH_AS((plan::static_search<Four>({.ranks = 0}, roomy_budget)), doctest::Contains("Cluster::ranks must be at least 1"),
+                       Error);
+  CHECK_THROWS_WITH_AS((plan::static_search<Four>(fast, {.bytes = 1, .rows = 0})), doctest::Contains("Budget::rows"), Error);
+  CHECK_THROWS_WITH_AS((plan::static_search<SplitFour>({.ranks = 3}, roomy_budget)), doctest::Contains("use a multiple of 2"), Error);
+  // the same answer at run time as at compile time
+  const auto r = plan::static_search<Four, Adam>(fast, tight);
+  CHECK(r.count == sharded.count);
+  CHECK(r.best().seconds == sharded.best().seconds);
+  // the best plan as the run-time candidate: its keys run it
+  const auto c = sharded.best().candidate();
+  CHECK(c.data * c.pipeline == 4);
+  CHECK(c.str().find("dp") == 0);
+  const auto keys = c.keys();
+  CHECK(std::any_of(keys.begin(), keys.end(), [](const auto& kv) { return kv.first == "zero.level"; }));
+}
+}
