@@ -3,13 +3,16 @@
 // predicted (plan::estimate) and then trained for a few steps (epl::bench::combinations).
 // Prints a table and writes JSON:
 //   bench_strategies [--ranks=4] [--steps=3] [--warmup=1] [--layers=4 --dim=128 --heads=4 --context=64 --batch=16]
-//                    [--calibration=FILE] [--json=FILE] [--only=N]
+//                    [--tensor=1,2,4] [--calibration=FILE] [--json=FILE] [--only=N]
+// The split degrees (--tensor) are model types: gpt::Gpt, and gpt::SplitGpt<2> and <4> (every
+// part tensor-parallel), each searched (its own probe) and the searches merged.
 // Parameter, gradient and optimizer bytes are predicted exactly (the arena's layout); activation
 // peaks from the probe's per-unit bytes and the schedule's action list; step times from the
 // probe's per-unit times, scaled by the ranks' share of the cores, and the collectives' α-β
 // measured on the run's own world (the calibration; the probe is cached in --calibration).
 #include <epl/epl.hpp>
 #include <epl/plan/search.hpp>
+#include <epl/runtime/auto_plan.hpp>
 #include <epl/runtime/combinations.hpp>
 #include <epl/runtime/launch.hpp>
 
@@ -29,34 +32,6 @@ epl::data::TokenDataset random_tokens(std::int64_t vocab) {
   std::vector<std::int32_t> tokens(1 << 18);
   for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<std::int32_t>(epl::uniform01(7, i) * static_cast<double>(vocab));
   return epl::data::TokenDataset::from_tokens(tokens, vocab);
-}
-
-// α and β of the world's all-reduce: the median time of a small and a large message.
-epl::plan::Link measure_link(epl::comm::Communicator& world) {
-  auto median_seconds = [&](std::int64_t n) {
-    std::vector<float> buf(static_cast<std::size_t>(n), 1.0f);
-    std::vector<double> t;
-    for (int i = 0; i < 9; ++i) {
-      world.barrier();
-      const auto t0 = std::chrono::steady_clock::now();
-      world.all_reduce(epl::comm::Buffer(buf.data(), n, epl::DType::kF32), epl::comm::Buffer(buf.data(), n, epl::DType::kF32),
-                       epl::comm::ReduceOp::kSum);
-      t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    }
-    std::sort(t.begin(), t.end());
-    double s = t[t.size() / 2];
-    world.all_reduce(epl::comm::Buffer(&s, 1, epl::DType::kF64), epl::comm::Buffer(&s, 1, epl::DType::kF64), epl::comm::ReduceOp::kMax);
-    return s;
-  };
-  const std::int64_t small = 16, large = 1 << 20;
-  const int n = world.size();
-  const double ts = median_seconds(small), tl = median_seconds(large);
-  // a ring all-reduce: 2 (n - 1) messages of n-th parts, 2 (n - 1) / n of the bytes each way
-  const double moved = 2.0 * (n - 1) / n * 4.0 * static_cast<double>(large);
-  epl::plan::Link l;
-  l.alpha = std::max(1e-7, ts / (2.0 * (n - 1)));
-  l.beta = moved / std::max(1e-9, tl - 2.0 * (n - 1) * l.alpha);
-  return l;
 }
 
 // The CPU's model name (/proc/cpuinfo), to stand beside every figure.
@@ -87,7 +62,9 @@ int main(int argc, char** argv) try {
   const epl::Flag<std::string> calibration{"calibration", "strategies.calibration", "the probe's cache file (and FILE.amp, FILE.cluster)"};
   const epl::Flag<std::int64_t> confirm{"confirm", 5, "alternating rounds of the first choice and the measured-fastest three", {.min = 0, .max = 100}};
   const epl::Flag<std::string> json{"json", "strategies.json", "where the results go"};
-  auto cfg = epl::Config::from_args(argc, argv, ranks, steps, warmup, layers, dim, heads, context, batch, only, calibration, confirm, json);
+  const epl::Flag<std::string> tensor{"tensor", "1,2,4", "the split degrees (model types) to search: 1 (gpt::Gpt), 2, 4 (gpt::SplitGpt<N>)"};
+  auto cfg = epl::Config::from_args(argc, argv, ranks, steps, warmup, layers, dim, heads, context, batch, only, calibration, confirm, json,
+                                    tensor);
   if (cfg.help_requested()) {
     std::fputs(cfg.usage("bench_strategies", "Every valid strategy combination of a GPT, predicted by the planner and measured.").c_str(), stdout);
     return 0;
@@ -97,27 +74,40 @@ int main(int argc, char** argv) try {
   const std::int64_t rows = cfg.get(batch);
   const auto ds = random_tokens(shape.vocab);
   const auto model = gpt::make_gpt(shape);
+  const auto split2 = gpt::make_split_gpt<2>(shape);
+  const auto split4 = gpt::make_split_gpt<4>(shape);
+  std::vector<int> degrees;
+  {
+    const std::string text = cfg.get(tensor);
+    for (std::size_t at = 0; at < text.size();) {
+      const std::size_t end = std::min(text.find(',', at), text.size());
+      const std::string item = text.substr(at, end - at);
+      EPL_CHECK(item == "1" || item == "2" || item == "4", "--tensor=", text, ": ", item, " is not a split degree this bench has a "
+                "model type for; give some of 1, 2, 4");
+      degrees.push_back(std::stoi(item));
+      at = end + 1;
+    }
+    EPL_CHECK(!degrees.empty(), "--tensor is empty; give some of 1, 2, 4");
+  }
+  auto searched = [&](int t) { return std::find(degrees.begin(), degrees.end(), t) != degrees.end(); };
 
-  // The probe: each unit's bytes and times on one device, one thread (cached).
+  // The probe: each unit's bytes and times on one device, one thread (cached); each model type its own.
   const std::string key = "gpt vocab " + std::to_string(shape.vocab) + " context " + std::to_string(shape.context) + " layers " +
                           std::to_string(shape.layers) + " heads " + std::to_string(shape.heads) + " dim " + std::to_string(shape.dim) +
                           " on " + cpu_name();
-  epl::plan::Profile prof, amp_prof;
-  {
-    const auto cached = epl::plan::load_profile(cfg.get(calibration), key), cached_amp = epl::plan::load_profile(cfg.get(calibration) + ".amp", key);
-    if (cached && cached_amp) {
-      prof = *cached;
-      amp_prof = *cached_amp;
-    } else {
-      epl::device::Cpu probe(63, 1);
-      epl::data::WindowLoader loader(ds, shape.context, 4, 11);
-      const auto b = loader.next(probe);
-      prof = epl::plan::profile(model, probe, b.inputs, b.targets, 5);
-      amp_prof = epl::plan::profile(model, probe, b.inputs, b.targets, 5, epl::DType::kBF16);
-      epl::plan::save_profile(prof, cfg.get(calibration), key);
-      epl::plan::save_profile(amp_prof, cfg.get(calibration) + ".amp", key);
-    }
-  }
+  auto probe_of = [&](const auto& m, const std::string& file, epl::DType matmul) {
+    if (auto cached = epl::plan::load_profile(file, key)) return *cached;
+    epl::device::Cpu probe(63, 1);
+    epl::data::WindowLoader loader(ds, shape.context, 4, 11);
+    const auto b = loader.next(probe);
+    auto p = epl::plan::profile(m, probe, b.inputs, b.targets, 5, matmul);
+    epl::plan::save_profile(p, file, key);
+    return p;
+  };
+  const epl::plan::Profile prof = probe_of(model, cfg.get(calibration), epl::DType::kF32);
+  const epl::plan::Profile amp_prof = probe_of(model, cfg.get(calibration) + ".amp", epl::DType::kBF16);
+  const epl::plan::Profile prof2 = searched(2) ? probe_of(split2, cfg.get(calibration) + ".tp2", epl::DType::kF32) : prof;
+  const epl::plan::Profile prof4 = searched(4) ? probe_of(split4, cfg.get(calibration) + ".tp4", epl::DType::kF32) : prof;
 
   const int world_ranks = static_cast<int>(cfg.get(ranks));
   return epl::launch(cfg, [&](epl::Context& ctx) {
@@ -126,23 +116,40 @@ int main(int argc, char** argv) try {
     const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
     const epl::Config base;
     const epl::bench::CombinationOptions measure{.warmup = static_cast<int>(cfg.get(warmup)), .steps = static_cast<int>(cfg.get(steps))};
+    // Each plan trained by its model type (its split degree), in the order given.
     auto run = [&](const std::vector<epl::plan::Estimate>& plans) {
-      return epl::bench::combinations<gpt::Gpt, epl::optim::AdamW, Policy>(
-          ctx, base, plans, [&] { return gpt::make_gpt(shape); }, epl::optim::AdamW({.lr = 1e-3}),
-          [&](epl::data::Shard shard) {
-            return [loader = epl::data::WindowLoader(ds, shape.context, rows, 3, shard), &cpu = ctx.cpu()]() mutable { return loader.next(cpu); };
-          },
-          measure);
+      std::vector<epl::bench::Measured> out(plans.size());
+      auto by_type = [&]<class Model>(int t, auto make) {
+        std::vector<epl::plan::Estimate> mine;
+        std::vector<std::size_t> where;
+        for (std::size_t i = 0; i < plans.size(); ++i)
+          if (plans[i].candidate.tensor == t) {
+            mine.push_back(plans[i]);
+            where.push_back(i);
+          }
+        if (mine.empty()) return;
+        const auto got = epl::bench::combinations<Model, epl::optim::AdamW, Policy>(
+            ctx, base, mine, make, epl::optim::AdamW({.lr = 1e-3}),
+            [&](epl::data::Shard shard) {
+              return [loader = epl::data::WindowLoader(ds, shape.context, rows, 3, shard), &cpu = ctx.cpu()]() mutable { return loader.next(cpu); };
+            },
+            measure);
+        for (std::size_t i = 0; i < got.size(); ++i) out[where[i]] = got[i];
+      };
+      by_type.template operator()<gpt::Gpt>(1, [&] { return gpt::make_gpt(shape); });
+      by_type.template operator()<gpt::SplitGpt<2>>(2, [&] { return gpt::make_split_gpt<2>(shape); });
+      by_type.template operator()<gpt::SplitGpt<4>>(4, [&] { return gpt::make_split_gpt<4>(shape); });
+      return out;
     };
     // The calibration (cached): the links' α-β measured on this world, and the speed from one short
     // run of the plainest plan (data parallel over every rank, one micro-batch, no policy).
     epl::plan::Cluster cluster{.ranks = n, .cores = n > static_cast<int>(cores) ? static_cast<int>(cores) : 0};
     const std::string cluster_key = key + " on " + std::to_string(n) + " ranks, batch " + std::to_string(rows);
-    double factor = 1;
+    double factor = 1, tensor_factor = 1;
     if (auto cached = epl::plan::load_cluster(cfg.get(calibration) + ".cluster", cluster_key, cluster)) {
       cluster = *cached;
     } else {
-      cluster.data = cluster.pipeline = measure_link(world);
+      cluster.data = cluster.pipeline = cluster.tensor = epl::measure_all_reduce(world);
       const auto uncalibrated = epl::plan::search<gpt::Gpt, Policy>(model, prof, cluster, rows, epl::optim::AdamW::kStateSlots);
       std::vector<epl::plan::Estimate> plain;
       for (const auto& e : uncalibrated.plans)
@@ -150,18 +157,36 @@ int main(int argc, char** argv) try {
           plain.push_back(e);
       EPL_CHECK(!plain.empty(), "no plain data-parallel plan to calibrate with: use a batch that divides among ", n, " ranks");
       factor = epl::plan::calibrate(cluster, plain[0], run(plain)[0].seconds);
+      // and the split group's link from one short run of the plainest split plan (dp n/2 tp2 m1)
+      if (searched(2) && n % 2 == 0) {
+        const auto split = epl::plan::search<gpt::SplitGpt<2>, Policy>(split2, prof2, cluster, rows, epl::optim::AdamW::kStateSlots);
+        std::vector<epl::plan::Estimate> plain_split;
+        for (const auto& e : split.plans)
+          if (plain_split.empty() && e.candidate.pipeline == 1 && e.candidate.micro_batches == 1 && !e.candidate.zero && !e.candidate.recompute)
+            plain_split.push_back(e);
+        if (!plain_split.empty()) tensor_factor = epl::plan::calibrate_tensor(cluster, plain_split[0], run(plain_split)[0].seconds);
+      }
       if (ctx.rank() == 0) epl::plan::save_cluster(cluster, cfg.get(calibration) + ".cluster", cluster_key);
     }
-    auto found = epl::plan::search<gpt::Gpt, Policy>(model, prof, cluster, rows, epl::optim::AdamW::kStateSlots, {.amp_profile = &amp_prof});
+    std::vector<epl::plan::SearchResult> each;
+    if (searched(1))
+      each.push_back(epl::plan::search<gpt::Gpt, Policy>(model, prof, cluster, rows, epl::optim::AdamW::kStateSlots, {.amp_profile = &amp_prof}));
+    if (searched(2) && n % 2 == 0)
+      each.push_back(epl::plan::search<gpt::SplitGpt<2>, Policy>(split2, prof2, cluster, rows, epl::optim::AdamW::kStateSlots));
+    if (searched(4) && n % 4 == 0)
+      each.push_back(epl::plan::search<gpt::SplitGpt<4>, Policy>(split4, prof4, cluster, rows, epl::optim::AdamW::kStateSlots));
+    auto found = epl::plan::merge(std::move(each));
     auto plans = found.plans;
     if (cfg.get(only) > 0 && static_cast<std::size_t>(cfg.get(only)) < plans.size()) plans.resize(static_cast<std::size_t>(cfg.get(only)));
     if (ctx.rank() == 0) {
       std::printf("bench_strategies: gpt (%lld parameters; vocab %lld, context %lld, %lld layers, dim %lld), global batch %lld, "
-                  "%d ranks on %u cores of %s (%s); all-reduce α %.1f us, β %.2f GB/s; calibrated speed %.3f of the probe's%s\n",
+                  "%d ranks on %u cores of %s (%s); all-reduce α %.1f us, β %.2f GB/s; calibrated speed %.3f of the probe's%s; "
+                  "split group's all-reduce α %.1f us, β %.2f GB/s (x%.2f by calibration)\n",
                   static_cast<long long>(prof.parameters()), static_cast<long long>(shape.vocab), static_cast<long long>(shape.context),
                   static_cast<long long>(shape.layers), static_cast<long long>(shape.dim), static_cast<long long>(rows), n, cores,
                   cpu_name().c_str(), cluster.cores ? "sharing the cores" : "a core each or more", cluster.data.alpha * 1e6,
-                  cluster.data.beta / 1e9, cluster.speed, factor == 1 ? " (cached)" : "");
+                  cluster.data.beta / 1e9, cluster.speed, factor == 1 ? " (cached)" : "", cluster.tensor.alpha * 1e6, cluster.tensor.beta / 1e9,
+                  tensor_factor);
       std::fputs(epl::plan::report(found, 8).c_str(), stdout);
       std::printf("measuring %zu combinations, %lld steps each...\n", plans.size(), static_cast<long long>(cfg.get(steps)));
       std::fflush(stdout);
@@ -224,7 +249,8 @@ int main(int argc, char** argv) try {
     std::ofstream out(cfg.get(json));
     out << "{\"bench\": \"strategies\", \"cpu\": \"" << json_escape(cpu_name()) << "\", \"ranks\": " << n
         << ", \"cores\": " << cores << ", \"parameters\": " << prof.parameters() << ", \"global_batch\": " << rows
-        << ", \"alpha_s\": " << cluster.data.alpha << ", \"beta_bytes_per_s\": " << cluster.data.beta << ", \"state_exact\": " << exact
+        << ", \"alpha_s\": " << cluster.data.alpha << ", \"beta_bytes_per_s\": " << cluster.data.beta
+        << ", \"tensor_alpha_s\": " << cluster.tensor.alpha << ", \"tensor_beta_bytes_per_s\": " << cluster.tensor.beta << ", \"state_exact\": " << exact
         << ", \"activations_within_10pc\": " << act_within << ", \"time_within_20pc\": " << time_within
         << ", \"calibrated_speed\": " << cluster.speed << ", \"first_choice_over_fastest_sweep\": " << first_vs_fastest
         << ", \"first_choice_over_fastest_confirmed\": " << confirmed << ", \"plans\": [";
@@ -235,7 +261,8 @@ int main(int argc, char** argv) try {
           << ", \"state_measured\": " << m.state.device() + m.state.host() << ", \"activations_predicted\": " << p.activations
           << ", \"activations_measured\": " << m.activations << ", \"seconds_predicted\": " << p.seconds
           << ", \"seconds_measured\": " << m.seconds << ", \"bubble\": " << p.bubble << ", \"flops\": " << p.flops
-          << ", \"data_bytes\": " << p.data_bytes << ", \"pipeline_bytes\": " << p.pipeline_bytes << ", \"loss\": " << m.loss << "}";
+          << ", \"data_bytes\": " << p.data_bytes << ", \"pipeline_bytes\": " << p.pipeline_bytes
+          << ", \"tensor_bytes\": " << p.tensor_bytes << ", \"tensor\": " << p.candidate.tensor << ", \"loss\": " << m.loss << "}";
     }
     out << "]}\n";
   }, {.ranks = world_ranks, .threads_per_rank = 1});

@@ -167,10 +167,10 @@ TEST_CASE("cost: plan::fits at run time names the largest part, the policy that 
                        doctest::Contains("activations are the largest part"), Error);
   CHECK_THROWS_WITH_AS((plan::fits<BigPipe>({.ranks = 3}, {.bytes = 3 * kGiB, .rows = 8})),
                        doctest::Contains("a cluster of 3 ranks cannot hold replicas of 2 ranks"), Error);
-  CHECK_THROWS_WITH_AS((plan::fits<Big>({.ranks = 0}, {.bytes = kGiB, .rows = 8})), doctest::Contains("Cluster::ranks must be at least 1"),
+  CHECK_THROWS_WITH_AS((plan::fits<Big>({.ranks = 0}, {.bytes = kGiB, .rows = 8})), doctest::Contains("the cluster's ranks must be at least 1"),
                        Error);
   CHECK_THROWS_WITH_AS((plan::fits<Big>({.ranks = 8}, {.bytes = kGiB, .rows = 8, .micro_batches = 0})),
-                       doctest::Contains("::micro_batches must be at least 1"), Error);
+                       doctest::Contains("::micro_batches and ::tokens_per_row must be at least 1"), Error);
   CHECK_THROWS_WITH_AS((plan::fits<Big>({.ranks = 8}, {.bytes = kGiB, .rows = 12, .micro_batches = 1})),
                        doctest::Contains("must divide into the data-parallel ranks"), Error);
 }
@@ -212,7 +212,7 @@ TEST_CASE("cost: search returns only plans the plan accepts, fastest first, and 
   // nonsense in, an error out: rows, slots, ranks, another model's profile
   CHECK_THROWS_WITH_AS((plan::search<gpt::Gpt, All>(model, prof, cluster, 0, 2)), doctest::Contains("a global batch of 0 rows"), Error);
   CHECK_THROWS_WITH_AS((plan::search<gpt::Gpt, All>(model, prof, cluster, 16, -1)), doctest::Contains("-1 optimizer state slots"), Error);
-  CHECK_THROWS_WITH_AS((plan::search<gpt::Gpt, All>(model, prof, {.ranks = 0}, 16, 2)), doctest::Contains("a cluster of 0 ranks"), Error);
+  CHECK_THROWS_WITH_AS((plan::search<gpt::Gpt, All>(model, prof, {.ranks = 0}, 16, 2)), doctest::Contains("plan::search: the cluster's ranks must be at least 1"), Error);
   auto deeper = tiny();
   deeper.layers = 3;
   CHECK_THROWS_WITH_AS((plan::search<gpt::Gpt, All>(gpt::make_gpt(deeper), prof, cluster, 16, 2)),
@@ -238,6 +238,11 @@ TEST_CASE("cost: a split model's estimate does its share of the GEMMs and prices
   const auto e = plan::estimate<gpt::SplitGpt<2>, All>(split, split_prof, {.data = 1}, cluster, rows, optim::AdamW::kStateSlots);
   CHECK(e.candidate.tensor == 2);
   CHECK(e.candidate.str() == "dp1 tp2 pp1 m1");
+  // the split model is probed as one rank of its group: a block keeps less than the whole one
+  CHECK(split_prof.tensor == 2);
+  // (the first block's attention: model.1.0.0 whole, model.1.1.0.0 after the split's entry)
+  CHECK(split_prof.unit("model.1.1.0.0").activation_bytes < prof.unit("model.1.0.0").activation_bytes);
+  CHECK(split_prof.unit("model.1.1.0.0").parameters == prof.unit("model.1.0.0").parameters);  // counted whole, as the model's
   // Megatron's four all-reduces of a block (attention's and the MLP's input gradient backward,
   // their output forward), the vocabulary-parallel embedding's output, the head's input gradient:
   // (4 layers + 2) x dim f32 values a token, of every row on the one replica
@@ -294,6 +299,33 @@ TEST_CASE("cost: on uneven devices the estimate gives the slow rank its share an
   wrong.rank_speeds = {1.0, 0.5, 2.0};
   CHECK_THROWS_WITH_AS((plan::estimate<gpt::Gpt, All>(model, prof, {.data = 2}, cluster, rows, 2, wrong)),
                        doctest::Contains("cluster.rank_speeds gives 3 speeds for 2 ranks"), Error);
+  // the speeds are relative: the fastest runs at the cluster's speed
+  plan::PlanOptions halves, doubled;
+  halves.rank_speeds = {0.5, 0.5};
+  doubled.rank_speeds = {2.0, 1.0};
+  CHECK(plan::estimate<gpt::Gpt, All>(model, prof, {.data = 2}, cluster, rows, 2, halves).seconds == doctest::Approx(even.seconds));
+  CHECK(plan::estimate<gpt::Gpt, All>(model, prof, {.data = 2}, cluster, rows, 2, doubled).seconds == doctest::Approx(uneven.seconds));
+  // the search says what is wrong with them, not that nothing fits
+  CHECK_THROWS_WITH_AS((plan::search<gpt::Gpt, All>(model, prof, cluster, rows, 2, {.base = wrong})),
+                       doctest::Contains("gives 3 speeds for a cluster of 2 ranks"), Error);
+  plan::PlanOptions zero;
+  zero.rank_speeds = {1.0, 0.0};
+  CHECK_THROWS_WITH_AS((plan::search<gpt::Gpt, All>(model, prof, cluster, rows, 2, {.base = zero})),
+                       doctest::Contains("refused every one of the"), Error);
+  CHECK_THROWS_WITH_AS((plan::search<gpt::Gpt, All>(model, prof, cluster, rows, 2, {.base = zero})),
+                       doctest::Contains("is not a positive finite number"), Error);
+  // nonsense links and speeds are errors in the run-time search too
+  plan::Cluster bad = cluster;
+  bad.data.beta = std::numeric_limits<double>::quiet_NaN();
+  CHECK_THROWS_WITH_AS((plan::search<gpt::Gpt, All>(model, prof, bad, rows, 2)), doctest::Contains("plan::search: the cluster's links"), Error);
+  bad = cluster;
+  bad.speed = 0;
+  CHECK_THROWS_WITH_AS((plan::estimate<gpt::Gpt, All>(model, prof, {.data = 2}, bad, rows, 2)), doctest::Contains("speed must be"), Error);
+  bad = cluster;
+  bad.cores = -2;
+  CHECK_THROWS_WITH_AS((plan::search<gpt::Gpt, All>(model, prof, bad, rows, 2)), doctest::Contains("cores must be 0"), Error);
+  CHECK_THROWS_WITH_AS((plan::search<gpt::Gpt, All>(model, prof, cluster, rows, 2, {.micro_batches = {}})),
+                       doctest::Contains("micro_batches must list one or more"), Error);
   // the search prices it too: its dp2 plan is the uneven estimate
   const auto found = plan::search<gpt::Gpt, All>(model, prof, cluster, rows, 2, {.pipelines = false, .recompute = false, .base = slow});
   bool seen = false;

@@ -97,15 +97,60 @@ static_assert(plan::merge(plan::static_search<SplitFour, Adam>(slow_tensor, room
 // a slow data link and a fast split group: tp2 x pp2 has half the bubble of four stages
 static_assert(plan::merge(plan::static_search<SplitFour, Adam>(slow_data, roomy_budget),
                           plan::static_search<Four, Adam>(slow_data, roomy_budget)).best().tensor == 2);
+// plan::fits reads a split model too (its entry states nothing)
+static_assert(plan::fits<SplitFour>({.ranks = 2}, {.bytes = std::int64_t{1} << 40, .rows = 8}));
+// a budget of 0 is the cluster's bytes per rank, in fits as in static_search
+static_assert(plan::fits<Four>({.ranks = 1, .bytes_per_rank = std::int64_t{1} << 40}, {.bytes = 0, .rows = 8}));
+// offload is not free: on a roomy budget the search keeps the state on the device
+static_assert(!plan::static_search<Four, Adam>(fast, roomy_budget).best().offload);
+
+using Huge = Layer<std::int64_t{1} << 62, 1>;
+struct HugeModel {
+  Huge a;
+};
 }  // namespace
 
 TEST_SUITE("cpu") {
+TEST_CASE("static_search: bad clusters, budgets and costs are errors, never a price") {
+  constexpr double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  auto with = [](auto change) {
+    plan::Cluster c = fast;
+    change(c);
+    return c;
+  };
+  CHECK_THROWS_WITH_AS((plan::static_search<Four>(with([&](auto& c) { c.macs_per_second = nan; }), roomy_budget)),
+                       doctest::Contains("plan::static_search: the cluster's macs_per_second"), Error);
+  CHECK_THROWS_WITH_AS((plan::static_search<Four>(with([&](auto& c) { c.tensor.beta = nan; }), roomy_budget)),
+                       doctest::Contains("links (data, pipeline, tensor, host)"), Error);
+  CHECK_THROWS_WITH_AS((plan::static_search<Four>(with([&](auto& c) { c.data.alpha = -1; }), roomy_budget)),
+                       doctest::Contains("links"), Error);
+  CHECK_THROWS_WITH_AS((plan::static_search<Four>(with([&](auto& c) { c.data.beta = inf; }), roomy_budget)),
+                       doctest::Contains("links"), Error);
+  CHECK_THROWS_WITH_AS((plan::static_search<Four>(fast, {.bytes = -5, .rows = 64})), doctest::Contains("Budget::bytes must be 0"), Error);
+  CHECK_THROWS_WITH_AS((plan::static_search<SplitFour>({.ranks = -1}, roomy_budget)), doctest::Contains("ranks must be at least 1"), Error);
+  // a declared two-stage pipeline on 5 ranks: the world size, not "nothing fits"
+  CHECK_THROWS_WITH_AS((plan::static_search<TwoStages>({.ranks = 5}, roomy_budget)), doctest::Contains("use a multiple of 2"), Error);
+  CHECK_THROWS_WITH_AS((plan::fits<TwoStages>({.ranks = 5}, {.rows = 8})), doctest::Contains("use a multiple of 2"), Error);
+  // nothing to try: rows that divide into no replica count; a negative micro-batch count
+  CHECK_THROWS_WITH_AS((plan::static_search<Four>({.ranks = 8}, {.rows = 7}, {.pipelines = false})),
+                       doctest::Contains("no combination to try on 8 ranks"), Error);
+  CHECK_THROWS_WITH_AS((plan::static_search<Four>(fast, roomy_budget, {.micro_batches = {1, -1, 0, 0, 0}})),
+                       doctest::Contains("micro_batches must hold counts of 1 or more"), Error);
+  // a count listed twice is tried once
+  CHECK(plan::static_search<Four>(fast, roomy_budget, {.micro_batches = {2, 2, 0, 0, 0}}).tried ==
+        plan::static_search<Four>(fast, roomy_budget, {.micro_batches = {2, 0, 0, 0, 0}}).tried);
+  // costs past 64-bit sums: an error, not a wrapped count that fits
+  CHECK_THROWS_WITH_AS((plan::static_search<HugeModel>(fast, roomy_budget)), doctest::Contains("strategy::Cost is out of range"), Error);
+  CHECK_THROWS_WITH_AS((plan::fits<HugeModel>(fast, roomy_budget)), doctest::Contains("strategy::Cost is out of range"), Error);
+}
+
+
 TEST_CASE("static_search: at run time, nothing that fits and nonsense are errors that say so") {
   CHECK_THROWS_WITH_AS((plan::static_search<Four>(fast, {.bytes = 100, .rows = 64, .tokens_per_row = 16})),
                        doctest::Contains("no combination of the"), Error);
   CHECK_THROWS_WITH_AS((plan::static_search<Four>(fast, {.bytes = 100, .rows = 64, .tokens_per_row = 16})),
                        doctest::Contains("more: add ranks or memory"), Error);
-  CHECK_THROWS_WITH_AS((plan::static_search<Four>({.ranks = 0}, roomy_budget)), doctest::Contains("Cluster::ranks must be at least 1"),
+  CHECK_THROWS_WITH_AS((plan::static_search<Four>({.ranks = 0}, roomy_budget)), doctest::Contains("the cluster's ranks must be at least 1"),
                        Error);
   CHECK_THROWS_WITH_AS((plan::static_search<Four>(fast, {.bytes = 1, .rows = 0})), doctest::Contains("Budget::rows"), Error);
   CHECK_THROWS_WITH_AS((plan::static_search<SplitFour>({.ranks = 3}, roomy_budget)), doctest::Contains("use a multiple of 2"), Error);

@@ -19,6 +19,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
+#include <limits>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -122,6 +124,7 @@ struct Profile {
   std::int64_t rows = 0;             ///< rows of the probe batch
   std::int64_t tokens_per_row = 0;   ///< elements of one input row
   std::int64_t input_bytes = 0;      ///< of one input row
+  int tensor = 1;                    ///< the split degree it was probed at: one rank's part of each split layer
   [[nodiscard]] std::int64_t parameters() const {
     std::int64_t n = 0;
     for (const auto& u : units) n += u.parameters;
@@ -140,6 +143,65 @@ inline std::int64_t activations_now(DeviceId d) { return memory_stats(d).current
 inline double since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
+
+// The probe's stand-in for a split group of `parts` ranks, as its rank 0: each collective gives
+// outputs of the group's shapes (an all-gather repeats this rank's part, a reduce-scatter keeps
+// the first part, the rest copy), so a split layer's part runs alone with its own shapes and
+// allocations; the values are not a run's, and nothing is sent. Models comm::communicator.
+class ProbeGroup {
+ public:
+  explicit ProbeGroup(int parts) : parts_(parts) {}
+  [[nodiscard]] int rank() const noexcept { return 0; }
+  [[nodiscard]] int size() const noexcept { return parts_; }
+  [[nodiscard]] std::string_view name() const noexcept { return "the probe's stand-in split group"; }
+  [[nodiscard]] comm::CommStats stats() const noexcept { return {}; }
+  void all_reduce(const comm::Buffer& in, const comm::Buffer& out, comm::ReduceOp) { copy(in, out, 0, out.count); }
+  comm::Work all_reduce_async(const comm::Buffer& in, const comm::Buffer& out, comm::ReduceOp op) {
+    all_reduce(in, out, op);
+    return comm::Work::done();
+  }
+  void reduce_scatter(const comm::Buffer& in, const comm::Buffer& out, comm::ReduceOp) { copy(in, out, 0, out.count); }
+  comm::Work reduce_scatter_async(const comm::Buffer& in, const comm::Buffer& out, comm::ReduceOp op) {
+    reduce_scatter(in, out, op);
+    return comm::Work::done();
+  }
+  void all_gather(const comm::Buffer& in, const comm::Buffer& out) {
+    for (std::int64_t at = 0; at + in.count <= out.count && in.count > 0; at += in.count) copy(in, out, at, in.count);
+  }
+  comm::Work all_gather_async(const comm::Buffer& in, const comm::Buffer& out) {
+    all_gather(in, out);
+    return comm::Work::done();
+  }
+  void broadcast(const comm::Buffer&, int) {}
+  void reduce(const comm::Buffer& in, const comm::Buffer& out, comm::ReduceOp, int) { copy(in, out, 0, out.count); }
+  void all_to_all(const comm::Buffer& in, const comm::Buffer& out) { copy(in, out, 0, out.count); }
+  void all_to_all_v(const comm::Buffer& in, const std::vector<std::int64_t>&, const comm::Buffer& out, const std::vector<std::int64_t>& recv) {
+    std::int64_t n = 0;
+    for (auto c : recv) n += c;
+    copy(in, out, 0, std::min({n, in.count, out.count}));
+  }
+  void send(const comm::Buffer&, int, int) { point_to_point(); }
+  void recv(const comm::Buffer&, int, int) { point_to_point(); }
+  comm::Work isend(const comm::Buffer&, int, int) { point_to_point(); }
+  comm::Work irecv(const comm::Buffer&, int, int) { point_to_point(); }
+  void barrier() noexcept {}
+  [[nodiscard]] ProbeGroup split(int, int) const { return *this; }
+  void cancel(const std::string&) noexcept {}
+
+ private:
+  [[noreturn]] static void point_to_point() {
+    EPL_FAIL("plan::profile: a layer sent a message within its split group; the probe's stand-in group has no peers to send "
+             "to (profile a model whose split layers use collectives only)");
+  }
+  // out[at, at + n) = in[0, n), the same elements when in and out are one buffer
+  static void copy(const comm::Buffer& in, const comm::Buffer& out, std::int64_t at, std::int64_t n) {
+    if (n <= 0) return;
+    const auto size = static_cast<std::int64_t>(size_of(in.dtype));
+    auto* dst = static_cast<char*>(out.data) + at * size;
+    if (dst != in.data) std::memmove(dst, in.data, static_cast<std::size_t>(std::min(n, in.count) * size));
+  }
+  int parts_ = 1;
+};
 }  // namespace detail
 
 /// \brief Measures model's units on device d with the batch (inputs, targets) of `rows` rows: each
@@ -155,12 +217,21 @@ Profile profile(const Model& model, const D& d, const Tensor& inputs, const Tens
             inputs.dim(0), " input rows but ", targets.defined() && targets.rank() > 0 ? targets.dim(0) : 0, " target rows");
   EPL_CHECK(repeats >= 1, "profile: repeats = ", repeats, " must be at least 1");
   using Pass = nn::Pass<D>;
+  // A split model is probed as one rank of its group: part 0 of each split layer, its collectives
+  // over a stand-in group, so the bytes and times are a split rank's.
+  constexpr int parts = tensor_degree_v<Model>;
   Model copy = model;
+  bool vocab_parallel = false;
+  if constexpr (parts > 1) vocab_parallel = shard_model(copy, nn::SplitPart{0, parts}, false).sharded_output;
+  comm::Communicator group(detail::ProbeGroup{parts});
   param::Arena arena = param::materialize(copy, d, {.seed = 1});
   std::vector<strategy::Unit<Pass>> units;
   strategy::flatten<Pass>(copy, units);
   Loss loss;
+  if constexpr (requires { loss.parallelize(nn::SplitPart{}); })
+    if (vocab_parallel) loss.parallelize(nn::SplitPart{0, parts});
   Profile p;
+  p.tensor = parts;
   p.rows = inputs.dim(0);
   p.tokens_per_row = inputs.numel() / p.rows;
   p.input_bytes = static_cast<std::int64_t>(inputs.bytes()) / p.rows;
@@ -181,7 +252,8 @@ Profile profile(const Model& model, const D& d, const Tensor& inputs, const Tens
     for (int r = 0; r < repeats; ++r) {
       const bool first = r == 0;
       auto keep_fastest = [&](double& slot, double seconds) { slot = first ? seconds : std::min(slot, seconds); };
-      Pass pass(d, nn::PassOptions{.training = true, .seed = 1, .recompute = nn::RecomputeMode::kNone, .matmul = matmul});
+      Pass pass(d, nn::PassOptions{.training = true, .seed = 1, .recompute = nn::RecomputeMode::kNone, .matmul = matmul}, nullptr,
+                nn::Groups{.tensor = parts > 1 ? &group : nullptr});
       Tensor h = x;
       for (std::size_t i = 0; i < units.size(); ++i) {
         const std::int64_t before = detail::activations_now(id);
@@ -281,7 +353,8 @@ class AtomicFile {
 inline void save_profile(const Profile& p, const std::filesystem::path& path, const std::string& key) {
   detail::AtomicFile file(path);
   auto& f = file.stream();
-  f << "epl-profile 2\n" << key << "\n" << p.rows << ' ' << p.tokens_per_row << ' ' << p.input_bytes << ' ' << p.units.size() << '\n';
+  f << "epl-profile 3\n" << key << "\n" << p.rows << ' ' << p.tokens_per_row << ' ' << p.input_bytes << ' ' << p.tensor << ' ' << p.units.size()
+    << '\n';
   for (const auto& u : p.units)
     f << u.name << ' ' << u.parameters << ' ' << u.macs_per_token << ' ' << u.activation_bytes << ' ' << u.output_bytes << ' '
       << u.backward_bytes << ' ' << u.forward_seconds << ' ' << u.backward_seconds << ' ' << u.fixed_seconds << '\n';
@@ -295,14 +368,15 @@ inline std::optional<Profile> load_profile(const std::filesystem::path& path, co
   if (!f) return std::nullopt;
   std::string magic, saved;
   std::getline(f, magic);
-  EPL_CHECK(magic == "epl-profile 2", "the planner's calibration file ", path, " is not one (its first line is \"", magic.substr(0, 40),
-            "\"); delete it to measure again");
+  EPL_CHECK(magic == "epl-profile 3" || magic == "epl-profile 2", "the planner's calibration file ", path, " is not one (its first line is \"",
+            magic.substr(0, 40), "\"); delete it to measure again");
+  if (magic != "epl-profile 3") return std::nullopt;  // an older probe's (split layers measured whole): measure again
   std::getline(f, saved);
   if (saved != key) return std::nullopt;
   Profile p;
   std::size_t n = 0;
-  f >> p.rows >> p.tokens_per_row >> p.input_bytes >> n;
-  EPL_CHECK(f.good() && n > 0 && n < (1u << 24), "the planner's calibration file ", path, " is truncated or corrupt; delete it to measure again");
+  f >> p.rows >> p.tokens_per_row >> p.input_bytes >> p.tensor >> n;
+  EPL_CHECK(f.good() && n > 0 && n < (1u << 24) && p.tensor >= 1, "the planner's calibration file ", path, " is truncated or corrupt; delete it to measure again");
   p.units.resize(n);
   for (auto& u : p.units)
     f >> u.name >> u.parameters >> u.macs_per_token >> u.activation_bytes >> u.output_bytes >> u.backward_bytes >> u.forward_seconds >>
@@ -333,7 +407,29 @@ struct Cluster {
   Link data{};      ///< all-reduce, reduce-scatter, all-gather over the data-parallel group (ring)
   Link pipeline{};  ///< a pipeline stage's send to the next
   Link tensor{};    ///< the all-reduces of an epl::Split group (ring), on the critical path
+  Link host{10e-6, 25e9};  ///< offload's moves between the device and host memory (PCIe; on a CPU, a copy)
 };
+
+namespace detail {
+// A value a cluster may hold: finite, and positive (or, with zero_ok, not negative). NaN fails.
+constexpr bool finite_positive(double x, bool zero_ok = false) {
+  return (zero_ok ? x >= 0 : x > 0) && x < std::numeric_limits<double>::infinity();
+}
+[[noreturn]] inline void cluster_is_not_valid(const char* who, const char* what) { EPL_FAIL(who, ": the cluster's ", what); }
+// Every field of a cluster the planner reads, checked; `who` names the caller in the error. Usable
+// in a constant expression: a bad value stops it at cluster_is_not_valid.
+constexpr void check_cluster(const Cluster& c, const char* who) {
+  if (c.ranks < 1) cluster_is_not_valid(who, "ranks must be at least 1");
+  if (c.bytes_per_rank < 1) cluster_is_not_valid(who, "bytes_per_rank must be positive");
+  if (!finite_positive(c.speed)) cluster_is_not_valid(who, "speed must be a positive finite number (1: the probe's)");
+  if (c.cores < 0) cluster_is_not_valid(who, "cores must be 0 (each rank its own) or more");
+  if (!finite_positive(c.macs_per_second)) cluster_is_not_valid(who, "macs_per_second must be a positive finite number");
+  for (const Link* l : {&c.data, &c.pipeline, &c.tensor, &c.host})
+    if (!finite_positive(l->alpha, true) || !finite_positive(l->beta))
+      cluster_is_not_valid(who, "links (data, pipeline, tensor, host) need a finite alpha of 0 or more seconds and a positive finite "
+                                "beta in bytes per second");
+}
+}  // namespace detail
 
 /// \brief One combination: the axes of the mesh, the schedule and the policies.
 struct Candidate {
@@ -401,6 +497,7 @@ struct Estimate {
   double bubble = 0;               ///< the fraction of the step a stage idles: (p - 1) / (v m + p - 1)
   double compute_seconds = 0, data_seconds = 0, pipeline_seconds = 0;
   double tensor_seconds = 0;       ///< the split group's all-reduces of the busiest rank (part of compute_seconds' path)
+  double host_seconds = 0;         ///< offload: the shards' parameters and gradients moved between host and device
   double seconds = 0;              ///< predicted step time
   [[nodiscard]] std::int64_t device_bytes() const noexcept { return state.device() + activations; }
   /// \brief The largest of parameters, gradients, optimizer state, activations, by name.
@@ -434,7 +531,8 @@ inline std::int64_t activation_peak(const std::vector<strategy::Action>& actions
 
 // A pipeline stage's time over the probe's, on uneven devices (cluster.rank_speeds): `slowest`
 // the most over its replicas of the replica's share of the rows (as the Trainer shares them)
-// over its slowest rank's speed, `busy` their sum (the replicas' work); even: 1 and the replicas.
+// over its slowest rank's speed relative to the fastest rank's (which runs at Cluster::speed),
+// `busy` their sum (the replicas' work); even: 1 and the replicas.
 struct Lane {
   double slowest = 1, busy = 1;
 };
@@ -450,11 +548,12 @@ inline std::vector<Lane> stage_lanes(const Plan& plan, const std::vector<double>
   }
   const auto shares = strategy::share_rows(rows, data, plan.data_weights, micro_batches);
   const double even = static_cast<double>(rows) / data;
+  const double fastest = *std::max_element(speeds.begin(), speeds.end());  // the speeds are relative: the fastest runs at the cluster's
   for (int s = 0; s < plan.pipeline; ++s) {
     auto& lane = lanes[static_cast<std::size_t>(s)];
     lane = {0, 0};
     for (int i = 0; i < data; ++i) {
-      const double f = static_cast<double>(shares[static_cast<std::size_t>(i)]) / even / slow[static_cast<std::size_t>(i * plan.pipeline + s)];
+      const double f = static_cast<double>(shares[static_cast<std::size_t>(i)]) / even * fastest / slow[static_cast<std::size_t>(i * plan.pipeline + s)];
       lane.slowest = std::max(lane.slowest, f);
       lane.busy += f;
     }
@@ -508,6 +607,23 @@ inline double calibrate(Cluster& cluster, const Estimate& predicted, double meas
   return factor;
 }
 
+/// \brief Calibration of a split group's link: cluster.tensor scaled so that `predicted` (an
+/// estimate of a single-stage plan of a split model on `cluster`, its speed calibrated first) takes
+/// the `measured` seconds one short run of it took. What the α-β of a quiet all-reduce does not see
+/// (ranks sharing cores that wait for their turn at each of a step's many small all-reduces) then
+/// prices every split plan's all-reduces alike. Returns the factor the link's times changed by.
+inline double calibrate_tensor(Cluster& cluster, const Estimate& predicted, double measured) {
+  EPL_CHECK(std::isfinite(measured) && measured > 0, "plan::calibrate_tensor: the measured step of ", measured, " s is not a positive time");
+  EPL_CHECK(predicted.tensor_seconds > 0 && predicted.candidate.pipeline == 1, "plan::calibrate_tensor: ", predicted.candidate.str(),
+            " is not a single-stage plan of a split model; calibrate with one (dp n/t tp t pp1)");
+  const double rest = predicted.seconds - predicted.tensor_seconds;
+  const double wanted = std::max(measured - rest, 0.1 * predicted.tensor_seconds);
+  const double factor = std::clamp(wanted / predicted.tensor_seconds, 0.01, 1000.0);
+  cluster.tensor.alpha *= factor;
+  cluster.tensor.beta /= factor;
+  return factor;
+}
+
 /// \brief Predicts `c` for Model (a copy of `model` is sharded and cut; nothing is drawn) from its
 /// profile, on `cluster`, training `rows` rows a step, with an optimizer of `slots` state values
 /// per element; a candidate the plan refuses throws the plan's error.
@@ -515,6 +631,7 @@ template <class Model, class Policy = Policies<>, class D = device::Cpu>
 Estimate estimate(const Model& model, const Profile& prof, const Candidate& c, const Cluster& cluster, std::int64_t rows, int slots,
                   PlanOptions base = {}) {
   using Pass = nn::Pass<D, policy::gradient_sync_t<Policy, D>>;
+  detail::check_cluster(cluster, "plan::estimate");
   EPL_CHECK(cluster.ranks >= 1 && rows >= 1 && slots >= 0 && c.data >= 1 && c.pipeline >= 1 && c.micro_batches >= 1,
             "plan::estimate: the cluster's ranks (", cluster.ranks, "), the batch's rows (", rows, "), the candidate's degrees and "
             "micro-batches must be at least 1, and the optimizer's state slots (", slots, ") at least 0");
@@ -523,6 +640,8 @@ Estimate estimate(const Model& model, const Profile& prof, const Candidate& c, c
   EPL_CHECK(rows % (c.data * c.micro_batches) == 0, "candidate ", c.str(), ": a global batch of ", rows, " rows does not divide into ",
             c.data, " replicas x ", c.micro_batches, " micro-batches");
   const Plan plan = make<Model, Policy>(c.options(base), cluster.ranks, device::computes<D, double>());
+  EPL_CHECK(prof.tensor == plan.tensor || prof.tensor == 1, "the profile was probed as a rank of a split group of ", prof.tensor,
+            ", but this model is split ", plan.tensor, " ways; profile this model (plan::profile)");
   Estimate e;
   e.candidate = c;
   e.candidate.tensor = plan.tensor;
@@ -562,11 +681,12 @@ Estimate estimate(const Model& model, const Profile& prof, const Candidate& c, c
       const bool last = id + 1 == plan.chunks;
       // The chunk's pieces in forward order, as the probe measured their units: the segments it
       // recomputes or not (one piece a unit without recompute), and the loss on the last chunk.
-      // A unit as measured whole, the share of its multiply-adds this rank does (its parameters'
-      // share: a split layer's GEMMs are as split as its weights) and its split group's traffic.
+      // A unit as the probe measured it, the share of that time this rank takes (1 when probed as
+      // a split rank; a profile probed whole: its parameters' share, a split layer's GEMMs being as
+      // split as its weights), the share of its multiply-adds, and its split group's traffic.
       struct Part {
         const UnitProfile* profile = nullptr;
-        double share = 1;
+        double share = 1, macs = 1;
         strategy::TensorTraffic traffic;
       };
       struct Piece {
@@ -584,10 +704,20 @@ Estimate estimate(const Model& model, const Profile& prof, const Candidate& c, c
         const auto& up = prof.unit(u.name);
         EPL_CHECK(params == up.parameters, "the profile was measured on another model: its unit ", u.name, " has ", up.parameters,
                   " parameters, this model's ", params, "; profile this model (plan::profile)");
-        parts.push_back({&up, params > 0 ? static_cast<double>(local) / static_cast<double>(params) : 1.0, u.traffic});
+        // probed as a split rank: its time is this rank's already; probed whole: its parameters' share
+        const bool whole = prof.tensor == 1 && plan.tensor > 1;
+        const double mine = params > 0 ? static_cast<double>(local) / static_cast<double>(params) : 1.0;
+        parts.push_back({&up, whole ? mine : 1.0, mine, u.traffic});
       }
       std::vector<Piece> pieces;
-      auto input_of = [&](std::size_t u) { return u > 0 ? prof.unit(units[u - 1].name).output_bytes : std::int64_t{0}; };
+      // a piece's input per row: the unit before's output; a chunk's first, what it receives from the
+      // chunk before (the first chunk's is the batch, the caller's)
+      auto input_of = [&](std::size_t u) -> std::int64_t {
+        if (u > 0) return prof.unit(units[u - 1].name).output_bytes;
+        for (std::size_t i = 1; id > 0 && !units.empty() && i < prof.units.size(); ++i)
+          if (prof.units[i].name == units[0].name) return prof.units[i - 1].output_bytes;
+        return 0;
+      };
       if (chunk.segments().empty()) {
         for (std::size_t u = 0; u < units.size(); ++u) pieces.push_back({{parts[u]}, false, input_of(u)});
       } else {
@@ -610,7 +740,7 @@ Estimate estimate(const Model& model, const Profile& prof, const Candidate& c, c
           k += piece.recomputed ? 0 : up->activation_bytes;
           sec += part.share * ((up->forward_seconds * again + up->backward_seconds) * static_cast<double>(micro_rows) +
                                up->fixed_seconds * (piece.recomputed ? 1.5 : 1.0));
-          macs += part.share * up->macs_per_token * (1 + again + 1);
+          macs += part.macs * up->macs_per_token * (1 + again + 1);
           if (tensor_ring > 0 && part.traffic.collectives > 0) {  // ring all-reduces of f32 activations, on the path
             const std::int64_t bytes = part.traffic.elements * prof.tokens_per_row * micro_rows * 4;
             talked += bytes;
@@ -667,7 +797,9 @@ Estimate estimate(const Model& model, const Profile& prof, const Candidate& c, c
   }
   // The reduction overlaps backward but for its last bucket.
   const double exposed = std::max(e.data_seconds - 0.6 * e.compute_seconds, e.data_seconds / plan.policies.max_splits);
-  e.seconds = e.compute_seconds + e.pipeline_seconds + exposed;
+  // Offload: each step moves the rank's shards of the parameters and gradients between the host and the device.
+  if (plan.policies.offload) e.host_seconds = cluster.host.seconds(static_cast<double>(e.state.host_parameters + e.state.host_gradients));
+  e.seconds = e.compute_seconds + e.pipeline_seconds + exposed + e.host_seconds;
   return e;
 }
 

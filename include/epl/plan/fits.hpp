@@ -20,7 +20,7 @@ namespace plan {
 
 /// \brief What a run may use: bytes per rank, and the work of one step.
 struct Budget {
-  std::int64_t bytes = 0;        ///< device bytes one rank may use
+  std::int64_t bytes = 0;        ///< device bytes one rank may use (0: the cluster's bytes_per_rank)
   std::int64_t rows = 1;         ///< the global batch, rows (samples) per step
   int micro_batches = 1;         ///< pipeline.num_micro_batch
   int optimizer_slots = 2;       ///< state values per parameter element (AdamW: 2, SGD: 0 or 1)
@@ -35,6 +35,22 @@ struct StaticFootprint {
 };
 
 namespace detail {
+// The largest parameter count or per-row byte count a static cost may state (2^50): what the
+// planner's sums multiply by rows, slots and element sizes stays within 64 bits.
+inline constexpr std::int64_t kMostCounted = std::int64_t{1} << 50;
+inline void cost_is_out_of_range(std::int64_t parameters, std::int64_t activation_bytes) {
+  EPL_FAIL("a layer's strategy::Cost is out of range (parameters ", parameters, ", activation bytes ", activation_bytes, "): each count "
+           "must be 0 or more and at most 2^50, macs_per_token 0 or more; the planner's sums of them must fit 64 bits");
+}
+[[noreturn]] inline void budget_is_not_valid(const char* who, const char* what) { EPL_FAIL(who, ": ", what); }
+inline void bytes_do_not_fit_64_bits(double bytes) {
+  EPL_FAIL("the planner's sum of a rank's bytes comes to ", bytes, ", past what 64 bits count: the model's static costs or the "
+           "batch are too large (or wrong)");
+}
+// bytes computed in double first: past 2^62 is an error, not a wrapped count
+constexpr void check_countable(double bytes) {
+  if (!(bytes < 4.6e18)) bytes_do_not_fit_64_bits(bytes);
+}
 struct StaticSums {
   std::int64_t parameters = 0;        // elements this rank holds (its stage's, its tensor part)
   std::int64_t activation_bytes = 0;  // per row, this rank's stage
@@ -52,8 +68,13 @@ constexpr StaticSums static_sums_of(nn::type_list<C...>, int tensor) {
 template <class M>
 constexpr StaticSums static_sums(int tensor) {
   using N = nn::node_traits<M>;
-  if constexpr (strategy::has_static_cost<M>) {
+  if constexpr (std::is_same_v<M, epl::detail::SplitEntry>) {
+    return {};  // a Split's entry: no parameters, no activations of its own
+  } else if constexpr (strategy::has_static_cost<M>) {
     const auto c = strategy::static_cost_of<M>();
+    if (c.parameters < 0 || c.activation_bytes < 0 || c.output_bytes < 0 || c.tensor_bytes < 0 || c.tensor_collectives < 0 ||
+        c.parameters > kMostCounted || c.activation_bytes > kMostCounted || !(c.macs_per_token >= 0))
+      cost_is_out_of_range(c.parameters, c.activation_bytes);
     return {c.parameters, c.activation_bytes};
   } else if constexpr (N::kind == nn::NodeKind::kPipeline) {
     StaticSums most;
@@ -100,12 +121,21 @@ inline void activations_are_largest__mark_epl_Recompute_or_raise_micro_batches(s
 inline void state_is_sharded_already__add_ranks_or_split_the_model(std::int64_t need, std::int64_t budget) {
   does_not_fit("every policy that shrinks it is on: use more ranks, or split the model (epl::Split, epl::Pipeline)", need, budget);
 }
-inline void cluster_or_budget_is_not_valid(const char* what) {
-  EPL_FAIL("plan::fits: ", what);
-}
-inline void world_size_does_not_hold_a_replica__use_a_multiple(std::int64_t ranks, std::int64_t replica) {
-  EPL_FAIL("plan::fits: a cluster of ", ranks, " ranks cannot hold replicas of ", replica, " ranks (pipeline stages x split "
+inline void world_size_does_not_hold_a_replica__use_a_multiple(const char* who, std::int64_t ranks, std::int64_t replica) {
+  EPL_FAIL(who, ": a cluster of ", ranks, " ranks cannot hold replicas of ", replica, " ranks (pipeline stages x split "
            "degree); use a multiple of ", replica);
+}
+// The budget's own checks, shared by fits and static_search.
+constexpr void check_budget(const Budget& b, const char* who) {
+  if (b.bytes < 0) budget_is_not_valid(who, "Budget::bytes must be 0 (the cluster's bytes_per_rank) or more");
+  if (b.rows < 1 || b.rows > kMostCounted || b.micro_batches < 1 || b.optimizer_slots < 0 || b.optimizer_slots > 64 ||
+      b.tokens_per_row < 1 || b.tokens_per_row > kMostCounted)
+    budget_is_not_valid(who, "Budget::rows, ::micro_batches and ::tokens_per_row must be at least 1 (and at most 2^50), "
+                             "::optimizer_slots from 0 to 64");
+}
+// The bytes a rank may use: the budget's, at most the cluster's (0: the cluster's).
+constexpr std::int64_t limit_of(const Cluster& c, const Budget& b) {
+  return b.bytes > 0 && b.bytes < c.bytes_per_rank ? b.bytes : c.bytes_per_rank;
 }
 }  // namespace detail
 
@@ -120,16 +150,17 @@ constexpr StaticFootprint static_footprint(const Cluster& cluster, const Budget&
     if constexpr (is_pipeline_v<Model>) return Model::kStages;
     else return 1;
   }();
-  if (cluster.ranks < 1) detail::cluster_or_budget_is_not_valid("Cluster::ranks must be at least 1");
-  if (budget.rows < 1 || budget.micro_batches < 1 || budget.optimizer_slots < 0)
-    detail::cluster_or_budget_is_not_valid("Budget::rows and ::micro_batches must be at least 1 and ::optimizer_slots at least 0");
-  if (cluster.ranks % (p * t) != 0) detail::world_size_does_not_hold_a_replica__use_a_multiple(cluster.ranks, p * t);
+  detail::check_cluster(cluster, "plan::fits");
+  detail::check_budget(budget, "plan::fits");
+  if (cluster.ranks % (p * t) != 0) detail::world_size_does_not_hold_a_replica__use_a_multiple("plan::fits", cluster.ranks, p * t);
   const int data = cluster.ranks / (p * t);
   if (budget.rows % (static_cast<std::int64_t>(data) * budget.micro_batches) != 0)
-    detail::cluster_or_budget_is_not_valid("the global batch (Budget::rows) must divide into the data-parallel ranks (cluster ranks "
-                                           "over pipeline stages x split degree) times Budget::micro_batches");
+    detail::budget_is_not_valid("plan::fits", "the global batch (Budget::rows) must divide into the data-parallel ranks (cluster ranks "
+                                              "over pipeline stages x split degree) times Budget::micro_batches");
   constexpr policy::Compiled c = policy::compiled<Policy>(false);
   const auto sums = detail::static_sums<Model>(t);
+  detail::check_countable(static_cast<double>(sums.parameters) * 4.0 * (2 + budget.optimizer_slots));
+  detail::check_countable(static_cast<double>(sums.activation_bytes) * static_cast<double>(budget.rows));
   StaticFootprint f;
   f.state = state_bytes(sums.parameters, data, c.zero, c.offload, budget.optimizer_slots);
   const std::int64_t micro_rows = budget.rows / data / budget.micro_batches;
@@ -143,7 +174,7 @@ constexpr StaticFootprint static_footprint(const Cluster& cluster, const Budget&
 template <class Model, class Policy = Policies<>>
 constexpr bool fits(const Cluster& cluster, const Budget& budget) {
   const auto f = static_footprint<Model, Policy>(cluster, budget);
-  const std::int64_t need = f.total(), limit = std::min(budget.bytes, cluster.bytes_per_rank);
+  const std::int64_t need = f.total(), limit = detail::limit_of(cluster, budget);
   if (need <= limit) return true;
   constexpr policy::Compiled c = policy::compiled<Policy>(false);
   const auto& s = f.state;

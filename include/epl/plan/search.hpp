@@ -47,11 +47,17 @@ SearchResult search(const Model& model, const Profile& prof, const Cluster& clus
                     const SearchOptions& o = {}) {
   constexpr int t = tensor_degree_v<Model>;
   constexpr auto c = policy::compiled<Policy>(false);
+  detail::check_cluster(cluster, "plan::search");
   EPL_CHECK(cluster.ranks % t == 0, "plan::search: a cluster of ", cluster.ranks, " ranks cannot hold the model's epl::Split<", t,
             ", ...> parts; use a multiple of ", t, " ranks");
   EPL_CHECK(cluster.ranks >= 1, "plan::search: a cluster of ", cluster.ranks, " ranks; it needs at least 1");
   EPL_CHECK(rows >= 1, "plan::search: a global batch of ", rows, " rows; it needs at least 1");
   EPL_CHECK(slots >= 0, "plan::search: ", slots, " optimizer state slots per element; give the optimizer's kStateSlots (0 or more)");
+  EPL_CHECK(!o.micro_batches.empty() && std::all_of(o.micro_batches.begin(), o.micro_batches.end(), [](int m) { return m >= 1; }),
+            "plan::search: SearchOptions::micro_batches must list one or more counts of 1 or more");
+  EPL_CHECK(o.base.rank_speeds.empty() || static_cast<int>(o.base.rank_speeds.size()) == cluster.ranks, "plan::search: cluster.rank_speeds "
+            "(SearchOptions::base.rank_speeds) gives ", o.base.rank_speeds.size(), " speeds for a cluster of ", cluster.ranks,
+            " ranks; give one per rank");
   EPL_CHECK(o.budget >= 0 && cluster.bytes_per_rank > 0, "plan::search: a budget of ", o.budget, " bytes and ", cluster.bytes_per_rank,
             " bytes per rank; give positive byte counts (a budget of 0: the cluster's)");
   {  // the profile must be this model's: as many units (and the loss)
@@ -72,13 +78,18 @@ SearchResult search(const Model& model, const Profile& prof, const Cluster& clus
   const std::int64_t budget = o.budget > 0 ? std::min(o.budget, cluster.bytes_per_rank) : cluster.bytes_per_rank;
   SearchResult r;
   const Estimate* smallest = nullptr;
+  std::string first_refusal;  // what the plan said of the first it refused
   std::vector<Estimate> over;  // what did not fit, to say by how much
   over.reserve(1024);
   for (int p = 1; p <= cluster.ranks / t; ++p) {
     if ((cluster.ranks / t) % p != 0 || (p > 1 && !o.pipelines)) continue;
     const int data = cluster.ranks / t / p;
-    for (int m : o.micro_batches) {
-      if (m < 1 || rows % (static_cast<std::int64_t>(data) * m) != 0) continue;
+    for (std::size_t mi = 0; mi < o.micro_batches.size(); ++mi) {
+      const int m = o.micro_batches[mi];
+      if (std::find(o.micro_batches.begin(), o.micro_batches.begin() + static_cast<std::ptrdiff_t>(mi), m) !=
+          o.micro_batches.begin() + static_cast<std::ptrdiff_t>(mi))
+        continue;  // listed twice
+      if (rows % (static_cast<std::int64_t>(data) * m) != 0) continue;
       for (const auto& entry : strategy::kSchedules) {
         if (p == 1 && entry.name != strategy::kSchedules[0].name) continue;  // one stage: no schedule
         for (int zero = 0; zero <= c.zero; ++zero) {
@@ -97,8 +108,9 @@ SearchResult search(const Model& model, const Profile& prof, const Cluster& clus
                   ++r.too_big;
                   over.push_back(std::move(e));
                 }
-              } catch (const Error&) {
+              } catch (const Error& err) {
                 ++r.refused;  // the plan's checks refuse it: never a choice
+                if (first_refusal.empty()) first_refusal = err.what();
               }
             }
         }
@@ -107,6 +119,11 @@ SearchResult search(const Model& model, const Profile& prof, const Cluster& clus
   }
   for (const auto& e : over)
     if (!smallest || e.device_bytes() < smallest->device_bytes()) smallest = &e;
+  EPL_CHECK(r.tried > 0, "plan::search: no combination to try: a global batch of ", rows, " rows divides into none of the ",
+            "data-parallel degrees x micro-batch counts (", cluster.ranks, " ranks over the pipeline stages and split degree ", t,
+            "); use a batch that is a multiple of the ranks");
+  EPL_CHECK(r.refused < r.tried, "plan::search: the plan's checks refused every one of the ", r.tried, " combinations; the first: ",
+            first_refusal);
   EPL_CHECK(!r.plans.empty(), "no plan of the model fits ", budget, " bytes per rank on ", cluster.ranks, " ranks (", r.tried,
             " tried, ", r.refused, " refused by the plan's checks)",
             smallest ? "; the smallest, " + smallest->candidate.str() + ", needs " + std::to_string(smallest->device_bytes()) +

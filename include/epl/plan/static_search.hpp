@@ -36,7 +36,7 @@ struct StaticPlan {
   int zero = 0;
   bool offload = false, recompute = false;
   StaticFootprint bytes;   ///< state and peak activations
-  double compute_seconds = 0, tensor_seconds = 0, pipeline_seconds = 0, data_seconds = 0;
+  double compute_seconds = 0, tensor_seconds = 0, pipeline_seconds = 0, data_seconds = 0, host_seconds = 0;
   double bubble = 0;
   double seconds = 0;      ///< the step
   [[nodiscard]] constexpr std::string_view schedule_name() const { return strategy::kSchedules[schedule].name; }
@@ -83,7 +83,7 @@ constexpr StaticSearch<K> merge(const StaticSearch<K>& a, const StaticSearch<K>&
 
 /// \brief What the search tries besides the mesh and the policies.
 struct StaticSearchOptions {
-  std::array<int, 5> micro_batches{1, 2, 4, 8, 16};
+  std::array<int, 5> micro_batches{1, 2, 4, 8, 16};  ///< counts to try (0: an unused entry)
   bool pipelines = true;  ///< cut an unannotated model into stages, as auto.auto_parallel does
   bool recompute = true;  ///< try gradient_checkpoint.type = "auto"
 };
@@ -166,6 +166,11 @@ constexpr double in_flight(int schedule, int m, int p, int v) {
   return static_cast<double>(chunks < m * v ? chunks : m * v) / v;
 }
 
+[[noreturn]] inline void nothing_to_try__check_the_batch_and_micro_batches(int ranks, std::int64_t rows) {
+  EPL_FAIL("plan::static_search: no combination to try on ", ranks, " ranks: a global batch of ", rows, " rows divides into none of "
+           "the data-parallel degrees x micro-batch counts (StaticSearchOptions::micro_batches; 0 entries are unused), or the model "
+           "has fewer units than the stages; use a batch that is a multiple of the ranks");
+}
 [[noreturn]] inline void no_combination_fits__add_ranks_or_memory(std::int64_t need, std::int64_t budget, int tried) {
   EPL_FAIL("plan::static_search: no combination of the ", tried, " tried fits ", budget, " bytes per rank; the smallest needs ", need,
            " bytes, ", need - budget, " more: add ranks or memory, or policies that shrink it (epl::Zero<3>, epl::Offload)");
@@ -181,24 +186,35 @@ constexpr StaticSearch<K> static_search(const Cluster& cluster, const Budget& bu
   constexpr std::size_t n = units.size();
   constexpr policy::Compiled c = policy::compiled<Policy>(false);
   static_assert(n > 0, "epl: plan::static_search: the model has no units");
-  if (cluster.ranks < 1 || cluster.macs_per_second <= 0 || cluster.data.beta <= 0 || cluster.pipeline.beta <= 0 || cluster.tensor.beta <= 0)
-    detail::cluster_or_budget_is_not_valid("Cluster::ranks must be at least 1, and its GEMM rate and links' bandwidths positive");
-  if (budget.rows < 1 || budget.tokens_per_row < 1 || budget.optimizer_slots < 0)
-    detail::cluster_or_budget_is_not_valid("Budget::rows and ::tokens_per_row must be at least 1 and ::optimizer_slots at least 0");
-  if (cluster.ranks % t != 0) detail::world_size_does_not_hold_a_replica__use_a_multiple(cluster.ranks, t);
-  const std::int64_t limit = budget.bytes > 0 && budget.bytes < cluster.bytes_per_rank ? budget.bytes : cluster.bytes_per_rank;
+  static_assert(K > 0, "epl: plan::static_search<Model, Policy, K>: K, the plans kept, must be at least 1");
   constexpr int declared = [] {
     if constexpr (is_pipeline_v<Model>) return Model::kStages;
     else return 0;
   }();
+  constexpr const char* who = "plan::static_search";
+  detail::check_cluster(cluster, who);
+  detail::check_budget(budget, who);
+  for (int m : o.micro_batches)
+    if (m < 0) detail::budget_is_not_valid(who, "StaticSearchOptions::micro_batches must hold counts of 1 or more (0: an unused entry)");
+  if (cluster.ranks % (t * (declared ? declared : 1)) != 0)
+    detail::world_size_does_not_hold_a_replica__use_a_multiple(who, cluster.ranks, t * (declared ? declared : 1));
+  for (const auto& u : units)  // every stated cost in range (the sums below stay within 64 bits)
+    if (u.cost.parameters < 0 || u.cost.activation_bytes < 0 || u.cost.output_bytes < 0 || u.cost.tensor_bytes < 0 ||
+        u.cost.tensor_collectives < 0 || u.cost.parameters > detail::kMostCounted || u.cost.activation_bytes > detail::kMostCounted ||
+        u.cost.output_bytes > detail::kMostCounted || u.cost.tensor_bytes > detail::kMostCounted || !(u.cost.macs_per_token >= 0) ||
+        !(u.cost.macs_per_token < 1e30))
+      detail::cost_is_out_of_range(u.cost.parameters, u.cost.activation_bytes);
+  const std::int64_t limit = detail::limit_of(cluster, budget);
   StaticSearch<K> r;
-  bool over = false;
-  for (int p = 1; p <= cluster.ranks / t; ++p) {
+    for (int p = 1; p <= cluster.ranks / t; ++p) {
     if ((cluster.ranks / t) % p != 0) continue;
     if (declared ? p != declared : (p > 1 && !o.pipelines)) continue;
     const int data = cluster.ranks / t / p;
-    for (int m : o.micro_batches) {
-      if (m < 1 || budget.rows % (static_cast<std::int64_t>(data) * m) != 0) continue;
+    for (std::size_t mi = 0; mi < o.micro_batches.size(); ++mi) {
+      const int m = o.micro_batches[mi];
+      bool seen = false;  // a count listed twice is tried once
+      for (std::size_t j = 0; j < mi; ++j) seen = seen || o.micro_batches[j] == m;
+      if (m < 1 || seen || budget.rows % (static_cast<std::int64_t>(data) * m) != 0) continue;
       const std::int64_t micro_rows = budget.rows / data / m;
       for (int sched = 0; sched < static_cast<int>(std::size(strategy::kSchedules)); ++sched) {
         if (p == 1 && sched > 0) continue;  // one stage: no schedule
@@ -251,6 +267,9 @@ constexpr StaticSearch<K> static_search(const Cluster& cluster, const Budget& bu
               std::int64_t sends = 0;
               for (int s = 0; s < p; ++s) {
                 const auto& sum = rank[static_cast<std::size_t>(s)];
+                detail::check_countable(static_cast<double>(sum.parameters) * 4.0 * (2 + budget.optimizer_slots));
+                detail::check_countable(static_cast<double>(sum.activation_bytes + sum.kept_recomputed) * static_cast<double>(budget.rows) *
+                                        static_cast<double>(m));
                 StaticFootprint f;
                 f.state = state_bytes(sum.parameters, data, zero, off == 1, budget.optimizer_slots);
                 const std::int64_t per_row = rc ? sum.kept_recomputed + sum.largest : sum.activation_bytes;
@@ -280,13 +299,16 @@ constexpr StaticSearch<K> static_search(const Cluster& cluster, const Budget& bu
               }
               // the reduction overlaps backward (taken as 60% of the compute, as estimate does) but for what is left
               const double hidden = 0.6 * plan.compute_seconds;
-              plan.seconds = plan.compute_seconds + plan.pipeline_seconds + (plan.data_seconds > hidden ? plan.data_seconds - hidden : 0.0);
+              // offload moves the rank's shards of the parameters and gradients between host and device
+              if (off == 1)
+                plan.host_seconds = cluster.host.seconds(static_cast<double>(plan.bytes.state.host_parameters + plan.bytes.state.host_gradients));
+              plan.seconds = plan.compute_seconds + plan.pipeline_seconds + (plan.data_seconds > hidden ? plan.data_seconds - hidden : 0.0) +
+                             plan.host_seconds;
               if (plan.bytes.total() <= limit) {
                 ++r.fit;
                 r.offer(plan);
               } else {
-                if (!over || plan.bytes.total() < r.smallest_over.bytes.total()) r.smallest_over = plan;
-                over = true;
+                if (r.too_big == 0 || plan.bytes.total() < r.smallest_over.bytes.total()) r.smallest_over = plan;
                 ++r.too_big;
               }
             }
@@ -294,7 +316,8 @@ constexpr StaticSearch<K> static_search(const Cluster& cluster, const Budget& bu
       }
     }
   }
-  if (r.count == 0) detail::no_combination_fits__add_ranks_or_memory(over ? r.smallest_over.bytes.total() : 0, limit, r.tried);
+  if (r.tried == 0) detail::nothing_to_try__check_the_batch_and_micro_batches(cluster.ranks, budget.rows);
+  if (r.count == 0) detail::no_combination_fits__add_ranks_or_memory(r.smallest_over.bytes.total(), limit, r.tried);
   return r;
 }
 

@@ -7,8 +7,11 @@
 ///
 ///     cfg = epl::auto_plan<Model, Optimizer, Policies>(ctx, cfg, model, sample, global_batch);
 ///     epl::Trainer<Model, Optimizer, Policies> trainer(ctx, cfg, std::move(model), ...);
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <thread>
+#include <vector>
 
 #include "epl/optim/optimizer.hpp"
 #include "epl/plan/search.hpp"
@@ -16,6 +19,7 @@
 #include "epl/runtime/config.hpp"
 #include "epl/runtime/context.hpp"
 #include "epl/runtime/data.hpp"
+#include "epl/runtime/run_options.hpp"
 
 namespace epl {
 inline namespace v0 {
@@ -27,6 +31,35 @@ struct AutoPlanOptions {
   int repeats = 3;                  ///< probe runs (the fastest counts)
   bool print = true;                ///< rank 0 prints the top plans
 };
+
+/// \brief The α and β of `world`'s all-reduce (a collective): the median time of 9 small and 9
+/// large messages, the slowest rank's, read as a ring's 2 (n - 1) messages of 2 (n - 1) / n of
+/// the bytes. A world of one: the default link (nothing is sent).
+inline plan::Link measure_all_reduce(comm::Communicator& world) {
+  const int n = world.size();
+  if (n == 1) return {};
+  auto median_seconds = [&](std::int64_t count) {
+    std::vector<float> buf(static_cast<std::size_t>(count), 1.0f);
+    std::vector<double> t;
+    for (int i = 0; i < 9; ++i) {
+      world.barrier();
+      const auto t0 = std::chrono::steady_clock::now();
+      world.all_reduce(comm::Buffer(buf.data(), count, DType::kF32), comm::Buffer(buf.data(), count, DType::kF32), comm::ReduceOp::kSum);
+      t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::sort(t.begin(), t.end());
+    double s = t[t.size() / 2];
+    world.all_reduce(comm::Buffer(&s, 1, DType::kF64), comm::Buffer(&s, 1, DType::kF64), comm::ReduceOp::kMax);
+    return s;
+  };
+  const std::int64_t small = 16, large = 1 << 20;
+  const double ts = median_seconds(small), tl = median_seconds(large);
+  const double moved = 2.0 * (n - 1) / n * 4.0 * static_cast<double>(large);
+  plan::Link l;
+  l.alpha = std::max(1e-7, ts / (2.0 * (n - 1)));
+  l.beta = moved / std::max(1e-9, tl - 2.0 * (n - 1) * l.alpha);
+  return l;
+}
 
 /// \brief cfg with the fastest plan's keys when auto.auto_parallel = true and pipeline.num_stages
 /// is not set (else cfg as it is): every rank profiles the model on its device with the rows of
@@ -62,10 +95,14 @@ Config auto_plan(Context& ctx, const Config& cfg, const Model& model, const Batc
   }
   plan::Cluster cluster{.ranks = n};
   if (o.budget > 0) cluster.bytes_per_rank = o.budget;
+  cluster.data = cluster.pipeline = cluster.tensor = measure_all_reduce(world);
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   if (n > cores) cluster.cores = cores;  // more ranks than this machine's cores: they share them (thread ranks, one host's processes)
+  // the run's other keys, and its ranks' speeds (cluster.rank_speeds), price each plan as it will run
+  plan::PlanOptions base = plan_options(cfg, {});
+  base.rank_speeds = rank_speeds(cfg, ctx.cpu(), world);
   const auto found = plan::search<Model, Policy>(model, *prof, cluster, global_rows, Optimizer::kStateSlots,
-                                                 {.budget = o.budget, .amp_profile = amp ? &*amp : nullptr});
+                                                 {.budget = o.budget, .amp_profile = amp ? &*amp : nullptr, .base = base});
   // rank 0's choice, on every rank
   const auto& b = found.best().candidate;
   std::int64_t chosen[] = {b.data, b.pipeline, b.micro_batches, 0, b.virtual_stages, b.zero, b.recompute, b.offload, b.amp};

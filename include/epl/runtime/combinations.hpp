@@ -50,12 +50,12 @@ std::vector<Measured> combinations(Context& ctx, const Config& cfg, const std::v
   const DeviceId id = ctx.cpu().id(), host{DeviceKind::kHost, id.index};
   std::vector<Measured> out;
   for (const auto& e : plans) {
-    const int ranks = e.candidate.data * e.candidate.pipeline * plan::tensor_degree_v<Model>;
-    EPL_CHECK(ranks == world.size(), "bench::combinations: plan ", e.candidate.str(), " was made for ", ranks, " ranks, but this run has ",
-              world.size(), "; search with a cluster of ", world.size(), " ranks");
     EPL_CHECK(e.candidate.tensor == plan::tensor_degree_v<Model>, "bench::combinations: plan ", e.candidate.str(), " is for a model split ",
               e.candidate.tensor, " ways (epl::Split), but this model type's degree is ", plan::tensor_degree_v<Model>,
               "; measure each model type's plans with that type");
+    const int ranks = e.candidate.data * e.candidate.pipeline * plan::tensor_degree_v<Model>;
+    EPL_CHECK(ranks == world.size(), "bench::combinations: plan ", e.candidate.str(), " was made for ", ranks, " ranks, but this run has ",
+              world.size(), "; search with a cluster of ", world.size(), " ranks");
     Config c = cfg;
     for (const auto& [key, value] : e.candidate.keys()) c.set_text(key, value);
     Measured m;
