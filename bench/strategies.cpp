@@ -157,13 +157,14 @@ int main(int argc, char** argv) try {
           plain.push_back(e);
       EPL_CHECK(!plain.empty(), "no plain data-parallel plan to calibrate with: use a batch that divides among ", n, " ranks");
       factor = epl::plan::calibrate(cluster, plain[0], run(plain)[0].seconds);
-      // and the split group's link from one short run of the plainest split plan (dp n/2 tp2 m1)
+      // and the split group's link from one short run of a plain split plan (dp n/2 tp2, one stage, the most micro-batches)
       if (searched(2) && n % 2 == 0) {
         const auto split = epl::plan::search<gpt::SplitGpt<2>, Policy>(split2, prof2, cluster, rows, epl::optim::AdamW::kStateSlots);
         std::vector<epl::plan::Estimate> plain_split;
-        for (const auto& e : split.plans)
-          if (plain_split.empty() && e.candidate.pipeline == 1 && e.candidate.micro_batches == 1 && !e.candidate.zero && !e.candidate.recompute)
-            plain_split.push_back(e);
+        for (const auto& e : split.plans)  // the most micro-batches: the most all-reduces to time
+          if (e.candidate.pipeline == 1 && !e.candidate.zero && !e.candidate.recompute && !e.candidate.amp &&
+              (plain_split.empty() || e.candidate.micro_batches > plain_split[0].candidate.micro_batches))
+            plain_split.assign(1, e);
         if (!plain_split.empty()) tensor_factor = epl::plan::calibrate_tensor(cluster, plain_split[0], run(plain_split)[0].seconds);
       }
       if (ctx.rank() == 0) epl::plan::save_cluster(cluster, cfg.get(calibration) + ".cluster", cluster_key);

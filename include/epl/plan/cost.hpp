@@ -662,6 +662,7 @@ Estimate estimate(const Model& model, const Profile& prof, const Candidate& c, c
   std::vector<std::vector<strategy::Chunk<Pass>>> stages;
   for (int s = 0; s < plan.pipeline; ++s) stages.push_back(local_chunks<Pass>(sharded, plan, s));
   double slowest_chunk = 0, work = 0;  // one micro-batch's chunk at full speed; every rank's seconds a step
+  double slowest_talk = 0;             // one micro-batch's split-group all-reduces, the most of any chunk
   std::int64_t sends = 0;              // boundary bytes per row, the largest
   // Uneven devices (cluster.rank_speeds): stage s's time over the probe's is the most, over its
   // replicas, of the replica's share of the rows over its slowest rank's speed; `busy` the sum.
@@ -762,7 +763,8 @@ Estimate estimate(const Model& model, const Profile& prof, const Candidate& c, c
       }
       kept[static_cast<std::size_t>(id)] = k * micro_rows;
       transient[static_cast<std::size_t>(id)] = above * micro_rows;
-      slowest_chunk = std::max(slowest_chunk, sec * lane.slowest + talk * speed);  // the links do not scale with the speed
+      slowest_chunk = std::max(slowest_chunk, sec * lane.slowest);
+      slowest_talk = std::max(slowest_talk, talk);  // the links do not scale with the speed
       work += sec * c.micro_batches * lane.busy * plan.tensor;
       stage_macs += macs;
       stage_tensor_bytes += talked * c.micro_batches;
@@ -779,6 +781,8 @@ Estimate estimate(const Model& model, const Profile& prof, const Candidate& c, c
   // (Cluster::cores) also wait for every rank's work to get its turn on them.
   e.compute_seconds = slowest_chunk * static_cast<double>(v * m + p - 1) / speed;
   if (cluster.cores > 0) e.compute_seconds = std::max(e.compute_seconds, work / speed / cluster.cores);
+  // a split group's all-reduces hold every rank of it at each one: on the path, cores shared or not
+  e.compute_seconds += slowest_talk * static_cast<double>(v * m + p - 1);
   if (p > 1) {
     const double per = static_cast<double>(sends * micro_rows);
     e.pipeline_bytes = 2 * m * v * sends * micro_rows;
@@ -786,13 +790,17 @@ Estimate estimate(const Model& model, const Profile& prof, const Candidate& c, c
   }
   const int n = c.data;
   if (n > 1) {
-    // a ring moves 2 (n - 1) / n of the gradients per all-reduce (ZeRO: a reduce-scatter and an
-    // all-gather, the same); stage 3 gathers the parameters again in backward
+    // A ring moves (n - 1) / n of the gradients G per reduce-scatter or all-gather: no ZeRO or
+    // stage 1 all-reduce once (both); stage 2 reduce-scatters each micro-batch's gradients and
+    // gathers the parameters once; stage 3 also gathers each micro-batch's parameters in forward
+    // and again in backward.
     const std::int64_t held = e.state.gradients + e.state.host_gradients;
-    const std::int64_t grads = plan.policies.zero_stage >= 2 ? held * n : held;
-    const double moved = 2.0 * (n - 1) / n * static_cast<double>(grads) * (plan.policies.zero_stage == 3 ? 1.5 : 1.0);
+    const double whole = static_cast<double>(plan.policies.zero_stage >= 2 ? held * n : held);
+    const int zero = plan.policies.zero_stage;
+    const int passes = zero <= 1 ? 2 : zero == 2 ? m + 1 : 3 * m;  // ring passes over G
+    const double moved = static_cast<double>(n - 1) / n * whole * passes;
     e.data_bytes = static_cast<std::int64_t>(moved);
-    const int messages = 2 * (n - 1) * plan.policies.max_splits;
+    const int messages = (n - 1) * plan.policies.max_splits * passes;
     e.data_seconds = cluster.data.alpha * messages + moved / cluster.data.beta;
   }
   // The reduction overlaps backward but for its last bucket.

@@ -292,10 +292,11 @@ constexpr StaticSearch<K> static_search(const Cluster& cluster, const Budget& bu
               plan.compute_seconds = chunk * passes;
               plan.tensor_seconds = talk * v * m;
               if (p > 1) plan.pipeline_seconds = 2.0 * passes * cluster.pipeline.seconds(static_cast<double>(sends * micro_rows));
-              if (data > 1) {  // a ring all-reduce of the gradients (ZeRO: reduce-scatter and all-gather, the same; stage 3 gathers again)
+              if (data > 1) {  // ring passes over the gradients, as estimate counts them (ZeRO 2 and 3: each micro-batch)
                 const double held = zero >= 2 ? grads * data : grads;
-                const double moved = 2.0 * (data - 1) / data * held * (zero == 3 ? 1.5 : 1.0);
-                plan.data_seconds = cluster.data.alpha * 2.0 * (data - 1) + moved / cluster.data.beta;
+                const int rings = zero <= 1 ? 2 : zero == 2 ? m + 1 : 3 * m;
+                const double moved = static_cast<double>(data - 1) / data * held * rings;
+                plan.data_seconds = cluster.data.alpha * (data - 1) * rings + moved / cluster.data.beta;
               }
               // the reduction overlaps backward (taken as 60% of the compute, as estimate does) but for what is left
               const double hidden = 0.6 * plan.compute_seconds;
