@@ -104,14 +104,34 @@ int main(int argc, char** argv) try {
     epl::plan::save_profile(p, file, key);
     return p;
   };
-  const epl::plan::Profile prof = probe_of(model, cfg.get(calibration), epl::DType::kF32);
-  const epl::plan::Profile amp_prof = probe_of(model, cfg.get(calibration) + ".amp", epl::DType::kBF16);
-  const epl::plan::Profile prof2 = searched(2) ? probe_of(split2, cfg.get(calibration) + ".tp2", epl::DType::kF32) : prof;
-  const epl::plan::Profile prof4 = searched(4) ? probe_of(split4, cfg.get(calibration) + ".tp4", epl::DType::kF32) : prof;
+  // Every rank must search the same profiles, or their plan lists differ (MPI processes would each
+  // probe their own): one process probes (rank 0, or the thread ranks' process before they start)
+  // and writes the files; the other processes wait for them and read them.
+  const std::vector<std::pair<std::string, int>> files{{cfg.get(calibration), 1}, {cfg.get(calibration) + ".amp", 1},
+                                                        {cfg.get(calibration) + ".tp2", 2}, {cfg.get(calibration) + ".tp4", 4}};
+  auto probe_all = [&] {
+    (void)probe_of(model, files[0].first, epl::DType::kF32);
+    (void)probe_of(model, files[1].first, epl::DType::kBF16);
+    if (searched(2)) (void)probe_of(split2, files[2].first, epl::DType::kF32);
+    if (searched(4)) (void)probe_of(split4, files[3].first, epl::DType::kF32);
+  };
+  auto read = [&](std::size_t i) {
+    if (files[i].second > 1 && !searched(files[i].second)) return epl::plan::Profile{};
+    for (int waited = 0;; ++waited) {  // written whole (temp then rename): a file that is there is complete
+      if (auto p = epl::plan::load_profile(files[i].first, key)) return *p;
+      EPL_CHECK(waited < 3000, "bench_strategies: rank 0 wrote no profile ", files[i].first, " in 10 minutes");
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+  };
+  const bool processes = epl::started_by_mpi();
+  if (!processes) probe_all();
 
   const int world_ranks = static_cast<int>(cfg.get(ranks));
   return epl::launch(cfg, [&](epl::Context& ctx) {
     auto& world = ctx.world();
+    if (processes && ctx.rank() == 0) probe_all();
+    const epl::plan::Profile prof = read(0), amp_prof = read(1), prof2 = read(2), prof4 = read(3);
+    world.barrier();
     const int n = world.size();
     const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
     const epl::Config base;
