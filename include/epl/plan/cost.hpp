@@ -688,7 +688,7 @@ Estimate estimate(const Model& model, const Profile& prof, const Candidate& c, c
       struct Part {
         const UnitProfile* profile = nullptr;
         double share = 1, macs = 1;
-        strategy::TensorTraffic traffic;
+        strategy::TensorTraffic traffic = {};
       };
       struct Piece {
         std::vector<Part> units;

@@ -145,7 +145,7 @@ struct PlanOptions {
   bool auto_parallel = false;        ///< auto.auto_parallel
   bool prefer_intra_node = true;     ///< cluster.device_place_prefer_intra_node
   bool colocate = false;             ///< cluster.colocate_split_and_replicate
-  std::vector<double> rank_speeds;   ///< cluster.rank_speeds: each world rank's relative speed (empty: even)
+  std::vector<double> rank_speeds = {};  ///< cluster.rank_speeds: each world rank's relative speed (empty: even)
   policy::Keys policies = {};        ///< the keys of ZeRO, offload, AMP, recompute and communication
 };
 

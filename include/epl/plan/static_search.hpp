@@ -35,7 +35,7 @@ struct StaticPlan {
   int virtual_stages = 1;  ///< chunks per rank (Interleaved: 2)
   int zero = 0;
   bool offload = false, recompute = false;
-  StaticFootprint bytes;   ///< state and peak activations
+  StaticFootprint bytes = {};  ///< state and peak activations
   double compute_seconds = 0, tensor_seconds = 0, pipeline_seconds = 0, data_seconds = 0, host_seconds = 0;
   double bubble = 0;
   double seconds = 0;      ///< the step
