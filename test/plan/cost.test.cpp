@@ -3,6 +3,11 @@
 // pipeline and a split; a unit's activation bytes measured by the probe; the compile-time check
 // and its run-time message; the search returns only plans the plan accepts, fastest first, and
 // says by how much nothing fits.
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
 #include "../../examples/gpt/gpt.hpp"
 #include "../helpers.hpp"
 #include "epl/comm/threads/run_threads.hpp"
@@ -173,6 +178,85 @@ TEST_CASE("cost: plan::fits at run time names the largest part, the policy that 
                        doctest::Contains("::micro_batches and ::tokens_per_row must be at least 1"), Error);
   CHECK_THROWS_WITH_AS((plan::fits<Big>({.ranks = 8}, {.bytes = kGiB, .rows = 12, .micro_batches = 1})),
                        doctest::Contains("must divide into the data-parallel ranks"), Error);
+  // one replica: ZeRO has nothing to shard over, so it is not the advice
+  CHECK_THROWS_WITH_AS((plan::fits<Big>({.ranks = 1}, {.bytes = 4 * kGiB, .rows = 8})),
+                       doctest::Contains("there is one replica, so ZeRO has nothing to shard it over"), Error);
+  CHECK_THROWS_WITH_AS((plan::fits<Big, Policies<Zero<1>>>({.ranks = 1}, {.bytes = 4 * kGiB, .rows = 8})),
+                       doctest::Contains("there is one replica"), Error);
+}
+
+TEST_CASE("cost: a declared pipeline is planned at run time, one stage a rank or all on one; absurd inputs are refused") {
+  const auto shape = tiny();
+  const auto model = gpt::make_two_stage_gpt(shape);
+  const auto sample = test::ids({2, 8}, 32, 3), targets = test::ids({2, 8}, 32, 4);
+  const auto prof = plan::profile(model, test::cpu(), sample, targets, 1);
+  const auto found = plan::search<gpt::TwoStageGpt, All>(model, prof, {.ranks = 4}, 16, 2);
+  bool two = false, one = false;
+  for (const auto& e : found.plans) {
+    CAPTURE(e.candidate.str());
+    CHECK((e.candidate.pipeline == 2 || e.candidate.pipeline == 1));
+    two = two || e.candidate.pipeline == 2;
+    one = one || e.candidate.pipeline == 1;
+    // the keys say the stages, so the run is the plan that was priced
+    const auto keys = e.candidate.keys();
+    CHECK(std::find(keys.begin(), keys.end(), std::pair<std::string, std::string>{"pipeline.num_stages", std::to_string(e.candidate.pipeline)}) !=
+          keys.end());
+    CHECK(plan::make<gpt::TwoStageGpt, All>(e.candidate.options(), 4).pipeline == e.candidate.pipeline);
+  }
+  CHECK((two && one));
+  // absurd figures: errors, not infinite or wrapped answers
+  CHECK_THROWS_WITH_AS((plan::search<gpt::TwoStageGpt, All>(model, prof, {.ranks = 2147483647}, 16, 2)),
+                       doctest::Contains("ranks must be at least 1 and at most 65536"), Error);
+  CHECK_THROWS_WITH_AS((plan::search<gpt::TwoStageGpt, All>(model, prof, {.ranks = 4}, 16, 2, {.micro_batches = {1 << 26}})),
+                       doctest::Contains("counts from 1 to 65536"), Error);
+  CHECK_THROWS_WITH_AS((plan::search<gpt::TwoStageGpt, All>(model, prof, {.ranks = 4, .macs_per_second = 1e-300}, 16, 2)),
+                       doctest::Contains("macs_per_second must be from"), Error);
+  CHECK_THROWS_WITH_AS((plan::search<gpt::TwoStageGpt, All>(model, prof, {.ranks = 4, .speed = 1e-300}, 16, 2)),
+                       doctest::Contains("speed must be from"), Error);
+  CHECK_THROWS_WITH_AS((plan::search<gpt::TwoStageGpt, All>(model, plan::Profile{}, {.ranks = 4}, 16, 2)),
+                       doctest::Contains("the profile is empty"), Error);
+  CHECK_THROWS_WITH_AS((plan::estimate<gpt::TwoStageGpt, All>(model, prof, {.data = 2, .pipeline = 2, .zero = -1}, {.ranks = 4}, 16, 2)),
+                       doctest::Contains("ZeRO stage must be 0 to 3"), Error);
+  plan::PlanOptions crawl;
+  crawl.rank_speeds = {1, 1e-300, 1, 1};
+  CHECK_THROWS_WITH_AS((plan::estimate<gpt::TwoStageGpt, All>(model, prof, {.data = 2, .pipeline = 2}, {.ranks = 4}, 16, 2, crawl)),
+                       doctest::Contains("below a millionth of the fastest"), Error);
+  // a profile of the whole model for its split type: the split degree is named
+  const auto split = gpt::make_split_gpt<2>(shape);
+  const auto whole = plan::profile(gpt::make_gpt(shape), test::cpu(), sample, targets, 1);
+  CHECK_THROWS_WITH_AS((plan::estimate<gpt::SplitGpt<2>, All>(split, whole, {.data = 1}, {.ranks = 2}, 16, 2)),
+                       doctest::Contains("probed as a rank of a split group of 1, but this model is split 2 ways"), Error);
+}
+
+TEST_CASE("cost: a profile file with impossible figures, or cut short, is refused by name") {
+  const auto model = gpt::make_gpt(tiny());
+  const auto sample = test::ids({2, 8}, 32, 3), targets = test::ids({2, 8}, 32, 4);
+  const auto prof = plan::profile(model, test::cpu(), sample, targets, 1);
+  const auto dir = std::filesystem::temp_directory_path() / ("epl_profile_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const auto file = dir / "p";
+  plan::save_profile(prof, file, "k");
+  REQUIRE(plan::load_profile(file, "k").has_value());
+  std::string text;
+  {
+    std::ifstream in(file);
+    text.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  auto write = [&](const std::string& t) {
+    std::ofstream out(file, std::ios::trunc);
+    out << t;
+  };
+  // a unit's forward time made negative
+  auto bad = text;
+  const auto unit = bad.find("model.0.0 ");
+  REQUIRE(unit != std::string::npos);
+  const auto line_end = bad.find('\n', unit);
+  bad.replace(unit, line_end - unit, "model.0.0 0 1 -5 -7 -1 -1 -1 -1");
+  write(bad);
+  CHECK_THROWS_WITH_AS((void)plan::load_profile(file, "k"), doctest::Contains("impossible figures for unit model.0.0"), Error);
+  write("epl-profile 3\n");
+  CHECK_THROWS_WITH_AS((void)plan::load_profile(file, "k"), doctest::Contains("no key line"), Error);
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("cost: search returns only plans the plan accepts, fastest first, and says by how much nothing fits") {
@@ -257,7 +341,7 @@ TEST_CASE("cost: a split model's estimate does its share of the GEMMs and prices
   CHECK(e2.tensor_seconds == doctest::Approx(2 * collectives * 2.0 * 1e-3 + 1.0 * static_cast<double>(e.tensor_bytes) / 1e6));
   // with free links, a split rank's compute is about half the unsplit model's on one rank: its
   // GEMMs are halved, its norms and the attention's softmax are not
-  cluster.tensor = {.alpha = 0, .beta = 1e30};
+  cluster.tensor = {.alpha = 0, .beta = 1e18};
   const auto free_split = plan::estimate<gpt::SplitGpt<2>, All>(split, split_prof, {.data = 1}, cluster, rows, 2);
   const auto one = plan::estimate<gpt::Gpt, All>(whole, prof, {.data = 1}, {.ranks = 1}, rows, 2);
   CHECK(free_split.tensor_bytes == e.tensor_bytes);

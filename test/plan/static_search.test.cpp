@@ -101,6 +101,16 @@ static_assert(plan::merge(plan::static_search<SplitFour, Adam>(slow_data, roomy_
 static_assert(plan::fits<SplitFour>({.ranks = 2}, {.bytes = std::int64_t{1} << 40, .rows = 8}));
 // a budget of 0 is the cluster's bytes per rank, in fits as in static_search
 static_assert(plan::fits<Four>({.ranks = 1, .bytes_per_rank = std::int64_t{1} << 40}, {.bytes = 0, .rows = 8}));
+// the model's own output is not pipeline traffic: a big last output costs a pipeline nothing more
+struct BigOutput {
+  Block a, b, c;
+  Layer<10 * kM, 4 * kM, std::int64_t{1} << 30> d;
+};
+constexpr plan::Cluster slow_replicas{.ranks = 2, .macs_per_second = 1e12, .data = {1e-3, 1e6}, .pipeline = {1e-6, 1e9}};
+static_assert(plan::static_search<BigOutput>(slow_replicas, roomy_budget).best().pipeline == 2);
+static_assert(plan::static_search<Four>(slow_replicas, roomy_budget).best().pipeline == 2);
+static_assert(plan::static_search<BigOutput>(slow_replicas, roomy_budget).best().pipeline_seconds ==
+              plan::static_search<Four>(slow_replicas, roomy_budget).best().pipeline_seconds);  // the same boundary, a block's
 // offload is not free: on a roomy budget the search keeps the state on the device
 static_assert(!plan::static_search<Four, Adam>(fast, roomy_budget).best().offload);
 
@@ -135,10 +145,16 @@ TEST_CASE("static_search: bad clusters, budgets and costs are errors, never a pr
   CHECK_THROWS_WITH_AS((plan::static_search<Four>({.ranks = 8}, {.rows = 7}, {.pipelines = false})),
                        doctest::Contains("no combination to try on 8 ranks"), Error);
   CHECK_THROWS_WITH_AS((plan::static_search<Four>(fast, roomy_budget, {.micro_batches = {1, -1, 0, 0, 0}})),
-                       doctest::Contains("micro_batches must hold counts of 1 or more"), Error);
+                       doctest::Contains("micro_batches must hold counts from 1 to 65536"), Error);
   // a count listed twice is tried once
   CHECK(plan::static_search<Four>(fast, roomy_budget, {.micro_batches = {2, 2, 0, 0, 0}}).tried ==
         plan::static_search<Four>(fast, roomy_budget, {.micro_batches = {2, 0, 0, 0, 0}}).tried);
+  // more ranks or micro-batches than the planner counts: an error, not a wrapped answer
+  CHECK_THROWS_WITH_AS((plan::static_search<Four>({.ranks = 2147483647}, {.rows = 2147483647})), doctest::Contains("at most 65536"), Error);
+  CHECK_THROWS_WITH_AS((plan::static_search<Four>({.ranks = 2}, {.rows = std::int64_t{1} << 31}, {.micro_batches = {1 << 30, 0, 0, 0, 0}})),
+                       doctest::Contains("counts from 1 to 65536"), Error);
+  CHECK_THROWS_WITH_AS((plan::static_search<Four>({.ranks = 8}, {.rows = std::int64_t{1} << 40, .tokens_per_row = std::int64_t{1} << 50})),
+                       doctest::Contains("past what 64 bits count"), Error);
   // costs past 64-bit sums: an error, not a wrapped count that fits
   CHECK_THROWS_WITH_AS((plan::static_search<HugeModel>(fast, roomy_budget)), doctest::Contains("strategy::Cost is out of range"), Error);
   CHECK_THROWS_WITH_AS((plan::fits<HugeModel>(fast, roomy_budget)), doctest::Contains("strategy::Cost is out of range"), Error);

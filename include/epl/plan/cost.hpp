@@ -371,7 +371,8 @@ inline std::optional<Profile> load_profile(const std::filesystem::path& path, co
   EPL_CHECK(magic == "epl-profile 3" || magic == "epl-profile 2", "the planner's calibration file ", path, " is not one (its first line is \"",
             magic.substr(0, 40), "\"); delete it to measure again");
   if (magic != "epl-profile 3") return std::nullopt;  // an older probe's (split layers measured whole): measure again
-  std::getline(f, saved);
+  EPL_CHECK(static_cast<bool>(std::getline(f, saved)), "the planner's calibration file ", path,
+            " is truncated or corrupt (no key line); delete it to measure again");
   if (saved != key) return std::nullopt;
   Profile p;
   std::size_t n = 0;
@@ -381,7 +382,15 @@ inline std::optional<Profile> load_profile(const std::filesystem::path& path, co
   for (auto& u : p.units)
     f >> u.name >> u.parameters >> u.macs_per_token >> u.activation_bytes >> u.output_bytes >> u.backward_bytes >> u.forward_seconds >>
         u.backward_seconds >> u.fixed_seconds;
-  EPL_CHECK(!f.fail(), "the planner's calibration file ", path, " is truncated or corrupt; delete it to measure again");
+  EPL_CHECK(!f.fail() && p.rows >= 1 && p.tokens_per_row >= 1 && p.input_bytes >= 0, "the planner's calibration file ", path,
+            " is truncated or corrupt; delete it to measure again");
+  for (const auto& u : p.units) {
+    const bool sane = u.parameters >= 0 && u.macs_per_token >= 0 && u.output_bytes >= 0 && u.backward_bytes >= 0 &&
+                      std::isfinite(u.macs_per_token) && u.forward_seconds >= 0 && u.backward_seconds >= 0 && u.fixed_seconds >= 0 &&
+                      std::isfinite(u.forward_seconds + u.backward_seconds + u.fixed_seconds);
+    EPL_CHECK(sane, "the planner's calibration file ", path, " holds impossible figures for unit ", u.name,
+              " (negative or not finite); delete it to measure again");
+  }
   return p;
 }
 
@@ -411,23 +420,24 @@ struct Cluster {
 };
 
 namespace detail {
-// A value a cluster may hold: finite, and positive (or, with zero_ok, not negative). NaN fails.
-constexpr bool finite_positive(double x, bool zero_ok = false) {
-  return (zero_ok ? x >= 0 : x > 0) && x < std::numeric_limits<double>::infinity();
-}
+// The most ranks, micro-batches a step, and units of work the planner counts: past them its int
+// and 64-bit sums could wrap, and its loops run too long to be an answer.
+inline constexpr int kMostRanks = 1 << 16;
+inline constexpr int kMostMicroBatches = 1 << 16;
 [[noreturn]] inline void cluster_is_not_valid(const char* who, const char* what) { EPL_FAIL(who, ": the cluster's ", what); }
 // Every field of a cluster the planner reads, checked; `who` names the caller in the error. Usable
 // in a constant expression: a bad value stops it at cluster_is_not_valid.
 constexpr void check_cluster(const Cluster& c, const char* who) {
-  if (c.ranks < 1) cluster_is_not_valid(who, "ranks must be at least 1");
+  if (c.ranks < 1 || c.ranks > kMostRanks) cluster_is_not_valid(who, "ranks must be at least 1 and at most 65536");
   if (c.bytes_per_rank < 1) cluster_is_not_valid(who, "bytes_per_rank must be positive");
-  if (!finite_positive(c.speed)) cluster_is_not_valid(who, "speed must be a positive finite number (1: the probe's)");
+  if (!(c.speed >= 1e-6 && c.speed <= 1e6)) cluster_is_not_valid(who, "speed must be from 1e-6 to 1e6 (1: the probe's)");
   if (c.cores < 0) cluster_is_not_valid(who, "cores must be 0 (each rank its own) or more");
-  if (!finite_positive(c.macs_per_second)) cluster_is_not_valid(who, "macs_per_second must be a positive finite number");
+  if (!(c.macs_per_second >= 1e3 && c.macs_per_second <= 1e18))
+    cluster_is_not_valid(who, "macs_per_second must be from 1e3 to 1e18 multiply-adds a second");
   for (const Link* l : {&c.data, &c.pipeline, &c.tensor, &c.host})
-    if (!finite_positive(l->alpha, true) || !finite_positive(l->beta))
-      cluster_is_not_valid(who, "links (data, pipeline, tensor, host) need a finite alpha of 0 or more seconds and a positive finite "
-                                "beta in bytes per second");
+    if (!(l->alpha >= 0 && l->alpha <= 1e3) || !(l->beta >= 1 && l->beta <= 1e18))
+      cluster_is_not_valid(who, "links (data, pipeline, tensor, host) need an alpha from 0 to 1000 seconds and a beta from 1 to "
+                                "1e18 bytes per second");
 }
 }  // namespace detail
 
@@ -444,12 +454,12 @@ struct Candidate {
   /// \brief The configuration keys that run it (key, value), for epl::Config::set.
   [[nodiscard]] std::vector<std::pair<std::string, std::string>> keys() const {
     std::vector<std::pair<std::string, std::string>> k{{"pipeline.num_micro_batch", std::to_string(micro_batches)},
+                                                       {"pipeline.num_stages", std::to_string(pipeline)},
                                                        {"zero.level", zero == 0 ? "" : "v" + std::to_string(zero - 1)},
                                                        {"offload.level", offload ? "v0" : ""},
                                                        {"gradient_checkpoint.type", recompute ? "auto" : ""},
                                                        {"amp.level", amp ? "O1" : ""}};
     if (pipeline > 1) {
-      k.push_back({"pipeline.num_stages", std::to_string(pipeline)});
       k.push_back({"pipeline.strategy", schedule});
       k.push_back({"auto.auto_parallel", "true"});
       if (schedule == "Interleaved") k.push_back({"pipeline.num_virtual_stages", std::to_string(virtual_stages)});
@@ -472,7 +482,7 @@ struct Candidate {
   [[nodiscard]] PlanOptions options(PlanOptions base = {}) const {
     base.micro_batches = micro_batches;
     base.stages = pipeline;
-    base.stages_given = pipeline > 1;
+    base.stages_given = true;  // an epl::Pipeline type on one rank too: what was priced is what runs
     base.schedule = schedule;
     base.virtual_stages = virtual_stages;
     base.virtual_stages_given = pipeline > 1 && schedule == "Interleaved";
@@ -602,8 +612,8 @@ inline double calibrate(Cluster& cluster, const Estimate& predicted, double meas
   const double other = predicted.seconds - predicted.compute_seconds + predicted.tensor_seconds;
   const double work = predicted.compute_seconds - predicted.tensor_seconds;
   const double compute = std::max(measured - other, 0.25 * measured);
-  const double factor = work > 0 ? work / compute : 1.0;
-  cluster.speed = (cluster.speed > 0 ? cluster.speed : 1.0) * factor;
+  const double factor = work > 0 ? std::clamp(work / compute, 1e-3, 1e3) : 1.0;
+  cluster.speed = std::clamp((cluster.speed > 0 ? cluster.speed : 1.0) * factor, 1e-6, 1e6);
   return factor;
 }
 
@@ -632,6 +642,10 @@ Estimate estimate(const Model& model, const Profile& prof, const Candidate& c, c
                   PlanOptions base = {}) {
   using Pass = nn::Pass<D, policy::gradient_sync_t<Policy, D>>;
   detail::check_cluster(cluster, "plan::estimate");
+  EPL_CHECK(c.zero >= 0 && c.zero <= 3 && c.virtual_stages >= 1 && c.micro_batches <= detail::kMostMicroBatches && rows <= (std::int64_t{1} << 50),
+            "plan::estimate: candidate ", c.str(), ": its ZeRO stage must be 0 to 3, its virtual stages 1 or more, its micro-batches ",
+            "at most 65536, and the batch at most 2^50 rows");
+  EPL_CHECK(!prof.units.empty(), "plan::estimate: the profile is empty; measure one with plan::profile");
   EPL_CHECK(cluster.ranks >= 1 && rows >= 1 && slots >= 0 && c.data >= 1 && c.pipeline >= 1 && c.micro_batches >= 1,
             "plan::estimate: the cluster's ranks (", cluster.ranks, "), the batch's rows (", rows, "), the candidate's degrees and "
             "micro-batches must be at least 1, and the optimizer's state slots (", slots, ") at least 0");
@@ -640,8 +654,8 @@ Estimate estimate(const Model& model, const Profile& prof, const Candidate& c, c
   EPL_CHECK(rows % (c.data * c.micro_batches) == 0, "candidate ", c.str(), ": a global batch of ", rows, " rows does not divide into ",
             c.data, " replicas x ", c.micro_batches, " micro-batches");
   const Plan plan = make<Model, Policy>(c.options(base), cluster.ranks, device::computes<D, double>());
-  EPL_CHECK(prof.tensor == plan.tensor || prof.tensor == 1, "the profile was probed as a rank of a split group of ", prof.tensor,
-            ", but this model is split ", plan.tensor, " ways; profile this model (plan::profile)");
+  EPL_CHECK(prof.tensor == plan.tensor, "the profile was probed as a rank of a split group of ", prof.tensor, ", but this model is split ",
+            plan.tensor, " ways: it is another model's; profile this model (plan::profile)");
   Estimate e;
   e.candidate = c;
   e.candidate.tensor = plan.tensor;
@@ -682,9 +696,9 @@ Estimate estimate(const Model& model, const Profile& prof, const Candidate& c, c
       const bool last = id + 1 == plan.chunks;
       // The chunk's pieces in forward order, as the probe measured their units: the segments it
       // recomputes or not (one piece a unit without recompute), and the loss on the last chunk.
-      // A unit as the probe measured it, the share of that time this rank takes (1 when probed as
-      // a split rank; a profile probed whole: its parameters' share, a split layer's GEMMs being as
-      // split as its weights), the share of its multiply-adds, and its split group's traffic.
+      // A unit as the probe measured it (as a split rank, for a split model), the share of that time
+      // this rank takes, the share of its multiply-adds (its parameters': a split layer's GEMMs are
+      // as split as its weights), and its split group's traffic.
       struct Part {
         const UnitProfile* profile = nullptr;
         double share = 1, macs = 1;
@@ -705,10 +719,9 @@ Estimate estimate(const Model& model, const Profile& prof, const Candidate& c, c
         const auto& up = prof.unit(u.name);
         EPL_CHECK(params == up.parameters, "the profile was measured on another model: its unit ", u.name, " has ", up.parameters,
                   " parameters, this model's ", params, "; profile this model (plan::profile)");
-        // probed as a split rank: its time is this rank's already; probed whole: its parameters' share
-        const bool whole = prof.tensor == 1 && plan.tensor > 1;
+        // probed as a split rank: its time is this rank's already; its multiply-adds its parameters' share
         const double mine = params > 0 ? static_cast<double>(local) / static_cast<double>(params) : 1.0;
-        parts.push_back({&up, whole ? mine : 1.0, mine, u.traffic});
+        parts.push_back({&up, 1.0, mine, u.traffic});
       }
       std::vector<Piece> pieces;
       // a piece's input per row: the unit before's output; a chunk's first, what it receives from the
@@ -808,6 +821,8 @@ Estimate estimate(const Model& model, const Profile& prof, const Candidate& c, c
   // Offload: each step moves the rank's shards of the parameters and gradients between the host and the device.
   if (plan.policies.offload) e.host_seconds = cluster.host.seconds(static_cast<double>(e.state.host_parameters + e.state.host_gradients));
   e.seconds = e.compute_seconds + e.pipeline_seconds + exposed + e.host_seconds;
+  EPL_CHECK(std::isfinite(e.seconds), "plan::estimate: candidate ", c.str(), " comes to a step time that is not finite: the "
+            "profile's times, the cluster's speed or rank speeds are out of proportion; measure them again");
   return e;
 }
 

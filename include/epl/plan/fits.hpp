@@ -121,6 +121,10 @@ inline void activations_are_largest__mark_epl_Recompute_or_raise_micro_batches(s
 inline void state_is_sharded_already__add_ranks_or_split_the_model(std::int64_t need, std::int64_t budget) {
   does_not_fit("every policy that shrinks it is on: use more ranks, or split the model (epl::Split, epl::Pipeline)", need, budget);
 }
+inline void one_replica_has_nothing_to_shard_over__add_ranks_or_split_the_model(std::int64_t need, std::int64_t budget) {
+  does_not_fit("the training state is the largest part and there is one replica, so ZeRO has nothing to shard it over: use more "
+               "ranks (replicas), or split the model (epl::Split, epl::Pipeline)", need, budget);
+}
 inline void world_size_does_not_hold_a_replica__use_a_multiple(const char* who, std::int64_t ranks, std::int64_t replica) {
   EPL_FAIL(who, ": a cluster of ", ranks, " ranks cannot hold replicas of ", replica, " ranks (pipeline stages x split "
            "degree); use a multiple of ", replica);
@@ -178,8 +182,15 @@ constexpr bool fits(const Cluster& cluster, const Budget& budget) {
   if (need <= limit) return true;
   constexpr policy::Compiled c = policy::compiled<Policy>(false);
   const auto& s = f.state;
+  constexpr int p = [] {
+    if constexpr (is_pipeline_v<Model>) return Model::kStages;
+    else return 1;
+  }();
+  const bool replicas = cluster.ranks / (p * tensor_degree_v<Model>) > 1;  // ZeRO shards over them: none, nothing to shard
   if (f.activations >= s.parameters && f.activations >= s.gradients && f.activations >= s.optimizer_state)
     detail::activations_are_largest__mark_epl_Recompute_or_raise_micro_batches(need, limit);
+  else if (!replicas)
+    detail::one_replica_has_nothing_to_shard_over__add_ranks_or_split_the_model(need, limit);
   else if (s.optimizer_state >= s.parameters && s.optimizer_state >= s.gradients && c.zero < 1)
     detail::optimizer_state_is_largest__add_epl_Zero_1(need, limit);
   else if (s.gradients >= s.parameters && c.zero < 2)

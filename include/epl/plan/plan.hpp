@@ -230,6 +230,10 @@ void plan_speeds(const PlanOptions& opt, int world_size, Plan& plan) {
             world_size, " ranks; give one per rank (\"1,0.5\": rank 1 half as fast), or \"measure\"");
   for (std::size_t r = 0; r < v.size(); ++r)
     EPL_CHECK(std::isfinite(v[r]) && v[r] > 0, "cluster.rank_speeds: rank ", r, "'s speed ", v[r], " is not a positive finite number");
+  const double fastest = *std::max_element(v.begin(), v.end());
+  for (std::size_t r = 0; r < v.size(); ++r)
+    EPL_CHECK(v[r] >= 1e-6 * fastest, "cluster.rank_speeds: rank ", r, "'s speed ", v[r], " is below a millionth of the fastest's (",
+              fastest, "); a rank that slow cannot take a share of the batch");
   EPL_CHECK(!plan.rows_over_tensor(), "cluster.rank_speeds with a split colocated with (or placed beside) a replicated part: "
             "their ranks read rows of one group together, which uneven shares cannot divide; leave cluster.rank_speeds unset");
   const int data = world_size / (plan.pipeline * plan.tensor);

@@ -53,8 +53,11 @@ SearchResult search(const Model& model, const Profile& prof, const Cluster& clus
   EPL_CHECK(cluster.ranks >= 1, "plan::search: a cluster of ", cluster.ranks, " ranks; it needs at least 1");
   EPL_CHECK(rows >= 1, "plan::search: a global batch of ", rows, " rows; it needs at least 1");
   EPL_CHECK(slots >= 0, "plan::search: ", slots, " optimizer state slots per element; give the optimizer's kStateSlots (0 or more)");
-  EPL_CHECK(!o.micro_batches.empty() && std::all_of(o.micro_batches.begin(), o.micro_batches.end(), [](int m) { return m >= 1; }),
-            "plan::search: SearchOptions::micro_batches must list one or more counts of 1 or more");
+  EPL_CHECK(!o.micro_batches.empty() && std::all_of(o.micro_batches.begin(), o.micro_batches.end(),
+                                                    [](int m) { return m >= 1 && m <= detail::kMostMicroBatches; }),
+            "plan::search: SearchOptions::micro_batches must list one or more counts from 1 to 65536");
+  EPL_CHECK(rows <= (std::int64_t{1} << 50), "plan::search: a global batch of ", rows, " rows; at most 2^50");
+  EPL_CHECK(!prof.units.empty(), "plan::search: the profile is empty; measure one with plan::profile");
   EPL_CHECK(o.base.rank_speeds.empty() || static_cast<int>(o.base.rank_speeds.size()) == cluster.ranks, "plan::search: cluster.rank_speeds "
             "(SearchOptions::base.rank_speeds) gives ", o.base.rank_speeds.size(), " speeds for a cluster of ", cluster.ranks,
             " ranks; give one per rank");
@@ -155,7 +158,7 @@ inline SearchResult merge(std::vector<SearchResult> results) {
 inline std::string report(const SearchResult& r, std::size_t n = 5) {
   auto mib = [](std::int64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); };
   std::string out;
-  char line[256];
+  char line[512];
   std::snprintf(line, sizeof line, "%-34s %9s %9s %9s %9s %9s %10s %7s\n", "plan (fastest first)", "params", "grads", "optim",
                 "activ.", "MiB", "step ms", "bubble");
   out += line;

@@ -195,7 +195,9 @@ constexpr StaticSearch<K> static_search(const Cluster& cluster, const Budget& bu
   detail::check_cluster(cluster, who);
   detail::check_budget(budget, who);
   for (int m : o.micro_batches)
-    if (m < 0) detail::budget_is_not_valid(who, "StaticSearchOptions::micro_batches must hold counts of 1 or more (0: an unused entry)");
+    if (m < 0 || m > detail::kMostMicroBatches)
+      detail::budget_is_not_valid(who, "StaticSearchOptions::micro_batches must hold counts from 1 to 65536 (0: an unused entry)");
+  detail::check_countable(static_cast<double>(budget.tokens_per_row) * static_cast<double>(budget.rows) * 4.0);
   if (cluster.ranks % (t * (declared ? declared : 1)) != 0)
     detail::world_size_does_not_hold_a_replica__use_a_multiple(who, cluster.ranks, t * (declared ? declared : 1));
   for (const auto& u : units)  // every stated cost in range (the sums below stay within 64 bits)
@@ -252,8 +254,9 @@ constexpr StaticSearch<K> static_search(const Cluster& cluster, const Budget& bu
               sum.collectives += u.tensor_collectives;
             }
           }
+          // what a chunk sends on: its last unit's output (the model's own output goes to the loss, not a link)
           const auto& last = units[cut[static_cast<std::size_t>(ch + 1)] - 1].cost;
-          sum.output_bytes = last.output_bytes > sum.output_bytes ? last.output_bytes : sum.output_bytes;
+          if (ch + 1 < chunks) sum.output_bytes = last.output_bytes > sum.output_bytes ? last.output_bytes : sum.output_bytes;
         }
         for (int zero = 0; zero <= c.zero; ++zero) {
           if (zero > 0 && data == 1) continue;  // nothing to shard over

@@ -110,7 +110,7 @@ Config auto_plan(Context& ctx, const Config& cfg, const Model& model, const Batc
     if (strategy::kSchedules[i].name == b.schedule) chosen[3] = static_cast<std::int64_t>(i);
   world.broadcast(comm::Buffer(chosen, 9, DType::kI64), 0);
   const plan::Candidate c{.data = static_cast<int>(chosen[0]), .pipeline = static_cast<int>(chosen[1]),
-                          .micro_batches = static_cast<int>(chosen[2]),
+                          .micro_batches = static_cast<int>(chosen[2]), .tensor = plan::tensor_degree_v<Model>,
                           .schedule = std::string(strategy::kSchedules[static_cast<std::size_t>(chosen[3])].name),
                           .virtual_stages = static_cast<int>(chosen[4]), .zero = static_cast<int>(chosen[5]),
                           .recompute = chosen[6] != 0, .offload = chosen[7] != 0, .amp = chosen[8] != 0};

@@ -194,7 +194,7 @@ std::vector<Chunk<Ctx>> cut_into_chunks(M& model, int chunks, const std::vector<
     std::apply([&](auto&... stage) {
       (([&] {
         std::vector<Unit<Ctx>> units;
-        flatten<Ctx>(stage, units, "stage" + std::to_string(i++));
+        flatten<Ctx>(stage, units, "model." + std::to_string(i++));  // as flatten names the whole model's
         out.emplace_back(std::move(units));
       }()), ...);
     }, model.stages);
