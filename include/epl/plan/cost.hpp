@@ -696,12 +696,12 @@ Estimate estimate(const Model& model, const Profile& prof, const Candidate& c, c
       const bool last = id + 1 == plan.chunks;
       // The chunk's pieces in forward order, as the probe measured their units: the segments it
       // recomputes or not (one piece a unit without recompute), and the loss on the last chunk.
-      // A unit as the probe measured it (as a split rank, for a split model), the share of that time
-      // this rank takes, the share of its multiply-adds (its parameters': a split layer's GEMMs are
-      // as split as its weights), and its split group's traffic.
+      // A unit as the probe measured it (as a split rank, for a split model: its time is this
+      // rank's), the share of its multiply-adds this rank does (its parameters': a split layer's
+      // GEMMs are as split as its weights), and its split group's traffic.
       struct Part {
         const UnitProfile* profile = nullptr;
-        double share = 1, macs = 1;
+        double macs = 1;
         strategy::TensorTraffic traffic = {};
       };
       struct Piece {
@@ -719,9 +719,7 @@ Estimate estimate(const Model& model, const Profile& prof, const Candidate& c, c
         const auto& up = prof.unit(u.name);
         EPL_CHECK(params == up.parameters, "the profile was measured on another model: its unit ", u.name, " has ", up.parameters,
                   " parameters, this model's ", params, "; profile this model (plan::profile)");
-        // probed as a split rank: its time is this rank's already; its multiply-adds its parameters' share
-        const double mine = params > 0 ? static_cast<double>(local) / static_cast<double>(params) : 1.0;
-        parts.push_back({&up, 1.0, mine, u.traffic});
+        parts.push_back({&up, params > 0 ? static_cast<double>(local) / static_cast<double>(params) : 1.0, u.traffic});
       }
       std::vector<Piece> pieces;
       // a piece's input per row: the unit before's output; a chunk's first, what it receives from the
@@ -752,8 +750,8 @@ Estimate estimate(const Model& model, const Profile& prof, const Candidate& c, c
           const auto* up = part.profile;
           const double again = piece.recomputed ? 2 : 1;
           k += piece.recomputed ? 0 : up->activation_bytes;
-          sec += part.share * ((up->forward_seconds * again + up->backward_seconds) * static_cast<double>(micro_rows) +
-                               up->fixed_seconds * (piece.recomputed ? 1.5 : 1.0));
+          sec += (up->forward_seconds * again + up->backward_seconds) * static_cast<double>(micro_rows) +
+                 up->fixed_seconds * (piece.recomputed ? 1.5 : 1.0);
           macs += part.macs * up->macs_per_token * (1 + again + 1);
           if (tensor_ring > 0 && part.traffic.collectives > 0) {  // ring all-reduces of f32 activations, on the path
             const std::int64_t bytes = part.traffic.elements * prof.tokens_per_row * micro_rows * 4;
