@@ -668,7 +668,6 @@ Estimate estimate(const Model& model, const Profile& prof, const Candidate& c, c
     e.state.host_optimizer_state = std::max(e.state.host_optimizer_state, s.host_optimizer_state);
   }
   const std::int64_t micro_rows = rows / c.data / c.micro_batches;
-  const bool recompute = plan.policies.recompute == nn::RecomputeMode::kSegments;
   // Each pipeline rank's chunks as it cuts them, with the segments gradient_checkpoint.type = "auto"
   // recomputes chosen as it chooses them (an error when there are none: the plan is refused).
   Model sharded = model;
