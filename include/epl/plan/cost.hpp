@@ -399,6 +399,11 @@ struct Link {
   double alpha = 20e-6;  ///< seconds per message
   double beta = 5e9;     ///< bytes per second
   [[nodiscard]] constexpr double seconds(double bytes) const noexcept { return alpha + bytes / beta; }
+  /// \brief `count` ring all-reduces over a group of `ranks` moving `bytes` in all: each 2 (n - 1)
+  /// messages, 2 (n - 1) / n of the bytes (none in a group of one).
+  [[nodiscard]] constexpr double all_reduces(int ranks, double count, double bytes) const noexcept {
+    return ranks > 1 ? count * 2.0 * (ranks - 1) * alpha + 2.0 * (ranks - 1) / ranks * bytes / beta : 0.0;
+  }
 };
 
 /// \brief What a plan runs on: ranks, memory per rank, relative speed, links.
@@ -420,6 +425,11 @@ struct Cluster {
 };
 
 namespace detail {
+// Ring passes (a reduce-scatter or an all-gather each) over the gradients' bytes a step moves over
+// the data-parallel group, by ZeRO stage, with m micro-batches: no ZeRO or stage 1 all-reduce once
+// (two); stage 2 reduce-scatters each micro-batch's gradients and gathers the parameters once;
+// stage 3 also gathers each micro-batch's parameters in forward and again in backward.
+constexpr int zero_ring_passes(int zero, int m) { return zero <= 1 ? 2 : zero == 2 ? m + 1 : 3 * m; }
 // The most ranks, micro-batches a step, and units of work the planner counts: past them its int
 // and 64-bit sums could wrap, and its loops run too long to be an answer.
 inline constexpr int kMostRanks = 1 << 16;
@@ -681,7 +691,6 @@ Estimate estimate(const Model& model, const Profile& prof, const Candidate& c, c
   // replicas, of the replica's share of the rows over its slowest rank's speed; `busy` the sum.
   const auto lanes = detail::stage_lanes(plan, base.rank_speeds, cluster.ranks, rows, c.micro_batches);
   const double speed = cluster.speed > 0 ? cluster.speed : 1.0;
-  const double tensor_ring = plan.tensor > 1 ? 2.0 * (plan.tensor - 1) / plan.tensor : 0.0;
   for (int s = 0; s < plan.pipeline; ++s) {
     std::vector<std::int64_t> kept(static_cast<std::size_t>(plan.chunks)), transient(kept.size());
     double stage_macs = 0, stage_tensor_seconds = 0;
@@ -752,11 +761,10 @@ Estimate estimate(const Model& model, const Profile& prof, const Candidate& c, c
           sec += (up->forward_seconds * again + up->backward_seconds) * static_cast<double>(micro_rows) +
                  up->fixed_seconds * (piece.recomputed ? 1.5 : 1.0);
           macs += part.macs * up->macs_per_token * (1 + again + 1);
-          if (tensor_ring > 0 && part.traffic.collectives > 0) {  // ring all-reduces of f32 activations, on the path
+          if (plan.tensor > 1 && part.traffic.collectives > 0) {  // ring all-reduces of f32 activations, on the path
             const std::int64_t bytes = part.traffic.elements * prof.tokens_per_row * micro_rows * 4;
             talked += bytes;
-            talk += part.traffic.collectives * 2.0 * (plan.tensor - 1) * cluster.tensor.alpha +
-                    tensor_ring * static_cast<double>(bytes) / cluster.tensor.beta;
+            talk += cluster.tensor.all_reduces(plan.tensor, part.traffic.collectives, static_cast<double>(bytes));
           }
         }
       for (const auto& piece : pieces) k += piece.recomputed ? piece.input : 0;
@@ -800,14 +808,11 @@ Estimate estimate(const Model& model, const Profile& prof, const Candidate& c, c
   }
   const int n = c.data;
   if (n > 1) {
-    // A ring moves (n - 1) / n of the gradients G per reduce-scatter or all-gather: no ZeRO or
-    // stage 1 all-reduce once (both); stage 2 reduce-scatters each micro-batch's gradients and
-    // gathers the parameters once; stage 3 also gathers each micro-batch's parameters in forward
-    // and again in backward.
+    // A ring moves (n - 1) / n of the gradients G per pass, as many passes as the ZeRO stage makes
     const std::int64_t held = e.state.gradients + e.state.host_gradients;
     const double whole = static_cast<double>(plan.policies.zero_stage >= 2 ? held * n : held);
     const int zero = plan.policies.zero_stage;
-    const int passes = zero <= 1 ? 2 : zero == 2 ? m + 1 : 3 * m;  // ring passes over G
+    const int passes = detail::zero_ring_passes(zero, m);
     const double moved = static_cast<double>(n - 1) / n * whole * passes;
     e.data_bytes = static_cast<std::int64_t>(moved);
     const int messages = (n - 1) * plan.policies.max_splits * passes;

@@ -42,6 +42,13 @@ inline void cost_is_out_of_range(std::int64_t parameters, std::int64_t activatio
   EPL_FAIL("a layer's strategy::Cost is out of range (parameters ", parameters, ", activation bytes ", activation_bytes, "): each count "
            "must be 0 or more and at most 2^50, macs_per_token 0 or more; the planner's sums of them must fit 64 bits");
 }
+// A layer's stated cost in range (what fits and static_search sum stays within 64 bits).
+constexpr void check_cost(const strategy::Cost& c) {
+  if (c.parameters < 0 || c.activation_bytes < 0 || c.output_bytes < 0 || c.tensor_bytes < 0 || c.tensor_collectives < 0 ||
+      c.parameters > kMostCounted || c.activation_bytes > kMostCounted || c.output_bytes > kMostCounted ||
+      c.tensor_bytes > kMostCounted || !(c.macs_per_token >= 0) || !(c.macs_per_token < 1e30))
+    cost_is_out_of_range(c.parameters, c.activation_bytes);
+}
 [[noreturn]] inline void budget_is_not_valid(const char* who, const char* what) { EPL_FAIL(who, ": ", what); }
 inline void bytes_do_not_fit_64_bits(double bytes) {
   EPL_FAIL("the planner's sum of a rank's bytes comes to ", bytes, ", past what 64 bits count: the model's static costs or the "
@@ -72,9 +79,7 @@ constexpr StaticSums static_sums(int tensor) {
     return {};  // a Split's entry: no parameters, no activations of its own
   } else if constexpr (strategy::has_static_cost<M>) {
     const auto c = strategy::static_cost_of<M>();
-    if (c.parameters < 0 || c.activation_bytes < 0 || c.output_bytes < 0 || c.tensor_bytes < 0 || c.tensor_collectives < 0 ||
-        c.parameters > kMostCounted || c.activation_bytes > kMostCounted || !(c.macs_per_token >= 0))
-      cost_is_out_of_range(c.parameters, c.activation_bytes);
+    check_cost(c);
     return {c.parameters, c.activation_bytes};
   } else if constexpr (N::kind == nn::NodeKind::kPipeline) {
     StaticSums most;

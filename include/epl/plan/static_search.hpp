@@ -200,12 +200,7 @@ constexpr StaticSearch<K> static_search(const Cluster& cluster, const Budget& bu
   detail::check_countable(static_cast<double>(budget.tokens_per_row) * static_cast<double>(budget.rows) * 4.0);
   if (cluster.ranks % (t * (declared ? declared : 1)) != 0)
     detail::world_size_does_not_hold_a_replica__use_a_multiple(who, cluster.ranks, t * (declared ? declared : 1));
-  for (const auto& u : units)  // every stated cost in range (the sums below stay within 64 bits)
-    if (u.cost.parameters < 0 || u.cost.activation_bytes < 0 || u.cost.output_bytes < 0 || u.cost.tensor_bytes < 0 ||
-        u.cost.tensor_collectives < 0 || u.cost.parameters > detail::kMostCounted || u.cost.activation_bytes > detail::kMostCounted ||
-        u.cost.output_bytes > detail::kMostCounted || u.cost.tensor_bytes > detail::kMostCounted || !(u.cost.macs_per_token >= 0) ||
-        !(u.cost.macs_per_token < 1e30))
-      detail::cost_is_out_of_range(u.cost.parameters, u.cost.activation_bytes);
+  for (const auto& u : units) detail::check_cost(u.cost);  // the sums below stay within 64 bits
   const std::int64_t limit = detail::limit_of(cluster, budget);
   StaticSearch<K> r;
     for (int p = 1; p <= cluster.ranks / t; ++p) {
@@ -258,6 +253,12 @@ constexpr StaticSearch<K> static_search(const Cluster& cluster, const Budget& bu
           const auto& last = units[cut[static_cast<std::size_t>(ch + 1)] - 1].cost;
           if (ch + 1 < chunks) sum.output_bytes = last.output_bytes > sum.output_bytes ? last.output_bytes : sum.output_bytes;
         }
+        for (int s = 0; s < p; ++s) {  // what the bytes below multiply stays within 64 bits
+          const auto& sum = rank[static_cast<std::size_t>(s)];
+          detail::check_countable(static_cast<double>(sum.parameters) * 4.0 * (2 + budget.optimizer_slots));
+          detail::check_countable(static_cast<double>(sum.activation_bytes + sum.kept_recomputed) * static_cast<double>(budget.rows) *
+                                  static_cast<double>(m));
+        }
         for (int zero = 0; zero <= c.zero; ++zero) {
           if (zero > 0 && data == 1) continue;  // nothing to shard over
           for (int off = 0; off <= (c.offload && zero == 3 ? 1 : 0); ++off)
@@ -270,9 +271,6 @@ constexpr StaticSearch<K> static_search(const Cluster& cluster, const Budget& bu
               std::int64_t sends = 0;
               for (int s = 0; s < p; ++s) {
                 const auto& sum = rank[static_cast<std::size_t>(s)];
-                detail::check_countable(static_cast<double>(sum.parameters) * 4.0 * (2 + budget.optimizer_slots));
-                detail::check_countable(static_cast<double>(sum.activation_bytes + sum.kept_recomputed) * static_cast<double>(budget.rows) *
-                                        static_cast<double>(m));
                 StaticFootprint f;
                 f.state = state_bytes(sum.parameters, data, zero, off == 1, budget.optimizer_slots);
                 const std::int64_t per_row = rc ? sum.kept_recomputed + sum.largest : sum.activation_bytes;
@@ -281,9 +279,8 @@ constexpr StaticSearch<K> static_search(const Cluster& cluster, const Budget& bu
                 // one micro-batch of a chunk: forward, backward twice its work, a recompute's forward again
                 const double tokens = static_cast<double>(budget.tokens_per_row * micro_rows);
                 const double work = sum.macs / v * tokens * (rc ? 4.0 : 3.0) / cluster.macs_per_second;
-                const double bytes = static_cast<double>(sum.tensor_bytes * micro_rows) / v;
-                const double ring = t > 1 ? 2.0 * (t - 1) / t : 0.0;
-                const double all_reduces = t > 1 ? (sum.collectives * 2.0 * (t - 1) * cluster.tensor.alpha + ring * bytes / cluster.tensor.beta) : 0.0;
+                const double all_reduces =
+                    cluster.tensor.all_reduces(t, sum.collectives, static_cast<double>(sum.tensor_bytes * micro_rows) / v);
                 if (work + all_reduces > chunk) chunk = work + all_reduces;
                 if (all_reduces > talk) talk = all_reduces;
                 grads = static_cast<double>(f.state.gradients + f.state.host_gradients) > grads
@@ -297,7 +294,7 @@ constexpr StaticSearch<K> static_search(const Cluster& cluster, const Budget& bu
               if (p > 1) plan.pipeline_seconds = 2.0 * passes * cluster.pipeline.seconds(static_cast<double>(sends * micro_rows));
               if (data > 1) {  // ring passes over the gradients, as estimate counts them (ZeRO 2 and 3: each micro-batch)
                 const double held = zero >= 2 ? grads * data : grads;
-                const int rings = zero <= 1 ? 2 : zero == 2 ? m + 1 : 3 * m;
+                const int rings = detail::zero_ring_passes(zero, m);
                 const double moved = static_cast<double>(data - 1) / data * held * rings;
                 plan.data_seconds = cluster.data.alpha * (data - 1) * rings + moved / cluster.data.beta;
               }
