@@ -47,10 +47,10 @@ TEST_CASE("tree: the members of each node, in visiting order, with their names")
   m.blocks = nn::Repeat<Block>(2, [](std::int64_t) { return Block{}; });
   std::vector<std::string> names;
   nn::for_each_member(m, [&](std::string_view name, auto&) { names.emplace_back(name); });
-  CHECK(names == std::vector<std::string>{"0", "1", "2", "3"});  // an aggregate's fields by index
+  CHECK(names == std::vector<std::string>{"tok", "blocks", "mid", "res"});  // an aggregate's fields by their declared names
   names.clear();
   nn::for_each_member(m.mid, [&](std::string_view name, auto&) { names.emplace_back(name); });
-  CHECK(names == std::vector<std::string>{"recomputed"});
+  CHECK(names == std::vector<std::string>{""});  // a wrapper's body: nothing added to the path
   names.clear();
   nn::for_each_member(m.tok, [&](std::string_view name, auto&) { names.emplace_back(name); });
   CHECK(names == std::vector<std::string>{"weight"});
@@ -61,9 +61,23 @@ TEST_CASE("tree: the members of each node, in visiting order, with their names")
   CHECK(children == 2);
   std::vector<std::string> paths;
   nn::visit_parameters(m, [&](std::string_view path, nn::Parameter&) { paths.emplace_back(path); });
-  CHECK(paths == std::vector<std::string>{"0.weight", "1.0.0.weight", "1.0.0.bias", "1.0.1.weight", "1.0.1.bias", "1.1.0.weight",
-                                          "1.1.0.bias", "1.1.1.weight", "1.1.1.bias", "2.recomputed.0.weight", "2.recomputed.0.bias",
-                                          "3.0.weight", "3.0.bias", "3.1.weight", "3.1.bias"});
+  CHECK(paths == std::vector<std::string>{"tok.weight", "blocks.0.ln.weight", "blocks.0.ln.bias", "blocks.0.fc.weight", "blocks.0.fc.bias",
+                                          "blocks.1.ln.weight", "blocks.1.ln.bias", "blocks.1.fc.weight", "blocks.1.fc.bias", "mid.0.weight",
+                                          "mid.0.bias", "res.0.weight", "res.0.bias", "res.1.weight", "res.1.bias"});
+  // the names checkpoints had before (checkpoint::index_names, which loads them): fields by index,
+  // wrappers by kind
+  const auto old = checkpoint::index_names(m);
+  std::vector<std::string> old_paths;
+  nn::for_each_parameter(m, [&](nn::Parameter& p) { old_paths.push_back(old.at(&p)); });
+  CHECK(old_paths == std::vector<std::string>{"0.weight", "1.0.0.weight", "1.0.0.bias", "1.0.1.weight", "1.0.1.bias", "1.1.0.weight",
+                                              "1.1.0.bias", "1.1.1.weight", "1.1.1.bias", "2.recomputed.0.weight", "2.recomputed.0.bias",
+                                              "3.0.weight", "3.0.bias", "3.1.weight", "3.1.bias"});
+  // wrapped in strategies, a model keeps its names
+  Replicate<2, Split<2, nn::Linear>> wrapped{Split<2, nn::Linear>(nn::Linear(4, 4))};
+  paths.clear();
+  nn::visit_parameters(wrapped, [&](std::string_view path, nn::Parameter&) { paths.emplace_back(path); });
+  CHECK(paths == std::vector<std::string>{"weight", "bias"});
+  CHECK(checkpoint::index_names(wrapped).at(&std::get<1>(wrapped.body().body().layers).weight) == "replica.split.1.weight");
 }
 
 TEST_CASE("tree: a leaf's own parameters are those outside its sub-layers") {

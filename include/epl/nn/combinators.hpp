@@ -3,6 +3,8 @@
 /// \brief Combinators for what a field list cannot say: Seq<L...> (a sequence as one type),
 /// Repeat<L> (n layers of one type, n at run time) and Residual<L...> (x + Seq<L...>(x)), with
 /// their node kinds (nn/tree.hpp).
+#include <array>
+#include <string_view>
 #include <tuple>
 #include <type_traits>
 #include <vector>
@@ -114,6 +116,29 @@ template <class... L>
 struct node_traits<Seq<L...>> {
   static constexpr NodeKind kind = NodeKind::kSequence;
   using children = type_list<L...>;
+};
+/// A wrapper's own Seq names its layers as the layers alone would be (see body_names).
+template <class... L>
+struct body_names<Seq<L...>> {
+  static constexpr bool kRenames = true;
+  static constexpr std::array<bool, sizeof...(L)> structural{is_structural_v<L>...};
+  static constexpr std::size_t named = (std::size_t{0} + ... + (is_structural_v<L> ? 0 : 1));
+  template <std::size_t I>
+  static constexpr std::string_view name_at() {
+    if constexpr (is_structural_v<std::tuple_element_t<I, std::tuple<L...>>> || named == 1) {
+      return "";
+    } else {
+      constexpr std::size_t rank = [] {
+        std::size_t r = 0;
+        for (std::size_t k = 0; k < I; ++k) r += structural[k] ? 0 : 1;
+        return r;
+      }();
+      return reflect::IndexText<rank>::value;
+    }
+  }
+  static constexpr std::array<std::string_view, sizeof...(L)> names = []<std::size_t... I>(std::index_sequence<I...>) {
+    return std::array<std::string_view, sizeof...(L)>{name_at<I>()...};
+  }(std::index_sequence_for<L...>{});
 };
 template <class L>
 struct node_traits<Repeat<L>> {

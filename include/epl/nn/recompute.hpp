@@ -49,7 +49,7 @@ class Recompute {
   Recompute() = default;
   explicit Recompute(L... ls) : body(std::move(ls)...) {}
 
-  template <class V> void visit(V&& v) { v("recomputed", body); }
+  template <class V> void visit(V&& v) { v("", body); }
 
   template <class Ctx>
   Tensor forward(Ctx& ctx, const Tensor& x) {
@@ -73,7 +73,7 @@ class Recompute {
   void check_no_split_parameters() {
     if (checked_) return;
     visit_parameters(body, [](std::string_view path, Parameter& p) {
-      EPL_CHECK(p.shard.whole(), "epl::Recompute around a layer split over a tensor-parallel group (parameter recomputed.", path,
+      EPL_CHECK(p.shard.whole(), "epl::Recompute around a layer split over a tensor-parallel group (its parameter ", path,
                 "): recomputing it would repeat its collectives; recompute the replicated layers only, or leave "
                 "gradient_checkpoint.type empty");
     });

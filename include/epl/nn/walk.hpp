@@ -5,7 +5,10 @@
 ///
 /// for_each_member is the one step down the tree: a node's members are what its `visit(v)` names
 /// (leaf layers and combinators call v(name, member) for each parameter, stream or sub-layer)
-/// or, for an aggregate, its fields (named by index). Parameter and RandomStream have none.
+/// or, for an aggregate, its fields, named as declared (reflect::field_name_v). A member named ""
+/// adds nothing to a path: the strategy wrappers (Split, Replicate, Recompute) name their body so,
+/// and a model keeps its parameters' names however it is wrapped. Parameter and RandomStream
+/// have no members.
 /// Every walk of a model goes through it: the ones below, and the walks over node kinds
 /// (nn/tree.hpp) that the strategies use.
 #include <array>
@@ -23,32 +26,30 @@ namespace nn {
 namespace detail {
 template <class T>
 inline constexpr bool is_walk_leaf_v = std::is_same_v<T, Parameter> || std::is_same_v<T, RandomStream>;
-
-// The decimal text of I, built at compile time: an aggregate's field names cost no allocation.
-template <std::size_t I>
-struct index_text {
-  static constexpr auto digits = [] {
-    std::array<char, 21> s{};
-    std::size_t n = 0, v = I;
-    do {
-      s[n++] = static_cast<char>('0' + v % 10);
-      v /= 10;
-    } while (v > 0);
-    for (std::size_t i = 0; i < n / 2; ++i) std::swap(s[i], s[n - 1 - i]);
-    s[20] = static_cast<char>(n);
-    return s;
-  }();
-  static constexpr std::string_view value{digits.data(), static_cast<std::size_t>(digits[20])};
-};
 }  // namespace detail
+
+/// \brief Opt-in: a member type that is structure only, with no parameters and no name of its own
+/// (the entry layer of every epl::Split). A wrapper's own sequence numbers its layers without it.
+template <class T>
+inline constexpr bool is_structural_v = false;
+
+/// \brief How the layers of a wrapper's own sequence are named (the body of an epl::Split or
+/// epl::Recompute, of a several-layer epl::Replicate): as the user's layers alone would be, so
+/// that wrapping a model leaves its parameters' names alone. One layer adds nothing to a path;
+/// several are numbered "0", "1", ... without the structural ones. A sequence type specialises it
+/// (nn::Seq) with kRenames and `names`, one per member.
+template <class T>
+struct body_names {
+  static constexpr bool kRenames = false;
+};
 
 /// \brief True when T names its members itself: it has `visit(v)`.
 template <class T>
 concept visitable = requires(T& t) { t.visit([](std::string_view, auto&) {}); };
 
 /// \brief Calls fn(name, member) for each member of node, in visiting order: the members its
-/// visit(v) names, else an aggregate's fields (named "0", "1", ...); nothing for a Parameter or
-/// a RandomStream.
+/// visit(v) names, else an aggregate's fields (by their declared names); nothing for a Parameter
+/// or a RandomStream.
 template <class N, class Fn>
 void for_each_member(N& node, Fn&& fn) {
   using T = std::remove_cvref_t<N>;
@@ -57,20 +58,30 @@ void for_each_member(N& node, Fn&& fn) {
   } else if constexpr (visitable<T>) {
     node.visit([&](std::string_view name, auto& member) { fn(name, member); });
   } else if constexpr (reflect::is_reflectable_v<T>) {
-    reflect::for_each_field(node, [&](auto& field, auto index) { fn(detail::index_text<decltype(index)::value>::value, field); });
+    reflect::for_each_field(node, [&](auto& field, auto index) { fn(reflect::field_name_v<T, decltype(index)::value>, field); });
   }
 }
 
 namespace detail {
 // fn(path, node) for node and every node below it, pre-order. With kPath false no path is built
 // (fn gets an empty string_view): the hot walks (marking gradients ready) allocate nothing.
+// `body`: node is a wrapper's body (named ""), whose own sequence names its layers by body_names.
 template <bool kPath, class L, class Fn>
-void walk(L& node, Fn& fn, std::string& path) {
+void walk(L& node, Fn& fn, std::string& path, bool body = false) {
+  using T = std::remove_cvref_t<L>;
   fn(std::string_view(path), node);
+  std::size_t i = 0;
   for_each_member(node, [&](std::string_view name, auto& member) {
     const auto size = path.size();
-    if constexpr (kPath) path.append(path.empty() ? "" : ".").append(name);
-    walk<kPath>(member, fn, path);
+    const bool nameless = name.empty();
+    if constexpr (kPath) {
+      if constexpr (body_names<T>::kRenames) {
+        if (body) name = body_names<T>::names[i];
+      }
+      path.append(path.empty() || name.empty() ? "" : ".").append(name);
+    }
+    ++i;
+    walk<kPath>(member, fn, path, nameless);
     path.resize(size);
   });
 }

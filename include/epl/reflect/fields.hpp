@@ -1,8 +1,19 @@
 #pragma once
 /// \file
-/// \brief The fields of aggregates — the only user of Boost.PFR in epl.
+/// \brief The fields of aggregates — the only user of Boost.PFR in epl — and their names.
+///
+/// Debian 12's Boost.PFR (1.81) gives the fields but not their names, so field_name_v reads a
+/// name the way Boost.PFR 1.84 does: a pointer to the field of a never-defined static object is a
+/// template argument, and the compiler's text for the function it names (__PRETTY_FUNCTION__)
+/// spells the member: `... = ptr<Lin>{(& fake<S>.holder<S>::value.S::qkv)}` (g++),
+/// `... = {&fake.value.qkv}` (clang). Everything runs in consteval functions, so the object is
+/// never used at run time and nothing needs its definition.
 #include <boost/pfr.hpp>
+#include <algorithm>
+#include <array>
 #include <cstddef>
+#include <memory>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 
@@ -21,6 +32,103 @@ inline constexpr std::size_t field_count_v = boost::pfr::tuple_size_v<T>;
 /// \brief The type of field I of aggregate T.
 template <std::size_t I, class T>
 using field_t = boost::pfr::tuple_element_t<I, T>;
+
+namespace detail {
+template <class T>
+struct FieldHolder {
+  const T value;
+};
+#if defined(__clang__)
+#pragma clang diagnostic push
+#pragma clang diagnostic ignored "-Wundefined-var-template"
+#pragma clang diagnostic ignored "-Wundefined-internal"
+#endif
+// Declared, never defined: only the addresses of its fields are taken, at compile time.
+template <class T>
+extern const FieldHolder<T> fake_object;
+
+template <class F>
+struct FieldPointer {
+  const F* p;
+};
+template <auto Pointer>
+consteval std::string_view signature() {
+#if defined(__GNUC__) || defined(__clang__)
+  return __PRETTY_FUNCTION__;
+#else
+  return {};  // no known spelling: field_name_v falls back to the index
+#endif
+}
+// The member name at the end of the template argument's text: the identifier before the last
+// '}' (and any ')'), after a '.' or ':'; empty when the text has no such shape.
+consteval std::string_view member_name(std::string_view sig) {
+  const auto close = sig.rfind('}');
+  if (close == std::string_view::npos) return {};
+  auto end = close;
+  while (end > 0 && sig[end - 1] == ')') --end;
+  auto begin = end;
+  auto ident = [](char c) { return c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'); };
+  while (begin > 0 && ident(sig[begin - 1])) --begin;
+  if (begin == end || begin == 0 || (sig[begin - 1] != '.' && sig[begin - 1] != ':')) return {};
+  if (sig[begin] >= '0' && sig[begin] <= '9') return {};
+  return sig.substr(begin, end - begin);
+}
+template <class T, std::size_t I>
+consteval std::string_view spelled_field_name() {
+  using F = std::remove_cvref_t<decltype(boost::pfr::get<I>(fake_object<T>.value))>;
+  // std::addressof: nvcc's front end takes no built-in & of the reference pfr::get returns here
+  return member_name(signature<FieldPointer<F>{std::addressof(boost::pfr::get<I>(fake_object<T>.value))}>());
+}
+#if defined(__clang__)
+#pragma clang diagnostic pop
+#endif
+
+// The decimal text of I.
+template <std::size_t I>
+consteval auto index_chars() {
+  std::array<char, 21> s{};
+  std::size_t n = 0, v = I;
+  do {
+    s[n++] = static_cast<char>('0' + v % 10);
+    v /= 10;
+  } while (v > 0);
+  for (std::size_t i = 0; i < n / 2; ++i) std::swap(s[i], s[n - 1 - i]);
+  s[20] = static_cast<char>(n);
+  return s;
+}
+
+template <class T, std::size_t I>
+struct FieldName {
+  static constexpr std::string_view spelled = spelled_field_name<T, I>();
+  // the name copied out of the signature's text (which is never emitted), or the index
+  static constexpr auto chars = [] {
+    std::array<char, 64> s{};
+    if (!spelled.empty() && spelled.size() < s.size()) {
+      std::copy_n(spelled.data(), spelled.size(), s.data());
+      s[63] = static_cast<char>(spelled.size());
+    } else {
+      const auto digits = index_chars<I>();
+      for (std::size_t i = 0; i < 20; ++i) s[i] = digits[i];
+      s[63] = digits[20];
+    }
+    return s;
+  }();
+  static constexpr std::string_view value{chars.data(), static_cast<std::size_t>(chars[63])};
+};
+}  // namespace detail
+
+/// \brief The decimal text of I ("0", "12"), made at compile time.
+template <std::size_t I>
+struct IndexText {
+  static constexpr auto chars = detail::index_chars<I>();
+  static constexpr std::string_view value{chars.data(), static_cast<std::size_t>(chars[20])};
+};
+
+/// \brief The declared name of field I of aggregate T ("qkv" for `Linear qkv;`), read at compile
+/// time on g++ and clang; the index's text ("2") where the compiler's spelling is unknown or the
+/// name is 63 characters or longer.
+template <class T, std::size_t I>
+inline constexpr std::string_view field_name_v = detail::FieldName<T, I>::value;
 
 /// \brief Calls fn(field, index) for each field of t in declaration order.
 template <class T, class Fn>

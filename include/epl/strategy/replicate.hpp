@@ -33,7 +33,7 @@ class Replicate {
   explicit Replicate(L... layers) : body_(std::move(layers)...) { (nn::require_layer<L>(), ...); }
 
   [[nodiscard]] Body& body() noexcept { return body_; }
-  template <class V> void visit(V&& v) { v("replica", body_); }
+  template <class V> void visit(V&& v) { v("", body_); }
   template <class Ctx> Tensor forward(Ctx& ctx, const Tensor& x) { return nn::forward(body_, ctx, x); }
   template <class Ctx> Tensor backward(Ctx& ctx, const Tensor& dy) { return nn::backward(body_, ctx, dy); }
 

@@ -204,6 +204,10 @@ struct SplitEntry {
   }
 };
 }  // namespace detail
+template <>
+inline constexpr bool nn::is_structural_v<detail::SplitEntry> = true;
+namespace detail {
+}  // namespace detail
 
 /// \brief Tensor-parallel layers L... over N devices of the mesh's tensor axis (EPL's
 /// split(device_count=N)). Outside the Split, a model's layers are replicated over those N
@@ -225,7 +229,7 @@ class Split {
   explicit Split(L... layers) : body_(detail::SplitEntry{}, std::move(layers)...) { (nn::require_layer<L>(), ...); }
 
   [[nodiscard]] Body& body() noexcept { return body_; }
-  template <class V> void visit(V&& v) { v("split", body_); }
+  template <class V> void visit(V&& v) { v("", body_); }
   template <class Ctx> Tensor forward(Ctx& ctx, const Tensor& x) { return nn::forward(body_, ctx, x); }
   template <class Ctx> Tensor backward(Ctx& ctx, const Tensor& dy) { return nn::backward(body_, ctx, dy); }
 
