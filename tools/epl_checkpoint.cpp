@@ -4,7 +4,7 @@
 //   epl-checkpoint export DIR OUT        its weights as a safetensors file (PyTorch's
 //                                        safetensors.torch.load_file reads it)
 // DIR is a step-N directory, or a checkpoint.dir, whose newest complete checkpoint is used.
-#include <epl/runtime/checkpoint.hpp>
+#include <epl/runtime/safetensors.hpp>
 
 #include <cstdio>
 #include <string>

@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-demo}
 demo_packages=(cmake ninja-build g++ libeigen3-dev libboost1.81-dev libopenmpi-dev openmpi-bin fortunes-min fortunes)
-test_packages=("${demo_packages[@]}" doctest-dev clang libomp-dev python3-venv python3-numpy)
+test_packages=("${demo_packages[@]}" doctest-dev clang libomp-dev python3-venv python3-numpy python3-torch)
 
 install_missing() {
   local missing=()
@@ -31,8 +31,10 @@ case "$mode" in
     ;;
   test)
     install_missing "${test_packages[@]}"
-    # Python's safetensors (PyPI; Debian 12 has no package) reads the weights a checkpoint exports
-    if ! build/pyenv/bin/python3 -c "import safetensors, numpy" 2>/dev/null; then
+    # Python's safetensors (PyPI; Debian 12 has no package) reads the weights a checkpoint exports,
+    # and Debian's PyTorch (seen through --system-site-packages) loads them into a model of its own
+    if ! build/pyenv/bin/python3 -c "import safetensors, numpy, torch" 2>/dev/null; then
+      rm -rf build/pyenv
       /usr/bin/python3 -m venv --system-site-packages build/pyenv  # Debian's Python, with its numpy
       build/pyenv/bin/pip install --quiet --disable-pip-version-check safetensors
     fi

@@ -12,6 +12,7 @@
 /// message instead of leaving the others in its next collective.
 #include <algorithm>
 #include <charconv>
+#include <cstring>
 #include <cstdio>
 #include <exception>
 #include <filesystem>
@@ -24,9 +25,10 @@
 #include <vector>
 
 #include "epl/comm/any_communicator.hpp"
+#include "epl/nn/tree.hpp"
 #include "epl/param/arena.hpp"
 #include "epl/policy/amp.hpp"
-#include "epl/runtime/checkpoint.hpp"
+#include "epl/runtime/safetensors.hpp"
 #include "epl/runtime/config.hpp"
 #include "epl/runtime/data.hpp"
 
@@ -97,6 +99,8 @@ struct TrainerState {
   std::function<bool(const nn::Parameter&)> writes;
   /// Every parameter's name (its path in the model), materialized here or not.
   std::map<const nn::Parameter*, std::string> names;
+  /// The same by the names checkpoints had before fields took their declared names (index_names).
+  std::map<const nn::Parameter*, std::string> index_names;
   std::string optimizer;                           ///< the optimizer's type, by name
   std::int64_t optimizer_steps = 0;
   const std::vector<Tensor>* optimizer_state = nullptr;  ///< kStateSlots buffers over the regions
@@ -108,6 +112,44 @@ struct TrainerState {
   std::function<void(const Tensor&, void*)> download;
   std::function<void(const void*, const Tensor&)> upload;
 };
+
+namespace detail {
+template <class N>
+void index_walk(N& node, std::string& path, std::map<const nn::Parameter*, std::string>& out) {
+  using T = std::remove_cvref_t<N>;
+  auto below = [&](std::string_view name, auto& member) {
+    const auto size = path.size();
+    path.append(path.empty() ? "" : ".").append(name);
+    index_walk(member, path, out);
+    path.resize(size);
+  };
+  if constexpr (std::is_same_v<T, nn::Parameter>) {
+    out[&node] = path;
+  } else if constexpr (nn::visitable<T>) {
+    // the wrappers, nameless now, were named for their kind
+    constexpr auto kind = nn::kind_of_v<T>;
+    constexpr std::string_view wrapper = kind == nn::NodeKind::kSplit       ? "split"
+                                         : kind == nn::NodeKind::kReplicate ? "replica"
+                                         : kind == nn::NodeKind::kRecompute ? "recomputed"
+                                                                            : "";
+    node.visit([&](std::string_view name, auto& member) { below(name.empty() ? wrapper : name, member); });
+  } else if constexpr (reflect::is_reflectable_v<T>) {
+    reflect::for_each_field(node, [&](auto& field, auto index) { below(reflect::IndexText<decltype(index)::value>::value, field); });
+  }
+}
+}  // namespace detail
+
+/// \brief Every parameter of model by the name checkpoints gave it before aggregate fields took
+/// their declared names (2026-11): fields by index and the wrappers by kind, `2.0.0.1.qkv.weight`
+/// and `0.split.1.0.weight` for today's `body.0.attn.1.qkv.weight` and `embed.tok.weight`. Such a
+/// checkpoint loads by these names.
+template <class Model>
+std::map<const nn::Parameter*, std::string> index_names(Model& model) {
+  std::map<const nn::Parameter*, std::string> out;
+  std::string path;
+  detail::index_walk(model, path, out);
+  return out;
+}
 
 /// \brief Saves and loads a trainer's state, and keeps what a run knows about its checkpoints:
 /// checkpoint.dir and checkpoint.every, the directory's lock, the loaders whose positions are
@@ -133,6 +175,12 @@ class BasicSerializer {
   std::optional<std::filesystem::path> resume(const std::filesystem::path& dir, TrainerState& s);
   /// \brief Loads checkpoint (a step-N directory a save wrote, by any layout) into s.
   void load(const std::filesystem::path& checkpoint, TrainerState& s);
+  /// \brief Sets every parameter of s from a safetensors file whose tensors are named as the model
+  /// names its parameters (what export_safetensors writes; PyTorch's save_file of a model of the
+  /// same architecture). Strict, as PyTorch's load_state_dict(strict=True): each parameter present
+  /// with its whole shape and the arena's dtype, nothing left over. The optimizer's state and the
+  /// step are left as they are.
+  void load_safetensors(const std::filesystem::path& file, TrainerState& s);
 
   /// \brief Makes loader's position part of the saved state and, when this run resumed, moves it
   /// to the saved position. Watch the same loaders in the same order in every run (watching one
@@ -158,6 +206,24 @@ class BasicSerializer {
         const std::int64_t b = std::max(p->offset, region.range.begin), e = std::min(p->offset + p->numel(), region.range.end);
         if (b < e) fn(*p, b - p->offset, e - p->offset, region, b - region.range.begin);
       }
+  }
+  // Uploads elements [b, e) of p, from its whole tensor's bytes, into `to`.
+  static void upload_piece(const TrainerState& s, const nn::Parameter& p, std::int64_t b, std::int64_t e,
+                           const std::vector<unsigned char>& whole, const Tensor& to, std::vector<unsigned char>& host) {
+    const std::size_t elem = size_of(s.arena->dtype());
+    if (p.shard.whole()) return s.upload(whole.data() + static_cast<std::size_t>(b) * elem, to);  // a range of it
+    host.resize(static_cast<std::size_t>(e - b) * elem);
+    for (std::int64_t i = b; i < e; ++i)
+      std::memcpy(host.data() + static_cast<std::size_t>(i - b) * elem, whole.data() + p.global_index(i) * elem, elem);
+    s.upload(host.data(), to);
+  }
+  // Names s by the older index names when `has` finds all of those and not all of today's.
+  template <class Has>
+  static void adopt_index_names(TrainerState& s, Has&& has) {
+    auto all = [&](const std::map<const nn::Parameter*, std::string>& names) {
+      return std::all_of(names.begin(), names.end(), [&](const auto& n) { return has(n.second); });
+    };
+    if (!s.index_names.empty() && !all(s.names) && all(s.index_names)) s.names = s.index_names;
   }
   // Writes this rank's pieces into dir/rank-R.bin; returns them as a manifest of their own.
   std::string write_shard(const std::filesystem::path& dir, const TrainerState& s) const;
@@ -296,6 +362,43 @@ void BasicSerializer<Unused>::load(const std::filesystem::path& checkpoint, Trai
 }
 
 template <class Unused>
+void BasicSerializer<Unused>::load_safetensors(const std::filesystem::path& file, TrainerState& s) {
+  epl::detail::on_every_rank(*s.world, "loading weights from " + file.string(), [&] {
+    const SafetensorsFile f(file);
+    const auto& held = f.tensors();
+    adopt_index_names(s, [&](const std::string& name) { return held.count(name) > 0; });  // an older checkpoint's export
+    std::set<std::string> ours;
+    std::string missing, extra;
+    int listed = 0;
+    auto list = [&](std::string& into, const std::string& name) {
+      if (++listed <= 6) into += (into.empty() ? "" : ", ") + name;
+    };
+    for (const auto& [p, name] : s.names) {
+      ours.insert(name);
+      const auto t = held.find(name);
+      if (t == held.end()) {
+        list(missing, name);
+        continue;
+      }
+      EPL_CHECK(t->second.shape == p->global_shape() && t->second.dtype == s.arena->dtype(), "safetensors file ", file, " holds ", name,
+                " as ", name_of(t->second.dtype), " ", t->second.shape, " but this model's is ", name_of(s.arena->dtype()), " ",
+                p->global_shape(), ": it holds another model's weights", t->second.dtype != s.arena->dtype() && t->second.shape == p->global_shape()
+                ? "; save them as " + std::string(name_of(s.arena->dtype())) + " (in PyTorch: model.float() before save_file)" : std::string());
+    }
+    for (const auto& [name, t] : held)
+      if (!ours.count(name)) list(extra, name);
+    EPL_CHECK(missing.empty() && extra.empty(), "safetensors file ", file, " does not hold this model's parameters by name",
+              missing.empty() ? "" : ": it lacks " + missing, extra.empty() ? "" : (missing.empty() ? ": " : "; ") + std::string("it holds ") +
+              extra + ", which this model lacks", listed > 6 ? " (and more)" : "", "; name the tensors as the model names its parameters "
+              "(Trainer::parameter_names(), `epl-checkpoint show` of a checkpoint), as PyTorch does its modules' attributes");
+    std::vector<unsigned char> host;
+    for_each_piece(s, [&](const nn::Parameter& p, std::int64_t b, std::int64_t e, const Region& r, std::int64_t at) {
+      upload_piece(s, p, b, e, f.read(s.names.at(&p)), r.values.slice(at, at + e - b), host);
+    });
+  });
+}
+
+template <class Unused>
 void BasicSerializer<Unused>::watch(data::WindowLoader& loader) {
   if (std::find(loaders_.begin(), loaders_.end(), &loader) != loaders_.end()) return;
   EPL_CHECK(!resumed_from_ || loaders_.size() < saved_loaders_, "this run resumed from ", resumed_from_->string(), ", which holds "
@@ -428,6 +531,7 @@ Manifest BasicSerializer<Unused>::merged_manifest(const std::vector<std::string>
 template <class Unused>
 void BasicSerializer<Unused>::restore(const Reader& reader, const std::string& where, TrainerState& s) {
   const auto& m = reader.manifest();
+  adopt_index_names(s, [&](const std::string& name) { return m.tensors.count(name) > 0; });  // an older checkpoint
   auto scalar = [&](const std::string& name) -> std::int64_t {
     const std::string* v = m.scalar(name);
     EPL_CHECK(v != nullptr, "checkpoint ", where, " lacks its \"", name, "\" entry: the manifest is not one a save writes");
@@ -443,17 +547,11 @@ void BasicSerializer<Unused>::restore(const Reader& reader, const std::string& w
   std::int64_t held = 0;
   for (const auto& r : s.regions) held += r.range.size();
   const auto& state = s.restore_optimizer(optimizer_steps, held, s.arena->dtype());
-  const std::size_t elem = size_of(s.arena->dtype());
   std::vector<unsigned char> host;
   auto fill = [&](const std::string& tensor, const nn::Parameter& p, std::int64_t b, std::int64_t e, const Tensor& to) {
     EPL_CHECK(reader.has(tensor), "checkpoint ", where, " holds no ", tensor, " although the optimizer had taken ", optimizer_steps,
               " steps: the manifest is not one a save writes");
-    const auto whole = reader.whole(tensor);
-    if (p.shard.whole()) return s.upload(whole.data() + static_cast<std::size_t>(b) * elem, to);  // a range of it
-    host.resize(static_cast<std::size_t>(e - b) * elem);
-    for (std::int64_t i = b; i < e; ++i)
-      std::memcpy(host.data() + static_cast<std::size_t>(i - b) * elem, whole.data() + p.global_index(i) * elem, elem);
-    s.upload(host.data(), to);
+    upload_piece(s, p, b, e, reader.whole(tensor), to, host);
   };
   for_each_piece(s, [&](const nn::Parameter& p, std::int64_t b, std::int64_t e, const Region& r, std::int64_t at) {
     fill(s.names.at(&p), p, b, e, r.values.slice(at, at + e - b));

@@ -152,6 +152,7 @@ class Trainer {
   /// changing nothing, when dir holds none. A collective.
   std::optional<std::filesystem::path> resume(const std::filesystem::path& dir) {
     agree_on_call(*world_, Call::kResume, steps_, 0, false);
+    sync_->release_all();  // ZeRO stage 3: parameters gathered for the user would be copied back over the loaded ones
     auto s = state();
     auto from = serializer_.resume(dir, s);
     if (from) sync_->after_update();  // each rank loaded its slices: they meet again
@@ -162,9 +163,29 @@ class Trainer {
   /// the file, on every rank. A collective.
   void load(const std::filesystem::path& checkpoint) {
     agree_on_call(*world_, Call::kLoad, steps_, 0, false);
+    sync_->release_all();  // as in resume
     auto s = state();
     serializer_.load(checkpoint, s);
     sync_->after_update();
+  }
+  /// \brief Sets every parameter from a safetensors file whose tensors carry the model's parameter
+  /// names (parameter_names()): an export of a checkpoint (any layout), or PyTorch's
+  /// `safetensors.torch.save_file(model.state_dict(), path)` of a model of the same architecture.
+  /// Strict, as PyTorch's load_state_dict(strict=True); the optimizer's state and the step stay.
+  /// A collective.
+  void load_safetensors(const std::filesystem::path& file) {
+    agree_on_call(*world_, Call::kLoad, steps_, 0, false);
+    sync_->release_all();  // as in resume
+    auto s = state();
+    serializer_.load_safetensors(file, s);
+    sync_->after_update();
+  }
+  /// \brief Every parameter's name, in visiting order: its path of field and member names in the
+  /// model (`body.0.attn.1.qkv.weight`), the names checkpoints and safetensors files use.
+  [[nodiscard]] std::vector<std::string> parameter_names() {
+    std::vector<std::string> names;
+    nn::visit_parameters(model_, [&](std::string_view path, nn::Parameter&) { names.emplace_back(path); });
+    return names;
   }
   /// \brief Makes loader's position part of the saved state and, when this run resumed, moves it
   /// to the saved position. Watch the same loaders in the same order in every run.
@@ -354,6 +375,7 @@ class Trainer {
     const bool zero = sync_->stage() > 0;  // one copy of what replicas share: data rank 0, or under ZeRO each its slices
     s.writes = [zero, c](const nn::Parameter& p) { return (zero || c.data == 0) && (!p.shard.whole() || c.tensor == 0); };
     nn::visit_parameters(model_, [&](std::string_view path, nn::Parameter& p) { s.names[&p] = std::string(path); });
+    s.index_names = checkpoint::index_names(model_);
     s.optimizer = std::string(reflect::type_name<Optimizer>());
     s.optimizer_steps = updater_.steps();
     s.optimizer_state = &updater_.state();

@@ -1,0 +1,345 @@
+#pragma once
+/// \file
+/// \brief safetensors, the weights format PyTorch reads and writes (Hugging Face's): an 8-byte
+/// little-endian header length, a JSON header naming each tensor's dtype, shape and byte range,
+/// then the data. export_safetensors writes a checkpoint's weights as one; SafetensorsFile reads
+/// one (Trainer::load_safetensors starts training from it). Every problem with a file read is an
+/// epl::Error naming the file and what is wrong with it, never a crash: the header is parsed
+/// strictly and every range checked against the file before anything is allocated or read.
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "epl/core/dtype.hpp"
+#include "epl/core/error.hpp"
+#include "epl/core/shape.hpp"
+#include "epl/runtime/checkpoint.hpp"
+
+namespace epl {
+inline namespace v0 {
+namespace checkpoint {
+
+namespace detail {
+inline const char* safetensors_dtype(DType t) {
+  switch (t) {
+    case DType::kF32: return "F32";
+    case DType::kF64: return "F64";
+    case DType::kF16: return "F16";
+    case DType::kBF16: return "BF16";
+    case DType::kI32: return "I32";
+    case DType::kI64: return "I64";
+  }
+  return "F32";
+}
+inline std::optional<DType> dtype_of_safetensors(std::string_view s) {
+  for (DType t : {DType::kF32, DType::kF64, DType::kF16, DType::kBF16, DType::kI32, DType::kI64})
+    if (s == safetensors_dtype(t)) return t;
+  return std::nullopt;
+}
+inline std::string json_string(const std::string& s) {
+  std::string o = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      o += '\\';
+      o += static_cast<char>(c);
+    } else if (c < 0x20) {
+      char b[8];
+      std::snprintf(b, sizeof b, "\\u%04x", c);
+      o += b;
+    } else {
+      o += static_cast<char>(c);
+    }
+  }
+  return o + "\"";
+}
+
+// The subset of JSON a safetensors header is: objects, arrays, strings, integers (other values
+// are read and skipped). Strict: anything else fails with the byte offset.
+class HeaderParser {
+ public:
+  HeaderParser(std::string_view text, std::string where) : s_(text), where_(std::move(where)) {}
+
+  template <class... A>
+  [[noreturn]] void fail(const A&... what) const {
+    EPL_FAIL("safetensors file ", where_, " is corrupt: its header ", what..., " at byte ", i_ + 8,
+             "; write it again (safetensors.torch.save_file) or check the copy");
+  }
+  void space() {
+    while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\n' || s_[i_] == '\r' || s_[i_] == '\t')) ++i_;
+  }
+  bool eat(char c) {
+    space();
+    if (i_ < s_.size() && s_[i_] == c) return ++i_, true;
+    return false;
+  }
+  void expect(char c) {
+    if (!eat(c)) fail("lacks '", std::string(1, c), "'");
+  }
+  [[nodiscard]] bool done() {
+    space();
+    return i_ == s_.size();
+  }
+  std::string string() {
+    space();
+    if (i_ >= s_.size() || s_[i_] != '"') fail("lacks a string");
+    std::string out;
+    for (++i_; i_ < s_.size() && s_[i_] != '"'; ++i_) {
+      char c = s_[i_];
+      if (static_cast<unsigned char>(c) < 0x20) fail("holds a control character in a string");
+      if (c == '\\') {
+        if (++i_ >= s_.size()) break;
+        c = s_[i_];
+        if (c == 'u') {  // \u00XX: the control characters a writer escapes; others kept as text
+          if (i_ + 4 >= s_.size()) fail("ends inside an escape");
+          unsigned v = 0;
+          for (int k = 1; k <= 4; ++k) {
+            const char h = s_[i_ + k];
+            const int d = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
+            if (d < 0) fail("holds a bad \\u escape");
+            v = v * 16 + static_cast<unsigned>(d);
+          }
+          i_ += 4;
+          if (v < 0x80) out += static_cast<char>(v);
+          else out += "?";  // a non-ASCII escape never names an epl parameter
+          continue;
+        }
+        const char* from = "\"\\/bfnrt";
+        const char* to = "\"\\/\b\f\n\r\t";
+        const char* at = std::strchr(from, c);
+        if (at == nullptr || c == '\0') fail("holds a bad escape");
+        c = to[at - from];
+      }
+      out += c;
+    }
+    if (i_ >= s_.size()) fail("ends inside a string");
+    ++i_;
+    return out;
+  }
+  std::uint64_t integer() {
+    space();
+    const std::size_t from = i_;
+    std::uint64_t v = 0;
+    while (i_ < s_.size() && s_[i_] >= '0' && s_[i_] <= '9') {
+      if (v > (std::uint64_t{1} << 50)) fail("holds a number too large");
+      v = v * 10 + static_cast<std::uint64_t>(s_[i_++] - '0');
+    }
+    if (i_ == from) fail("lacks a non-negative integer");
+    return v;
+  }
+  // any value, read and dropped
+  void skip(int depth = 0) {
+    if (depth > 64) fail("nests too deeply");
+    space();
+    if (i_ >= s_.size()) fail("ends early");
+    const char c = s_[i_];
+    if (c == '"') {
+      (void)string();
+    } else if (c == '{' || c == '[') {
+      ++i_;
+      const char close = c == '{' ? '}' : ']';
+      if (eat(close)) return;
+      do {
+        if (c == '{') {
+          (void)string();
+          expect(':');
+        }
+        skip(depth + 1);
+      } while (eat(','));
+      expect(close);
+    } else {
+      const std::size_t from = i_;
+      while (i_ < s_.size() && std::strchr("+-.0123456789eEtruefalsn", s_[i_]) != nullptr && s_[i_] != '\0') ++i_;
+      if (i_ == from) fail("holds an unexpected '", std::string(1, c), "'");
+    }
+  }
+
+ private:
+  std::string_view s_;
+  std::string where_;
+  std::size_t i_ = 0;
+};
+}  // namespace detail
+
+/// \brief A safetensors file's header: its tensors (dtype, shape, byte range in the data) and its
+/// metadata; `read` gives one tensor's bytes. Opening checks the whole header against the file.
+class SafetensorsFile {
+ public:
+  struct Tensor {
+    DType dtype = DType::kF32;
+    Shape shape;
+    std::uint64_t begin = 0, end = 0;  ///< byte range in the data (after the header)
+  };
+
+  explicit SafetensorsFile(std::filesystem::path path) : path_(std::move(path)) {
+    const std::string where = path_.string();
+    std::error_code ec;
+    EPL_CHECK(std::filesystem::is_regular_file(path_, ec), "safetensors file ", path_, " does not exist or is not a file");
+    const std::uint64_t size = std::filesystem::file_size(path_, ec);
+    EPL_CHECK(!ec && size >= 8, "safetensors file ", path_, " is truncated: it has ", size, " bytes, fewer than its 8-byte header length");
+    std::ifstream in(path_, std::ios::binary);
+    EPL_CHECK(in.good(), "cannot open safetensors file ", path_);
+    unsigned char len[8];
+    in.read(reinterpret_cast<char*>(len), 8);
+    std::uint64_t n = 0;
+    for (int i = 7; i >= 0; --i) n = n << 8 | len[i];
+    EPL_CHECK(n <= size - 8 && n <= (std::uint64_t{1} << 30), "safetensors file ", path_, " is corrupt or truncated: its header says ", n,
+              " bytes of header but the file has ", size, " bytes; write it again or check the copy");
+    std::string header(static_cast<std::size_t>(n), '\0');
+    in.read(header.data(), static_cast<std::streamsize>(n));
+    EPL_CHECK(in.good(), "reading safetensors file ", path_, " failed");
+    data_at_ = 8 + n;
+    const std::uint64_t data_bytes = size - data_at_;
+    detail::HeaderParser p(header, where);
+    p.expect('{');
+    if (!p.eat('}')) {
+      do {
+        const std::string name = p.string();
+        p.expect(':');
+        if (name == "__metadata__") {
+          p.expect('{');
+          if (!p.eat('}')) {
+            do {
+              std::string key = p.string();
+              p.expect(':');
+              metadata_[std::move(key)] = p.string();
+            } while (p.eat(','));
+            p.expect('}');
+          }
+          continue;
+        }
+        Tensor t;
+        bool has_dtype = false, has_shape = false, has_offsets = false;
+        p.expect('{');
+        do {
+          const std::string key = p.string();
+          p.expect(':');
+          if (key == "dtype") {
+            const std::string d = p.string();
+            const auto dt = detail::dtype_of_safetensors(d);
+            EPL_CHECK(dt.has_value(), "safetensors file ", path_, " holds tensor ", name, " as ", d, ", which epl does not read; "
+                      "save it as F32 (model.float()), or as F64, F16, BF16, I32 or I64");
+            t.dtype = *dt;
+            has_dtype = true;
+          } else if (key == "shape") {
+            p.expect('[');
+            if (!p.eat(']')) {
+              do {
+                const auto d = static_cast<std::int64_t>(p.integer());
+                EPL_CHECK(t.shape.rank() < Shape::kMaxRank, "safetensors file ", path_, " gives tensor ", name, " more than ",
+                          Shape::kMaxRank, " dimensions, which epl does not hold");
+                t.shape.push_back(d);
+              } while (p.eat(','));
+              p.expect(']');
+            }
+            has_shape = true;
+          } else if (key == "data_offsets") {
+            p.expect('[');
+            t.begin = p.integer();
+            p.expect(',');
+            t.end = p.integer();
+            p.expect(']');
+            has_offsets = true;
+          } else {
+            p.skip();
+          }
+        } while (p.eat(','));
+        p.expect('}');
+        if (!has_dtype || !has_shape || !has_offsets) p.fail("gives tensor ", name, " no ", !has_dtype ? "dtype" : !has_shape ? "shape" : "data_offsets");
+        double elements = 1;
+        for (int d = 0; d < t.shape.rank(); ++d) elements *= static_cast<double>(t.shape[d]);
+        EPL_CHECK(t.begin <= t.end && t.end <= data_bytes && elements * static_cast<double>(size_of(t.dtype)) ==
+                  static_cast<double>(t.end - t.begin), "safetensors file ", path_, " is corrupt or truncated: tensor ", name, " ",
+                  name_of(t.dtype), " ", t.shape, " has data bytes [", t.begin, ", ", t.end, ") of the file's ", data_bytes,
+                  "; write it again or check the copy");
+        EPL_CHECK(tensors_.emplace(name, t).second, "safetensors file ", path_, " names tensor ", name, " twice");
+      } while (p.eat(','));
+      p.expect('}');
+    }
+    if (!p.done()) p.fail("goes on after its closing '}'");
+  }
+
+  [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
+  [[nodiscard]] const std::map<std::string, Tensor>& tensors() const noexcept { return tensors_; }
+  [[nodiscard]] const std::map<std::string, std::string>& metadata() const noexcept { return metadata_; }
+  /// \brief The bytes of tensor `name`, row-major.
+  [[nodiscard]] std::vector<unsigned char> read(const std::string& name) const {
+    const auto it = tensors_.find(name);
+    EPL_CHECK(it != tensors_.end(), "safetensors file ", path_, " holds no tensor ", name);
+    std::vector<unsigned char> out(static_cast<std::size_t>(it->second.end - it->second.begin));
+    std::ifstream in(path_, std::ios::binary);
+    in.seekg(static_cast<std::streamoff>(data_at_ + it->second.begin));
+    in.read(reinterpret_cast<char*>(out.data()), static_cast<std::streamsize>(out.size()));
+    EPL_CHECK(in.good() || out.empty(), "reading tensor ", name, " of safetensors file ", path_, " failed: the file changed while read");
+    return out;
+  }
+
+ private:
+  std::filesystem::path path_;
+  std::uint64_t data_at_ = 0;
+  std::map<std::string, Tensor> tensors_;
+  std::map<std::string, std::string> metadata_;
+};
+
+/// \brief Writes the weights of a checkpoint (its tensors without optimizer state: those named
+/// with an '@') as a safetensors file, named as the model names its parameters
+/// (`body.0.attn.1.qkv.weight`), which PyTorch's load_state_dict reads into a model of the same
+/// architecture. Returns the number of tensors written.
+inline std::size_t export_safetensors(const std::filesystem::path& checkpoint_dir, const std::filesystem::path& out) {
+  std::error_code ec;
+  EPL_CHECK(!out.empty() && !std::filesystem::is_directory(out, ec), "the safetensors file to write, ", out,
+            out.empty() ? "" : ", is a directory", "; name a file (model.safetensors)");
+  const auto inside = std::filesystem::weakly_canonical(out, ec).parent_path(), from = std::filesystem::weakly_canonical(checkpoint_dir, ec);
+  EPL_CHECK(inside != from, "the safetensors file ", out, " would be written into the checkpoint ", checkpoint_dir,
+            " it is read from; write it elsewhere");
+  const Reader r(checkpoint_dir);
+  std::string header = "{\"__metadata__\":{\"format\":\"pt\",\"epl.step\":\"" + std::to_string(r.manifest().step) + "\"}";
+  std::uint64_t at = 0;
+  std::vector<std::string> names;
+  for (const auto& [name, t] : r.manifest().tensors) {
+    if (name.find('@') != std::string::npos) continue;
+    const std::uint64_t bytes = static_cast<std::uint64_t>(t.shape.numel()) * size_of(t.dtype);
+    header += "," + detail::json_string(name) + ":{\"dtype\":\"" + detail::safetensors_dtype(t.dtype) + "\",\"shape\":[";
+    for (int d = 0; d < t.shape.rank(); ++d) header += (d ? "," : "") + std::to_string(t.shape[d]);
+    header += "],\"data_offsets\":[" + std::to_string(at) + "," + std::to_string(at + bytes) + "]}";
+    at += bytes;
+    names.push_back(name);
+  }
+  header += "}";
+  while (header.size() % 8 != 0) header += ' ';  // the data starts 8-byte aligned
+  const auto tmp = std::filesystem::path(out.string() + ".partial");
+  struct Cleanup {  // a failed export leaves nothing behind
+    const std::filesystem::path& tmp;
+    bool done = false;
+    ~Cleanup() {
+      std::error_code ignored;
+      if (!done) std::filesystem::remove(tmp, ignored);
+    }
+  } cleanup{tmp};
+  {
+    ShardWriter w(tmp, tmp.filename().string(), "safetensors file");
+    unsigned char len[8];
+    for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(static_cast<std::uint64_t>(header.size()) >> (8 * i));
+    (void)w.add("", {}, {}, 0, 0, len, 8);
+    (void)w.add("", {}, {}, 0, 0, header.data(), header.size());
+    for (const auto& name : names) {
+      const auto bytes = r.whole(name);
+      (void)w.add(name, {}, {}, 0, 0, bytes.data(), bytes.size());
+    }
+    w.sync();
+  }
+  std::filesystem::rename(tmp, out, ec);
+  EPL_CHECK(!ec, "cannot rename ", tmp, " to ", out, ": ", ec.message());
+  cleanup.done = true;
+  return names.size();
+}
+
+}  // namespace checkpoint
+}  // namespace v0
+}  // namespace epl

@@ -1,0 +1,211 @@
+// safetensors in: Trainer::load_safetensors sets every parameter from a file named as the model
+// names its parameters (an export of any layout, or PyTorch's save_file), strictly; every damaged
+// or foreign file is refused naming the file and the problem. (PyTorch itself reads and writes
+// them in checkpoint.torch_round_trip.)
+#include "../../examples/gpt/gpt.hpp"
+#include "../helpers.hpp"
+#include "epl/comm/threads/run_threads.hpp"
+
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
+
+using namespace epl;
+namespace fs = std::filesystem;
+
+namespace {
+gpt::Shape tiny() { return {.vocab = 32, .context = 8, .layers = 2, .heads = 2, .dim = 16}; }
+using T = Trainer<gpt::Gpt, optim::AdamW, Policies<Zero<3>>>;
+
+struct TempDir {
+  fs::path path;
+  explicit TempDir(const char* name) : path(fs::temp_directory_path() / ("epl-safetensors-test-" + std::to_string(::getpid()) + "-" + name)) {
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+std::vector<float> values_of(T& t) {
+  std::vector<float> v;
+  t.gather_parameters();
+  nn::for_each_parameter(t.model(), [&](nn::Parameter& p) {
+    if (p.materialized())
+      for (float x : p.value.span<float>()) v.push_back(x);
+  });
+  return v;
+}
+
+// A safetensors file as PyTorch's save_file writes one: tensors (name, dtype, shape, bytes).
+struct Entry {
+  std::string name, dtype = "F32";
+  std::vector<std::int64_t> shape;
+  std::string bytes;
+};
+void write_file(const fs::path& f, const std::vector<Entry>& entries, std::string header = "") {
+  std::string data;
+  if (header.empty()) {
+    header = "{\"__metadata__\":{\"format\":\"pt\"}";
+    for (const auto& e : entries) {
+      header += ",\"" + e.name + "\":{\"dtype\":\"" + e.dtype + "\",\"shape\":[";
+      for (std::size_t d = 0; d < e.shape.size(); ++d) header += (d ? "," : "") + std::to_string(e.shape[d]);
+      header += "],\"data_offsets\":[" + std::to_string(data.size()) + "," + std::to_string(data.size() + e.bytes.size()) + "]}";
+      data += e.bytes;
+    }
+    header += "}";
+  }
+  std::ofstream out(f, std::ios::binary);
+  const std::uint64_t n = header.size();
+  for (int i = 0; i < 8; ++i) out.put(static_cast<char>(n >> (8 * i)));
+  out << header << data;
+}
+// This model's parameters as entries, each element set to `fill`.
+std::vector<Entry> entries_of(T& t, float fill) {
+  std::vector<Entry> out;
+  nn::visit_parameters(t.model(), [&](std::string_view name, nn::Parameter& p) {
+    Entry e{std::string(name), "F32", {}, {}};
+    for (int d = 0; d < p.global_shape().rank(); ++d) e.shape.push_back(p.global_shape()[d]);
+    std::vector<float> v(static_cast<std::size_t>(p.global_shape().numel()), fill);
+    e.bytes.assign(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+    out.push_back(std::move(e));
+  });
+  return out;
+}
+std::string error_of(T& t, const fs::path& f) {
+  try {
+    t.load_safetensors(f);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+}  // namespace
+
+TEST_SUITE("cpu") {
+TEST_CASE("safetensors: an export loads into a fresh trainer of any layout, equal bit for bit") {
+  TempDir dir("export");
+  std::vector<float> trained;
+  fs::path step;
+  {
+    T a(test::cpu(), Config{}, gpt::make_gpt(tiny()), optim::AdamW({.lr = 1e-2}), {.seed = 1});
+    auto ds = test::token_corpus(2000);
+    data::WindowLoader loader(ds, 8, 4, 3);
+    for (int s = 0; s < 2; ++s) (void)a.step(loader.next(test::cpu()));
+    step = a.save(dir.path / "ckpt");
+    trained = values_of(a);
+  }
+  REQUIRE(checkpoint::export_safetensors(step, dir.path / "m.safetensors") == 30);
+  const checkpoint::SafetensorsFile f(dir.path / "m.safetensors");
+  CHECK(f.tensors().count("body.1.attn.1.qkv.weight") == 1);
+  CHECK(f.metadata().at("format") == "pt");
+  T b(test::cpu(), Config{}, gpt::make_gpt(tiny()), optim::AdamW({}), {.seed = 2});
+  CHECK(values_of(b) != trained);
+  b.load_safetensors(dir.path / "m.safetensors");
+  CHECK(values_of(b) == trained);
+  CHECK(b.steps() == 0);  // weights only
+  // (values_of gathered b's ZeRO stage 3 parameters for reading before the load: they are not
+  // copied back over the loaded ones; the same holds for a checkpoint)
+  T c(test::cpu(), Config{}, gpt::make_gpt(tiny()), optim::AdamW({}), {.seed = 1});
+  CHECK(values_of(c) != trained);
+  c.load(step);
+  CHECK(values_of(c) == trained);
+  // 2 ranks under ZeRO stage 3, each holding slices
+  std::vector<float> sliced;
+  comm::run_threads(2, [&](comm::ThreadCommunicator& c) {
+    Context ctx(c, 300 + c.rank());
+    Config cfg;
+    cfg.set("zero.level", "v2");
+    T z(ctx, cfg, gpt::make_gpt(tiny()), optim::AdamW({}), {.seed = 3});
+    z.load_safetensors(dir.path / "m.safetensors");
+    auto v = values_of(z);
+    if (c.rank() == 0) sliced = v;
+  });
+  CHECK(sliced == trained);
+}
+
+TEST_CASE("safetensors: a file of another model is refused, naming the tensors") {
+  TempDir dir("foreign");
+  T t(test::cpu(), Config{}, gpt::make_gpt(tiny()), optim::AdamW({}), {.seed = 1});
+  const fs::path f = dir.path / "w.safetensors";
+  auto good = entries_of(t, 0.5f);
+  write_file(f, good);
+  t.load_safetensors(f);  // the helper writes what loads
+  CHECK(values_of(t).front() == 0.5f);
+  SUBCASE("a parameter missing, another extra") {
+    auto e = good;
+    e[3].name = "body.0.attn.0.gamma";
+    write_file(f, e);
+    const auto msg = error_of(t, f);
+    CHECK(msg.find("does not hold this model's parameters by name: it lacks body.0.attn.0.bias; it holds body.0.attn.0.gamma, "
+                   "which this model lacks") != std::string::npos);
+    CHECK(msg.find("name the tensors as the model names its parameters") != std::string::npos);
+  }
+  SUBCASE("another shape") {
+    auto e = good;
+    e[0].shape = {16, 32};
+    write_file(f, e);
+    CHECK(error_of(t, f).find("holds embed.tok.weight as f32 [16, 32] but this model's is f32 [32, 16]") != std::string::npos);
+  }
+  SUBCASE("another dtype") {
+    auto e = good;
+    e[2].dtype = "F64";
+    e[2].bytes += e[2].bytes;
+    write_file(f, e);
+    CHECK(error_of(t, f).find("holds body.0.attn.0.weight as f64 [16] but this model's is f32 [16]: it holds another model's weights; "
+                              "save them as f32") != std::string::npos);
+  }
+  SUBCASE("a dtype epl does not read") {
+    auto e = good;
+    e[2].dtype = "F8_E4M3";
+    write_file(f, e);
+    CHECK(error_of(t, f).find("holds tensor body.0.attn.0.weight as F8_E4M3, which epl does not read") != std::string::npos);
+  }
+  // nothing was loaded by a refused file
+  CHECK(values_of(t).front() == 0.5f);
+}
+
+TEST_CASE("safetensors: a damaged file is an error naming it, never a crash") {
+  TempDir dir("damaged");
+  T t(test::cpu(), Config{}, gpt::make_gpt(tiny()), optim::AdamW({}), {.seed = 1});
+  const fs::path f = dir.path / "w.safetensors";
+  const auto good = entries_of(t, 0.25f);
+  write_file(f, good);
+  const auto size = fs::file_size(f);
+  SUBCASE("no file") { CHECK(error_of(t, dir.path / "none.safetensors").find("does not exist") != std::string::npos); }
+  SUBCASE("shorter than the header's length") {
+    fs::resize_file(f, 5);
+    CHECK(error_of(t, f).find("is truncated: it has 5 bytes") != std::string::npos);
+  }
+  SUBCASE("cut inside the data") {
+    fs::resize_file(f, size - 10);
+    CHECK(error_of(t, f).find("is corrupt or truncated: tensor head.lm.bias f32 [32] has data bytes") != std::string::npos);
+  }
+  SUBCASE("cut inside the header") {
+    fs::resize_file(f, 100);
+    CHECK(error_of(t, f).find("is corrupt or truncated: its header says") != std::string::npos);
+  }
+  SUBCASE("a header that is not JSON") {
+    for (const char* header : {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}", "[]", "{\"a\":{\"dtype\":F32}}",
+                               "{\"a\":{\"shape\":[1],\"data_offsets\":[0,4]}}", "{\"a\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,4]}}",
+                               "{} x", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1,1,1],\"data_offsets\":[0,4]}}"}) {
+      CAPTURE(header);
+      write_file(f, {}, header);
+      const auto msg = error_of(t, f);
+      CHECK(msg.find("safetensors file") != std::string::npos);
+      CHECK((msg.find("is corrupt") != std::string::npos || msg.find("dimensions") != std::string::npos));
+    }
+  }
+  SUBCASE("a byte range past the data or of the wrong size") {
+    write_file(f, {}, "{\"embed.tok.weight\":{\"dtype\":\"F32\",\"shape\":[32,16],\"data_offsets\":[0,2048]}}");
+    CHECK(error_of(t, f).find("has data bytes [0, 2048) of the file's 0") != std::string::npos);
+    write_file(f, {}, "{\"embed.tok.weight\":{\"dtype\":\"F32\",\"shape\":[32,15],\"data_offsets\":[0,0]}}");
+    CHECK(error_of(t, f).find("is corrupt or truncated: tensor embed.tok.weight f32 [32, 15]") != std::string::npos);
+  }
+  SUBCASE("a name twice") {
+    write_file(f, {}, "{\"a\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[0,4]},\"a\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[0,4]}}");
+    std::ofstream(f, std::ios::app) << "abcd";
+    CHECK(error_of(t, f).find("names tensor a twice") != std::string::npos);
+  }
+  CHECK(values_of(t).front() != 0.25f);
+}
+}
