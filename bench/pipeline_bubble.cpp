@@ -1,9 +1,11 @@
 // The pipeline bubble, measured against theory. Each stage is made of synthetic layers that
-// take a fixed time (a sleep: forward F, backward 2F), so more thread ranks than cores do not
-// distort the result. For each schedule, p in {2, 4} and m in {4, 8, 16}, a step's bubble is
-// 1 - (time rank r spent in forward and backward) / (the step's time), averaged over ranks and
-// steps; theory is (p - 1) / (m + p - 1) for GPipe and 1F1B and (p - 1) / (v m + p - 1) for
-// the interleaved schedule with v chunks per rank (Narayanan et al., 2021).
+// take a fixed time (a sleep: forward F, backward 2F, of which F is weight-gradient work that a
+// zero-bubble schedule leaves for its W pass), so more thread ranks than cores do not distort the
+// result. For each schedule, p in {2, 4} and m in {4, 8, 16}, a step's bubble is 1 - (time rank r
+// spent in forward, backward and weight passes) / (the step's time), averaged over ranks and
+// steps; theory is (p - 1) / (m + p - 1) for GPipe and 1F1B, (p - 1) / (v m + p - 1) for the
+// interleaved schedule with v chunks per rank (Narayanan et al., 2021) and (p - 1) / (3m + p - 1)
+// for ZB-H1 (Qi et al., 2024): strategy::theoretical_bubble of each schedule.
 //   bench_pipeline_bubble [--forward_ms=2] [--steps=4] [--json=FILE] [--trace_dir=DIR]
 // Prints a table; --json writes the rows; --trace_dir writes the p = 4, m = 8 runs' Chrome
 // traces (tools/trace_svg.py draws them).
@@ -22,8 +24,9 @@
 namespace {
 namespace nn = epl::nn;
 
-// A layer that takes a fixed time: forward sleeps f, backward 2f; it passes its input through
-// and holds one parameter (so the reducer and optimizer have work, as in a real stage).
+// A layer that takes a fixed time: forward sleeps f, backward 2f (f for the input gradient, f for
+// its weight gradient, which nn::weight_gradient runs now or in a W pass); it passes its input
+// through and holds one parameter (so the reducer and optimizer have work, as in a real stage).
 struct Sleep {
   nn::Parameter w{epl::Shape{1}, nn::Init::zeros()};
   std::chrono::microseconds f{2000};
@@ -35,7 +38,8 @@ struct Sleep {
     return y;
   }
   template <class Ctx> epl::Tensor backward(Ctx& ctx, const epl::Tensor& dy) {
-    std::this_thread::sleep_for(2 * f);
+    std::this_thread::sleep_for(f);
+    nn::weight_gradient(ctx, [d = f] { std::this_thread::sleep_for(d); });
     epl::Tensor dx = ctx.empty_like(dy);
     ctx.device().copy(dy, dx);
     return dx;
@@ -49,7 +53,7 @@ struct Row {
 };
 
 double theory(const std::string& schedule, int p, int m, int v) {
-  return schedule == "Interleaved" ? static_cast<double>(p - 1) / (v * m + p - 1) : static_cast<double>(p - 1) / (m + p - 1);
+  return epl::strategy::theoretical_bubble(epl::strategy::schedule_named(schedule), p, m, v);
 }
 
 Row measure(const std::string& schedule, int p, int m, double forward_ms, int steps, const std::string& trace) {
@@ -79,7 +83,8 @@ Row measure(const std::string& schedule, int p, int m, double forward_ms, int st
       double busy = 0;
       const auto spans = trainer.timeline()->spans();
       for (std::size_t i = before; i < spans.size(); ++i)
-        if (spans[i].category == "forward" || spans[i].category == "backward") busy += spans[i].duration_us * 1e-6;
+        if (spans[i].category == "forward" || spans[i].category == "backward" || spans[i].category == "weight")
+          busy += spans[i].duration_us * 1e-6;
       std::lock_guard lock(mutex);
       bubbles.push_back(1 - busy / secs);
       step_secs.push_back(secs);
@@ -106,7 +111,7 @@ int main(int argc, char** argv) try {
   }
   std::vector<Row> rows;
   std::printf("%-15s %2s %3s %2s %10s %9s %9s %9s\n", "schedule", "p", "m", "v", "bubble", "theory", "ratio", "step ms");
-  for (const char* schedule : {"PreferForward", "PreferBackward", "Interleaved"})
+  for (const char* schedule : {"PreferForward", "PreferBackward", "Interleaved", "ZeroBubble"})
     for (int p : {2, 4})
       for (int m : {4, 8, 16}) {
         std::string trace;

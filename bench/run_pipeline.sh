@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Pipeline benchmarks: (1) the bubble of each schedule against theory, with fixed-duration
-# synthetic stages (bench_pipeline_bubble), and the three schedules' timelines drawn side by
+# synthetic stages (bench_pipeline_bubble), and the four schedules' timelines drawn side by
 # side (docs/img/pipeline_schedules.svg); (2) gpt-mini on 2 thread ranks (1 thread each) as a
 # 2-stage pipeline against 2-way data parallel, same global batch (8), alternating runs,
 # medians of tokens/s and peak memory per rank. Writes bench/results/pipeline*.json.
@@ -11,12 +11,13 @@ rounds=${1:-5}
 cmake --preset cpu-release >/dev/null
 cmake --build --preset cpu-release --target bench_gpt_mini bench_pipeline_bubble >/dev/null
 mkdir -p bench/results docs/img
-./build/cpu-release/bench/bench_pipeline_bubble --forward_ms=10 --steps=4 --json=bench/results/pipeline_bubble.json \
+./build/cpu-release/bench/bench_pipeline_bubble --forward_ms=20 --steps=6 --json=bench/results/pipeline_bubble.json \
   --trace_dir=bench/results
 python3 tools/trace_svg.py docs/img/pipeline_schedules.svg --step 2 \
   "GPipe (PreferForward), p=4, m=8=bench/results/pipeline_PreferForward.json" \
   "1F1B (PreferBackward), p=4, m=8=bench/results/pipeline_PreferBackward.json" \
-  "Interleaved 1F1B, v=2, p=4, m=8=bench/results/pipeline_Interleaved.json"
+  "Interleaved 1F1B, v=2, p=4, m=8=bench/results/pipeline_Interleaved.json" \
+  "ZB-H1 (ZeroBubble), p=4, m=8=bench/results/pipeline_ZeroBubble.json"
 log=bench/results/pipeline_gpt_mini.log; : > "$log"
 for r in $(seq "$rounds"); do
   ./build/cpu-release/bench/bench_gpt_mini --ranks=2 --threads=1 --steps=4 --warmup=1 | tee -a "$log"

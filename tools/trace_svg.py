@@ -3,8 +3,8 @@
 
     tools/trace_svg.py OUT.svg [LABEL=]TRACE.json ... [--step K] [--width PIXELS]
 
-Each trace becomes a panel with one row per rank: forward spans in blue, backward in orange
-(the label is the micro-batch, with the model chunk after a dot when a rank holds several),
+Each trace becomes a panel with one row per rank: forward spans in blue, backward in orange,
+a zero-bubble schedule's weight passes in purple (the label is the micro-batch, with the model chunk after a dot when a rank holds several),
 and below each rank a thin communication lane (receive waits grey, sends teal, all-reduce green).
 Panels share one time scale, so schedules drawn side by side compare at a glance. --step K
 draws only the K-th training step of each trace (counted from 1): a step starts where rank 0
@@ -15,7 +15,8 @@ import html
 import json
 import sys
 
-COLORS = {"forward": "#4C78A8", "backward": "#F58518", "recv": "#BAB0AC", "send": "#72B7B2", "all_reduce": "#54A24B"}
+COLORS = {"forward": "#4C78A8", "backward": "#F58518", "weight": "#B279A2", "recv": "#BAB0AC", "send": "#72B7B2",
+          "all_reduce": "#54A24B"}
 ROW, LANE, GAP, LEFT, TOP = 20, 7, 6, 70, 24
 
 
@@ -59,7 +60,7 @@ def main():
 
     out, y = [], 0
     for label, spans, lo, hi, ranks in panels:
-        busy = sum(e["dur"] for e in spans if e.get("cat") in ("forward", "backward"))
+        busy = sum(e["dur"] for e in spans if e.get("cat") in ("forward", "backward", "weight"))
         idle = 1 - busy / (len(ranks) * (hi - lo)) if ranks else 0
         out.append(f'<text x="4" y="{y + 16}" font-weight="bold">{html.escape(label)}</text>'
                    f'<text x="{LEFT + 200}" y="{y + 16}" fill="#555">{(hi - lo) / 1000:.1f} ms, idle {100 * idle:.1f}% of rank time</text>')
@@ -77,7 +78,7 @@ def main():
                 out.append(f'<rect x="{x0:.2f}" y="{top}" width="{w:.2f}" height="{h}" fill="{color}" stroke="white" stroke-width="0.5">'
                            f'<title>{html.escape(e["name"])} ({cat}) {e["dur"] / 1000:.3f} ms</title></rect>')
                 if lane == 0 and w > 14:
-                    text = e["name"].lstrip("FB")
+                    text = e["name"].lstrip("FBW")
                     out.append(f'<text x="{x0 + w / 2:.2f}" y="{top + 14}" text-anchor="middle" fill="white" font-size="10">{html.escape(text)}</text>')
             y += ROW + LANE + GAP
         y += GAP

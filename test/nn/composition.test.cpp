@@ -101,6 +101,51 @@ TEST_CASE("activations live in the context: two micro-batches in flight through 
   CHECK(test::max_rel_diff(grads(), sequential) < 1e-15);
 }
 
+namespace {
+// Hooks that log each leaf whose backward is done (what gradient reduction starts from).
+struct LogHooks {
+  std::vector<std::string>* log;
+  template <class L, class Ctx> void before_forward(L&, Ctx&) {}
+  template <class L, class Ctx> void after_backward(L&, Ctx&) { log->push_back(std::is_same_v<L, nn::Linear> ? "linear" : "other"); }
+};
+}  // namespace
+
+TEST_CASE("split backward: a B pass leaves weight gradients and the hooks for the W pass, which gives the whole backward's") {
+  Net m = net();
+  (void)param::materialize(m, test::cpu64(), {.dtype = DType::kF64, .seed = 4});
+  const Tensor x = test::random<double>({3, 4}, 1);
+  auto grads = [&] {
+    std::vector<double> g;
+    nn::for_each_parameter(m, [&](nn::Parameter& p) {
+      auto v = test::values<double>(p.grad);
+      g.insert(g.end(), v.begin(), v.end());
+    });
+    return g;
+  };
+  std::vector<std::string> log;
+  LogHooks hooks{&log};
+  using Pass = nn::Pass<device::CpuF64, LogHooks>;
+  Pass whole(test::cpu64(), {}, &hooks);
+  const Tensor dx_whole = nn::backward(m, whole, nn::forward(m, whole, x));
+  const auto want = grads();
+  CHECK(log == std::vector<std::string>{"linear", "other", "linear"});
+  nn::for_each_parameter(m, [&](nn::Parameter& p) { test::cpu64().fill(p.grad, 0.0); });
+  log.clear();
+  Pass split(test::cpu64(), {}, &hooks);
+  Pass::Deferred later;
+  const Tensor y = nn::forward(m, split, x);
+  split.defer_into(&later);
+  const Tensor dx = nn::backward(m, split, y);  // B: the input gradient only
+  CHECK(test::values<double>(dx) == test::values<double>(dx_whole));
+  CHECK(log.empty());
+  for (double g : grads()) CHECK(g == 0);
+  CHECK(later.size() == 5);  // two Linears' weight work, three leaves' hooks
+  split.run_deferred(later);  // W
+  CHECK(later.empty());
+  CHECK(log == std::vector<std::string>{"linear", "other", "linear"});
+  CHECK(grads() == want);
+}
+
 TEST_CASE("backward out of order or without forward is a clear error") {
   Net m = net();
   (void)param::materialize(m, test::cpu());

@@ -61,15 +61,16 @@ TEST_CASE("plan: Replicate<2> and Split<2> on 2 ranks without the colocation key
 TEST_CASE("schedules: pipeline.strategy's choices are the registered schedules, and each runs its actions") {
   std::vector<std::string_view> names;
   for (const auto& e : strategy::kSchedules) names.push_back(e.name);
-  CHECK(names == std::vector<std::string_view>{"PreferBackward", "PreferForward", "Interleaved"});
+  CHECK(names == std::vector<std::string_view>{"PreferBackward", "PreferForward", "Interleaved", "ZeroBubble"});
   for (const auto& k : Config::keys())
     if (k.name == "pipeline.strategy") CHECK(k.choices == names);
   CHECK(strategy::describe(strategy::schedule_named("PreferForward").actions(2, 1, 0, 2)) == "F0 F1 B0 B1");
   CHECK(strategy::describe(strategy::schedule_named("PreferBackward").actions(2, 1, 0, 2)) == "F0 F1 B0 B1");
   CHECK(strategy::describe(strategy::schedule_named("PreferBackward").actions(2, 1, 1, 2)) == "F0.1 B0.1 F1.1 B1.1");  // stage 1 runs chunk 1
-  CHECK_THROWS_WITH_AS(strategy::schedule_named("ZeroBubble"),
-                       doctest::Contains("pipeline.strategy = \"ZeroBubble\" is not a schedule; choose one of PreferBackward, "
-                                         "PreferForward, Interleaved"), Error);
+  CHECK(strategy::describe(strategy::schedule_named("ZeroBubble").actions(2, 1, 1, 2)) == "F0.1 B0.1 F1.1 B1.1 W0.1 W1.1");
+  CHECK_THROWS_WITH_AS(strategy::schedule_named("ZB-V"),
+                       doctest::Contains("pipeline.strategy = \"ZB-V\" is not a schedule; choose one of PreferBackward, "
+                                         "PreferForward, Interleaved, ZeroBubble"), Error);
 }
 
 TEST_CASE("plan: the policies a run uses, decided from the compiled ones and the keys") {

@@ -1,6 +1,6 @@
 // Pipeline parallelism on thread ranks trains exactly like one device with the same global batch:
 // losses at every step and every parameter after several, for 2 and 4 stages, m in {1, 4, 8},
-// every schedule (GPipe, 1F1B, interleaved), cut automatically or declared as a Pipeline type,
+// every schedule (GPipe, 1F1B, interleaved, zero bubble), cut automatically or declared as a Pipeline type,
 // with data parallelism over the pipeline, with dropout; GPipe's activation memory grows with m
 // and 1F1B's does not; bad setups are clear errors.
 #include <fstream>
@@ -39,12 +39,12 @@ Config config(int stages, std::int64_t micro, const char* schedule) {
   }
   return c;
 }
-template <class Model>
+template <class Model, class Policy = Policies<>>
 Run train(comm::Communicator* world, const Config& cfg, Model model, int rank = 0, std::int64_t batch = kBatch) {
   std::optional<Context> ctx;
   if (world) ctx.emplace(comm::Communicator::borrow(*world), 200 + rank);
   else ctx.emplace(Context::solo(199));
-  Trainer<Model, optim::Momentum> t(*ctx, cfg, std::move(model), optim::Momentum({.lr = 0.05}), {.seed = 3, .clip_norm = 0.5});
+  Trainer<Model, optim::Momentum, Policy> t(*ctx, cfg, std::move(model), optim::Momentum({.lr = 0.05}), {.seed = 3, .clip_norm = 0.5});
   auto ds = test::token_corpus(4000);
   data::WindowLoader loader(ds, 8, batch, 17, t.data_shard());
   Run r;
@@ -53,11 +53,12 @@ Run train(comm::Communicator* world, const Config& cfg, Model model, int rank = 
   return r;
 }
 // n ranks; every rank's losses and owned parameters against one device's, and together all parameters.
+template <class Policy = Policies<>>
 void expect_equal(int n, const Config& cfg, const Run& ref, auto make_model) {
   std::vector<Run> runs(static_cast<std::size_t>(n));
   comm::run_threads(n, [&](comm::ThreadCommunicator& c) {
     auto world = comm::Communicator::borrow(c);
-    runs[c.rank()] = train(&world, cfg, make_model(), c.rank());
+    runs[c.rank()] = train<decltype(make_model()), Policy>(&world, cfg, make_model(), c.rank());
   });
   std::map<std::int64_t, int> seen;
   for (int r = 0; r < n; ++r) {
@@ -75,11 +76,11 @@ void expect_equal(int n, const Config& cfg, const Run& ref, auto make_model) {
 }  // namespace
 
 TEST_SUITE("cpu") {
-TEST_CASE("pipeline: 2 and 4 stages x m in {1, 4, 8} x GPipe, 1F1B and interleaved equal one device") {
+TEST_CASE("pipeline: 2 and 4 stages x m in {1, 4, 8} x GPipe, 1F1B, interleaved and zero bubble equal one device") {
   for (std::int64_t m : {1, 4, 8}) {
     const Run ref = train(nullptr, config(1, m, ""), gpt::make_gpt(shape()));
     for (int stages : {2, 4})
-      for (const char* schedule : {"PreferForward", "PreferBackward", "Interleaved"}) {
+      for (const char* schedule : {"PreferForward", "PreferBackward", "Interleaved", "ZeroBubble"}) {
         if (std::string(schedule) == "Interleaved" && m % stages != 0) continue;  // it needs m a multiple of p
         CAPTURE(m);
         CAPTURE(stages);
@@ -90,11 +91,28 @@ TEST_CASE("pipeline: 2 and 4 stages x m in {1, 4, 8} x GPipe, 1F1B and interleav
 }
 
 TEST_CASE("pipeline x data parallel: 2 stages x 2 replicas on 4 ranks equal one device") {
-  for (const char* schedule : {"PreferForward", "PreferBackward"}) {
+  for (const char* schedule : {"PreferForward", "PreferBackward", "ZeroBubble"}) {
     CAPTURE(schedule);
     const Run ref = train(nullptr, config(1, 2, ""), gpt::make_gpt(shape()));
     expect_equal(4, config(2, 2, schedule), ref, [] { return gpt::make_gpt(shape()); });
   }
+}
+
+// The weight passes of a zero-bubble schedule run what each backward left: with the library's
+// recompute segments (whose backward runs in a pass of its own), with ZeRO stage 1 over replicas
+// (whose gradient reduction waits for the last W) and with a declared Pipeline type.
+TEST_CASE("zero bubble: with recompute, ZeRO stage 1 and a declared Pipeline equals one device") {
+  const Run ref = train(nullptr, config(1, 4, ""), gpt::make_gpt(shape()));
+  Config recompute = config(2, 4, "ZeroBubble");
+  recompute.set(keys::checkpoint_type, "auto");
+  expect_equal(2, recompute, ref, [] { return gpt::make_gpt(shape()); });
+  Config zero = config(2, 4, "ZeroBubble");
+  zero.set(keys::zero_level, "v0");
+  expect_equal<Policies<Zero<1>>>(4, zero, ref, [] { return gpt::make_gpt(shape()); });
+  Config declared;
+  declared.set(keys::num_micro_batch, 4);
+  declared.set(keys::pipeline_strategy, "ZeroBubble");
+  expect_equal(2, declared, ref, [] { return gpt::make_two_stage_gpt(shape()); });
 }
 
 // A model declared as two stages trains as the same layers unannotated.
@@ -133,7 +151,7 @@ TEST_CASE("pipeline and data parallel with dropout equal one device") {
   expect_equal(2, config(1, 2, ""), ref, make);  // data parallel
 }
 
-TEST_CASE("pipeline memory: stage 0's activation peak grows with m under GPipe, stays at p micro-batches under 1F1B") {
+TEST_CASE("pipeline memory: stage 0's activation peak grows with m under GPipe, stays at p micro-batches under 1F1B and ZB-H1") {
   auto peak = [](const char* schedule, std::int64_t m) {
     std::int64_t result = 0;
     comm::run_threads(2, [&](comm::ThreadCommunicator& c) {
@@ -155,6 +173,7 @@ TEST_CASE("pipeline memory: stage 0's activation peak grows with m under GPipe, 
   CHECK(peak("PreferForward", 8) >= 6 * one);       // 8 micro-batches held
   CHECK(peak("PreferBackward", 8) <= 5 * one / 2);  // at most p = 2 held
   CHECK(peak("PreferBackward", 8) >= one);
+  CHECK(peak("ZeroBubble", 8) <= 5 * one / 2);  // stage 0 runs each W right after its B: as 1F1B
 }
 
 TEST_CASE("pipeline: setups that cannot run are errors naming the numbers and the fix") {
@@ -165,6 +184,13 @@ TEST_CASE("pipeline: setups that cannot run are errors naming the numbers and th
     }, {.report = false}), doctest::Contains(message), Error);
   };
   fails(3, config(2, 2, "PreferBackward"), "world size 3 cannot hold replicas of 2 devices each (2 pipeline stages");
+  Config zb_zero2 = config(2, 2, "ZeroBubble");
+  zb_zero2.set(keys::zero_level, "v1");
+  CHECK_THROWS_WITH_AS(comm::run_threads(4, [&](comm::ThreadCommunicator& c) {
+    Context ctx(c, 280 + c.rank());
+    Trainer<gpt::Gpt, optim::SGD, Policies<Zero<3>>> t(ctx, zb_zero2, gpt::make_gpt(shape()), optim::SGD({}));
+  }, {.report = false}), doctest::Contains("pipeline.strategy=ZeroBubble leaves each layer's weight gradients for a later W pass, but "
+                                           "ZeRO stage 2 (zero.level v1)"), Error);
   Config no_auto;
   no_auto.set(keys::num_stages, 2);
   fails(2, no_auto, "pipeline.num_stages = 2 needs stages: declare the model as epl::Pipeline");

@@ -133,7 +133,8 @@ Tensor backward(L& l, Ctx& ctx, const Tensor& dy) {
   if constexpr (leaf_layer<L, Ctx>) {
     if constexpr (requires { ctx.hooks().before_backward(l, ctx); }) ctx.hooks().before_backward(l, ctx);
     Tensor dx = l.backward(ctx, dy);
-    ctx.hooks().after_backward(l, ctx);
+    if constexpr (requires { ctx.backward_done(l); }) ctx.backward_done(l);  // now, or after its W pass
+    else ctx.hooks().after_backward(l, ctx);
     return dx;
   } else {
     Tensor g = dy;

@@ -95,8 +95,11 @@ class Linear {
     const Tensor& x = s[0];
     const auto& d = ctx.device();
     const Tensor dy = gather_ ? own_columns(ctx, dy_in) : dy_in;
-    d.gemm(dy, true, x, false, weight.grad, 1, 1, ctx.matmul());  // dW += dy^T x: [out, rows] x [rows, in]
-    if (opt_.bias) d.sum_rows(dy, bias.grad, 1);
+    // now, or in a zero-bubble schedule's W pass (which holds x and dy until then)
+    nn::weight_gradient(ctx, [this, dev = &d, dy, x, inputs = ctx.matmul()] {
+      dev->gemm(dy, true, x, false, weight.grad, 1, 1, inputs);  // dW += dy^T x: [out, rows] x [rows, in]
+      if (opt_.bias) dev->sum_rows(dy, bias.grad, 1);
+    });
     Tensor dx = ctx.empty_like(x);
     d.gemm(dy, false, weight.value, false, dx, 1, 0, ctx.matmul());     // dx = dy W: [rows, out] x [out, in]
     if (mode_ == Parallel::kColumn && !defer_dx_) tensor_all_reduce(ctx, dx, "a column-parallel Linear");  // the parts' shares of dx

@@ -8,6 +8,7 @@
 /// Saved activations live here and not in the layers, so several micro-batches can be in
 /// flight through one layer (a pipeline) and a recompute boundary can drop and recompute them.
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <type_traits>
@@ -88,6 +89,9 @@ class Pass {
  public:
   using device_type = D;
   using hooks_type = Hooks;
+  /// Work a backward left for the weight pass W (zero-bubble schedules), in the order it was
+  /// left: each layer's weight gradients, then the hooks after its backward.
+  using Deferred = std::vector<std::function<void(Pass&)>>;
 
   /// \param hooks the strategy's hooks object (may be null for a stateless hooks type)
   explicit Pass(const D& device, PassOptions opt = {}, Hooks* hooks = nullptr, Groups groups = {})
@@ -134,6 +138,30 @@ class Pass {
   }
   [[nodiscard]] std::size_t saved_count() const noexcept { return stack_.size(); }
 
+  /// \brief Backward as a zero-bubble schedule's B pass: while `to` is set, weight_gradient(fn)
+  /// and the hooks after each layer's backward go to it, to run in W (run_deferred), and backward
+  /// computes only the input gradients. Null: they run at once (the whole backward).
+  void defer_into(Deferred* to) noexcept { deferred_ = to; }
+  [[nodiscard]] Deferred* deferred() const noexcept { return deferred_; }
+  /// \brief A layer's weight-gradient work (dW += dy^T x): now, or in the W pass. fn must own
+  /// what it reads (tensors by value), as it may run after the layer's backward returned.
+  template <class Fn>
+  void weight_gradient(Fn&& fn) {
+    if (deferred_) deferred_->emplace_back([f = std::forward<Fn>(fn)](Pass&) mutable { f(); });
+    else fn();
+  }
+  /// \brief Layer l's gradients are final for this pass: the hooks are told now, or in W.
+  template <class L>
+  void backward_done(L& l) {
+    if (deferred_) deferred_->emplace_back([&l](Pass& p) { p.hooks().after_backward(l, p); });
+    else hooks_->after_backward(l, *this);
+  }
+  /// \brief The W pass: runs what backward left in d, in order.
+  void run_deferred(Deferred& d) {
+    for (auto& f : d) f(*this);
+    d.clear();
+  }
+
   /// \brief A layer's own term of the loss (an auxiliary loss), added to the pass's loss; the
   /// layer's backward adds its gradient, scaled by options().loss_scale.
   void add_loss(double value) noexcept { extra_loss_ += value; }
@@ -164,7 +192,16 @@ class Pass {
   Groups groups_;
   std::vector<Saved> stack_;
   double extra_loss_ = 0;
+  Deferred* deferred_ = nullptr;
 };
+
+/// \brief A layer's weight-gradient work through its pass context: deferred to the W pass when
+/// the pass defers it (Pass::weight_gradient), else run now.
+template <class Ctx, class Fn>
+void weight_gradient(Ctx& ctx, Fn&& fn) {
+  if constexpr (requires { ctx.weight_gradient(fn); }) ctx.weight_gradient(std::forward<Fn>(fn));
+  else fn();
+}
 
 }  // namespace nn
 }  // namespace v0

@@ -28,6 +28,7 @@ Tensor recompute_backward(Ctx& ctx, const void* owner, const Tensor& dy, Forward
   Saved s = ctx.restore(owner);
   Ctx again(ctx.device(), ctx.options(), &ctx.hooks(), ctx.groups());
   (void)body_forward(again, s[0]);  // the activations, recomputed
+  if constexpr (requires { again.defer_into(ctx.deferred()); }) again.defer_into(ctx.deferred());  // a B pass's weight work waits for W
   Tensor dx = body_backward(again, dy);
   EPL_CHECK(again.saved_count() == 0, "recompute: the recomputed layers left ", again.saved_count(),
             " activation frames behind; a layer's backward must restore what its forward saved");

@@ -536,6 +536,8 @@ namespace detail {
 // while its backward runs.
 inline std::int64_t activation_peak(const std::vector<strategy::Action>& actions, const std::vector<std::int64_t>& kept,
                                     const std::vector<std::int64_t>& transient) {
+  // a split backward keeps (part of) what a forward kept until W: counted whole, the bound
+  const bool split = strategy::splits_backward(actions);
   std::int64_t live = 0, peak = 0;
   for (const auto& a : actions) {
     const auto c = static_cast<std::size_t>(a.chunk);
@@ -543,6 +545,8 @@ inline std::int64_t activation_peak(const std::vector<strategy::Action>& actions
       live += kept[c];
     } else if (a.kind == strategy::Action::Kind::kBackward) {
       peak = std::max(peak, live + transient[c]);
+      if (!split) live -= kept[c];
+    } else if (a.kind == strategy::Action::Kind::kWeight) {
       live -= kept[c];
     }
   }
@@ -794,17 +798,19 @@ Estimate estimate(const Model& model, const Profile& prof, const Candidate& c, c
     e.flops = std::max(e.flops, 2.0 * stage_macs * static_cast<double>(prof.tokens_per_row * micro_rows * c.micro_batches));
   }
   const int v = plan.virtual_stages(), p = plan.pipeline, m = c.micro_batches;
-  e.bubble = p == 1 ? 0.0 : static_cast<double>(p - 1) / static_cast<double>(v * m + p - 1);
-  // The critical path: (v m + p - 1) chunk-passes of the slowest chunk; ranks that share cores
-  // (Cluster::cores) also wait for every rank's work to get its turn on them.
-  e.compute_seconds = slowest_chunk * static_cast<double>(v * m + p - 1) / speed;
+  // The critical path: the schedule's chunk-passes of the slowest chunk (v m + p - 1; fewer for a
+  // zero-bubble schedule); ranks that share cores (Cluster::cores) also wait for every rank's work
+  // to get its turn on them.
+  const double path = p == 1 ? m : plan.schedule->path(m, v, p);
+  e.bubble = p == 1 ? 0.0 : 1.0 - v * m / path;
+  e.compute_seconds = slowest_chunk * path / speed;
   if (cluster.cores > 0) e.compute_seconds = std::max(e.compute_seconds, work / speed / cluster.cores);
   // a split group's all-reduces hold every rank of it at each one: on the path, cores shared or not
-  e.compute_seconds += slowest_talk * static_cast<double>(v * m + p - 1);
+  e.compute_seconds += slowest_talk * path;
   if (p > 1) {
     const double per = static_cast<double>(sends * micro_rows);
     e.pipeline_bytes = 2 * m * v * sends * micro_rows;
-    e.pipeline_seconds = 2.0 * static_cast<double>(v * m + p - 1) * cluster.pipeline.seconds(per);
+    e.pipeline_seconds = 2.0 * path * cluster.pipeline.seconds(per);
   }
   const int n = c.data;
   if (n > 1) {

@@ -279,6 +279,11 @@ Plan make(const PlanOptions& opt, int world_size, bool f64 = false) {
   plan.policies = policy::decide(opt.policies, policy::compiled<Policy>(f64),
                                  {.rows_over_tensor = plan.rows_over_tensor(), .chunks = plan.chunks,
                                   .marks_recompute = nn::has_recompute_v<Model>});
+  EPL_CHECK(!plan.schedule || !plan.schedule->splits_backward || plan.policies.zero_stage < 2, "pipeline.strategy=",
+            plan.schedule ? plan.schedule->name : "", " leaves each layer's weight gradients for a later W pass, but ZeRO stage ",
+            plan.policies.zero_stage, " (zero.level ", plan.policies.zero_stage == 3 ? "v2" : "v1", plan.policies.offload ? ", with offload" : "",
+            ") reduce-scatters them as each layer's backward ends; use zero.level \"\" or \"v0\" with it, or "
+            "pipeline.strategy=PreferBackward");
   return plan;
 }
 

@@ -261,6 +261,7 @@ constexpr StaticSearch<K> static_search(const Cluster& cluster, const Budget& bu
         }
         for (int zero = 0; zero <= c.zero; ++zero) {
           if (zero > 0 && data == 1) continue;  // nothing to shard over
+          if (zero >= 2 && p > 1 && strategy::kSchedules[sched].splits_backward) continue;  // as plan::make refuses
           for (int off = 0; off <= (c.offload && zero == 3 ? 1 : 0); ++off)
             for (int rc = 0; rc <= (o.recompute ? 1 : 0); ++rc) {
               ++r.tried;
@@ -287,8 +288,8 @@ constexpr StaticSearch<K> static_search(const Cluster& cluster, const Budget& bu
                             ? static_cast<double>(f.state.gradients + f.state.host_gradients) : grads;
                 sends = sum.output_bytes > sends ? sum.output_bytes : sends;
               }
-              const double passes = static_cast<double>(v * m + p - 1);
-              plan.bubble = p == 1 ? 0.0 : static_cast<double>(p - 1) / passes;
+              const double passes = p == 1 ? m : strategy::kSchedules[sched].path(m, v, p);
+              plan.bubble = p == 1 ? 0.0 : 1.0 - v * m / passes;
               plan.compute_seconds = chunk * passes;
               plan.tensor_seconds = talk * v * m;
               if (p > 1) plan.pipeline_seconds = 2.0 * passes * cluster.pipeline.seconds(static_cast<double>(sends * micro_rows));

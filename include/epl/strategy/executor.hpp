@@ -83,15 +83,20 @@ class Executor {
   }
 
   /// \brief Runs the actions; make_pass(c, m) builds chunk c's pass context for micro-batch m, before_backward(m)
-  /// runs before each backward. Returns this rank's loss: the sum over micro-batches of
+  /// runs before each backward (before each W pass when the list splits backward: the gradients'
+  /// hooks run there). Returns this rank's loss: the sum over micro-batches of
   /// loss / count, from the last chunk (0 on the other ranks), plus the loss terms its layers
   /// added (ctx.add_loss), likewise over count.
   double run(const std::vector<Action>& actions, const MicroBatches& mb, const std::function<Ctx(int c, int m)>& make_pass,
              const std::function<void(int m)>& before_backward = {}) {
     EPL_CHECK(mb.count >= 1, "pipeline.num_micro_batch = ", mb.count, " must be at least 1");
-    // one pass context per (local chunk, micro-batch): its saved activations live from F to B
+    // one pass context per (local chunk, micro-batch): its saved activations live from F to B,
+    // and what B left for the weight pass (a zero-bubble schedule's) until W
     std::vector<std::vector<std::optional<Ctx>>> passes(local_.size());
     for (auto& p : passes) p.resize(static_cast<std::size_t>(mb.count));
+    const bool split = splits_backward(actions);
+    std::vector<std::vector<typename Ctx::Deferred>> deferred(split ? local_.size() : 0);
+    for (auto& d : deferred) d.resize(static_cast<std::size_t>(mb.count));
     std::map<std::pair<int, int>, Tensor> inputs, grads, outputs, input_grads;  // by (chunk, micro-batch)
     double loss = 0, extra = 0;
     const bool traced = timeline_ != nullptr;
@@ -126,12 +131,22 @@ class Executor {
         case Action::Kind::kBackward: {
           SpanScope span(timeline_, label, "backward");
           EPL_CHECK(pass.has_value(), "schedule: backward of micro-batch ", m, " on chunk ", c, " before its forward");
-          if (before_backward) before_backward(m);
+          // split: the hooks (gradient reduction) run in W, and so does what tells them the micro-batch
+          if (split) pass->defer_into(&deferred[static_cast<std::size_t>(c / ranks_)][static_cast<std::size_t>(m)]);
+          else if (before_backward) before_backward(m);
           // the loss's gradient scaled as the pass says: 1/M, times AMP's loss scale
           Tensor dy = c == chunks_ - 1 ? loss_.backward(*pass, pass->options().loss_scale) : take(grads, c, m);
           Tensor dx = local_[static_cast<std::size_t>(c / ranks_)].backward(*pass, dy);
           if (c > 0 && rank_of(c - 1) == stage_) grads[{c - 1, m}] = dx;
           else if (c > 0) input_grads[{c, m}] = dx;
+          if (!split) pass.reset();
+          break;
+        }
+        case Action::Kind::kWeight: {
+          SpanScope span(timeline_, label, "weight");
+          EPL_CHECK(pass.has_value() && split, "schedule: weight pass of micro-batch ", m, " on chunk ", c, " before its backward");
+          if (before_backward) before_backward(m);
+          pass->run_deferred(deferred[static_cast<std::size_t>(c / ranks_)][static_cast<std::size_t>(m)]);
           pass.reset();
           break;
         }

@@ -1,7 +1,8 @@
 #pragma once
 /// \file
 /// \brief Schedules: for each pipeline stage, the list of actions a rank runs in one step —
-/// forward micro-batch m, backward micro-batch m, send or receive an activation or a gradient —
+/// forward micro-batch m, backward micro-batch m (whole, or split into its input-gradient pass B
+/// and its weight-gradient pass W), send or receive an activation or a gradient —
 /// computed before anything runs, so a test can inspect the order and the micro-batches in
 /// flight. The step engine executes the list; a single-stage model's schedule is gradient
 /// accumulation.
@@ -27,6 +28,7 @@ struct Action {
     kRecvForward,   ///< receive micro-batch m's activations from the previous stage
     kSendBackward,  ///< send micro-batch m's input gradient to the previous stage
     kRecvBackward,  ///< receive micro-batch m's output gradient from the next stage
+    kWeight,        ///< run micro-batch m's weight-gradient work, which its backward (B) left for later
   };
   Kind kind = Kind::kForward;
   int micro_batch = 0;
@@ -35,7 +37,7 @@ struct Action {
 };
 
 inline const char* name_of(Action::Kind k) {
-  constexpr const char* names[] = {"F", "B", "sendF", "recvF", "sendB", "recvB"};
+  constexpr const char* names[] = {"F", "B", "sendF", "recvF", "sendB", "recvB", "W"};
   return names[static_cast<int>(k)];
 }
 /// \brief "F0 B0 F1 B1" (with chunks when any is not 0: "F0.1"): a list of actions as text.
@@ -58,13 +60,20 @@ concept schedule = requires(const S& s, int stage, int stages) {
   { s.actions(stage, stages) } -> std::same_as<std::vector<Action>>;
 };
 
+/// \brief Whether a list splits backward into B and W passes (a zero-bubble schedule's).
+inline bool splits_backward(const std::vector<Action>& actions) {
+  return std::any_of(actions.begin(), actions.end(), [](const Action& a) { return a.kind == Action::Kind::kWeight; });
+}
+
 /// \brief The most micro-batches a list of actions holds in flight (forwarded, not yet
-/// backward): the activations a stage keeps at its peak.
+/// backward; with W passes, not yet through W, which still needs part of the activations): the
+/// activations a stage keeps at its peak.
 inline int max_in_flight(const std::vector<Action>& actions) {
+  const auto done = splits_backward(actions) ? Action::Kind::kWeight : Action::Kind::kBackward;
   int now = 0, most = 0;
   for (const auto& a : actions) {
     if (a.kind == Action::Kind::kForward) most = std::max(most, ++now);
-    if (a.kind == Action::Kind::kBackward) --now;
+    if (a.kind == done) --now;
   }
   return most;
 }
@@ -136,6 +145,36 @@ class OneFOneB {
       a.push_back({Action::Kind::kBackward, i, stage});
     }
     for (int m = m_ - warmup; m < m_; ++m) a.push_back({Action::Kind::kBackward, m, stage});
+    return a;
+  }
+
+ private:
+  int m_;
+};
+
+/// \brief ZB-H1 (Qi et al., "Zero Bubble Pipeline Parallelism", 2024; in neither EPL nor
+/// Megatron-LM): 1F1B's order of forwards and backwards, with each backward split into B (the
+/// input gradient, which the previous stage waits for) and W (the weight gradients, which nobody
+/// waits for). Stage s runs W of micro-batch i right after B of micro-batch i + s, and the last
+/// s W passes at the end: the W passes fill the time a stage would wait for gradients in 1F1B's
+/// cool-down, and the B passes reach stage 0 a W sooner per stage. With F, B and W of equal time
+/// the bubble is (p - 1) of them against 1F1B's 3(p - 1): (p - 1) / (3m + p - 1) of the step for
+/// m >= p (kSchedules' path gives fewer micro-batches' too). Every stage holds at most p micro-batches' activations between F and W, as 1F1B's
+/// stage 0 does (1F1B's later stages hold fewer).
+class ZeroBubble {
+ public:
+  explicit ZeroBubble(int micro_batches) : m_(micro_batches) {
+    EPL_CHECK(micro_batches >= 1, "pipeline.num_micro_batch = ", micro_batches, " must be at least 1");
+  }
+  [[nodiscard]] int micro_batches() const noexcept { return m_; }
+  [[nodiscard]] std::vector<Action> actions(int stage, int stages) const {
+    std::vector<Action> a;
+    int weights = 0;  // W passes placed: micro-batches [0, weights)
+    for (const auto& x : OneFOneB(m_).actions(stage, stages)) {
+      a.push_back(x);
+      if (x.kind == Action::Kind::kBackward && x.micro_batch >= stage) a.push_back({Action::Kind::kWeight, weights++, stage});
+    }
+    while (weights < m_) a.push_back({Action::Kind::kWeight, weights++, stage});
     return a;
   }
 
@@ -216,15 +255,27 @@ struct ScheduleEntry {
   std::string_view name;  ///< pipeline.strategy's value
   std::string_view help;
   bool virtual_stages;    ///< runs several model chunks per rank (pipeline.num_virtual_stages)
+  bool splits_backward;   ///< runs backward as B and W passes (a layer's weight-gradient work waits for W)
   std::vector<Action> (*actions)(int m, int v, int stage, int ranks);
+  /// The critical path of a step of ideal stages, in passes of one chunk (a forward and its whole
+  /// backward): v m + p - 1 for 1F1B, GPipe and Interleaved; for ZB-H1, with F, B and W each a
+  /// third of a pass, m + (p - 1) / 3 when m >= p, else (2(p + m) - 1) / 3 (the first B waits
+  /// for the forward to cross every stage). The bubble is 1 - v m / path.
+  double (*path)(int m, int v, int ranks);
 };
 
 /// \brief Every pipeline schedule pipeline.strategy may name, the default first. A new schedule is
 /// its class above and one entry here: the configuration's choices and the plan read this list.
 inline constexpr ScheduleEntry kSchedules[] = {
-    {"PreferBackward", "1F1B", false, [](int m, int, int s, int p) { return OneFOneB(m).actions(s, p); }},
-    {"PreferForward", "GPipe", false, [](int m, int, int s, int p) { return GPipe(m).actions(s, p); }},
-    {"Interleaved", "1F1B over virtual stages, epl", true, [](int m, int v, int s, int p) { return Interleaved(m, v).actions(s, p); }},
+    {"PreferBackward", "1F1B", false, false, [](int m, int, int s, int p) { return OneFOneB(m).actions(s, p); },
+     [](int m, int, int p) { return static_cast<double>(m + p - 1); }},
+    {"PreferForward", "GPipe", false, false, [](int m, int, int s, int p) { return GPipe(m).actions(s, p); },
+     [](int m, int, int p) { return static_cast<double>(m + p - 1); }},
+    {"Interleaved", "1F1B over virtual stages, epl", true, false, [](int m, int v, int s, int p) { return Interleaved(m, v).actions(s, p); },
+     [](int m, int v, int p) { return static_cast<double>(v * m + p - 1); }},
+    {"ZeroBubble", "ZB-H1, backward split into B and W passes, epl", false, true,
+     [](int m, int, int s, int p) { return ZeroBubble(m).actions(s, p); },
+     [](int m, int, int p) { return std::max(3.0 * m + p - 1, 2.0 * (p + m) - 1) / 3.0; }},
 };
 
 /// \brief The schedule pipeline.strategy names; an unknown name is an error listing them.
@@ -241,6 +292,11 @@ inline const ScheduleEntry& schedule_named(std::string_view name) {
 /// bubble): (p - 1) / (v m + p - 1); v = 1 for GPipe and 1F1B.
 constexpr double theoretical_bubble(int stages, int micro_batches, int virtual_stages = 1) {
   return static_cast<double>(stages - 1) / (virtual_stages * micro_batches + stages - 1);
+}
+/// \brief The same for a schedule of kSchedules: 1 - v m / its critical path ((p - 1) / (3m + p - 1)
+/// for ZB-H1 with F, B and W of equal time).
+constexpr double theoretical_bubble(const ScheduleEntry& s, int stages, int micro_batches, int virtual_stages = 1) {
+  return 1.0 - virtual_stages * micro_batches / s.path(micro_batches, virtual_stages, stages);
 }
 
 }  // namespace strategy
