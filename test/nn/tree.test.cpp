@@ -18,6 +18,13 @@ struct Model {
 };
 template <class T>
 struct is_linear : std::is_same<T, nn::Linear> {};
+// a field name of any length is read whole
+struct Long {
+  int a_field_name_longer_than_sixty_four_characters_with_digits_123_and_underscores_xyz;
+  int b;
+};
+static_assert(reflect::field_name_v<Long, 0> == "a_field_name_longer_than_sixty_four_characters_with_digits_123_and_underscores_xyz");
+static_assert(reflect::field_name_v<Long, 1> == "b");
 }  // namespace
 
 // every kind, from the type alone

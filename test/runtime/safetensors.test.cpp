@@ -6,8 +6,10 @@
 #include "../helpers.hpp"
 #include "epl/comm/threads/run_threads.hpp"
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <unistd.h>
 
 using namespace epl;
@@ -71,6 +73,22 @@ std::vector<Entry> entries_of(T& t, float fill) {
   });
   return out;
 }
+// A layer whose visit(v) names its two parameters as told.
+struct Named {
+  nn::Parameter a{Shape{4}, nn::Init::zeros()}, b{Shape{4}, nn::Init::zeros()};
+  std::string first = "a", second = "b";
+  template <class V> void visit(V&& v) {
+    v(first, a);
+    v(second, b);
+  }
+  template <class Ctx> Tensor forward(Ctx&, const Tensor& x) { return x; }
+  template <class Ctx> Tensor backward(Ctx&, const Tensor& dy) { return dy; }
+};
+struct NamedNet {
+  nn::Linear in;
+  Named named;
+  nn::Linear out;
+};
 std::string error_of(T& t, const fs::path& f) {
   try {
     t.load_safetensors(f);
@@ -151,8 +169,8 @@ TEST_CASE("safetensors: a file of another model is refused, naming the tensors")
     e[2].dtype = "F64";
     e[2].bytes += e[2].bytes;
     write_file(f, e);
-    CHECK(error_of(t, f).find("holds body.0.attn.0.weight as f64 [16] but this model's is f32 [16]: it holds another model's weights; "
-                              "save them as f32") != std::string::npos);
+    CHECK(error_of(t, f).find("holds body.0.attn.0.weight as f64 and this model's parameters are f32; save them as f32 (in PyTorch: "
+                              "model.float() before save_file)") != std::string::npos);
   }
   SUBCASE("a dtype epl does not read") {
     auto e = good;
@@ -201,11 +219,52 @@ TEST_CASE("safetensors: a damaged file is an error naming it, never a crash") {
     write_file(f, {}, "{\"embed.tok.weight\":{\"dtype\":\"F32\",\"shape\":[32,15],\"data_offsets\":[0,0]}}");
     CHECK(error_of(t, f).find("is corrupt or truncated: tensor embed.tok.weight f32 [32, 15]") != std::string::npos);
   }
+  SUBCASE("bytes no tensor holds, or two tensors' bytes in one place") {
+    std::ofstream(f, std::ios::app) << "junkjunk";
+    CHECK(error_of(t, f).find("is corrupt: its tensors end at byte") != std::string::npos);
+    write_file(f, {}, "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}");
+    std::ofstream(f, std::ios::app) << "abcd";
+    CHECK(error_of(t, f).find("where another tensor's bytes end") != std::string::npos);
+  }
+  SUBCASE("a NaN weight") {
+    auto e = good;
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    std::memcpy(e[5].bytes.data() + 4, &nan, 4);
+    write_file(f, e);
+    CHECK(error_of(t, f).find("holds nan at element 1 of body.0.attn.1.qkv.bias: a NaN or infinite weight") != std::string::npos);
+  }
   SUBCASE("a name twice") {
     write_file(f, {}, "{\"a\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[0,4]},\"a\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[0,4]}}");
     std::ofstream(f, std::ios::app) << "abcd";
     CHECK(error_of(t, f).find("names tensor a twice") != std::string::npos);
   }
   CHECK(values_of(t).front() != 0.25f);
+}
+
+TEST_CASE("safetensors: export names what it cannot write, and a directory of checkpoints") {
+  TempDir dir("export-errors");
+  T a(test::cpu(), Config{}, gpt::make_gpt(tiny()), optim::AdamW({}), {.seed = 1});
+  const auto step = a.save(dir.path / "ckpt");
+  CHECK_THROWS_WITH_AS(checkpoint::export_safetensors(dir.path / "ckpt", dir.path / "m.safetensors"),
+                       doctest::Contains("is a directory of checkpoints, not one checkpoint; name one of its steps, the newest is"), Error);
+  CHECK_THROWS_WITH_AS(checkpoint::export_safetensors(step, ""), doctest::Contains("no file to write is named"), Error);
+  CHECK_THROWS_WITH_AS(checkpoint::export_safetensors(step, dir.path / "no" / "m.safetensors"), doctest::Contains("does not exist; create it"),
+                       Error);
+}
+
+TEST_CASE("names: a model whose parameters a checkpoint cannot tell apart is refused when the trainer is built") {
+  auto build = [](const char* first, const char* second) {
+    NamedNet net{nn::Linear(4, 4), Named{}, nn::Linear(4, 3)};
+    net.named.first = first;
+    net.named.second = second;
+    Trainer<NamedNet, optim::SGD> t(test::cpu(), Config{}, std::move(net), optim::SGD({}));
+    return t.parameter_names();
+  };
+  CHECK(build("a", "b") == std::vector<std::string>{"in.weight", "in.bias", "named.a", "named.b", "out.weight", "out.bias"});
+  CHECK_THROWS_WITH_AS(build("w", "w"), doctest::Contains("the model names two parameters named.w ([4] and [4]): a layer's visit(v) gives "
+                                                          "two members one name"), Error);
+  CHECK_THROWS_WITH_AS(build("w", "w@state0"), doctest::Contains("the model names a parameter \"named.w@state0\" [4], which holds "
+                                                                 "whitespace or an '@'"), Error);
+  CHECK_THROWS_WITH_AS(build("w", "x y"), doctest::Contains("which holds whitespace or an '@'"), Error);
 }
 }

@@ -281,7 +281,8 @@ Plan make(const PlanOptions& opt, int world_size, bool f64 = false) {
                                   .marks_recompute = nn::has_recompute_v<Model>});
   EPL_CHECK(!plan.schedule || !plan.schedule->splits_backward || plan.policies.zero_stage < 2, "pipeline.strategy=",
             plan.schedule ? plan.schedule->name : "", " leaves each layer's weight gradients for a later W pass, but ZeRO stage ",
-            plan.policies.zero_stage, " (zero.level ", plan.policies.zero_stage == 3 ? "v2" : "v1", plan.policies.offload ? ", with offload" : "",
+            plan.policies.zero_stage, " (", opt.policies.zero_level ? "zero.level " + *opt.policies.zero_level : "zero.level unset: the "
+            "program's epl::Zero<" + std::to_string(plan.policies.zero_stage) + ">", plan.policies.offload ? ", with offload" : "",
             ") reduce-scatters them as each layer's backward ends; use zero.level \"\" or \"v0\" with it, or "
             "pipeline.strategy=PreferBackward");
   return plan;

@@ -100,20 +100,16 @@ consteval auto index_chars() {
 template <class T, std::size_t I>
 struct FieldName {
   static constexpr std::string_view spelled = spelled_field_name<T, I>();
+  static constexpr auto digits = index_chars<I>();
+  static constexpr std::size_t size = spelled.empty() ? static_cast<std::size_t>(digits[20]) : spelled.size();
   // the name copied out of the signature's text (which is never emitted), or the index
   static constexpr auto chars = [] {
-    std::array<char, 64> s{};
-    if (!spelled.empty() && spelled.size() < s.size()) {
-      std::copy_n(spelled.data(), spelled.size(), s.data());
-      s[63] = static_cast<char>(spelled.size());
-    } else {
-      const auto digits = index_chars<I>();
-      for (std::size_t i = 0; i < 20; ++i) s[i] = digits[i];
-      s[63] = digits[20];
-    }
+    std::array<char, size + 1> s{};
+    if (!spelled.empty()) std::copy_n(spelled.data(), spelled.size(), s.data());
+    else std::copy_n(digits.data(), size, s.data());
     return s;
   }();
-  static constexpr std::string_view value{chars.data(), static_cast<std::size_t>(chars[63])};
+  static constexpr std::string_view value{chars.data(), size};
 };
 }  // namespace detail
 
@@ -125,8 +121,7 @@ struct IndexText {
 };
 
 /// \brief The declared name of field I of aggregate T ("qkv" for `Linear qkv;`), read at compile
-/// time on g++ and clang; the index's text ("2") where the compiler's spelling is unknown or the
-/// name is 63 characters or longer.
+/// time on g++, clang and nvcc; the index's text ("2") where the compiler's spelling is unknown.
 template <class T, std::size_t I>
 inline constexpr std::string_view field_name_v = detail::FieldName<T, I>::value;
 

@@ -6,6 +6,7 @@
 /// one (Trainer::load_safetensors starts training from it). Every problem with a file read is an
 /// epl::Error naming the file and what is wrong with it, never a crash: the header is parsed
 /// strictly and every range checked against the file before anything is allocated or read.
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -263,6 +264,20 @@ class SafetensorsFile {
       p.expect('}');
     }
     if (!p.done()) p.fail("goes on after its closing '}'");
+    // the tensors' byte ranges tile the data, as the format requires: no gap, no overlap, no tail
+    std::vector<std::pair<std::uint64_t, const std::string*>> starts;
+    for (const auto& [name, t] : tensors_) starts.push_back({t.begin, &name});
+    std::sort(starts.begin(), starts.end());
+    std::uint64_t at = 0;
+    for (const auto& [begin, name] : starts) {
+      const Tensor& t = tensors_.at(*name);
+      EPL_CHECK(begin == at || t.begin == t.end, "safetensors file ", path_, " is corrupt: tensor ", *name, "'s bytes start at ", begin,
+                " where ", at < begin ? "a gap" : "another tensor's bytes", " ", at < begin ? "begins" : "end", " (", at,
+                "); write it again (safetensors.torch.save_file)");
+      at = std::max(at, t.end);
+    }
+    EPL_CHECK(at == data_bytes, "safetensors file ", path_, " is corrupt: its tensors end at byte ", at, " of ", data_bytes,
+              " bytes of data (", data_bytes - at, " bytes no tensor holds); write it again or check the copy");
   }
 
   [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
@@ -293,8 +308,14 @@ class SafetensorsFile {
 /// architecture. Returns the number of tensors written.
 inline std::size_t export_safetensors(const std::filesystem::path& checkpoint_dir, const std::filesystem::path& out) {
   std::error_code ec;
-  EPL_CHECK(!out.empty() && !std::filesystem::is_directory(out, ec), "the safetensors file to write, ", out,
-            out.empty() ? "" : ", is a directory", "; name a file (model.safetensors)");
+  EPL_CHECK(!out.empty(), "export_safetensors: no file to write is named; name one (model.safetensors)");
+  EPL_CHECK(!std::filesystem::is_directory(out, ec), "the safetensors file to write, ", out, ", is a directory; name a file in it "
+            "(", out / "model.safetensors", ")");
+  const auto folder = out.has_parent_path() ? out.parent_path() : std::filesystem::path(".");
+  EPL_CHECK(std::filesystem::is_directory(folder, ec), "the folder of the safetensors file to write, ", folder,
+            ", does not exist; create it, or name a file in an existing folder");
+  EPL_CHECK(std::filesystem::exists(checkpoint_dir / kManifest, ec) || !newest(checkpoint_dir), "export_safetensors: ", checkpoint_dir,
+            " is a directory of checkpoints, not one checkpoint; name one of its steps, the newest is ", *newest(checkpoint_dir));
   const auto inside = std::filesystem::weakly_canonical(out, ec).parent_path(), from = std::filesystem::weakly_canonical(checkpoint_dir, ec);
   EPL_CHECK(inside != from, "the safetensors file ", out, " would be written into the checkpoint ", checkpoint_dir,
             " it is read from; write it elsewhere");

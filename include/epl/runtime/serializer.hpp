@@ -12,6 +12,7 @@
 /// message instead of leaving the others in its next collective.
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <cstring>
 #include <cstdio>
 #include <exception>
@@ -149,6 +150,23 @@ std::map<const nn::Parameter*, std::string> index_names(Model& model) {
   std::string path;
   detail::index_walk(model, path, out);
   return out;
+}
+
+/// \brief Fails unless every parameter has a name of its own that a checkpoint can hold: not
+/// empty, no whitespace, no '@' (which marks optimizer state), no two alike (a layer's visit(v)
+/// that gives two members one name). A trainer checks its model's when it is built.
+inline void check_names(const std::map<const nn::Parameter*, std::string>& names) {
+  std::map<std::string_view, const nn::Parameter*> seen;
+  for (const auto& [p, name] : names) {
+    EPL_CHECK(!name.empty() && detail::is_token(name) && name.find('@') == std::string::npos, "the model names a parameter \"", name,
+              "\" ", p->global_shape(), name.empty() ? ": an empty name (a visit(v) that names a Parameter \"\")" : ", which holds "
+              "whitespace or an '@'", "; checkpoints and safetensors files name parameters by their paths: give it a name of "
+              "letters, digits and '_' in its layer's visit(v)");
+    const auto [at, fresh] = seen.emplace(name, p);
+    EPL_CHECK(fresh, "the model names two parameters ", name, " (", at->second->global_shape(), " and ", p->global_shape(),
+              "): a layer's visit(v) gives two members one name; give each its own, as checkpoints and safetensors files "
+              "find parameters by name");
+  }
 }
 
 /// \brief Saves and loads a trainer's state, and keeps what a run knows about its checkpoints:
@@ -290,6 +308,7 @@ void BasicSerializer<Unused>::configure(const Config& cfg, std::function<void(st
 
 template <class Unused>
 void BasicSerializer<Unused>::open(TrainerState& s) {
+  check_names(s.names);
   if (dir_.empty()) return;
   epl::detail::on_every_rank(*s.world, "checkpoint.dir = " + dir_, [&] {
     if (s.world->rank() != 0) return;
@@ -380,10 +399,12 @@ void BasicSerializer<Unused>::load_safetensors(const std::filesystem::path& file
         list(missing, name);
         continue;
       }
-      EPL_CHECK(t->second.shape == p->global_shape() && t->second.dtype == s.arena->dtype(), "safetensors file ", file, " holds ", name,
-                " as ", name_of(t->second.dtype), " ", t->second.shape, " but this model's is ", name_of(s.arena->dtype()), " ",
-                p->global_shape(), ": it holds another model's weights", t->second.dtype != s.arena->dtype() && t->second.shape == p->global_shape()
-                ? "; save them as " + std::string(name_of(s.arena->dtype())) + " (in PyTorch: model.float() before save_file)" : std::string());
+      EPL_CHECK(t->second.shape == p->global_shape(), "safetensors file ", file, " holds ", name, " as ", name_of(t->second.dtype), " ",
+                t->second.shape, " but this model's is ", name_of(s.arena->dtype()), " ", p->global_shape(),
+                ": it holds another model's weights; load a file of this model's");
+      EPL_CHECK(t->second.dtype == s.arena->dtype(), "safetensors file ", file, " holds ", name, " as ", name_of(t->second.dtype),
+                " and this model's parameters are ", name_of(s.arena->dtype()), "; save them as ", name_of(s.arena->dtype()),
+                s.arena->dtype() == DType::kF32 ? " (in PyTorch: model.float() before save_file)" : "");
     }
     for (const auto& [name, t] : held)
       if (!ours.count(name)) list(extra, name);
@@ -391,6 +412,21 @@ void BasicSerializer<Unused>::load_safetensors(const std::filesystem::path& file
               missing.empty() ? "" : ": it lacks " + missing, extra.empty() ? "" : (missing.empty() ? ": " : "; ") + std::string("it holds ") +
               extra + ", which this model lacks", listed > 6 ? " (and more)" : "", "; name the tensors as the model names its parameters "
               "(Trainer::parameter_names(), `epl-checkpoint show` of a checkpoint), as PyTorch does its modules' attributes");
+    // every value finite before any is loaded: a NaN would otherwise surface steps later
+    for (const auto& entry : s.names) {
+      const std::string& name = entry.second;  // not a structured binding: clang 14's lambdas cannot capture one
+      const auto bytes = f.read(name);
+      auto finite = [&]<class T>(T) {
+        for (std::size_t i = 0; i + sizeof(T) <= bytes.size(); i += sizeof(T)) {
+          T v;
+          std::memcpy(&v, bytes.data() + i, sizeof(T));
+          EPL_CHECK(std::isfinite(v), "safetensors file ", file, " holds ", v, " at element ", i / sizeof(T), " of ", name,
+                    ": a NaN or infinite weight; train from finite weights");
+        }
+      };
+      if (s.arena->dtype() == DType::kF32) finite(0.0f);
+      else if (s.arena->dtype() == DType::kF64) finite(0.0);
+    }
     std::vector<unsigned char> host;
     for_each_piece(s, [&](const nn::Parameter& p, std::int64_t b, std::int64_t e, const Region& r, std::int64_t at) {
       upload_piece(s, p, b, e, f.read(s.names.at(&p)), r.values.slice(at, at + e - b), host);

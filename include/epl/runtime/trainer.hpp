@@ -162,11 +162,7 @@ class Trainer {
   /// another model, optimizer or seed, or a missing, truncated or corrupt file, is an error naming
   /// the file, on every rank. A collective.
   void load(const std::filesystem::path& checkpoint) {
-    agree_on_call(*world_, Call::kLoad, steps_, 0, false);
-    sync_->release_all();  // as in resume
-    auto s = state();
-    serializer_.load(checkpoint, s);
-    sync_->after_update();
+    reload([&](checkpoint::TrainerState& s) { serializer_.load(checkpoint, s); });
   }
   /// \brief Sets every parameter from a safetensors file whose tensors carry the model's parameter
   /// names (parameter_names()): an export of a checkpoint (any layout), or PyTorch's
@@ -174,11 +170,7 @@ class Trainer {
   /// Strict, as PyTorch's load_state_dict(strict=True); the optimizer's state and the step stay.
   /// A collective.
   void load_safetensors(const std::filesystem::path& file) {
-    agree_on_call(*world_, Call::kLoad, steps_, 0, false);
-    sync_->release_all();  // as in resume
-    auto s = state();
-    serializer_.load_safetensors(file, s);
-    sync_->after_update();
+    reload([&](checkpoint::TrainerState& s) { serializer_.load_safetensors(file, s); });
   }
   /// \brief Every parameter's name, in visiting order: its path of field and member names in the
   /// model (`body.0.attn.1.qkv.weight`), the names checkpoints and safetensors files use.
@@ -359,6 +351,16 @@ class Trainer {
              "rate, clip gradients (TrainerOptions::clip_norm) or gradcheck the layer",
              s.fp16 && !s.amp() && world_->size() > 1 ? "; or, as gradients travel as fp16 (communication.fp16), lower "
              "communication.fp16_scale = " + detail::concat(s.fp16_scale) + ": a gradient times the scale past 65504 is infinite" : "");
+  }
+
+  // A load (a collective): into this rank's values, then the replicas or ZeRO slices meet again.
+  template <class Fn>
+  void reload(Fn&& into) {
+    agree_on_call(*world_, Call::kLoad, steps_, 0, false);
+    sync_->release_all();  // as in resume
+    auto s = state();
+    into(s);
+    sync_->after_update();
   }
 
   // What the serializer saves and loads: views of the arena, the optimizer and the scaler.
