@@ -18,7 +18,8 @@ TEST_CASE("defaults are EPL's") {
   CHECK(c.get<std::string>("amp.loss_scale") == "dynamic");
   CHECK(c.get<bool>("cluster.device_place_prefer_intra_node") == true);
   CHECK(c.get<std::string>("zero.level").empty());
-  CHECK(Config::keys().size() == 32);  // EPL's keys and epl's own (cluster.rank_speeds the newest)
+  CHECK(Config::keys().size() == 33);  // EPL's keys and epl's own (split.sequence_parallel the newest)
+  CHECK(c.get(keys::sequence_parallel) == false);
   CHECK(c.get(keys::rank_speeds).empty());
   CHECK(c.get(keys::checkpoint_dir).empty());
   CHECK(c.get(keys::checkpoint_every) == 0);

@@ -3,83 +3,11 @@
 // the cross-entropy by vocabulary, Dropout on split columns) on 2 and 4 ranks, Split x data
 // parallel, Split inside a pipeline stage; each rule moves exactly its formula's bytes; bad
 // setups are clear errors.
-#include <map>
-#include <set>
-
-#include "../../examples/gpt/gpt.hpp"
-#include "../helpers.hpp"
-#include "epl/comm/threads/run_threads.hpp"
+#include "split_helpers.hpp"
 
 using namespace epl;
 
-namespace {
-gpt::Shape shape() { return {.vocab = 32, .context = 8, .layers = 2, .heads = 4, .dim = 16}; }
-constexpr int kSteps = 4;
-constexpr std::int64_t kBatch = 8;
-
-using gpt::make_split_gpt;
-
-struct Run {
-  std::vector<double> losses;
-  std::map<std::int64_t, std::vector<double>> params;  // by ordinal: this rank's part
-  std::map<std::int64_t, nn::Parameter> specs;          // how each is sharded
-};
-Config config(std::int64_t micro) {
-  Config c;
-  c.set(keys::num_micro_batch, micro);
-  return c;
-}
-template <class Model>
-Run train(Context& ctx, const Config& cfg, Model model, double dropout_free_lr = 0.05) {
-  Trainer<Model, optim::Momentum> t(ctx, cfg, std::move(model), optim::Momentum({.lr = dropout_free_lr}), {.seed = 3, .clip_norm = 0.5});
-  auto ds = test::token_corpus(4000);
-  data::WindowLoader loader(ds, 8, kBatch, 17, t.data_shard());
-  Run r;
-  for (int s = 0; s < kSteps; ++s) r.losses.push_back(t.step(loader.next(ctx.cpu())));
-  nn::for_each_parameter(t.model(), [&](nn::Parameter& p) {
-    if (!p.materialized()) return;
-    r.params[p.ordinal] = test::values(p.value);
-    r.specs[p.ordinal] = p;
-  });
-  return r;
-}
-// The elements of the whole parameter that a part holds, from the whole's values.
-std::vector<double> part_of(const nn::Parameter& spec, const std::vector<double>& whole) {
-  std::vector<double> out;
-  for (std::int64_t i = 0; i < spec.numel(); ++i) out.push_back(whole.at(spec.global_index(i)));
-  return out;
-}
-// n ranks, split `tensor` ways: every rank's losses and its parts of the parameters against one
-// device's; together the ranks hold every parameter, and the split ones really are split.
-template <class Make>
-void expect_equal(int n, const Config& cfg, const Run& ref, Make make, int tensor = 0) {
-  if (tensor == 0) tensor = n;
-  std::vector<Run> runs(static_cast<std::size_t>(n));
-  comm::run_threads(n, [&](comm::ThreadCommunicator& c) {
-    Context ctx(c, 400 + c.rank());
-    runs[c.rank()] = train(ctx, cfg, make());
-  });
-  std::set<std::int64_t> held;
-  int sharded = 0;
-  for (int r = 0; r < n; ++r) {
-    CAPTURE(r);
-    CHECK(test::max_rel_diff(runs[r].losses, ref.losses) < 1e-5);
-    for (const auto& [ordinal, spec] : runs[r].specs) sharded += spec.shard.parts == tensor;
-    for (const auto& entry : runs[r].params) {
-      const std::int64_t ordinal = entry.first;  // named, not bound: clang 14's CAPTURE cannot take a binding
-      CAPTURE(ordinal);
-      CHECK(test::max_rel_diff(entry.second, part_of(runs[r].specs.at(ordinal), ref.params.at(ordinal))) < 1e-5);
-      held.insert(ordinal);
-    }
-  }
-  CHECK(held.size() == ref.params.size());
-  CHECK(sharded > 0);  // the split parts really are split
-}
-Run reference(const Config& cfg) {
-  Context solo = Context::solo(399);
-  return train(solo, cfg, gpt::make_gpt(shape()));
-}
-}  // namespace
+using namespace epl::test::split;
 
 TEST_SUITE("cpu") {
 TEST_CASE("split: the GPT's embedding, blocks and head split 2 and 4 ways equal one device, with accumulation") {
@@ -133,6 +61,31 @@ TEST_CASE("split with dropout on split columns draws the single-device masks") {
     return Net{nn::Embedding(32, 16), Split<2, nn::Linear, nn::GELU, nn::Dropout, nn::Linear>(nn::Linear(16, 64), {}, nn::Dropout(0.3),
                                                                                               nn::Linear(64, 16)),
                nn::Dropout(0.2), nn::Linear(16, 32)};
+  });
+}
+
+// A layer that needs the whole activation after a dropout on split columns makes the Linear that
+// split them gather: the dropout then runs on the whole and must draw the whole tensor's mask (it
+// once kept drawing at its column positions).
+TEST_CASE("split: a dropout on split columns followed by a layer that needs the whole draws the whole mask") {
+  struct Net {
+    nn::Embedding tok;
+    Split<2, nn::Linear, nn::Dropout, nn::LayerNorm, nn::Linear> body;
+    nn::Linear out;
+  };
+  struct Plain {
+    nn::Embedding tok;
+    nn::Seq<nn::Linear, nn::Dropout, nn::LayerNorm, nn::Linear> body;
+    nn::Linear out;
+  };
+  Context solo = Context::solo(396);
+  const Run ref = train(solo, config(2), Plain{nn::Embedding(32, 16), nn::Seq<nn::Linear, nn::Dropout, nn::LayerNorm, nn::Linear>(
+                                                     nn::Linear(16, 32), nn::Dropout(0.3), nn::LayerNorm(32), nn::Linear(32, 16)),
+                                                 nn::Linear(16, 32)});
+  expect_equal(2, config(2), ref, [] {
+    return Net{nn::Embedding(32, 16), Split<2, nn::Linear, nn::Dropout, nn::LayerNorm, nn::Linear>(nn::Linear(16, 32), nn::Dropout(0.3),
+                                                                                                  nn::LayerNorm(32), nn::Linear(32, 16)),
+               nn::Linear(16, 32)};
   });
 }
 

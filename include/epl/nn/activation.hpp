@@ -65,6 +65,9 @@ class Dropout {
   /// \brief Its input will be part `part` of the last dimension (inside a split group, after a
   /// column-parallel Linear): each element then draws at its position in the whole tensor.
   void shard_columns(SplitPart part) { columns_ = part; }
+  /// \brief Its input will be part `part` of the sequence (split.sequence_parallel): each element
+  /// draws at its position in the whole tensor.
+  void shard_sequence(SplitPart part) { sequence_ = part; }
 
   template <class Ctx>
   Tensor forward(Ctx& ctx, const Tensor& x) {
@@ -92,13 +95,22 @@ class Dropout {
   // times elements per sample (of the whole tensor, when this is a column part), plus its own.
   template <class Ctx>
   void apply(const Ctx& ctx, const Tensor& x, const Tensor& y, std::uint64_t key) const {
+    if (!sequence_.whole()) {
+      // x [..., s/N, d] is part r of the sequence: each of its outer rows holds columns
+      // [r s d / N, (r + 1) s d / N) of the whole's row; a 2-D [rows/N, d] is one row of rows d
+      const std::int64_t row = x.dim(x.rank() - 2) * x.shape().back(), outer = x.numel() / row;
+      const std::int64_t per_sample = x.rank() > 2 ? row * sequence_.parts * (outer / x.dim(0)) : x.shape().back();
+      ctx.device().dropout_columns(x.view({outer, row}), y.view({outer, row}), opt_.p, key, ctx.first_sample() * per_sample,
+                                   row * sequence_.parts, sequence_.index * row);
+      return;
+    }
     const std::int64_t per_sample = (x.rank() > 0 && x.dim(0) > 0 ? x.numel() / x.dim(0) : x.numel()) * columns_.parts;
     const std::int64_t offset = ctx.first_sample() * per_sample;
     if (columns_.whole()) ctx.device().dropout(x, y, opt_.p, key, offset);
     else ctx.device().dropout_columns(x, y, opt_.p, key, offset, x.shape().back() * columns_.parts, columns_.index * x.shape().back());
   }
   Options opt_;
-  SplitPart columns_;
+  SplitPart columns_, sequence_;
 };
 
 }  // namespace nn

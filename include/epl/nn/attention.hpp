@@ -54,9 +54,10 @@ class CausalSelfAttention {
     EPL_CHECK(x.rank() == 3 && x.dim(2) == dim_, "CausalSelfAttention(dim ", dim_, ") got input ", x.shape(),
               "; expected [batch, t, ", dim_, "]");
     const auto& d = ctx.device();
+    // [b, t, 3 dim]: q | k | v, heads inside each (the whole sequence: qkv gathers a sequence part)
+    Tensor h = nn::forward(qkv, ctx, x);
     // this rank's heads: all of them, or its part's inside a split group
-    const auto b = x.dim(0), t = x.dim(1), hd = dim_ / heads_, heads = heads_ / part_.parts, dim = dim_ / part_.parts;
-    Tensor h = nn::forward(qkv, ctx, x);  // [b, t, 3 dim]: q | k | v, heads inside each
+    const auto b = h.dim(0), t = h.dim(1), hd = dim_ / heads_, heads = heads_ / part_.parts, dim = dim_ / part_.parts;
     Tensor q = ctx.empty({b, heads, t, hd}, x.dtype()), k = ctx.empty_like(q), v = ctx.empty_like(q);
     d.permute_heads(h, q, 0, true);
     d.permute_heads(h, k, dim, true);

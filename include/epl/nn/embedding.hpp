@@ -35,6 +35,10 @@ class Embedding {
                                                       std::to_string(weight.shape[1]) + ").weight (its vocabulary)");
     part_ = part;
   }
+  /// \brief Vocabulary-parallel: give this rank's sequence part of the summed rows (a
+  /// reduce-scatter instead of the all-reduce, split.sequence_parallel); backward gathers the
+  /// output gradient's parts.
+  void scatter_sequence_output(bool on) { seq_out_ = on; }
 
   template <class Ctx>
   Tensor forward(Ctx& ctx, const Tensor& ids) {
@@ -43,13 +47,15 @@ class Embedding {
     Tensor y = ctx.empty(out, weight.value.dtype());
     const std::int64_t rows = weight.shape[0];
     ctx.device().embedding(ids, weight.value, y, part_.index * rows, rows * part_.parts);
-    if (!part_.whole()) tensor_all_reduce(ctx, y, "a vocabulary-parallel Embedding");
+    if (seq_out_) y = sequence_reduce_scatter(ctx, y, part_, "a sequence-parallel Embedding");
+    else if (!part_.whole()) tensor_all_reduce(ctx, y, "a vocabulary-parallel Embedding");
     ctx.save(this, {ids});
     return y;
   }
   template <class Ctx>
-  Tensor backward(Ctx& ctx, const Tensor& dy) {
+  Tensor backward(Ctx& ctx, const Tensor& dy_in) {
     Saved s = ctx.restore(this);
+    const Tensor dy = seq_out_ ? sequence_gather(ctx, dy_in, part_, "a sequence-parallel Embedding") : dy_in;
     const std::int64_t rows = weight.shape[0];
     ctx.device().embedding_backward(s[0], dy, weight.grad, part_.index * rows, rows * part_.parts);
     return {};
@@ -57,6 +63,7 @@ class Embedding {
 
  private:
   SplitPart part_;
+  bool seq_out_ = false;
 };
 
 /// \brief x [batch, t, dim] + P[0:t] with P [max_len, dim] learned. Init N(0, 0.02).
@@ -74,17 +81,22 @@ class PositionEmbedding {
   explicit PositionEmbedding(Options o) : PositionEmbedding(o.max_len, o.dim) {}
   [[nodiscard]] Options options() const { return {weight.shape[0], weight.shape[1]}; }
   template <class V> void visit(V&& v) { v("weight", weight); }
+  /// \brief Its input is part `part` of the sequence (split.sequence_parallel): positions
+  /// [index t, (index + 1) t) of its part's t tokens; the table stays whole on every rank.
+  void shard_sequence(SplitPart part) { sequence_ = part; }
 
   template <class Ctx>
   Tensor forward(Ctx& ctx, const Tensor& x) {
-    EPL_CHECK(x.rank() == 3 && x.dim(2) == weight.shape[1] && x.dim(1) <= weight.shape[0],
+    const auto t = x.rank() == 3 ? x.dim(1) : 0, first = sequence_.index * t;
+    EPL_CHECK(x.rank() == 3 && x.dim(2) == weight.shape[1] && t * sequence_.parts <= weight.shape[0],
               "PositionEmbedding(max_len ", weight.shape[0], ", dim ", weight.shape[1], ") got input ", x.shape(),
-              "; expected [batch, t <= ", weight.shape[0], ", ", weight.shape[1], "]");
-    const auto t = x.dim(1), dim = x.dim(2);
+              sequence_.whole() ? "" : " (a sequence part)", "; expected [batch, t <= ", weight.shape[0] / sequence_.parts, ", ",
+              weight.shape[1], "]");
+    const auto dim = x.dim(2);
     Tensor y = ctx.empty_like(x);
     ctx.device().copy(x, y);
-    // [batch, t*dim] rows each plus the flattened table slice [t*dim]
-    ctx.device().add_row_vector(y.view({x.dim(0), t * dim}), weight.value.slice(0, t).view({t * dim}));
+    // [batch, t*dim] rows each plus the flattened table slice [t*dim] of its positions
+    ctx.device().add_row_vector(y.view({x.dim(0), t * dim}), weight.value.slice(first, first + t).view({t * dim}));
     ctx.save(this, {}, static_cast<std::uint64_t>(t));
     return y;
   }
@@ -92,9 +104,21 @@ class PositionEmbedding {
   Tensor backward(Ctx& ctx, const Tensor& dy) {
     Saved s = ctx.restore(this);
     const auto t = static_cast<std::int64_t>(s.aux), dim = dy.dim(2);
-    ctx.device().sum_rows(dy.view({dy.dim(0), t * dim}), weight.grad.slice(0, t).view({t * dim}), 1);
+    if (sequence_.whole()) {
+      ctx.device().sum_rows(dy.view({dy.dim(0), t * dim}), weight.grad.slice(0, t).view({t * dim}), 1);
+      return dy;
+    }
+    // each rank's positions are its own: gather the parts' rows (no sum needed) and add them
+    Tensor mine = ctx.empty({t * dim}, dy.dtype());
+    ctx.device().sum_rows(dy.view({dy.dim(0), t * dim}), mine, 0);
+    Tensor all = ctx.empty({sequence_.parts * t * dim}, dy.dtype());
+    detail::tensor_group(ctx, "a sequence-parallel PositionEmbedding").all_gather(mine, all);
+    ctx.device().axpy(1.0, all, weight.grad.slice(0, sequence_.parts * t).view({sequence_.parts * t * dim}));
     return dy;
   }
+
+ private:
+  SplitPart sequence_;
 };
 
 }  // namespace nn

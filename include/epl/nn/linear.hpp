@@ -19,6 +19,12 @@ namespace nn {
 /// input gradient over the group (one all-reduce); row-parallel, it takes its part of the input's
 /// last dimension, holds those columns of W, sums the output over the group (one all-reduce) and
 /// adds the whole b.
+///
+/// With sequence parallelism (split.sequence_parallel) the activations between tensor-parallel
+/// blocks are sharded along the sequence: column-parallel, it all-gathers its input's sequence
+/// parts and reduce-scatters its input gradient back to them; row-parallel, it reduce-scatters its
+/// output into sequence parts (adding b to its part) and all-gathers its output gradient. Each
+/// replaces an all-reduce by a reduce-scatter and an all-gather: the same bytes.
 class Linear {
  public:
   /// \brief How the layer runs in a split group.
@@ -71,19 +77,30 @@ class Linear {
   /// reduce (a colocated split's reduce-scatter does, instead of this layer's all-reduce).
   void defer_input_grad_reduction(bool on) { defer_dx_ = on; }
   [[nodiscard]] bool input_grad_deferred() const noexcept { return defer_dx_; }
+  /// \brief Column-parallel: the input comes as this rank's sequence part; gather it whole
+  /// (forward) and reduce-scatter the input gradient to the part (backward).
+  void gather_sequence_input(bool on) { seq_in_ = on; }
+  [[nodiscard]] bool gathers_sequence_input() const noexcept { return seq_in_; }
+  /// \brief Row-parallel: give this rank's sequence part of the summed output (a reduce-scatter
+  /// instead of the all-reduce); backward gathers the output gradient's parts.
+  void scatter_sequence_output(bool on) { seq_out_ = on; }
+  [[nodiscard]] bool scatters_sequence_output() const noexcept { return seq_out_; }
   /// \brief The output features this rank computes (all of them unless column-parallel).
   [[nodiscard]] std::int64_t local_out() const noexcept { return mode_ == Parallel::kColumn ? opt_.out / part_.parts : opt_.out; }
   /// \brief The input features this rank takes (all of them unless row-parallel).
   [[nodiscard]] std::int64_t local_in() const noexcept { return mode_ == Parallel::kRow ? opt_.in / part_.parts : opt_.in; }
 
   template <class Ctx>
-  Tensor forward(Ctx& ctx, const Tensor& x) {
-    EPL_CHECK(x.shape().back() == local_in(), "Linear(", opt_.in, " -> ", opt_.out, ") got input ", x.shape(),
+  Tensor forward(Ctx& ctx, const Tensor& x_in) {
+    EPL_CHECK(x_in.shape().back() == local_in(), "Linear(", opt_.in, " -> ", opt_.out, ") got input ", x_in.shape(),
               "; its last dimension must be ", local_in(), mode_ == Parallel::kRow ? " (its part of the split input)" : "");
     const auto& d = ctx.device();
+    // the whole input from the sequence parts, kept for backward (no second gather there)
+    const Tensor x = seq_in_ ? sequence_gather(ctx, x_in, part_, "a sequence-parallel Linear") : x_in;
     Tensor y = ctx.empty(x.shape().with_back(local_out()), x.dtype());
     d.gemm(x, false, weight.value, true, y, 1, 0, ctx.matmul());  // [rows, in] x [in, out]
-    if (mode_ == Parallel::kRow) tensor_all_reduce(ctx, y, "a row-parallel Linear");  // the partial products' sum
+    if (mode_ == Parallel::kRow && seq_out_) y = sequence_reduce_scatter(ctx, y, part_, "a sequence-parallel Linear");  // this part of the sum
+    else if (mode_ == Parallel::kRow) tensor_all_reduce(ctx, y, "a row-parallel Linear");  // the partial products' sum
     if (opt_.bias) d.add_row_vector(y, bias.value);
     ctx.save(this, {x});
     return gather_ ? gather_columns(ctx, y) : y;
@@ -94,7 +111,8 @@ class Linear {
     Saved s = ctx.restore(this);
     const Tensor& x = s[0];
     const auto& d = ctx.device();
-    const Tensor dy = gather_ ? own_columns(ctx, dy_in) : dy_in;
+    const Tensor dy = gather_ ? own_columns(ctx, dy_in)
+                      : seq_out_ ? sequence_gather(ctx, dy_in, part_, "a sequence-parallel Linear") : dy_in;
     // now, or in a zero-bubble schedule's W pass (which holds x and dy until then)
     nn::weight_gradient(ctx, [this, dev = &d, dy, x, inputs = ctx.matmul()] {
       dev->gemm(dy, true, x, false, weight.grad, 1, 1, inputs);  // dW += dy^T x: [out, rows] x [rows, in]
@@ -102,6 +120,7 @@ class Linear {
     });
     Tensor dx = ctx.empty_like(x);
     d.gemm(dy, false, weight.value, false, dx, 1, 0, ctx.matmul());     // dx = dy W: [rows, out] x [out, in]
+    if (mode_ == Parallel::kColumn && seq_in_) return sequence_reduce_scatter(ctx, dx, part_, "a sequence-parallel Linear");
     if (mode_ == Parallel::kColumn && !defer_dx_) tensor_all_reduce(ctx, dx, "a column-parallel Linear");  // the parts' shares of dx
     return dx;
   }
@@ -128,7 +147,7 @@ class Linear {
   Options opt_{0, 0, false};
   Parallel mode_ = Parallel::kNone;
   SplitPart part_;
-  bool gather_ = false, defer_dx_ = false;
+  bool gather_ = false, defer_dx_ = false, seq_in_ = false, seq_out_ = false;
 };
 
 }  // namespace nn

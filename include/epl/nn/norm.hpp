@@ -2,6 +2,7 @@
 /// \file
 /// \brief nn::LayerNorm over the last dimension.
 #include "epl/nn/layer.hpp"
+#include "epl/nn/tensor_parallel.hpp"
 
 namespace epl {
 inline namespace v0 {
@@ -9,6 +10,9 @@ namespace nn {
 
 /// \brief y = (x - mean) / sqrt(var + eps) * gamma + beta per row of [..., dim]; gamma = 1,
 /// beta = 0 at init; biased variance (PyTorch's).
+///
+/// Inside a sequence-parallel region it normalises this rank's tokens; its gamma and beta are
+/// whole on every rank, their gradients summed over the split group (one small all-reduce).
 class LayerNorm {
  public:
   struct Options {
@@ -30,6 +34,8 @@ class LayerNorm {
     v("weight", gamma);
     v("bias", beta);
   }
+  /// \brief Its input is part `part` of the sequence (split.sequence_parallel); whole by default.
+  void shard_sequence(SplitPart part) { sequence_ = part; }
 
   template <class Ctx>
   Tensor forward(Ctx& ctx, const Tensor& x) {
@@ -45,12 +51,20 @@ class LayerNorm {
   Tensor backward(Ctx& ctx, const Tensor& dy) {
     Saved s = ctx.restore(this);
     Tensor dx = ctx.empty_like(s[0]);
-    ctx.device().layer_norm_backward(s[0], gamma.value, s[1], s[2], dy, dx, gamma.grad, beta.grad);
+    if (sequence_.whole()) {
+      ctx.device().layer_norm_backward(s[0], gamma.value, s[1], s[2], dy, dx, gamma.grad, beta.grad);
+      return dx;
+    }
+    // this rank's tokens' shares of the parameter gradients, summed over the group
+    add_group_sum(ctx, [&](const Tensor& dgamma, const Tensor& dbeta) {
+      ctx.device().layer_norm_backward(s[0], gamma.value, s[1], s[2], dy, dx, dgamma, dbeta);
+    }, "a sequence-parallel LayerNorm", gamma.grad, beta.grad);
     return dx;
   }
 
  private:
   double eps_ = 1e-5;
+  SplitPart sequence_;
 };
 
 }  // namespace nn

@@ -75,8 +75,8 @@ constexpr StaticSums static_sums_of(nn::type_list<C...>, int tensor) {
 template <class M>
 constexpr StaticSums static_sums(int tensor) {
   using N = nn::node_traits<M>;
-  if constexpr (std::is_same_v<M, epl::detail::SplitEntry>) {
-    return {};  // a Split's entry: no parameters, no activations of its own
+  if constexpr (nn::is_structural_v<M>) {
+    return {};  // a Split's entry or exit: no parameters, no activations of its own
   } else if constexpr (strategy::has_static_cost<M>) {
     const auto c = strategy::static_cost_of<M>();
     check_cost(c);

@@ -93,6 +93,9 @@ struct Plan {
   /// Replicate<N, ...> and Split<N, ...> on the same N ranks (cluster.colocate_split_and_replicate):
   /// the replicated part runs data parallel over the tensor axis, on its own rows.
   bool colocated = false;
+  /// split.sequence_parallel: the token-wise layers between a Split's tensor-parallel blocks run
+  /// on each rank's part of the sequence (plan::shard_model).
+  bool sequence_parallel = false;
   /// Replicate<N, ...> and Split<N, ...> on separate ranks (EPL's placement without the key): two
   /// pipeline stages, the replicated part's ranks data parallel over their tensor axis.
   bool separate = false;
@@ -145,6 +148,7 @@ struct PlanOptions {
   bool auto_parallel = false;        ///< auto.auto_parallel
   bool prefer_intra_node = true;     ///< cluster.device_place_prefer_intra_node
   bool colocate = false;             ///< cluster.colocate_split_and_replicate
+  bool sequence_parallel = false;    ///< split.sequence_parallel
   std::vector<double> rank_speeds = {};  ///< cluster.rank_speeds: each world rank's relative speed (empty: even)
   policy::Keys policies = {};        ///< the keys of ZeRO, offload, AMP, recompute and communication
 };
@@ -263,6 +267,11 @@ Plan make(const PlanOptions& opt, int world_size, bool f64 = false) {
   plan.micro_batches = opt.micro_batches;
   plan.prefer_intra_node = opt.prefer_intra_node;
   plan.tensor = tensor_degree_v<Model>;
+  plan.sequence_parallel = opt.sequence_parallel && plan.tensor > 1;
+  EPL_CHECK(!opt.sequence_parallel || plan.tensor > 1, "split.sequence_parallel=true, but the model has no epl::Split<N, ...> "
+            "part with N > 1 to run sequence-parallel; leave the key at false or split the model's blocks");
+  EPL_CHECK(!(opt.sequence_parallel && opt.colocate), "split.sequence_parallel with cluster.colocate_split_and_replicate: a "
+            "colocated split's input is each rank's own rows, not the sequence; drop one of the two keys");
   plan.devices_per_stage = replicate_degree_v<Model>;
   const auto& schedule = strategy::schedule_named(opt.schedule);
   const int p = detail::place_replicate_and_split<Model>(opt, schedule, plan);

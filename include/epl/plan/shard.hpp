@@ -20,13 +20,21 @@ struct ShardResult {
 
 namespace detail {
 struct ShardWalk {
-  nn::SplitPart part;
-  bool colocated = false;
-  nn::Linear* pending = nullptr;  // the Linear whose sharded output is the activation so far
+  strategy::SplitContext sc;
+  nn::Layout layout = nn::Layout::kWhole;  // the activation so far, of region sc.region
+  epl::detail::SplitExit* exit = nullptr;  // the Split it leaves, when it leaves one as sequence parts
   bool met_split = false;
+  // What follows needs the activation whole: a column part is gathered by the Linear that split it;
+  // sequence parts by the Split they leave when some layer computed on them, else never scattered.
   void need_whole() {
-    if (pending) pending->gather_output(true);
-    pending = nullptr;
+    layout = sc.now(layout, sc.region);
+    if (layout == nn::Layout::kSequenceSharded && exit && sc.computed(sc.region) > 0) {
+      exit->gather = true;
+      sc.region = -1;
+      layout = nn::Layout::kWhole;
+    }
+    layout = strategy::need_whole(sc, layout);
+    exit = nullptr;
   }
 };
 template <class M>
@@ -35,14 +43,16 @@ void shard_walk(M& m, ShardWalk& w) {
   constexpr NodeKind kind = nn::kind_of_v<M>;
   auto children = [&] { nn::for_each_child(m, [&](auto& c) { shard_walk(c, w); }); };
   if constexpr (kind == NodeKind::kSplit) {
-    w.need_whole();
-    strategy::SplitContext sc{w.part};
-    if (m.shard(sc, w.colocated) == nn::Layout::kLastDimSharded) w.pending = sc.sharded_by;
+    // sequence parts go on into the next Split as they are; anything else arrives whole
+    if (w.sc.now(w.layout, w.sc.region) != nn::Layout::kSequenceSharded) w.need_whole();
+    w.exit = nullptr;
+    w.layout = m.shard(w.sc, w.layout);
+    if (w.layout == nn::Layout::kSequenceSharded) w.exit = &m.exit();
     w.met_split = true;
   } else if constexpr (kind == NodeKind::kReplicate) {
     // a replicated part that runs data parallel over the split group feeds the Split: it cannot follow one
     constexpr int devices = nn::node_traits<M>::degree;
-    EPL_CHECK(!(w.colocated && w.met_split && devices > 1), "an epl::Replicate<", devices, ", ...> part after an epl::Split part: a "
+    EPL_CHECK(!(w.sc.colocated && w.met_split && devices > 1), "an epl::Replicate<", devices, ", ...> part after an epl::Split part: a "
               "replicated part running on the split group's ranks must come before the Split it feeds");
     children();
   } else if constexpr (kind == NodeKind::kResidual) {
@@ -59,13 +69,24 @@ void shard_walk(M& m, ShardWalk& w) {
 
 /// \brief Shards model's Split parts as part `part` of the tensor axis (a no-op with one part).
 /// `colocated`: the Splits take this rank's rows from a replicated part that runs data parallel
-/// over the tensor axis (cluster.colocate_split_and_replicate).
+/// over the tensor axis (cluster.colocate_split_and_replicate). `sequence`: split.sequence_parallel,
+/// the token-wise layers between tensor-parallel blocks on this rank's part of the sequence; a
+/// region of sequence parts that no layer computed on is never scattered (it would only move
+/// bytes).
 template <class Model>
-ShardResult shard_model(Model& model, nn::SplitPart part, bool colocated) {
+ShardResult shard_model(Model& model, nn::SplitPart part, bool colocated, bool sequence = false) {
   if (part.whole()) return {};
-  detail::ShardWalk w{part, colocated};
+  detail::ShardWalk w;
+  w.sc.part = part;
+  w.sc.colocated = colocated;
+  w.sc.sequence = sequence;
   detail::shard_walk(model, w);
-  return {w.pending != nullptr};
+  const nn::Layout out = w.sc.now(w.layout, w.sc.region);
+  if (out == nn::Layout::kSequenceSharded) w.need_whole();  // the loss takes the whole output
+  for (std::size_t r = 0; r < w.sc.regions.size(); ++r)
+    if (w.sc.regions[r].layout == nn::Layout::kSequenceSharded && w.sc.computed(static_cast<int>(r)) == 0)
+      w.sc.make_whole(static_cast<int>(r));
+  return {out == nn::Layout::kLastDimSharded};
 }
 
 namespace detail {

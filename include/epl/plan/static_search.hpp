@@ -104,8 +104,8 @@ constexpr std::size_t static_count_of(nn::type_list<C...>) {
 template <class M>
 constexpr std::size_t static_count() {
   using N = nn::node_traits<M>;
-  if constexpr (std::is_same_v<M, epl::detail::SplitEntry>) {
-    return 0;  // a Split's entry: no work unless colocated
+  if constexpr (nn::is_structural_v<M>) {
+    return 0;  // a Split's entry or exit: no work of its own (unless colocated or sequence-parallel)
   } else if constexpr (strategy::has_static_cost<M>) {
     return 1;
   } else if constexpr (N::kind == nn::NodeKind::kSequence || N::kind == nn::NodeKind::kPipeline || N::kind == nn::NodeKind::kSplit ||
@@ -129,7 +129,7 @@ constexpr void static_collect_of(nn::type_list<C...>, std::array<StaticUnit, N>&
 template <class M, std::size_t N>
 constexpr void static_collect(std::array<StaticUnit, N>& out, std::size_t& at, int stage, int tensor) {
   using T = nn::node_traits<M>;
-  if constexpr (std::is_same_v<M, epl::detail::SplitEntry>) {
+  if constexpr (nn::is_structural_v<M>) {
     return;
   } else if constexpr (strategy::has_static_cost<M>) {
     StaticUnit u{strategy::static_cost_of<M>(), stage, tensor > 1};

@@ -105,6 +105,7 @@ inline constexpr Key<bool> prefer_intra_node{"cluster.device_place_prefer_intra_
 inline constexpr Key<S> run_visible_devices{"cluster.run_visible_devices"};
 inline constexpr Key<bool> colocate_split_and_replicate{"cluster.colocate_split_and_replicate"};
 inline constexpr Key<S> rank_speeds{"cluster.rank_speeds"};
+inline constexpr Key<bool> sequence_parallel{"split.sequence_parallel"};
 inline constexpr Key<I> num_communicators{"communication.num_communicators"};
 inline constexpr Key<bool> sparse_as_dense{"communication.sparse_as_dense"};
 inline constexpr Key<I> max_splits{"communication.max_splits"};
@@ -175,6 +176,9 @@ inline const std::vector<ConfigKey>& config_keys() {
       {"cluster.rank_speeds", S{""}, {}, -kNone, kNone, true,
        "uneven devices: each rank's relative speed, comma-separated (\"1,0.5\"), or \"measure\" (a GEMM timed on each); "
        "data-parallel batch shares and automatic pipeline stage cuts in proportion (epl)"},
+      {"split.sequence_parallel", false, {}, -kNone, kNone, true,
+       "Megatron's sequence parallelism: the LayerNorm, dropout and residual regions between an epl::Split's tensor-parallel "
+       "blocks run on each rank's part of the sequence, each all-reduce a reduce-scatter and an all-gather (epl)"},
       {"communication.num_communicators", I{2}, {}, 1, 1024, false, "communicators used for gradient traffic"},
       {"communication.sparse_as_dense", false, {}, -kNone, kNone, false, "reduce sparse gradients as dense"},
       {"communication.max_splits", I{5}, {}, 1, 1 << 20, true, "gradient fusion buckets"},

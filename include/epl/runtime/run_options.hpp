@@ -70,6 +70,7 @@ inline plan::PlanOptions plan_options(const Config& cfg, const TrainerOptions& o
   p.auto_parallel = cfg.get(keys::auto_parallel);
   p.prefer_intra_node = cfg.get(keys::prefer_intra_node);
   p.colocate = cfg.get(keys::colocate_split_and_replicate);
+  p.sequence_parallel = cfg.get(keys::sequence_parallel);
   auto& k = p.policies;
   k.zero_level = optional(keys::zero_level);
   k.offload_level = optional(keys::offload_level);

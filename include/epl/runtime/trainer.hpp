@@ -242,7 +242,7 @@ class Trainer {
     const int stage = mesh.coord().pipeline;
     // The Split parts sharded for this rank's place on the tensor axis, before anything is drawn.
     const nn::SplitPart part{mesh.coord().tensor, mesh.tensor_size()};
-    const bool vocab_parallel = plan::shard_model(model_, part, plan_.rows_over_tensor()).sharded_output;
+    const bool vocab_parallel = plan::shard_model(model_, part, plan_.rows_over_tensor(), plan_.sequence_parallel).sharded_output;
     auto chunks = plan::local_chunks<Pass>(model_, plan_, stage);
     // This rank's chunks' parameters materialized (every parameter is numbered), in ZeRO's blocks.
     const auto mo = plan::arena_options(chunks, plan_.chunks_of(stage), plan_, mesh.data_size(), opt_.seed);

@@ -30,7 +30,7 @@ struct Unit {
   std::string name;
   bool split_entry = false;  ///< the first unit of an epl::Split
   /// Its forward may run twice: it issues no collective (no parameter split over a
-  /// tensor-parallel group, not a colocated split's entry).
+  /// tensor-parallel group, not a Split's entry or exit).
   bool recomputable = true;
 };
 
@@ -153,7 +153,7 @@ Unit<Ctx> make_unit(L& l, std::string name) {
   u.traffic = tensor_traffic(l);
   u.name = std::move(name);
   u.split_entry = std::is_same_v<L, epl::detail::SplitEntry>;
-  u.recomputable = !u.split_entry;
+  u.recomputable = !nn::is_structural_v<L>;  // a Split's entry and exit may move activations over the group
   nn::for_each_parameter(l, [&](nn::Parameter& p) { u.recomputable = u.recomputable && p.shard.whole(); });
   return u;
 }
