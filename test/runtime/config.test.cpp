@@ -65,7 +65,7 @@ TEST_CASE("wrong type, out of range and invalid choice name the key and the vali
   Config c;
   CHECK_THROWS_WITH_AS(c.set("pipeline.num_micro_batch", "four"), doctest::Contains("takes an integer, got a string"), Error);
   CHECK_THROWS_WITH_AS(c.set("pipeline.num_micro_batch", 0), doctest::Contains("must be at least 1"), Error);
-  CHECK_THROWS_WITH_AS(c.set_text("io.slicing", "yes"), doctest::Contains("io.slicing takes a boolean (true/false)"), Error);
+  CHECK_THROWS_WITH_AS(c.set_text("io.slicing", "yes"), doctest::Contains("io.slicing takes a boolean (true, false, 1 or 0)"), Error);
   CHECK_THROWS_WITH_AS(c.set("pipeline.strategy", "Fastest"),
                        doctest::Contains("choose one of \"PreferBackward\", \"PreferForward\", \"Interleaved\""), Error);
   CHECK_THROWS_WITH_AS(c.set("amp.loss_scale", "huge"), doctest::Contains("\"dynamic\" or a number from 1 to 2^64"), Error);
@@ -152,6 +152,7 @@ TEST_CASE("an environment block given as data is read as the process environment
   CHECK_THROWS_WITH_AS(Config().load_environment(typo), doctest::Contains("did you mean EPL_ZERO_LEVEL (zero.level)?"), Error);
   const char* no_value[] = {"EPL_PIPELINE_NUM_MICRO_BATCH", nullptr};  // no '=': the empty value, not an integer
   CHECK_THROWS_WITH_AS(Config().load_environment(no_value), doctest::Contains("takes an integer, got \"\""), Error);
+  CHECK_THROWS_WITH_AS(Config().load_environment(no_value), doctest::Contains("environment variable EPL_PIPELINE_NUM_MICRO_BATCH: "), Error);  // where it came from
   CHECK_NOTHROW(Config().load_environment(nullptr));
 }
 

@@ -227,7 +227,18 @@ TEST_CASE("sequence parallel: a sequence that does not divide, colocation and a 
   auto blocks = [] { return Blocks{Split<2, nn::Repeat<gpt::Block>>(gpt::make_gpt(shape()).body), nn::Linear(16, 8)}; };
   // [batch 2, t 7, dim 16]: 7 tokens do not divide by 2
   fails(2, sequence_config(1), blocks, Batch{test::random({2, 7, 16}, 3), test::ids({2, 7}, 8, 4)},
-        "runs sequence-parallel: dimension 1 (7) of [2, 7, 16] does not divide by the split degree 2; use a sequence length");
+        "sequence parallelism: an epl::Split's entry cuts the sequence of its [2, 7, 16] (dimension 1, 7) into 2 parts, but it "
+        "does not divide by the split degree 2");
+  // 2-D rows: the sequence is the rows each data-parallel replica holds (a global 6, 3 a replica)
+  struct Rows {
+    Split<2, nn::Residual<nn::LayerNorm, nn::Linear, nn::ReLU, nn::Linear>> body;
+    nn::Linear head;
+  };
+  fails(4, sequence_config(1), [] {
+    return Rows{Split<2, nn::Residual<nn::LayerNorm, nn::Linear, nn::ReLU, nn::Linear>>(
+                    nn::Residual<nn::LayerNorm, nn::Linear, nn::ReLU, nn::Linear>(nn::LayerNorm(16), nn::Linear(16, 32), {}, nn::Linear(32, 16))),
+                nn::Linear(16, 4)};
+  }, Batch{test::random({3, 16}, 3), test::ids({3}, 4, 4)}, "the rows of a 2-D input as each data-parallel replica's micro-batch holds them");
   struct Plain {
     nn::Linear fc;
   };
@@ -240,6 +251,9 @@ TEST_CASE("sequence parallel: a sequence that does not divide, colocation and a 
   Config both = sequence_config(1);
   both.set(keys::colocate_split_and_replicate, true);
   fails(2, both, [] { return Colocated{Replicate<2, nn::Linear>(nn::Linear(4, 4)), Split<2, nn::Linear>(nn::Linear(4, 8))}; },
-        Batch{test::random({2, 4}, 3), test::ids({2}, 8, 4)}, "split.sequence_parallel with cluster.colocate_split_and_replicate");
+        Batch{test::random({2, 4}, 3), test::ids({2}, 8, 4)}, "(colocated by cluster.colocate_split_and_replicate): the Split's input is");
+  // without the key, EPL's placement puts the two parts on separate ranks: the same refusal, naming it
+  fails(4, sequence_config(1), [] { return Colocated{Replicate<2, nn::Linear>(nn::Linear(4, 4)), Split<2, nn::Linear>(nn::Linear(4, 8))}; },
+        Batch{test::random({4, 4}, 3), test::ids({4}, 8, 4)}, "(on separate ranks, EPL's placement): the Split's input is");
 }
 }

@@ -47,7 +47,7 @@ class Embedding {
     Tensor y = ctx.empty(out, weight.value.dtype());
     const std::int64_t rows = weight.shape[0];
     ctx.device().embedding(ids, weight.value, y, part_.index * rows, rows * part_.parts);
-    if (seq_out_) y = sequence_reduce_scatter(ctx, y, part_, "a sequence-parallel Embedding");
+    if (seq_out_) y = sequence_reduce_scatter(ctx, y, part_, "a vocabulary-parallel Embedding");
     else if (!part_.whole()) tensor_all_reduce(ctx, y, "a vocabulary-parallel Embedding");
     ctx.save(this, {ids});
     return y;
@@ -55,7 +55,7 @@ class Embedding {
   template <class Ctx>
   Tensor backward(Ctx& ctx, const Tensor& dy_in) {
     Saved s = ctx.restore(this);
-    const Tensor dy = seq_out_ ? sequence_gather(ctx, dy_in, part_, "a sequence-parallel Embedding") : dy_in;
+    const Tensor dy = seq_out_ ? sequence_gather(ctx, dy_in, part_, "a vocabulary-parallel Embedding") : dy_in;
     const std::int64_t rows = weight.shape[0];
     ctx.device().embedding_backward(s[0], dy, weight.grad, part_.index * rows, rows * part_.parts);
     return {};
@@ -112,7 +112,7 @@ class PositionEmbedding {
     Tensor mine = ctx.empty({t * dim}, dy.dtype());
     ctx.device().sum_rows(dy.view({dy.dim(0), t * dim}), mine, 0);
     Tensor all = ctx.empty({sequence_.parts * t * dim}, dy.dtype());
-    detail::tensor_group(ctx, "a sequence-parallel PositionEmbedding").all_gather(mine, all);
+    detail::tensor_group(ctx, "a PositionEmbedding on sequence parts").all_gather(mine, all);
     ctx.device().axpy(1.0, all, weight.grad.slice(0, sequence_.parts * t).view({sequence_.parts * t * dim}));
     return dy;
   }

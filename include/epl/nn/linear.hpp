@@ -96,10 +96,10 @@ class Linear {
               "; its last dimension must be ", local_in(), mode_ == Parallel::kRow ? " (its part of the split input)" : "");
     const auto& d = ctx.device();
     // the whole input from the sequence parts, kept for backward (no second gather there)
-    const Tensor x = seq_in_ ? sequence_gather(ctx, x_in, part_, "a sequence-parallel Linear") : x_in;
+    const Tensor x = seq_in_ ? sequence_gather(ctx, x_in, part_, "a column-parallel Linear") : x_in;
     Tensor y = ctx.empty(x.shape().with_back(local_out()), x.dtype());
     d.gemm(x, false, weight.value, true, y, 1, 0, ctx.matmul());  // [rows, in] x [in, out]
-    if (mode_ == Parallel::kRow && seq_out_) y = sequence_reduce_scatter(ctx, y, part_, "a sequence-parallel Linear");  // this part of the sum
+    if (mode_ == Parallel::kRow && seq_out_) y = sequence_reduce_scatter(ctx, y, part_, "a row-parallel Linear");  // this part of the sum
     else if (mode_ == Parallel::kRow) tensor_all_reduce(ctx, y, "a row-parallel Linear");  // the partial products' sum
     if (opt_.bias) d.add_row_vector(y, bias.value);
     ctx.save(this, {x});
@@ -112,7 +112,7 @@ class Linear {
     const Tensor& x = s[0];
     const auto& d = ctx.device();
     const Tensor dy = gather_ ? own_columns(ctx, dy_in)
-                      : seq_out_ ? sequence_gather(ctx, dy_in, part_, "a sequence-parallel Linear") : dy_in;
+                      : seq_out_ ? sequence_gather(ctx, dy_in, part_, "a row-parallel Linear") : dy_in;
     // now, or in a zero-bubble schedule's W pass (which holds x and dy until then)
     nn::weight_gradient(ctx, [this, dev = &d, dy, x, inputs = ctx.matmul()] {
       dev->gemm(dy, true, x, false, weight.grad, 1, 1, inputs);  // dW += dy^T x: [out, rows] x [rows, in]
@@ -120,7 +120,7 @@ class Linear {
     });
     Tensor dx = ctx.empty_like(x);
     d.gemm(dy, false, weight.value, false, dx, 1, 0, ctx.matmul());     // dx = dy W: [rows, out] x [out, in]
-    if (mode_ == Parallel::kColumn && seq_in_) return sequence_reduce_scatter(ctx, dx, part_, "a sequence-parallel Linear");
+    if (mode_ == Parallel::kColumn && seq_in_) return sequence_reduce_scatter(ctx, dx, part_, "a column-parallel Linear");
     if (mode_ == Parallel::kColumn && !defer_dx_) tensor_all_reduce(ctx, dx, "a column-parallel Linear");  // the parts' shares of dx
     return dx;
   }

@@ -58,7 +58,7 @@ class LayerNorm {
     // this rank's tokens' shares of the parameter gradients, summed over the group
     add_group_sum(ctx, [&](const Tensor& dgamma, const Tensor& dbeta) {
       ctx.device().layer_norm_backward(s[0], gamma.value, s[1], s[2], dy, dx, dgamma, dbeta);
-    }, "a sequence-parallel LayerNorm", gamma.grad, beta.grad);
+    }, "a LayerNorm on sequence parts", gamma.grad, beta.grad);
     return dx;
   }
 

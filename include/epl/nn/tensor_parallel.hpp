@@ -59,7 +59,7 @@ void tensor_all_reduce(Ctx& ctx, const Tensor& t, const char* who) {
 // Seen as [outer, s * d] rows, part r is columns [r s d / N, (r + 1) s d / N) of each row.
 namespace detail {
 inline int sequence_dim(const Tensor& t, const char* who) {
-  EPL_CHECK(t.rank() >= 2, who, " runs sequence-parallel on an input of shape ", t.shape(),
+  EPL_CHECK(t.rank() >= 2, "sequence parallelism: ", who, " got ", t.shape(),
             "; it needs a sequence dimension before the last ([batch, t, dim] or [rows, dim])");
   return t.rank() - 2;
 }
@@ -81,9 +81,10 @@ inline Shape sequence_whole_shape(const Tensor& part, std::int64_t parts, const 
 }
 inline Shape sequence_part_shape(const Tensor& whole, std::int64_t parts, const char* who) {
   const int d = detail::sequence_dim(whole, who);
-  EPL_CHECK(whole.dim(d) % parts == 0, who, " runs sequence-parallel: dimension ", d, " (", whole.dim(d), ") of ", whole.shape(),
-            " does not divide by the split degree ", parts, "; use a sequence length (rows) that is a multiple of ", parts,
-            ", or split.sequence_parallel=false");
+  EPL_CHECK(whole.dim(d) % parts == 0, "sequence parallelism: ", who, " cuts the sequence of its ", whole.shape(), " (dimension ", d,
+            ", ", whole.dim(d), ") into ", parts, " parts, but it does not divide by the split degree ", parts, "; the sequence is "
+            "t of [batch, t, dim], or the rows of a 2-D input as each data-parallel replica's micro-batch holds them: use sizes "
+            "that are multiples of ", parts, ", or split.sequence_parallel=false");
   Shape s = whole.shape();
   s[d] /= parts;
   return s;
@@ -137,22 +138,22 @@ Tensor sequence_own(Ctx& ctx, const Tensor& whole, const SplitPart& p, const cha
 /// into zeroed tensors shaped like them (a replicated parameter's gradient from this rank's
 /// tokens only, inside a sequence-parallel region): one all-reduce of all of them together.
 template <class Ctx, class Compute, class... G>
-void add_group_sum(Ctx& ctx, Compute&& compute, const char* who, const G&... grads) {
+void add_group_sum(Ctx& ctx, Compute&& compute, const char* who, const Tensor& first, const G&... rest) {
   const auto& d = ctx.device();
-  std::int64_t total = (grads.numel() + ...);
-  Tensor flat = ctx.empty({total}, (grads.dtype(), ...));
+  const std::array<const Tensor*, 1 + sizeof...(G)> grads{&first, &rest...};
+  std::int64_t total = 0;
+  for (const Tensor* g : grads) total += g->numel();
+  Tensor flat = ctx.empty({total}, first.dtype());
   d.fill(flat, 0.0);
+  std::array<Tensor, 1 + sizeof...(G)> shares;
   std::int64_t at = 0;
-  auto share = [&](const Tensor& g) {
-    Tensor s = flat.slice(at, at + g.numel()).view(g.shape());
-    at += g.numel();
-    return s;
-  };
-  const std::array<Tensor, sizeof...(G)> shares{share(grads)...};  // braces: in order
+  for (std::size_t i = 0; i < grads.size(); ++i) {
+    shares[i] = flat.slice(at, at + grads[i]->numel()).view(grads[i]->shape());
+    at += grads[i]->numel();
+  }
   std::apply(compute, shares);
   detail::tensor_group(ctx, who).all_reduce(flat, comm::ReduceOp::kSum);
-  at = 0;
-  ((d.axpy(1.0, shares[at++], grads)), ...);
+  for (std::size_t i = 0; i < grads.size(); ++i) d.axpy(1.0, shares[i], *grads[i]);
 }
 
 }  // namespace nn

@@ -270,11 +270,14 @@ Plan make(const PlanOptions& opt, int world_size, bool f64 = false) {
   plan.sequence_parallel = opt.sequence_parallel && plan.tensor > 1;
   EPL_CHECK(!opt.sequence_parallel || plan.tensor > 1, "split.sequence_parallel=true, but the model has no epl::Split<N, ...> "
             "part with N > 1 to run sequence-parallel; leave the key at false or split the model's blocks");
-  EPL_CHECK(!(opt.sequence_parallel && opt.colocate), "split.sequence_parallel with cluster.colocate_split_and_replicate: a "
-            "colocated split's input is each rank's own rows, not the sequence; drop one of the two keys");
+
   plan.devices_per_stage = replicate_degree_v<Model>;
   const auto& schedule = strategy::schedule_named(opt.schedule);
   const int p = detail::place_replicate_and_split<Model>(opt, schedule, plan);
+  EPL_CHECK(!(opt.sequence_parallel && plan.rows_over_tensor()), "split.sequence_parallel with an epl::Replicate<", plan.devices_per_stage,
+            ", ...> part beside the epl::Split<", plan.tensor, ", ...> part (", plan.colocated ? "colocated by cluster.colocate_split_and_replicate"
+            : "on separate ranks, EPL's placement", "): the Split's input is the replicated ranks' own rows, gathered at its entry, not "
+            "one sequence to cut; set split.sequence_parallel=false, or replicate that part over one device (Replicate<1, ...>)");
   detail::plan_pipeline<Model>(opt, schedule, p, plan);
   const int t = plan.tensor, d = plan.devices_per_stage, per_stage = std::max(d, t), per_replica = plan.pipeline * per_stage;
   EPL_CHECK(world_size % per_replica == 0, "world size ", world_size, " cannot hold replicas of ", per_replica, " devices each (",

@@ -48,7 +48,7 @@ inline std::string value_str(const ConfigValue& v) {
   }, v);
 }
 inline std::string type_str(const ConfigValue& v) {
-  constexpr const char* names[] = {"a boolean (true/false)", "an integer", "a number", "a string",
+  constexpr const char* names[] = {"a boolean (true, false, 1 or 0)", "an integer", "a number", "a string",
                                    "a list of strings (give it once per value)"};
   return names[v.index()];
 }
@@ -452,7 +452,11 @@ class Config {
       auto name = var.substr(0, var.find('='));
       auto value = var.substr(std::min(var.size(), name.size() + 1));
       if (auto it = key_of.find(std::string(name)); it != key_of.end()) {
-        set_text(it->second, value, Source::kEnvironment);
+        try {
+          set_text(it->second, value, Source::kEnvironment);
+        } catch (const Error& e) {  // say where the value came from
+          EPL_FAIL("environment variable ", std::string(name), ": ", e.detail());
+        }
       } else if (std::find(known.begin(), known.end(), name) == known.end()) {
         auto near = detail::nearest(name, known);
         std::string hint;

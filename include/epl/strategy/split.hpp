@@ -344,7 +344,7 @@ struct SplitEntry {
   template <class V> void visit(V&&) {}  // no parameters
   template <class Ctx>
   Tensor forward(Ctx& ctx, const Tensor& x) {
-    if (scatter) return nn::sequence_own(ctx, x, part, "a sequence-parallel epl::Split");
+    if (scatter) return nn::sequence_own(ctx, x, part, "an epl::Split's entry");
     if (!colocated) return x;
     Shape s = x.shape();
     s[0] *= part.parts;
@@ -354,7 +354,7 @@ struct SplitEntry {
   }
   template <class Ctx>
   Tensor backward(Ctx& ctx, const Tensor& dy) {
-    if (scatter && dy.defined()) return nn::sequence_gather(ctx, dy, part, "a sequence-parallel epl::Split");
+    if (scatter && dy.defined()) return nn::sequence_gather(ctx, dy, part, "an epl::Split's entry");
     if (!colocated || !dy.defined()) return dy;
     const std::int64_t rows = dy.dim(0) / part.parts;
     Tensor mine = ctx.empty(dy.shape().with_front(rows), dy.dtype());
@@ -373,11 +373,11 @@ struct SplitExit {
   template <class V> void visit(V&&) {}  // no parameters
   template <class Ctx>
   Tensor forward(Ctx& ctx, const Tensor& x) {
-    return gather ? nn::sequence_gather(ctx, x, part, "a sequence-parallel epl::Split") : x;
+    return gather ? nn::sequence_gather(ctx, x, part, "an epl::Split's exit") : x;
   }
   template <class Ctx>
   Tensor backward(Ctx& ctx, const Tensor& dy) {
-    return gather && dy.defined() ? nn::sequence_own(ctx, dy, part, "a sequence-parallel epl::Split") : dy;
+    return gather && dy.defined() ? nn::sequence_own(ctx, dy, part, "an epl::Split's exit") : dy;
   }
 };
 }  // namespace detail
@@ -417,8 +417,8 @@ class Split {
   nn::Layout shard(strategy::SplitContext& sc, nn::Layout in = nn::Layout::kWhole) {
     EPL_CHECK(sc.part.parts == N, "epl::Split<", N, ", ...> on a tensor-parallel group of ", sc.part.parts,
               " ranks; every Split of a model must use the same N");
-    EPL_CHECK(!(sc.colocated && sc.sequence), "split.sequence_parallel with cluster.colocate_split_and_replicate: a colocated "
-              "split's input is each rank's own rows, not the sequence; drop one of the two keys");
+    EPL_CHECK(!(sc.colocated && sc.sequence), "split.sequence_parallel on an epl::Split that takes a replicated part's rows (a "
+              "Replicate<N> part beside it): its input is each rank's own rows, not one sequence; set split.sequence_parallel=false");
     auto& entry = std::get<0>(body_.layers);
     auto& exit = std::get<sizeof...(L) + 1>(body_.layers);
     entry = {sc.colocated, false, sc.part, false};
