@@ -1,4 +1,6 @@
 // The CPU backend against plain loops written independently here.
+#include <bit>
+#include <limits>
 #include "../helpers.hpp"
 
 using namespace epl;
@@ -37,6 +39,28 @@ void check_gemm(bool ta, bool tb, std::int64_t m = 5, std::int64_t n = 7, std::i
 }  // namespace
 
 TEST_SUITE("cpu") {
+// AMP's operand rounding on CPUs without native bf16 runs as a branch-free loop the compiler
+// vectorizes: it must give bfloat16's bits exactly (ties to even, NaN quiet with its sign,
+// overflow to infinity, subnormals), in the vector body and its scalar tail.
+TEST_CASE("amp: rounding f32 through bf16 gives bfloat16's bits for ties, NaN, infinities and subnormals") {
+  std::vector<float> x = {1.0f, 1.00390625f, 1.01171875f, -1.00390625f, 3.4028235e38f, -3.4028235e38f, 1e-40f, -1e-40f, -0.0f, 0.0f,
+                          std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                          std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::quiet_NaN(),
+                          std::bit_cast<float>(0x7f800001u), std::bit_cast<float>(0xff812345u), 3.3895314e38f, 65504.0f};
+  for (int i = 0; i < 1000; ++i) x.push_back(static_cast<float>((uniform01(11, static_cast<std::uint64_t>(i)) - 0.5) * std::pow(2.0, i % 60 - 30)));
+  std::vector<float> y(x.size());
+  epl::detail::cpu::round_through<bfloat16>(x.data(), y.data(), static_cast<std::int64_t>(x.size()));
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    CAPTURE(i);
+    CAPTURE(x[i]);
+    CHECK(std::bit_cast<std::uint32_t>(y[i]) == std::bit_cast<std::uint32_t>(static_cast<float>(bfloat16(x[i]))));
+  }
+  CHECK(y[1] == 1.0f);         // a tie rounds to the even neighbour
+  CHECK(y[2] == 1.015625f);    // and up when that is the even one
+  CHECK(std::isinf(y[4]));     // past bf16's largest finite value
+  CHECK(std::isnan(y[14]));    // a signalling NaN comes back quiet
+}
+
 TEST_CASE("gemm: an empty tensor (a Parameter never materialized) is named, not reported as a [1, 1] shape") {
   const auto& d = test::cpu();
   const Tensor a = d.zeros({4, 5}, DType::kF32), c = d.zeros({4, 3}, DType::kF32), none;
