@@ -15,18 +15,11 @@
 #include <map>
 
 #include "../examples/gpt/gpt.hpp"
+#include "common.hpp"
 
 namespace {
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-std::string cpu_name() {
-  std::ifstream f("/proc/cpuinfo");
-  for (std::string line; std::getline(f, line);)
-    if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos) return line.substr(line.find(':') + 2);
-  return "an unknown CPU";
-}
+using bench::cpu_name;
+using bench::median;
 
 struct Result {
   double seconds = 0;

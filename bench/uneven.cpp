@@ -14,22 +14,15 @@
 #include <map>
 
 #include "../examples/gpt/gpt.hpp"
+#include "common.hpp"
 
 namespace {
 using Device = epl::testing::Throttled<epl::device::Cpu>;
 const gpt::Shape kShape{.vocab = 256, .context = 64, .layers = 4, .heads = 4, .dim = 128};
 constexpr std::int64_t kBatch = 24;
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-std::string cpu_name() {
-  std::ifstream f("/proc/cpuinfo");
-  for (std::string line; std::getline(f, line);)
-    if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos) return line.substr(line.find(':') + 2);
-  return "an unknown CPU";
-}
+using bench::cpu_name;
+using bench::median;
 
 struct Result {
   double seconds = 0;

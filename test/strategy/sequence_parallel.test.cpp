@@ -85,13 +85,7 @@ TEST_CASE("sequence parallel: dropout in the regions draws the single-device mas
 }
 
 TEST_CASE("sequence parallel: a split pipeline stage after a replicated one, with and without data parallelism") {
-  using Stage0 = Replicate<1, gpt::Embed, nn::Repeat<gpt::Block>>;
-  using Stage1 = Split<2, nn::Repeat<gpt::Block>, gpt::Head>;
-  auto make = [] {
-    auto g = gpt::make_gpt(shape());
-    nn::Repeat<gpt::Block> first({g.body.layers[0]}), second({g.body.layers[1]});
-    return Pipeline<Stage0, Stage1>(Stage0(g.embed, first), Stage1(second, g.head));
-  };
+  auto make = [] { return make_split_stage_gpt(); };
   Config cfg = sequence_config(4);
   cfg.set(keys::pipeline_strategy, "PreferBackward");
   const Run ref = reference(config(4));

@@ -25,13 +25,7 @@ TEST_CASE("split x data parallel: the split GPT on 2 x 2 ranks equals one device
 }
 
 TEST_CASE("split inside a pipeline stage: a replicated stage and a split stage, with and without data parallel") {
-  using Stage0 = Replicate<1, gpt::Embed, nn::Repeat<gpt::Block>>;
-  using Stage1 = Split<2, nn::Repeat<gpt::Block>, gpt::Head>;
-  auto make = [] {
-    auto g = gpt::make_gpt(shape());
-    nn::Repeat<gpt::Block> first({g.body.layers[0]}), second({g.body.layers[1]});
-    return Pipeline<Stage0, Stage1>(Stage0(g.embed, first), Stage1(second, g.head));
-  };
+  auto make = [] { return make_split_stage_gpt(); };
   Config cfg = config(4);
   cfg.set(keys::pipeline_strategy, "PreferBackward");
   const Run ref = reference(config(4));

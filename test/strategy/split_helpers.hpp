@@ -71,6 +71,15 @@ void expect_equal(int n, const Config& cfg, const Run& ref, Make make, int tenso
   CHECK(held.size() == ref.params.size());
   CHECK(sharded > 0);  // the split parts really are split
 }
+// The GPT as a 2-stage pipeline: the embedding and block 0 replicated, block 1 and the head split 2 ways.
+using SplitStageGpt = Pipeline<Replicate<1, gpt::Embed, nn::Repeat<gpt::Block>>, Split<2, nn::Repeat<gpt::Block>, gpt::Head>>;
+inline SplitStageGpt make_split_stage_gpt() {
+  using Stage0 = Replicate<1, gpt::Embed, nn::Repeat<gpt::Block>>;
+  using Stage1 = Split<2, nn::Repeat<gpt::Block>, gpt::Head>;
+  auto g = gpt::make_gpt(shape());
+  nn::Repeat<gpt::Block> first({g.body.layers[0]}), second({g.body.layers[1]});
+  return SplitStageGpt(Stage0(g.embed, first), Stage1(second, g.head));
+}
 inline Run reference(const Config& cfg) {
   Context solo = Context::solo(399);
   return train(solo, cfg, gpt::make_gpt(shape()));
