@@ -12,7 +12,7 @@ using namespace epl;
 static_assert(device_math<device::Cuda>);
 
 namespace {
-device::Cpu cpu;
+device::CpuF64 cpu;  // f32 and f64, as the CUDA device
 Tensor host_random(Shape s, std::uint64_t seed, DType t = DType::kF32) {
   Tensor x = cpu.empty(s, DType::kF64);
   auto key = stream_key(seed, 1);
@@ -143,5 +143,173 @@ TEST_CASE("cuda copy_ahead: a copy on the copy stream after the queued work, awa
   cpu.axpy(4.0, src, four);
   CHECK(max_diff(to_host(g, tripled), four) < 1e-5);
   CHECK(max_diff(to_host(g, on_device), src) == 0);
+}
+}
+
+namespace {
+Tensor host_ids(Shape s, std::int64_t limit, std::uint64_t seed, DType t) {
+  Tensor x = cpu.empty(s, t);
+  auto key = stream_key(seed, 2);
+  visit_index(t, [&]<class I>() {
+    for (std::int64_t i = 0; i < x.numel(); ++i) x.span<I>()[i] = static_cast<I>(uniform01(key, i) * static_cast<double>(limit));
+  });
+  return x;
+}
+Tensor host_zeros(Shape s, DType t = DType::kF32) { return cpu.zeros(s, t); }
+// Runs op on the GPU (on uploaded copies of the inputs) and on the CPU, and returns the largest
+// difference over the outputs, relative where a value is past 1 (the outputs' host tensors are both the CPU's inputs and results).
+template <class Op>
+double on_both(const device::Cuda& g, std::vector<Tensor> host, std::vector<int> outputs, Op op) {
+  std::vector<Tensor> dev;
+  for (auto& h : host) dev.push_back(to_gpu(g, h));
+  op(g, dev);
+  op(cpu, host);
+  double worst = 0;  // relative to values past 1
+  for (int o : outputs) {
+    const Tensor a = to_host(g, dev[static_cast<std::size_t>(o)]), &b = host[static_cast<std::size_t>(o)];
+    Tensor x = cpu.empty(a.shape(), DType::kF64), y = cpu.empty(b.shape(), DType::kF64);
+    cpu.cast(a, x);
+    cpu.cast(b, y);
+    for (std::int64_t i = 0; i < x.numel(); ++i)
+      worst = std::max(worst, std::abs(x.span<double>()[i] - y.span<double>()[i]) / std::max(1.0, std::abs(y.span<double>()[i])));
+  }
+  g.synchronize();
+  return worst;
+}
+}  // namespace
+
+TEST_SUITE("cuda") {
+TEST_CASE("cuda layer norm, forward and backward, equals the CPU (rows shorter and longer than a warp)") {
+  device::Cuda g;
+  for (std::int64_t cols : {7, 70, 1000}) {
+    CAPTURE(cols);
+    const std::int64_t rows = 37;
+    auto fwd = [&](const auto& d, std::vector<Tensor>& t) { d.layer_norm(t[0], t[1], t[2], t[3], t[4], t[5], 1e-5); };
+    CHECK(on_both(g, {host_random({rows, cols}, 1), host_random({cols}, 2), host_random({cols}, 3), host_zeros({rows, cols}),
+                      host_zeros({rows}), host_zeros({rows})}, {3, 4, 5}, fwd) < 2e-5);
+    auto bwd = [&](const auto& d, std::vector<Tensor>& t) {
+      d.layer_norm(t[0], t[1], t[2], t[3], t[4], t[5], 1e-5);
+      d.layer_norm_backward(t[0], t[1], t[4], t[5], t[6], t[7], t[8], t[9]);
+    };
+    CHECK(on_both(g, {host_random({rows, cols}, 1), host_random({cols}, 2), host_random({cols}, 3), host_zeros({rows, cols}),
+                      host_zeros({rows}), host_zeros({rows}), host_random({rows, cols}, 4), host_zeros({rows, cols}),
+                      host_random({cols}, 5), host_random({cols}, 6)}, {7, 8, 9}, bwd) < 1e-4);
+  }
+}
+TEST_CASE("cuda causal and row softmax, forward and backward, equal the CPU") {
+  device::Cuda g;
+  for (std::int64_t t : {5, 45, 100}) {
+    CAPTURE(t);
+    auto causal = [&](const auto& d, std::vector<Tensor>& x) {
+      d.softmax_causal(x[0], x[1], 0.3);
+      d.softmax_causal_backward(x[1], x[2], x[3], 0.3);
+    };
+    CHECK(on_both(g, {host_random({3, t, t}, 1), host_zeros({3, t, t}), host_random({3, t, t}, 2), host_random({3, t, t}, 9)}, {1, 3},
+                  causal) < 1e-6);
+    auto rows = [&](const auto& d, std::vector<Tensor>& x) {
+      d.softmax_rows(x[0], x[1]);
+      d.softmax_rows_backward(x[1], x[2], x[3]);
+    };
+    CHECK(on_both(g, {host_random({11, t}, 3), host_zeros({11, t}), host_random({11, t}, 4), host_zeros({11, t})}, {1, 3}, rows) < 1e-6);
+  }
+}
+TEST_CASE("cuda embedding, its backward over repeated ids and a vocabulary part, equal the CPU for i32 and i64 ids") {
+  device::Cuda g;
+  for (DType it : {DType::kI32, DType::kI64}) {
+    auto whole = [&](const auto& d, std::vector<Tensor>& x) {
+      d.embedding(x[0], x[1], x[2]);
+      d.embedding_backward(x[0], x[3], x[4]);
+    };
+    CHECK(on_both(g, {host_ids({4, 25}, 13, 1, it), host_random({13, 40}, 2), host_zeros({4, 25, 40}), host_random({4, 25, 40}, 3),
+                      host_random({13, 40}, 4)}, {2, 4}, whole) < 1e-5);
+    auto part = [&](const auto& d, std::vector<Tensor>& x) {  // rows [5, 10) of a vocabulary of 13
+      d.embedding(x[0], x[1], x[2], 5, 13);
+      d.embedding_backward(x[0], x[3], x[4], 5, 13);
+    };
+    CHECK(on_both(g, {host_ids({4, 25}, 13, 1, it), host_random({5, 40}, 2), host_random({4, 25, 40}, 7), host_random({4, 25, 40}, 3),
+                      host_zeros({5, 40})}, {2, 4}, part) < 1e-5);
+  }
+}
+TEST_CASE("cuda gather_rows, scatter_add_rows, row_dot and row_max equal the CPU") {
+  device::Cuda g;
+  auto ops = [&](const auto& d, std::vector<Tensor>& x) {
+    d.gather_rows(x[0], x[1], x[2]);
+    d.scatter_add_rows(x[2], x[1], x[3], x[4]);
+    d.scatter_add_rows(x[2], x[1], Tensor{}, x[4]);
+    d.row_dot(x[2], x[5], x[6]);
+    d.row_max(x[2], x[7]);
+  };
+  CHECK(on_both(g, {host_random({9, 50}, 1), host_ids({30}, 9, 2, DType::kI64), host_zeros({30, 50}), host_random({30}, 3),
+                    host_random({9, 50}, 4), host_random({30, 50}, 5), host_zeros({30}), host_zeros({30})}, {2, 4, 6, 7}, ops) < 1e-5);
+}
+TEST_CASE("cuda cross-entropy, whole and vocabulary-parallel, equals the CPU") {
+  device::Cuda g;
+  for (DType it : {DType::kI32, DType::kI64}) {
+    const Tensor logits = host_random({23, 300}, 1), targets = host_ids({23}, 300, 2, it);
+    const double cpu_loss = cpu.cross_entropy(logits, targets);
+    const Tensor dl = to_gpu(g, logits), dt = to_gpu(g, targets);
+    CHECK(std::abs(g.cross_entropy(dl, dt) - cpu_loss) < 1e-5 * std::abs(cpu_loss));
+    auto bwd = [&](const auto& d, std::vector<Tensor>& x) { d.cross_entropy_backward(x[0], x[1], x[2], 0.25); };
+    CHECK(on_both(g, {logits, targets, host_zeros({23, 300})}, {2}, bwd) < 1e-7);
+    // classes [100, 200) of 300, with the whole rows' maxima
+    auto part = [&](const auto& d, std::vector<Tensor>& x) {
+      d.row_max(x[0], x[2]);
+      d.cross_entropy_stats(x[0], x[1], x[2], x[3], x[4], 100, 300);
+      d.cross_entropy_part_backward(x[0], x[1], x[2], x[3], x[5], 100, 0.5);
+    };
+    CHECK(on_both(g, {host_random({23, 100}, 3), targets, host_zeros({23}), host_zeros({23}), host_zeros({23}), host_zeros({23, 100})},
+                  {2, 3, 4, 5}, part) < 1e-5);
+  }
+}
+TEST_CASE("cuda dropout draws the CPU's mask bit for bit, whole and by columns") {
+  device::Cuda g;
+  auto ops = [&](const auto& d, std::vector<Tensor>& x) {
+    d.dropout(x[0], x[1], 0.3, 77, 1000);
+    d.dropout_columns(x[2], x[3], 0.4, 78, 50, 96, 32);
+  };
+  CHECK(on_both(g, {host_random({70, 33}, 1), host_zeros({70, 33}), host_random({12, 40}, 2), host_zeros({12, 40})}, {1, 3}, ops) == 0);
+}
+TEST_CASE("cuda head permutes, column sums and sums of squares equal the CPU") {
+  device::Cuda g;
+  auto ops = [&](const auto& d, std::vector<Tensor>& x) {
+    d.permute_heads(x[0], x[1], 8, true);   // heads 2 x 12 from columns 8 .. 32 of rows of 40
+    d.permute_heads(x[2], x[1], 4, false);
+    d.sum_rows(x[0], x[3]);
+    d.sum_rows(x[0], x[4], 0.5);
+  };
+  CHECK(on_both(g, {host_random({3, 7, 40}, 1), host_zeros({3, 2, 7, 12}), host_random({3, 7, 40}, 2), host_random({40}, 3),
+                    host_random({40}, 4)}, {1, 2, 3, 4}, ops) < 1e-5);
+  const Tensor big = host_random({1000, 77}, 5);
+  CHECK(std::abs(g.sum_squares(to_gpu(g, big)) - cpu.sum_squares(big)) < 1e-6 * cpu.sum_squares(big));
+  CHECK(g.sum_squares(g.empty({0}, DType::kF32)) == 0);
+}
+TEST_CASE("cuda SGD, momentum and AdamW updates equal the CPU over several steps") {
+  device::Cuda g;
+  auto ops = [&](const auto& d, std::vector<Tensor>& x) {
+    for (int s = 1; s <= 3; ++s) {
+      d.sgd_update(x[0], x[1], 0.1, 0.01);
+      d.momentum_update(x[2], x[1], x[3], 0.1, 0.9, 0.01, s == 2);
+      d.adamw_update(x[4], x[1], x[5], x[6], 1e-2, 0.9, 0.999, 1e-8, 0.1, s);
+    }
+  };
+  CHECK(on_both(g, {host_random({5000}, 1), host_random({5000}, 2), host_random({5000}, 3), host_zeros({5000}), host_random({5000}, 4),
+                    host_zeros({5000}), host_zeros({5000})}, {0, 2, 3, 4, 5, 6}, ops) < 1e-6);
+}
+TEST_CASE("cuda: an id outside the vocabulary found by a kernel is an error at the next synchronisation, then cleared") {
+  device::Cuda g;
+  std::vector<std::int32_t> bad = {1, 2, 99, 3};
+  Tensor ids = g.empty({4}, DType::kI32), table = to_gpu(g, host_random({10, 8}, 1)), out = g.empty({4, 8}, DType::kF32);
+  g.upload(bad.data(), ids);
+  g.embedding(ids, table, out);
+  CHECK_THROWS_WITH_AS(g.synchronize(), doctest::Contains("embedding: id 99 outside [0, 10)"), Error);
+  g.synchronize();  // reported once
+  Tensor logits = to_gpu(g, host_random({4, 10}, 2));
+  g.upload(std::vector<std::int32_t>{1, 2, -4, 3}.data(), ids);
+  CHECK_THROWS_WITH_AS((void)g.cross_entropy(logits, ids), doctest::Contains("cross_entropy targets: id -4 outside [0, 10)"), Error);
+  std::vector<std::int64_t> rows = {0, 12};
+  Tensor index = g.empty({2}, DType::kI64), picked = g.empty({2, 8}, DType::kF32);
+  g.upload(rows.data(), index);
+  g.gather_rows(table, index, picked);
+  CHECK_THROWS_WITH_AS(g.synchronize(), doctest::Contains("row 12 outside [0, 10)"), Error);
 }
 }

@@ -29,6 +29,7 @@ struct CommunicatorBase {
   virtual std::string name() const = 0;
   virtual CommStats stats() const = 0;
   virtual MemorySpace space() const = 0;
+  virtual bool reaches(MemorySpace s) const = 0;
   virtual void all_reduce(const Buffer& in, const Buffer& out, ReduceOp op) = 0;
   virtual Work all_reduce_async(const Buffer& in, const Buffer& out, ReduceOp op) = 0;
   virtual void reduce_scatter(const Buffer& in, const Buffer& out, ReduceOp op) = 0;
@@ -63,6 +64,10 @@ class CommunicatorModel final : public CommunicatorBase {
   std::string name() const override { return std::string(get().name()); }
   CommStats stats() const override { return get().stats(); }
   MemorySpace space() const override { return space_of_v<C>; }
+  bool reaches(MemorySpace s) const override {
+    if constexpr (requires { get().reaches(s); }) return get().reaches(s);
+    else return s == space_of_v<C>;
+  }
   void all_reduce(const Buffer& in, const Buffer& out, ReduceOp op) override { get().all_reduce(in, out, op); }
   Work all_reduce_async(const Buffer& in, const Buffer& out, ReduceOp op) override { return get().all_reduce_async(in, out, op); }
   void reduce_scatter(const Buffer& in, const Buffer& out, ReduceOp op) override { get().reduce_scatter(in, out, op); }
@@ -114,8 +119,11 @@ class Communicator {
     return h;
   }
 
-  /// \brief The world of one rank (a single-device run).
+  /// \brief The world of one rank (a single-device run) on host memory.
   static Communicator solo() { return Communicator(SoloCommunicator{}); }
+  /// \brief The world of one rank on a device's memory: `copy` moves bytes in the device's order
+  /// (device::Cuda::copy_bytes), host memory as well.
+  static Communicator solo(SoloCommunicator::Copy copy) { return Communicator(SoloCommunicator(std::move(copy))); }
 
   [[nodiscard]] bool valid() const noexcept { return impl_ != nullptr; }
   [[nodiscard]] int rank() const { return impl().rank(); }
@@ -166,7 +174,7 @@ class Communicator {
   detail::CommunicatorBase& impl(const Buffer& a, const Buffer& b, const char* op) const {
     auto& c = impl();
     for (const Buffer* x : {&a, &b})
-      EPL_CHECK(x->count == 0 || x->space == c.space(), op, " on group '", c.name(), "': a buffer in ", name_of(x->space),
+      EPL_CHECK(x->count == 0 || c.reaches(x->space), op, " on group '", c.name(), "': a buffer in ", name_of(x->space),
                 " memory passed to a communicator of ", name_of(c.space()), " memory (", c.space() == MemorySpace::kDevice
                     ? "NCCL moves device memory: copy host values to the device first"
                     : "this backend moves host memory: copy device values to the host first",

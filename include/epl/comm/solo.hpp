@@ -5,6 +5,7 @@
 /// the same code as N ranks, with no thread, lock or timeout behind it (and no backend to compile).
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,16 @@ namespace comm {
 /// \brief The communicator of a world of one. Models comm::communicator.
 class SoloCommunicator {
  public:
+  /// Moves n bytes from src to dst wherever they live (a device's copy, in its stream's order).
+  using Copy = std::function<void(void* dst, const void* src, std::size_t n)>;
+  /// \brief Host memory only.
+  SoloCommunicator() = default;
+  /// \brief Host and device memory: buffers of a device are moved by `copy` (the world of one
+  /// rank that trains on a GPU).
+  explicit SoloCommunicator(Copy copy) : copy_(std::move(copy)) {}
+
+  /// Whether it moves buffers in space s: host memory always, a device's with a Copy.
+  [[nodiscard]] bool reaches(MemorySpace s) const noexcept { return s == MemorySpace::kHost || copy_ != nullptr; }
   [[nodiscard]] int rank() const noexcept { return 0; }
   [[nodiscard]] int size() const noexcept { return 1; }
   [[nodiscard]] std::string_view name() const noexcept { return "solo"; }
@@ -46,12 +57,13 @@ class SoloCommunicator {
   void all_to_all_v(const Buffer& in, const std::vector<std::int64_t>& send, const Buffer& out, const std::vector<std::int64_t>& recv) {
     detail::check_all_to_all_counts(in, send, out, recv, 1, "solo");
     EPL_CHECK(send[0] == recv[0], "all_to_all_v on group 'solo': sends ", send[0], " elements to itself and receives ", recv[0]);
-    if (send[0] > 0 && in.data != out.data) std::memcpy(out.data, in.data, static_cast<std::size_t>(send[0]) * size_of(in.dtype));
+    if (send[0] > 0 && in.data != out.data) move(out, in, static_cast<std::size_t>(send[0]) * size_of(in.dtype));
   }
   void send(const Buffer& b, int dst, int tag) {
     check_rank(dst, "send");
-    const auto* p = static_cast<const char*>(b.data);
-    mailbox_.push_back({tag, b.dtype, std::vector<char>(p, p + b.bytes())});
+    std::vector<char> bytes(b.bytes());
+    if (!bytes.empty()) move(Buffer(bytes.data(), b.count, b.dtype), b, bytes.size());
+    mailbox_.push_back({tag, b.dtype, std::move(bytes)});
   }
   void recv(const Buffer& b, int src, int tag) {
     check_rank(src, "recv");
@@ -59,7 +71,7 @@ class SoloCommunicator {
       if (it->tag != tag) continue;
       EPL_CHECK(it->dtype == b.dtype && it->bytes.size() == b.bytes(), "recv on group 'solo': expected ", b.count, " ",
                 name_of(b.dtype), " elements, the message holds ", it->bytes.size(), " bytes of ", name_of(it->dtype));
-      std::memcpy(b.data, it->bytes.data(), it->bytes.size());
+      if (!it->bytes.empty()) move(b, Buffer(it->bytes.data(), b.count, b.dtype), it->bytes.size());
       mailbox_.erase(it);
       return;
     }
@@ -75,7 +87,7 @@ class SoloCommunicator {
     return Work::done();
   }
   void barrier() noexcept {}
-  [[nodiscard]] SoloCommunicator split(int, int) const { return {}; }
+  [[nodiscard]] SoloCommunicator split(int, int) const { return SoloCommunicator(copy_); }
   void cancel(const std::string&) noexcept {}
 
  private:
@@ -87,12 +99,22 @@ class SoloCommunicator {
   static void check_rank(int r, const char* op) {
     EPL_CHECK(r == 0, op, " on group 'solo' names rank ", r, ", but a world of one has rank 0 only");
   }
-  static void copy(const Buffer& in, const Buffer& out, const char* op) {
+  void copy(const Buffer& in, const Buffer& out, const char* op) const {
     EPL_CHECK(in.count == out.count && in.dtype == out.dtype, op, " on group 'solo': input ", in.count, " ", name_of(in.dtype),
               " and output ", out.count, " ", name_of(out.dtype), " elements must match in a world of one");
-    if (in.data != out.data && in.count > 0) std::memcpy(out.data, in.data, in.bytes());
+    if (in.data != out.data && in.count > 0) move(out, in, in.bytes());
+  }
+  // n bytes from src to dst: memcpy between host buffers, the device's Copy where either is a device's.
+  void move(const Buffer& dst, const Buffer& src, std::size_t n) const {
+    if (dst.space == MemorySpace::kHost && src.space == MemorySpace::kHost) std::memcpy(dst.data, src.data, n);
+    else {
+      EPL_CHECK(copy_ != nullptr, "solo communicator: a buffer in device memory, and this world of one was made for host memory "
+                "only; make it with the device's copy (comm::Communicator::solo(copy))");
+      copy_(dst.data, src.data, n);
+    }
   }
   std::deque<Message> mailbox_;
+  Copy copy_;
 };
 
 static_assert(communicator<SoloCommunicator>);

@@ -9,22 +9,24 @@
 #include <cstdint>
 #include <numbers>
 
+#include "epl/core/host_device.hpp"
+
 namespace epl {
 inline namespace v0 {
 
 /// \brief SplitMix64 finaliser: a bijective mix of 64 bits.
-constexpr std::uint64_t mix64(std::uint64_t x) noexcept {
+EPL_HOST_DEVICE constexpr std::uint64_t mix64(std::uint64_t x) noexcept {
   x += 0x9e3779b97f4a7c15ull;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
   return x ^ (x >> 31);
 }
 /// \brief A stream key from a seed and a stream id (parameter ordinal, dropout call, ...).
-constexpr std::uint64_t stream_key(std::uint64_t seed, std::uint64_t stream) noexcept {
+EPL_HOST_DEVICE constexpr std::uint64_t stream_key(std::uint64_t seed, std::uint64_t stream) noexcept {
   return mix64(mix64(seed) ^ (stream * 0xd1b54a32d192ed03ull));
 }
 /// \brief Uniform in [0, 1) with 53 random bits.
-constexpr double uniform01(std::uint64_t key, std::uint64_t i) noexcept {
+EPL_HOST_DEVICE constexpr double uniform01(std::uint64_t key, std::uint64_t i) noexcept {
   return static_cast<double>(mix64(key ^ mix64(i)) >> 11) * 0x1.0p-53;
 }
 /// \brief Standard normal by Box-Muller over two counter draws.

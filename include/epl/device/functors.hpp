@@ -7,11 +7,7 @@
 /// for the host and, in a .cu translation unit, for the GPU.
 #include <cmath>
 
-#if defined(__CUDACC__)
-#define EPL_HOST_DEVICE __host__ __device__
-#else
-#define EPL_HOST_DEVICE
-#endif
+#include "epl/core/host_device.hpp"
 
 namespace epl {
 inline namespace v0 {

@@ -43,9 +43,18 @@ struct body_names {
   static constexpr bool kRenames = false;
 };
 
+namespace detail {
+// A visitor that takes any member (a named type: nvcc's front end rejects a lambda inside a
+// requires-expression, and the concept would then be false for every layer).
+struct AnyMember {
+  template <class M>
+  void operator()(std::string_view, M&) const {}
+};
+}  // namespace detail
+
 /// \brief True when T names its members itself: it has `visit(v)`.
 template <class T>
-concept visitable = requires(T& t) { t.visit([](std::string_view, auto&) {}); };
+concept visitable = requires(T& t, detail::AnyMember v) { t.visit(v); };
 
 /// \brief Calls fn(name, member) for each member of node, in visiting order: the members its
 /// visit(v) names, else an aggregate's fields (by their declared names); nothing for a Parameter

@@ -25,13 +25,42 @@ namespace reflect {
 template <class T>
 inline constexpr bool is_reflectable_v = std::is_class_v<T> && std::is_aggregate_v<T>;
 
+namespace detail {
+// Converts to any type; declared only (used in unevaluated brace initialisations).
+struct AnyField {
+  template <class U>
+  operator U() const noexcept;
+};
+// An aggregate of exactly one field. Boost.PFR 1.81 cannot count such a struct under nvcc (its
+// check that the first field is no base class fails to compile there), so epl reads the one field
+// through a structured binding on every compiler.
+template <class T>
+inline constexpr bool one_field_v = std::is_class_v<T> && std::is_aggregate_v<T> && !std::is_empty_v<T> &&
+                                    requires { T{AnyField{}}; } && !requires { T{AnyField{}, AnyField{}}; };
+}  // namespace detail
+
 /// \brief The number of fields of aggregate T.
 template <class T>
-inline constexpr std::size_t field_count_v = boost::pfr::tuple_size_v<T>;
+inline constexpr std::size_t field_count_v = [] {
+  if constexpr (detail::one_field_v<T>) return std::size_t{1};
+  else return boost::pfr::tuple_size_v<T>;
+}();
+
+/// \brief Field I of aggregate t (a reference).
+template <std::size_t I, class T>
+constexpr auto& get(T& t) noexcept {
+  if constexpr (detail::one_field_v<std::remove_const_t<T>>) {
+    static_assert(I == 0);
+    auto& [field] = t;
+    return *std::addressof(field);  // the field of t (nvcc takes a plain `return field` for a local's)
+  } else {
+    return boost::pfr::get<I>(t);
+  }
+}
 
 /// \brief The type of field I of aggregate T.
 template <std::size_t I, class T>
-using field_t = boost::pfr::tuple_element_t<I, T>;
+using field_t = std::remove_cvref_t<decltype(reflect::get<I>(std::declval<T&>()))>;
 
 namespace detail {
 template <class T>
@@ -75,9 +104,9 @@ consteval std::string_view member_name(std::string_view sig) {
 }
 template <class T, std::size_t I>
 consteval std::string_view spelled_field_name() {
-  using F = std::remove_cvref_t<decltype(boost::pfr::get<I>(fake_object<T>.value))>;
+  using F = std::remove_cvref_t<decltype(reflect::get<I>(fake_object<T>.value))>;
   // std::addressof: nvcc's front end takes no built-in & of the reference pfr::get returns here
-  return member_name(signature<FieldPointer<F>{std::addressof(boost::pfr::get<I>(fake_object<T>.value))}>());
+  return member_name(signature<FieldPointer<F>{std::addressof(reflect::get<I>(fake_object<T>.value))}>());
 }
 #if defined(__clang__)
 #pragma clang diagnostic pop
@@ -128,7 +157,8 @@ inline constexpr std::string_view field_name_v = detail::FieldName<T, I>::value;
 /// \brief Calls fn(field, index) for each field of t in declaration order.
 template <class T, class Fn>
 void for_each_field(T& t, Fn&& fn) {
-  boost::pfr::for_each_field(t, std::forward<Fn>(fn));
+  if constexpr (detail::one_field_v<T>) fn(reflect::get<0>(t), std::integral_constant<std::size_t, 0>{});
+  else boost::pfr::for_each_field(t, std::forward<Fn>(fn));
 }
 
 /// \brief Calls fn(field, index) for each field of t in reverse declaration order.
@@ -136,7 +166,7 @@ template <class T, class Fn>
 void for_each_field_reverse(T& t, Fn&& fn) {
   constexpr std::size_t n = field_count_v<T>;
   [&]<std::size_t... I>(std::index_sequence<I...>) {
-    (fn(boost::pfr::get<n - 1 - I>(t), std::integral_constant<std::size_t, n - 1 - I>{}), ...);
+    (fn(reflect::get<n - 1 - I>(t), std::integral_constant<std::size_t, n - 1 - I>{}), ...);
   }(std::make_index_sequence<n>{});
 }
 
@@ -144,7 +174,8 @@ void for_each_field_reverse(T& t, Fn&& fn) {
 /// fingerprints and messages).
 template <class T, class Fn>
 void for_each_field_const(const T& t, Fn&& fn) {
-  boost::pfr::for_each_field(t, [&](const auto& field) { fn(field); });
+  if constexpr (detail::one_field_v<T>) fn(reflect::get<0>(t));
+  else boost::pfr::for_each_field(t, [&](const auto& field) { fn(field); });
 }
 
 /// \brief True when pred<field_t<I, T>> holds for every field.

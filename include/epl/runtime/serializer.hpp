@@ -416,7 +416,8 @@ void BasicSerializer<Unused>::load_safetensors(const std::filesystem::path& file
     for (const auto& entry : s.names) {
       const std::string& name = entry.second;  // not a structured binding: clang 14's lambdas cannot capture one
       const auto bytes = f.read(name);
-      auto finite = [&]<class T>(T) {
+      auto finite = [&](auto zero) {  // not [&]<class T>(T): nvcc's host pass mangles a template lambda here
+        using T = decltype(zero);
         for (std::size_t i = 0; i + sizeof(T) <= bytes.size(); i += sizeof(T)) {
           T v;
           std::memcpy(&v, bytes.data() + i, sizeof(T));

@@ -70,7 +70,7 @@ class Trainer {
       : Trainer(ctx, ctx.cpu(), cfg, std::move(model), std::move(optimizer), std::move(opt)) {}
   /// \brief Trains on one device: a world of one, the same code.
   Trainer(const D& device, const Config& cfg, Model model, Optimizer optimizer, TrainerOptions opt = {})
-      : device_(&device), solo_(comm::Communicator::solo()), world_(&*solo_), model_(std::move(model)),
+      : device_(&device), solo_(solo_of(device)), world_(&*solo_), model_(std::move(model)),
         updater_(std::move(optimizer)), opt_(std::move(opt)) {
     if constexpr (device::trainable<D>) init(cfg);
   }
@@ -231,6 +231,12 @@ class Trainer {
   [[nodiscard]] const Timeline* timeline() const noexcept { return tracer_.timeline(); }
 
  private:
+  // The world of one rank on device d: a GPU's buffers are moved by its own copy.
+  static comm::Communicator solo_of(const D& d) {
+    if constexpr (requires { d.copy_bytes(nullptr, nullptr, std::size_t{0}); })
+      return comm::Communicator::solo([&d](void* dst, const void* src, std::size_t n) { d.copy_bytes(dst, src, n); });
+    else return comm::Communicator::solo();
+  }
   void init(const Config& cfg) {
     config_ = cfg;
     auto options = plan_options(cfg, opt_);

@@ -83,6 +83,12 @@ class NcclCommunicator {
   [[nodiscard]] const std::string& name() const noexcept { return name_; }
   [[nodiscard]] CommStats stats() const noexcept { return stats_; }
 
+  /// \brief Device memory, and host memory through device copies: the few host values a trainer
+  /// agrees on over its world (losses, norms, the run's facts) go through the GPU, as NCCL moves
+  /// nothing else. The blocking collectives stage host buffers; the asynchronous ones and
+  /// point-to-point transfers take device memory only.
+  [[nodiscard]] bool reaches(MemorySpace) const noexcept { return true; }
+
   /// \brief Aborts the NCCL communicator: work on the stream ends, later operations fail.
   void cancel(const std::string& reason) noexcept {
     cancelled_ = reason;
@@ -91,38 +97,38 @@ class NcclCommunicator {
   }
 
   void all_reduce(const Buffer& in, const Buffer& out, ReduceOp op) {
-    enqueue_all_reduce(in, out, op);
-    wait("all_reduce");
+    staged(in, out, [&](const Buffer& i, const Buffer& o) { enqueue_all_reduce(i, o, op); }, "all_reduce");
   }
   void all_reduce(const Buffer& inout, ReduceOp op) { all_reduce(inout, inout, op); }
   /// Equal shares only (NCCL's reduce_scatter): out.count * size == in.count.
   void reduce_scatter(const Buffer& in, const Buffer& out, ReduceOp op) {
-    enqueue_reduce_scatter(in, out, op);
-    wait("reduce_scatter");
+    staged(in, out, [&](const Buffer& i, const Buffer& o) { enqueue_reduce_scatter(i, o, op); }, "reduce_scatter");
   }
   /// Equal sizes only (NCCL's all_gather): in.count * size == out.count.
   void all_gather(const Buffer& in, const Buffer& out) {
-    enqueue_all_gather(in, out);
-    wait("all_gather");
+    staged(in, out, [&](const Buffer& i, const Buffer& o) { enqueue_all_gather(i, o); }, "all_gather");
   }
-  void broadcast(const Buffer& buf, int root) {
+  void broadcast(const Buffer& buffer, int root) {
     usable("broadcast");
     check_rank(root, "broadcast root");
-    EPL_NCCL_CHECK(ncclBroadcast(buf.data, buf.data, static_cast<std::size_t>(buf.count), detail::nccl_type(buf.dtype), root, comm_,
-                                 gpu_->stream()));
-    account(rank_ == root ? (size_ - 1) * static_cast<std::int64_t>(buf.bytes()) : 0, rank_ == root ? 0 : static_cast<std::int64_t>(buf.bytes()));
-    wait("broadcast");
+    staged(buffer, buffer, [&](const Buffer& buf, const Buffer&) {
+      EPL_NCCL_CHECK(ncclBroadcast(buf.data, buf.data, static_cast<std::size_t>(buf.count), detail::nccl_type(buf.dtype), root, comm_,
+                                   gpu_->stream()));
+      account(rank_ == root ? (size_ - 1) * static_cast<std::int64_t>(buf.bytes()) : 0, rank_ == root ? 0 : static_cast<std::int64_t>(buf.bytes()));
+    }, "broadcast");
   }
   void reduce(const Buffer& in, const Buffer& out, ReduceOp op, int root) {
     usable("reduce");
     check_rank(root, "reduce root");
-    EPL_NCCL_CHECK(ncclReduce(in.data, out.data, static_cast<std::size_t>(in.count), detail::nccl_type(in.dtype), detail::nccl_op(op),
-                              root, comm_, gpu_->stream()));
-    account(static_cast<std::int64_t>(in.bytes()), 0);
-    wait("reduce");
+    staged(in, out, [&](const Buffer& i, const Buffer& o) {
+      EPL_NCCL_CHECK(ncclReduce(i.data, o.data, static_cast<std::size_t>(i.count), detail::nccl_type(i.dtype), detail::nccl_op(op),
+                                root, comm_, gpu_->stream()));
+      account(static_cast<std::int64_t>(i.bytes()), 0);
+    }, "reduce");
   }
   /// Tags are not NCCL's: messages between two ranks arrive in the order sent; tag must be 0.
   void send(const Buffer& buf, int dst, int tag) {
+    device_only(buf, buf, "send");
     usable("send");
     check_rank(dst, "send destination");
     EPL_CHECK(tag == 0, "send over NCCL: tag ", tag, " given; NCCL orders messages per peer and has no tags, use 0");
@@ -131,6 +137,7 @@ class NcclCommunicator {
     wait("send");
   }
   void recv(const Buffer& buf, int src, int tag) {
+    device_only(buf, buf, "recv");
     usable("recv");
     check_rank(src, "recv source");
     EPL_CHECK(tag == 0, "recv over NCCL: tag ", tag, " given; NCCL orders messages per peer and has no tags, use 0");
@@ -141,6 +148,7 @@ class NcclCommunicator {
   /// \brief send and recv enqueued on the device stream; the Work completes when the stream
   /// reaches them. NCCL pairs a send with the peer's receive in issue order (tag 0 only).
   Work isend(const Buffer& buf, int dst, int tag) {
+    device_only(buf, buf, "isend");
     usable("send");
     check_rank(dst, "send destination");
     EPL_CHECK(tag == 0, "send over NCCL: tag ", tag, " given; NCCL orders messages per peer and has no tags, use 0");
@@ -149,6 +157,7 @@ class NcclCommunicator {
     return completion();
   }
   Work irecv(const Buffer& buf, int src, int tag) {
+    device_only(buf, buf, "irecv");
     usable("recv");
     check_rank(src, "recv source");
     EPL_CHECK(tag == 0, "recv over NCCL: tag ", tag, " given; NCCL orders messages per peer and has no tags, use 0");
@@ -161,6 +170,7 @@ class NcclCommunicator {
   /// check that, NCCL fails or hangs until the timeout on a mismatch).
   void all_to_all_v(const Buffer& in, const std::vector<std::int64_t>& send_counts, const Buffer& out,
                     const std::vector<std::int64_t>& recv_counts) {
+    device_only(in, out, "all_to_all_v");
     usable("all_to_all");
     detail::check_all_to_all_counts(in, send_counts, out, recv_counts, size_, name_);
     std::int64_t so = 0, ro = 0, sent = 0, received = 0;
@@ -204,19 +214,52 @@ class NcclCommunicator {
   /// \brief Enqueues the all_reduce on the device stream and returns at once; the Work
   /// completes when the stream reaches it.
   Work all_reduce_async(const Buffer& in, const Buffer& out, ReduceOp op) {
+    device_only(in, out, "all_reduce_async");
     enqueue_all_reduce(in, out, op);
     return completion();
   }
   Work reduce_scatter_async(const Buffer& in, const Buffer& out, ReduceOp op) {
+    device_only(in, out, "reduce_scatter_async");
     enqueue_reduce_scatter(in, out, op);
     return completion();
   }
   Work all_gather_async(const Buffer& in, const Buffer& out) {
+    device_only(in, out, "all_gather_async");
     enqueue_all_gather(in, out);
     return completion();
   }
 
  private:
+  // Runs `enqueue` on device buffers and waits: host buffers are copied to device memory first
+  // (in, then out unless it is in), and out is copied back.
+  template <class Enqueue>
+  void staged(const Buffer& in, const Buffer& out, Enqueue&& enqueue, const char* op) {
+    if (in.space == MemorySpace::kDevice && out.space == MemorySpace::kDevice) {
+      enqueue(in, out);
+      wait(op);
+      return;
+    }
+    auto on_device = [&](const Buffer& b) {
+      Tensor t = gpu_->empty({std::max<std::int64_t>(b.count, 1)}, b.dtype, MemoryCategory::kCommunication);
+      if (b.count > 0) gpu_->copy_bytes(t.raw(), b.data, b.bytes());
+      return t;
+    };
+    const Tensor di = in.space == MemorySpace::kHost ? on_device(in) : Tensor{};
+    const Tensor dout = out.data == in.data ? di : out.space == MemorySpace::kHost ? on_device(out) : Tensor{};
+    const Buffer i = di.defined() ? Buffer(di.raw(), in.count, in.dtype, MemorySpace::kDevice) : in;
+    const Buffer o = dout.defined() ? Buffer(dout.raw(), out.count, out.dtype, MemorySpace::kDevice) : out;
+    enqueue(i, o);
+    wait(op);
+    if (out.space == MemorySpace::kHost && out.count > 0) {
+      gpu_->copy_bytes(out.data, o.data, out.bytes());
+      gpu_->synchronize();
+    }
+  }
+  void device_only(const Buffer& a, const Buffer& b, const char* op) const {
+    EPL_CHECK((a.count == 0 || a.space == MemorySpace::kDevice) && (b.count == 0 || b.space == MemorySpace::kDevice), op,
+              " over NCCL on group '", name_, "': a buffer in host memory; this operation moves device memory only (copy it to the "
+              "GPU first, or use the blocking collective, which stages host buffers)");
+  }
   // A Work that completes when the device stream reaches this point.
   Work completion() {
     auto state = std::make_shared<Work::State>();

@@ -1,17 +1,21 @@
 #pragma once
 /// \file
 /// \brief device::Cuda — one CUDA device: memory from a caching allocator, work enqueued on
-/// the device's own stream, GEMM through cuBLAS, element-wise kernels of our own.
+/// the device's own stream, GEMM through cuBLAS, and kernels of our own for the rest.
 ///
-/// Models device_math (memory, BLAS, element-wise). The layer kernels of device_for_layers
-/// (norms, softmax, embedding, cross-entropy, optimizer updates) follow in a later step;
-/// docs/architecture.md tracks what each backend models.
+/// Models device_for_layers: a Trainer trains every built-in layer on it. The layer kernels are
+/// launches of the bodies in device/bodies.hpp, which the CPU test suite runs on the host too.
+/// Bad ids and targets cannot be checked on the host before a kernel (they live on the GPU): the
+/// kernel reports the first one into mapped host memory, and the next synchronize() or
+/// download() throws the epl::Error naming it.
 #include <cstring>
 #include <map>
 #include <mutex>
 #include <vector>
 
 #include "epl/core/tensor.hpp"
+#include "epl/device/blas_args.hpp"
+#include "epl/device/bodies.hpp"
 #include "epl/device/checks.hpp"
 #include "epl/device/cuda/check.cuh"
 #include "epl/device/functors.hpp"
@@ -66,8 +70,12 @@ class Cuda {
     EPL_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
     EPL_CUBLAS_CHECK(cublasCreate(&blas_));
     EPL_CUBLAS_CHECK(cublasSetStream(blas_, stream_));
+    EPL_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&report_), sizeof(kernels::Report), cudaHostAllocMapped));
+    *report_ = {};
+    EPL_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&report_on_device_), report_, 0));
   }
   ~Cuda() {
+    if (report_) cudaFreeHost(report_);
     if (blas_) cublasDestroy(blas_);
     if (copy_stream_) cudaStreamDestroy(copy_stream_);
     if (stream_) cudaStreamDestroy(stream_);
@@ -78,7 +86,11 @@ class Cuda {
   [[nodiscard]] DeviceId id() const noexcept { return alloc_->device(); }
   [[nodiscard]] Allocator& allocator() const noexcept { return *alloc_; }
   [[nodiscard]] cudaStream_t stream() const noexcept { return stream_; }
-  void synchronize() const { EPL_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+  /// Waits for the stream's work; throws the first bad input a kernel reported since the last time.
+  void synchronize() const {
+    EPL_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    check_reports();
+  }
 
   // ---- memory ------------------------------------------------------------------------
   [[nodiscard]] Tensor empty(Shape s, DType t, MemoryCategory c = MemoryCategory::kActivations) const {
@@ -102,6 +114,11 @@ class Cuda {
   void copy(const Tensor& src, const Tensor& dst) const {
     same(src, dst, "copy");
     EPL_CUDA_CHECK(cudaMemcpyAsync(dst.raw(), src.raw(), src.bytes(), cudaMemcpyDefault, stream_));
+  }
+  /// n bytes from src to dst on the stream, wherever either lives (device, pinned or pageable host
+  /// memory): the copy a world of one rank moves buffers with (comm::Communicator::solo).
+  void copy_bytes(void* dst, const void* src, std::size_t n) const {
+    EPL_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, stream_));
   }
   /// \brief A copy started by copy_ahead(); await() orders the stream's later work after it.
   class CopyTicket {
@@ -219,6 +236,215 @@ class Cuda {
     });
   }
 
+  // ---- reductions --------------------------------------------------------------------
+  /// out = beta out + the column sums of x's 2-D view.
+  void sum_rows(const Tensor& x, const Tensor& out, double beta = 0) const {
+    EPL_CHECK(out.numel() == x.shape().back(), "sum_rows: output ", out.shape(), " for rows of ", x.shape());
+    detail::same_dtype(x, out, "sum_rows");
+    if (beta == 0) fill(out, 0.0);
+    else if (beta != 1) scale(out, beta);
+    visit_compute(x.dtype(), [&]<class T>() {
+      columns(kernels::ColumnSums<T>{x.data<T>(), out.data<T>(), x.shape().back()}, x.shape().rows(), x.shape().back());
+    });
+  }
+  /// The sum of x's squares, accumulated in double and read back (it waits for the stream).
+  [[nodiscard]] double sum_squares(const Tensor& x) const { return sum(x, true); }
+
+  // ---- layer kernels -----------------------------------------------------------------
+  void layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y, const Tensor& mean,
+                  const Tensor& rstd, double eps) const {
+    const auto rows = x.shape().rows(), cols = x.shape().back();
+    EPL_CHECK(gamma.numel() == cols && beta.numel() == cols && mean.numel() == rows && rstd.numel() == rows,
+              "layer_norm: x ", x.shape(), " gamma ", gamma.shape(), " beta ", beta.shape());
+    same(x, y, "layer_norm");
+    visit_compute(x.dtype(), [&]<class T>() {
+      this->rows(kernels::LayerNormRows<T>{x.data<T>(), gamma.data<T>(), beta.data<T>(), y.data<T>(), mean.data<T>(), rstd.data<T>(),
+                                           cols, T(eps)}, rows);
+    });
+  }
+  void layer_norm_backward(const Tensor& x, const Tensor& gamma, const Tensor& mean, const Tensor& rstd, const Tensor& dy,
+                           const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta) const {
+    same(x, dy, "layer_norm_backward");
+    same(x, dx, "layer_norm_backward");
+    const auto rows = x.shape().rows(), cols = x.shape().back();
+    EPL_CHECK(gamma.numel() == cols && dgamma.numel() == cols && dbeta.numel() == cols && mean.numel() == rows && rstd.numel() == rows,
+              "layer_norm_backward: x ", x.shape(), " gamma ", gamma.shape(), " dgamma ", dgamma.shape(), " dbeta ", dbeta.shape());
+    visit_compute(x.dtype(), [&]<class T>() {
+      this->rows(kernels::LayerNormBackwardRows<T>{x.data<T>(), gamma.data<T>(), mean.data<T>(), rstd.data<T>(), dy.data<T>(),
+                                                   dx.data<T>(), cols}, rows);
+      columns(kernels::LayerNormParamGrads<T>{x.data<T>(), mean.data<T>(), rstd.data<T>(), dy.data<T>(), dgamma.data<T>(),
+                                              dbeta.data<T>(), cols}, rows, cols);
+    });
+  }
+  /// p = causal softmax(scale s) over [batch, t, t].
+  void softmax_causal(const Tensor& s, const Tensor& p, double scale) const {
+    EPL_CHECK(s.rank() == 3 && s.dim(1) == s.dim(2), "softmax_causal needs [batch, t, t], got ", s.shape());
+    same(s, p, "softmax_causal");
+    visit_compute(s.dtype(), [&]<class T>() {
+      rows(kernels::SoftmaxCausalRows<T>{s.data<T>(), p.data<T>(), s.dim(1), T(scale)}, s.dim(0) * s.dim(1));
+    });
+  }
+  void softmax_causal_backward(const Tensor& p, const Tensor& dp, const Tensor& ds, double scale) const {
+    EPL_CHECK(p.rank() == 3 && p.dim(1) == p.dim(2), "softmax_causal_backward needs [batch, t, t], got ", p.shape());
+    same(p, dp, "softmax_causal_backward");
+    same(p, ds, "softmax_causal_backward");
+    visit_compute(p.dtype(), [&]<class T>() {
+      rows(kernels::SoftmaxCausalBackwardRows<T>{p.data<T>(), dp.data<T>(), ds.data<T>(), p.dim(1), T(scale)}, p.dim(0) * p.dim(1));
+    });
+  }
+  void softmax_rows(const Tensor& x, const Tensor& y) const {
+    same(x, y, "softmax_rows");
+    visit_compute(x.dtype(), [&]<class T>() { rows(kernels::SoftmaxRows<T>{x.data<T>(), y.data<T>(), x.shape().back()}, x.shape().rows()); });
+  }
+  void softmax_rows_backward(const Tensor& y, const Tensor& dy, const Tensor& dx) const {
+    same(y, dy, "softmax_rows_backward");
+    same(y, dx, "softmax_rows_backward");
+    visit_compute(y.dtype(), [&]<class T>() {
+      rows(kernels::SoftmaxRowsBackward<T>{y.data<T>(), dy.data<T>(), dx.data<T>(), y.shape().back()}, y.shape().rows());
+    });
+  }
+  /// out[i, :] = table[ids[i] - first, :] (device::Cpu::embedding); an id outside the vocabulary
+  /// is thrown at the next synchronisation.
+  void embedding(const Tensor& ids, const Tensor& table, const Tensor& out, std::int64_t first = 0, std::int64_t vocab = 0) const {
+    EPL_CHECK(out.numel() == ids.numel() * table.dim(1), "embedding: output ", out.shape(), " for ", ids.shape(), " ids");
+    detail::same_dtype(table, out, "embedding");
+    visit_index(ids.dtype(), [&]<class I>() {
+      visit_compute(table.dtype(), [&]<class T>() {
+        rows(kernels::EmbeddingRows<T, I>{ids.data<I>(), table.data<T>(), out.data<T>(), table.dim(1), first, table.dim(0),
+                                          vocab > 0 ? vocab : table.dim(0), report_on_device_}, ids.numel());
+      });
+    });
+  }
+  void embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable, std::int64_t first = 0,
+                          std::int64_t vocab = 0) const {
+    EPL_CHECK(dout.numel() == ids.numel() * dtable.dim(1), "embedding_backward: gradient ", dout.shape(), " for ", ids.shape(), " ids");
+    detail::same_dtype(dtable, dout, "embedding_backward");
+    visit_index(ids.dtype(), [&]<class I>() {
+      visit_compute(dtable.dtype(), [&]<class T>() {
+        rows(kernels::EmbeddingBackwardRows<T, I>{ids.data<I>(), dout.data<T>(), dtable.data<T>(), dtable.dim(1), first, dtable.dim(0),
+                                                  vocab > 0 ? vocab : dtable.dim(0), report_on_device_}, ids.numel());
+      });
+    });
+  }
+  /// dst[i, :] = src[index[i], :]; index an i64 tensor of row numbers of src.
+  void gather_rows(const Tensor& src, const Tensor& index, const Tensor& dst) const {
+    check_rows(src, index, dst, "gather_rows");
+    visit_compute(src.dtype(), [&]<class T>() {
+      rows(kernels::IndexedRows<T>{src.data<T>(), index.data<std::int64_t>(), nullptr, dst.data<T>(), src.shape().back(),
+                                   src.shape().rows(), false, report_on_device_}, index.numel());
+    });
+  }
+  /// dst[index[i], :] += weight[i] src[i, :] (weight undefined: 1).
+  void scatter_add_rows(const Tensor& src, const Tensor& index, const Tensor& weight, const Tensor& dst) const {
+    check_rows(dst, index, src, "scatter_add_rows");
+    EPL_CHECK(!weight.defined() || weight.numel() == index.numel(), "scatter_add_rows: ", weight.numel(), " weights for ",
+              index.numel(), " rows");
+    visit_compute(src.dtype(), [&]<class T>() {
+      rows(kernels::IndexedRows<T>{src.data<T>(), index.data<std::int64_t>(), weight.defined() ? weight.data<T>() : nullptr,
+                                   dst.data<T>(), src.shape().back(), dst.shape().rows(), true, report_on_device_}, index.numel());
+    });
+  }
+  void row_dot(const Tensor& a, const Tensor& b, const Tensor& out) const {
+    same(a, b, "row_dot");
+    EPL_CHECK(out.numel() == a.shape().rows(), "row_dot: ", out.numel(), " outputs for ", a.shape().rows(), " rows");
+    visit_compute(a.dtype(), [&]<class T>() {
+      rows(kernels::RowDot<T>{a.data<T>(), b.data<T>(), out.data<T>(), a.shape().back()}, a.shape().rows());
+    });
+  }
+  void row_max(const Tensor& x, const Tensor& out) const {
+    EPL_CHECK(out.numel() == x.shape().rows(), "row_max: ", out.numel(), " outputs for ", x.shape().rows(), " rows of ", x.shape());
+    detail::same_dtype(x, out, "row_max");
+    visit_compute(x.dtype(), [&]<class T>() { rows(kernels::RowMax<T>{x.data<T>(), out.data<T>(), x.shape().back()}, x.shape().rows()); });
+  }
+  /// A part of a vocabulary-parallel cross-entropy (device::Cpu::cross_entropy_stats).
+  void cross_entropy_stats(const Tensor& logits, const Tensor& targets, const Tensor& max, const Tensor& sum_exp,
+                           const Tensor& target_logit, std::int64_t first, std::int64_t vocab) const {
+    const auto rows_ = logits.shape().rows();
+    EPL_CHECK(targets.numel() == rows_ && max.numel() == rows_ && sum_exp.numel() == rows_ && target_logit.numel() == rows_,
+              "cross_entropy_stats: ", targets.numel(), " targets and ", max.numel(), ", ", sum_exp.numel(), ", ", target_logit.numel(),
+              " row statistics for ", rows_, " rows of logits ", logits.shape());
+    visit_index(targets.dtype(), [&]<class I>() {
+      visit_compute(logits.dtype(), [&]<class T>() {
+        rows(kernels::CrossEntropyStatsRows<T, I>{logits.data<T>(), targets.data<I>(), max.data<T>(), sum_exp.data<T>(),
+                                                  target_logit.data<T>(), logits.shape().back(), first, vocab, report_on_device_}, rows_);
+      });
+    });
+  }
+  void cross_entropy_part_backward(const Tensor& logits, const Tensor& targets, const Tensor& max, const Tensor& sum_exp,
+                                   const Tensor& dlogits, std::int64_t first, double scale) const {
+    same(logits, dlogits, "cross_entropy_part_backward");
+    visit_index(targets.dtype(), [&]<class I>() {
+      visit_compute(logits.dtype(), [&]<class T>() {
+        rows(kernels::CrossEntropyPartBackwardRows<T, I>{logits.data<T>(), targets.data<I>(), max.data<T>(), sum_exp.data<T>(),
+                                                         dlogits.data<T>(), logits.shape().back(), first, T(scale)},
+             logits.shape().rows());
+      });
+    });
+  }
+  /// Sum over rows of the cross-entropy of logits [rows, classes] against class ids (read back:
+  /// it waits for the stream, and throws for a target outside the classes).
+  [[nodiscard]] double cross_entropy(const Tensor& logits, const Tensor& targets) const {
+    EPL_CHECK(targets.numel() == logits.shape().rows(), "cross_entropy: ", targets.numel(), " targets for ", logits.shape().rows(),
+              " rows of logits ", logits.shape());
+    Tensor loss = empty({logits.shape().rows()}, logits.dtype(), MemoryCategory::kWorkspace);
+    cross_entropy_rows(logits, targets, loss, Tensor{}, 1.0);
+    return sum(loss, false);
+  }
+  void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& dlogits, double scale) const {
+    same(logits, dlogits, "cross_entropy_backward");
+    EPL_CHECK(targets.numel() == logits.shape().rows(), "cross_entropy_backward: ", targets.numel(), " targets for ",
+              logits.shape().rows(), " rows of logits ", logits.shape());
+    cross_entropy_rows(logits, targets, Tensor{}, dlogits, scale);
+  }
+  /// y = x keep / (1 - p), keep_i = uniform(key, offset + i) >= p: device::Cpu's mask, bit for bit.
+  void dropout(const Tensor& x, const Tensor& y, double p, std::uint64_t key, std::int64_t offset = 0) const {
+    same(x, y, "dropout");
+    visit_compute(x.dtype(), [&]<class T>() { elements(kernels::Dropout<T>{x.data<T>(), y.data<T>(), p, key, offset, 1, 0, 0}, x.numel()); });
+  }
+  void dropout_columns(const Tensor& x, const Tensor& y, double p, std::uint64_t key, std::int64_t offset, std::int64_t whole_cols,
+                       std::int64_t col0) const {
+    same(x, y, "dropout_columns");
+    EPL_CHECK(col0 >= 0 && col0 + x.shape().back() <= whole_cols, "dropout_columns: columns [", col0, ", ", col0 + x.shape().back(),
+              ") outside rows of ", whole_cols);
+    visit_compute(x.dtype(), [&]<class T>() {
+      elements(kernels::Dropout<T>{x.data<T>(), y.data<T>(), p, key, offset, x.shape().back(), whole_cols, col0}, x.numel());
+    });
+  }
+  /// Between tokens [b, t, row] (heads at column offset + h d) and heads [b, h, t, d].
+  void permute_heads(const Tensor& tokens, const Tensor& heads, std::int64_t offset, bool to_heads) const {
+    EPL_CHECK(tokens.rank() == 3 && heads.rank() == 4 && tokens.dim(0) == heads.dim(0) && tokens.dim(1) == heads.dim(2) &&
+                  offset + heads.dim(1) * heads.dim(3) <= tokens.dim(2),
+              "permute_heads: tokens ", tokens.shape(), ", heads ", heads.shape(), ", offset ", offset);
+    detail::same_dtype(tokens, heads, "permute_heads");
+    visit_compute(tokens.dtype(), [&]<class T>() {
+      elements(kernels::PermuteHeads<T>{tokens.data<T>(), heads.data<T>(), heads.dim(2), heads.dim(1), heads.dim(3), tokens.dim(2),
+                                        offset, to_heads}, heads.numel());
+    });
+  }
+
+  // ---- optimizer updates (over any range of the parameter arena) ---------------------
+  void sgd_update(const Tensor& p, const Tensor& g, double lr, double wd) const {
+    same(p, g, "sgd_update");
+    visit_compute(p.dtype(), [&]<class T>() { elements(kernels::SgdStep<T>{p.data<T>(), g.data<T>(), T(lr), T(wd)}, p.numel()); });
+  }
+  void momentum_update(const Tensor& p, const Tensor& g, const Tensor& v, double lr, double mu, double wd, bool nesterov) const {
+    same(p, g, "momentum_update");
+    same(p, v, "momentum_update");
+    visit_compute(p.dtype(), [&]<class T>() {
+      elements(kernels::MomentumStep<T>{p.data<T>(), g.data<T>(), v.data<T>(), T(lr), T(mu), T(wd), nesterov}, p.numel());
+    });
+  }
+  void adamw_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, double lr, double beta1, double beta2,
+                    double eps, double wd, std::int64_t step) const {
+    same(p, g, "adamw_update");
+    same(p, m, "adamw_update");
+    same(p, v, "adamw_update");
+    visit_compute(p.dtype(), [&]<class T>() {
+      elements(kernels::adamw_step<T>(p.data<T>(), g.data<T>(), m.data<T>(), v.data<T>(), T(lr), T(beta1), T(beta2), T(eps), T(wd), step),
+               p.numel());
+    });
+  }
+
  private:
   template <class T> using N = epl::detail::cuda::native_t<T>;
   template <class T> static N<T>* ptr(const Tensor& t) { return reinterpret_cast<N<T>*>(t.data<T>()); }
@@ -248,8 +474,8 @@ class Cuda {
     const bool low = inputs == DType::kBF16 || inputs == DType::kF16;
     EPL_CHECK(!low || a.dtype() == DType::kF32, "gemm: rounding ", name_of(a.dtype()), " operands to ", name_of(inputs),
               " (AMP) is done for f32 only on CUDA; train in f32 (TrainerOptions::dtype) or turn AMP off (amp.level = \"\")");
-    const std::int64_t lda = ta ? m : k, ldb = tb ? k : n;
-    const auto opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const ColumnMajorGemm cm = column_major_gemm(ta, tb, m, n, k);  // B first: see device/blas_args.hpp
+    const auto op = [](bool t) { return t ? CUBLAS_OP_T : CUBLAS_OP_N; };
     visit_compute(a.dtype(), [&]<class T>() {
       const T al = T(alpha), be = T(beta);
       constexpr auto type = std::is_same_v<T, float> ? CUDA_R_32F : CUDA_R_64F;
@@ -257,11 +483,71 @@ class Cuda {
                            : inputs == DType::kBF16 ? CUBLAS_COMPUTE_32F_FAST_16BF
                            : inputs == DType::kF16  ? CUBLAS_COMPUTE_32F_FAST_16F
                                                     : CUBLAS_COMPUTE_32F;
-      EPL_CUBLAS_CHECK(cublasGemmStridedBatchedEx(blas_, opb, opa, static_cast<int>(n), static_cast<int>(m), static_cast<int>(k),
-                                                  &al, b.raw(), type, static_cast<int>(ldb), sb, a.raw(), type,
-                                                  static_cast<int>(lda), sa, &be, c.raw(), type, static_cast<int>(n), sc,
-                                                  static_cast<int>(batch), compute, CUBLAS_GEMM_DEFAULT));
+      EPL_CUBLAS_CHECK(cublasGemmStridedBatchedEx(blas_, op(cm.trans_first), op(cm.trans_second), static_cast<int>(cm.rows),
+                                                  static_cast<int>(cm.cols), static_cast<int>(cm.inner), &al, b.raw(), type,
+                                                  static_cast<int>(cm.ld_first), sb, a.raw(), type, static_cast<int>(cm.ld_second), sa,
+                                                  &be, c.raw(), type, static_cast<int>(cm.ldc), sc, static_cast<int>(batch), compute,
+                                                  CUBLAS_GEMM_DEFAULT));
     });
+  }
+  // Launches of the bodies of device/bodies.hpp.
+  template <class K>
+  void rows(const K& k, std::int64_t n) const {
+    if (n <= 0) return;
+    const auto g = kernels::rows_launch(n);
+    epl::detail::cuda::rows<<<static_cast<unsigned>(g.blocks), static_cast<unsigned>(g.threads), 0, stream_>>>(k, n);
+    EPL_CUDA_CHECK(cudaGetLastError());
+  }
+  template <class Fn>
+  void elements(const Fn& fn, std::int64_t n) const {
+    if (n <= 0) return;
+    const auto g = kernels::elements_launch(n);
+    epl::detail::cuda::elements<<<static_cast<unsigned>(g.blocks), static_cast<unsigned>(g.threads), 0, stream_>>>(fn, n);
+    EPL_CUDA_CHECK(cudaGetLastError());
+  }
+  template <class Fn>
+  void columns(const Fn& fn, std::int64_t rows_, std::int64_t cols) const {
+    if (rows_ <= 0 || cols <= 0) return;
+    const auto g = kernels::columns_launch(rows_, cols);
+    epl::detail::cuda::columns<<<dim3(static_cast<unsigned>(g.x), static_cast<unsigned>(g.y)), static_cast<unsigned>(g.threads), 0,
+                                 stream_>>>(fn, rows_, cols, g.chunk);
+    EPL_CUDA_CHECK(cudaGetLastError());
+  }
+  // The sum (of squares) of x in double, read back.
+  double sum(const Tensor& x, bool squares) const {
+    Tensor out = zeros({1}, DType::kF64, MemoryCategory::kWorkspace);
+    if (x.numel() > 0)
+      visit_compute(x.dtype(), [&]<class T>() {
+        const auto g = kernels::elements_launch(x.numel());
+        epl::detail::cuda::sum_into<<<static_cast<unsigned>(g.blocks), static_cast<unsigned>(g.threads), 0, stream_>>>(
+            x.data<T>(), x.numel(), squares, out.data<double>());
+        EPL_CUDA_CHECK(cudaGetLastError());
+      });
+    double host = 0;
+    download(out, &host);
+    return host;
+  }
+  void cross_entropy_rows(const Tensor& logits, const Tensor& targets, const Tensor& loss, const Tensor& dlogits, double scale) const {
+    visit_index(targets.dtype(), [&]<class I>() {
+      visit_compute(logits.dtype(), [&]<class T>() {
+        rows(kernels::CrossEntropyRows<T, I>{logits.data<T>(), targets.data<I>(), loss.defined() ? loss.data<T>() : nullptr,
+                                             dlogits.defined() ? dlogits.data<T>() : nullptr, logits.shape().back(), T(scale),
+                                             report_on_device_}, logits.shape().rows());
+      });
+    });
+  }
+  static void check_rows(const Tensor& table, const Tensor& index, const Tensor& rows_, const char* what) {
+    EPL_CHECK(index.dtype() == DType::kI64 && rows_.shape().rows() == index.numel() && table.shape().back() == rows_.shape().back(),
+              what, ": table ", table.shape(), ", ", index.numel(), " ", name_of(index.dtype()), " indices, rows ", rows_.shape());
+    detail::same_dtype(table, rows_, what);
+  }
+  // The first bad input a kernel reported, as an error (after the stream has finished).
+  void check_reports() const {
+    if (report_->what == kernels::Report::kNone) return;
+    const kernels::Report r = *report_;
+    *report_ = {};
+    EPL_FAIL(kernels::report_op(r), ": ", r.what == kernels::Report::kRowIndex ? "row " : "id ", r.value, " outside [0, ", r.limit,
+             r.what == kernels::Report::kRowIndex ? ")" : "); check the vocabulary size (found on the GPU, reported at the next synchronisation)");
   }
   static void same(const Tensor& a, const Tensor& b, const char* op) { detail::same(a, b, op); }
   // An event for ordering only (no timing); destroyed when its last holder lets go, which CUDA
@@ -277,6 +563,8 @@ class Cuda {
   cudaStream_t stream_ = nullptr;
   cudaStream_t copy_stream_ = nullptr;  // copy_ahead's
   cublasHandle_t blas_ = nullptr;
+  kernels::Report* report_ = nullptr;            // mapped host memory the kernels report bad input into
+  kernels::Report* report_on_device_ = nullptr;  // its address on the device
 };
 
 }  // namespace device

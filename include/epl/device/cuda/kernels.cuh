@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "epl/core/dtype.hpp"
+#include "epl/device/bodies.hpp"
 
 namespace epl {
 inline namespace v0 {
@@ -65,6 +66,43 @@ template <class Fn, class T, class... In> __global__ void map(Fn fn, T* out, std
   EPL_GRID_STRIDE(i, n) out[i] = fn(in[i]...);
 }
 #undef EPL_GRID_STRIDE
+
+// ---- launches of the bodies in device/bodies.hpp ----------------------------------------------
+/// A row program, one warp per row: each pass's lane partials are combined by shuffles, so every
+/// lane holds the total (the host driver kernels::run_rows does the same one lane at a time).
+template <class K> __global__ void rows(K k, std::int64_t n) {
+  using T = typename K::value_type;
+  const std::int64_t r = kernels::row_of(blockIdx.x, threadIdx.x);
+  const int lane = kernels::lane_of(threadIdx.x);
+  if (r >= n) return;  // a whole warp: its lanes share the row
+  T total[K::kPasses > 0 ? K::kPasses : 1];
+  for (int p = 0; p < K::kPasses; ++p) {
+    T v = k.partial(p, r, lane, kernels::kLanes, total);
+    for (int o = kernels::kLanes / 2; o > 0; o /= 2) v = kernels::combine(k.combine(p), v, __shfl_xor_sync(0xffffffffu, v, o));
+    total[p] = v;
+  }
+  k.write(r, lane, kernels::kLanes, total);
+}
+/// An element body over [0, n) in a grid-stride loop.
+template <class Fn> __global__ void elements(Fn fn, std::int64_t n) {
+  kernels::grid_stride(blockIdx.x, threadIdx.x, kernels::Launch{gridDim.x, blockDim.x}, n, fn);
+}
+/// A column body: x over columns, y over chunks of rows.
+template <class Fn> __global__ void columns(Fn fn, std::int64_t rows, std::int64_t cols, std::int64_t chunk) {
+  const std::int64_t c = kernels::column_of(blockIdx.x, threadIdx.x);
+  if (c < cols) fn(c, kernels::chunk_begin(blockIdx.y, chunk), kernels::chunk_end(blockIdx.y, chunk, rows));
+}
+/// *out += the sum of x (squared when `squares`), accumulated in double: each thread over its
+/// grid-stride indices, then the warp, then one atomicAdd a warp.
+template <class T> __global__ void sum_into(const T* x, std::int64_t n, bool squares, double* out) {
+  double s = 0;
+  kernels::grid_stride(blockIdx.x, threadIdx.x, kernels::Launch{gridDim.x, blockDim.x}, n, [&](std::int64_t i) {
+    const double v = static_cast<double>(x[i]);
+    s += squares ? v * v : v;
+  });
+  for (int o = 16; o > 0; o /= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
+  if (threadIdx.x % 32 == 0) atomicAdd(out, s);
+}
 
 /// Launch geometry for n elements: 256 threads a block, at most 4096 blocks (grid-stride).
 inline dim3 blocks_for(std::int64_t n) {
