@@ -55,6 +55,27 @@ TEST_CASE("cuda gemm equals the CPU gemm for every transpose, f32 and f64") {
         CHECK(max_diff(to_host(g, dc), c) < (t == DType::kF32 ? 1e-4 : 1e-12));
       }
 }
+TEST_CASE("cuda gemm under AMP rounds the operands as the CPU does (bf16, f16), rows of any length, every transpose") {
+  device::Cuda g;
+  for (DType low : {DType::kBF16, DType::kF16})
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        CAPTURE(ta);
+        CAPTURE(tb);
+        // k = 45 and n = 29: operand rows that are no multiple of 8 elements (the padded copies)
+        Tensor a = host_random(ta ? Shape{45, 17} : Shape{17, 45}, 1), b = host_random(tb ? Shape{29, 45} : Shape{45, 29}, 2);
+        Tensor c = host_random({17, 29}, 3);
+        Tensor dc = to_gpu(g, c);
+        g.gemm(to_gpu(g, a), ta, to_gpu(g, b), tb, dc, 1.0, 0.5, low);
+        cpu.gemm(a, ta, b, tb, c, 1.0, 0.5, low);
+        CHECK(max_diff(to_host(g, dc), c) < 1e-5);
+      }
+  Tensor a = host_random({3, 40, 64}, 4), b = host_random({3, 40, 64}, 5), c = cpu.zeros({3, 40, 40}, DType::kF32);
+  Tensor dc = g.zeros({3, 40, 40}, DType::kF32);
+  g.gemm_batched(to_gpu(g, a), false, to_gpu(g, b), true, dc, 0.125, 0.0, DType::kBF16);
+  cpu.gemm_batched(a, false, b, true, c, 0.125, 0.0, DType::kBF16);
+  CHECK(max_diff(to_host(g, dc), c) < 1e-5);
+}
 TEST_CASE("cuda gemm_batched equals the CPU") {
   device::Cuda g;
   Tensor a = host_random({6, 8, 16}, 4), b = host_random({6, 8, 16}, 5), c = cpu.empty({6, 8, 8}, DType::kF32);

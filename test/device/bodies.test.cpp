@@ -234,13 +234,17 @@ TEST_CASE("kernel bodies: dropout draws device::Cpu's mask bit for bit; head per
   for (std::int64_t r = 0; r < 13; ++r)  // and a column part draws exactly the whole tensor's mask there
     for (std::int64_t j = 0; j < 16; ++j) CHECK(c.span<float>()[r * 16 + j] == y.span<float>()[r * 40 + 8 + j]);
   const Tensor tokens = rnd({2, 5, 24}, 2);
-  Tensor heads = zeros({2, 3, 5, 4}), heads2 = zeros({2, 3, 5, 4}), back = zeros({2, 5, 24}), back2 = zeros({2, 5, 24});
+  Tensor heads = zeros({2, 3, 5, 4}), back = zeros({2, 5, 24});
   cpu.permute_heads(tokens, heads, 6, true);
   cpu.permute_heads(back, heads, 6, false);
-  k::run_elements(k::PermuteHeads<float>{p<float>(tokens), p<float>(heads2), 5, 3, 4, 24, 6, true}, heads2.numel());
-  k::run_elements(k::PermuteHeads<float>{p<float>(back2), p<float>(heads2), 5, 3, 4, 24, 6, false}, heads2.numel());
-  CHECK(diff(heads2, heads) == 0);
-  CHECK(diff(back2, back) == 0);
+  for (bool narrow : {false, true}) {  // 64-bit and 32-bit index arithmetic
+    CAPTURE(narrow);
+    Tensor h2 = zeros({2, 3, 5, 4}), b2 = zeros({2, 5, 24});
+    k::run_elements(k::PermuteHeads<float>{p<float>(tokens), p<float>(h2), 5, 3, 4, 24, 6, true, narrow}, h2.numel());
+    k::run_elements(k::PermuteHeads<float>{p<float>(b2), p<float>(h2), 5, 3, 4, 24, 6, false, narrow}, h2.numel());
+    CHECK(diff(h2, heads) == 0);
+    CHECK(diff(b2, back) == 0);
+  }
   Tensor sums = zeros({40}), sums2 = zeros({40});
   cpu.sum_rows(x, sums);
   k::run_columns(k::ColumnSums<float>{p<float>(x), p<float>(sums2), 40}, 13, 40);

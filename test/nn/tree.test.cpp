@@ -25,6 +25,17 @@ struct Long {
 };
 static_assert(reflect::field_name_v<Long, 0> == "a_field_name_longer_than_sixty_four_characters_with_digits_123_and_underscores_xyz");
 static_assert(reflect::field_name_v<Long, 1> == "b");
+// a UTF-8 identifier is a name too (it once fell back to the index), and a struct of one field
+// (read through a structured binding, as nvcc needs) names it like any other
+struct Unicode {
+  int λ;
+  int b;
+};
+struct OneField {
+  Long λ2;
+};
+static_assert(reflect::field_name_v<Unicode, 0> == "λ");
+static_assert(reflect::field_count_v<OneField> == 1 && reflect::field_name_v<OneField, 0> == "λ2");
 }  // namespace
 
 // every kind, from the type alone

@@ -250,6 +250,11 @@ TEST_CASE("safetensors: export names what it cannot write, and a directory of ch
   CHECK_THROWS_WITH_AS(checkpoint::export_safetensors(step, ""), doctest::Contains("no file to write is named"), Error);
   CHECK_THROWS_WITH_AS(checkpoint::export_safetensors(step, dir.path / "no" / "m.safetensors"), doctest::Contains("does not exist; create it"),
                        Error);
+  // a folder that is no checkpoint at all, with the file to write inside it or elsewhere: said so first
+  std::filesystem::create_directories(dir.path / "plain");
+  for (const auto& out : {dir.path / "plain" / "m.safetensors", dir.path / "m.safetensors"})
+    CHECK_THROWS_WITH_AS(checkpoint::export_safetensors(dir.path / "plain", out), doctest::Contains("is not a checkpoint (it has no manifest.txt)"),
+                         Error);
 }
 
 TEST_CASE("names: a model whose parameters a checkpoint cannot tell apart is refused when the trainer is built") {

@@ -130,8 +130,11 @@ class Communicator {
   [[nodiscard]] int size() const { return impl().size(); }
   [[nodiscard]] std::string name() const { return impl().name(); }
   [[nodiscard]] CommStats stats() const { return impl().stats(); }
-  /// \brief Where the buffers this communicator moves must live.
+  /// \brief Where the buffers this backend moves natively live (a solo world made with a device's
+  /// copy, and NCCL through staging, reach the other space too: reaches()).
   [[nodiscard]] MemorySpace space() const { return impl().space(); }
+  /// \brief Whether this communicator moves buffers in space s.
+  [[nodiscard]] bool reaches(MemorySpace s) const { return impl().reaches(s); }
 
   void all_reduce(const Buffer& in, const Buffer& out, ReduceOp op) { impl(in, out, "all_reduce").all_reduce(in, out, op); }
   void all_reduce(const Buffer& inout, ReduceOp op) { all_reduce(inout, inout, op); }
@@ -173,12 +176,16 @@ class Communicator {
   }
   detail::CommunicatorBase& impl(const Buffer& a, const Buffer& b, const char* op) const {
     auto& c = impl();
-    for (const Buffer* x : {&a, &b})
+    for (const Buffer* x : {&a, &b}) {
+      EPL_CHECK(x->count >= 0, op, " on group '", c.name(), "': a buffer of ", x->count, " elements; an element count is never negative");
       EPL_CHECK(x->count == 0 || c.reaches(x->space), op, " on group '", c.name(), "': a buffer in ", name_of(x->space),
-                " memory passed to a communicator of ", name_of(c.space()), " memory (", c.space() == MemorySpace::kDevice
-                    ? "NCCL moves device memory: copy host values to the device first"
-                    : "this backend moves host memory: copy device values to the host first",
+                " memory passed to a communicator of ", name_of(c.space()), " memory (",
+                c.space() == MemorySpace::kDevice ? "NCCL moves device memory: copy host values to the device first"
+                : c.name() == "solo" ? "a world of one made by Communicator::solo() moves host memory; make it with the device's "
+                                       "copy, Communicator::solo(copy), to move a device's buffers"
+                                     : "this backend moves host memory: copy device values to the host first",
                 ")");
+    }
     return c;
   }
   std::unique_ptr<detail::CommunicatorBase> impl_;

@@ -9,8 +9,9 @@
 /// shapes of body:
 ///   - element bodies: `body(i)` for each i in [0, n) (dropout, optimizer updates, head permutes);
 ///   - row programs: one warp of kLanes threads per row. A program has kPasses reductions over
-///     the row (lane l takes columns l, l + lanes, ...; the lanes' partials are combined and every
-///     lane sees the total), then `write`. The host driver runs the lanes one after another;
+///     the row (`combine(p)` and `partial(p, ...)`: lane l takes columns l, l + lanes, ...; the
+///     lanes' partials are combined and every lane sees the total), then `write`. The host driver
+///     runs the lanes one after another;
 ///   - column bodies: `body(c, r0, r1)` adds rows [r0, r1) of column c into an output with
 ///     accumulate() (atomicAdd on the GPU), for parameter gradients summed over rows.
 /// The launch geometry is here too, as functions of (block, thread): the tests walk every
@@ -125,11 +126,12 @@ void run_rows(const K& k, index_t rows, int lanes = kLanes) {
   using T = typename K::value_type;
   for (index_t r = 0; r < rows; ++r) {
     T total[K::kPasses > 0 ? K::kPasses : 1] = {};
-    for (int p = 0; p < K::kPasses; ++p) {
-      T acc = identity<T>(k.combine(p));
-      for (int l = 0; l < lanes; ++l) acc = combine(k.combine(p), acc, k.partial(p, r, l, lanes, total));
-      total[p] = acc;
-    }
+    if constexpr (K::kPasses > 0)  // a program without passes defines no combine or partial
+      for (int p = 0; p < K::kPasses; ++p) {
+        T acc = identity<T>(k.combine(p));
+        for (int l = 0; l < lanes; ++l) acc = combine(k.combine(p), acc, k.partial(p, r, l, lanes, total));
+        total[p] = acc;
+      }
     for (int l = 0; l < lanes; ++l) k.write(r, l, lanes, total);
   }
 }
@@ -436,8 +438,6 @@ struct CrossEntropyPartBackwardRows {
   T* dlogits;
   index_t cols, first;
   T scale;
-  EPL_HOST_DEVICE Combine combine(int) const { return Combine::kSum; }
-  EPL_HOST_DEVICE T partial(int, index_t, int, int, const T*) const { return T(0); }
   EPL_HOST_DEVICE void write(index_t r, int lane, int lanes, const T*) const {
     using std::exp;
     const index_t target = static_cast<index_t>(targets[r]) - first;
@@ -458,8 +458,6 @@ struct EmbeddingRows {
   T* out;
   index_t dim, first, rows, limit;
   Report* bad;
-  EPL_HOST_DEVICE Combine combine(int) const { return Combine::kSum; }
-  EPL_HOST_DEVICE T partial(int, index_t, int, int, const T*) const { return T(0); }
   EPL_HOST_DEVICE void write(index_t i, int lane, int lanes, const T*) const {
     const index_t id = static_cast<index_t>(ids[i]);
     if ((id < 0 || id >= limit) && lane == 0) report(bad, Report::kEmbeddingId, id, limit);
@@ -478,8 +476,6 @@ struct EmbeddingBackwardRows {
   T* dtable;
   index_t dim, first, rows, limit;
   Report* bad;
-  EPL_HOST_DEVICE Combine combine(int) const { return Combine::kSum; }
-  EPL_HOST_DEVICE T partial(int, index_t, int, int, const T*) const { return T(0); }
   EPL_HOST_DEVICE void write(index_t i, int lane, int lanes, const T*) const {
     const index_t id = static_cast<index_t>(ids[i]);
     if (id < 0 || id >= limit) {
@@ -504,8 +500,6 @@ struct IndexedRows {
   index_t cols, limit;
   bool scatter;
   Report* bad;
-  EPL_HOST_DEVICE Combine combine(int) const { return Combine::kSum; }
-  EPL_HOST_DEVICE T partial(int, index_t, int, int, const T*) const { return T(0); }
   EPL_HOST_DEVICE void write(index_t i, int lane, int lanes, const T*) const {
     const index_t at = index[i];
     if (at < 0 || at >= limit) {
@@ -527,9 +521,15 @@ struct PermuteHeads {
   T *tokens, *heads;
   index_t t, h, d, row, offset;
   bool to_heads;
+  bool narrow = false;  ///< both tensors under 2^31 elements: the index arithmetic in 32 bits (a 64-bit division costs more than the copy)
   EPL_HOST_DEVICE void operator()(index_t i) const {
-    const index_t dd = i % d, ti = (i / d) % t, x = i / (d * t), bi = x / h, hi = x % h;
-    const index_t k = (bi * t + ti) * row + offset + hi * d + dd;
+    if (narrow) move<std::uint32_t>(i);
+    else move<index_t>(i);
+  }
+  template <class I>
+  EPL_HOST_DEVICE void move(index_t at) const {
+    const I i = static_cast<I>(at), dd = i % I(d), ti = (i / I(d)) % I(t), x = i / I(d * t), bi = x / I(h), hi = x % I(h);
+    const I k = (bi * I(t) + ti) * I(row) + I(offset) + hi * I(d) + dd;
     if (to_heads) heads[i] = tokens[k];
     else tokens[k] = heads[i];
   }

@@ -96,7 +96,9 @@ consteval std::string_view member_name(std::string_view sig) {
   auto end = close;
   while (end > 0 && sig[end - 1] == ')') --end;
   auto begin = end;
-  auto ident = [](char c) { return c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'); };
+  auto ident = [](char c) {  // ASCII letters, digits and _, and the bytes of a UTF-8 identifier (a field named λ)
+    return c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || static_cast<unsigned char>(c) >= 0x80;
+  };
   while (begin > 0 && ident(sig[begin - 1])) --begin;
   if (begin == end || begin == 0 || (sig[begin - 1] != '.' && sig[begin - 1] != ':')) return {};
   if (sig[begin] >= '0' && sig[begin] <= '9') return {};

@@ -316,6 +316,8 @@ inline std::size_t export_safetensors(const std::filesystem::path& checkpoint_di
             ", does not exist; create it, or name a file in an existing folder");
   EPL_CHECK(std::filesystem::exists(checkpoint_dir / kManifest, ec) || !newest(checkpoint_dir), "export_safetensors: ", checkpoint_dir,
             " is a directory of checkpoints, not one checkpoint; name one of its steps, the newest is ", *newest(checkpoint_dir));
+  EPL_CHECK(std::filesystem::exists(checkpoint_dir / kManifest, ec), "export_safetensors: ", checkpoint_dir,
+            " is not a checkpoint (it has no ", kManifest, "); name a checkpoint's directory, a step-NNNNNNNN that Trainer::save wrote");
   const auto inside = std::filesystem::weakly_canonical(out, ec).parent_path(), from = std::filesystem::weakly_canonical(checkpoint_dir, ec);
   EPL_CHECK(inside != from, "the safetensors file ", out, " would be written into the checkpoint ", checkpoint_dir,
             " it is read from; write it elsewhere");

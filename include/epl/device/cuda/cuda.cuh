@@ -173,8 +173,8 @@ class Cuda {
   }
 
   // ---- BLAS (cuBLAS is column-major: row-major C = op(A) op(B) is C^T = op(B)^T op(A)^T) ----
-  /// \param inputs a half type (bf16, f16: AMP) lets cuBLAS round f32 operands to it and multiply
-  /// on the tensor cores (CUBLAS_COMPUTE_32F_FAST_16BF / _16F), accumulating in f32.
+  /// \param inputs a half type (bf16, f16: AMP) rounds f32 operands to it (workspace copies) and
+  /// multiplies them on the tensor cores, accumulating in f32.
   void gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& c, double alpha = 1, double beta = 0,
             DType inputs = DType::kF32) const {
     const auto g = detail::gemm_dims(a, ta, b, tb, c);
@@ -417,8 +417,9 @@ class Cuda {
               "permute_heads: tokens ", tokens.shape(), ", heads ", heads.shape(), ", offset ", offset);
     detail::same_dtype(tokens, heads, "permute_heads");
     visit_compute(tokens.dtype(), [&]<class T>() {
+      const bool narrow = tokens.numel() < (std::int64_t{1} << 31) && heads.numel() < (std::int64_t{1} << 31);
       elements(kernels::PermuteHeads<T>{tokens.data<T>(), heads.data<T>(), heads.dim(2), heads.dim(1), heads.dim(3), tokens.dim(2),
-                                        offset, to_heads}, heads.numel());
+                                        offset, to_heads, narrow}, heads.numel());
     });
   }
 
@@ -476,18 +477,51 @@ class Cuda {
               " (AMP) is done for f32 only on CUDA; train in f32 (TrainerOptions::dtype) or turn AMP off (amp.level = \"\")");
     const ColumnMajorGemm cm = column_major_gemm(ta, tb, m, n, k);  // B first: see device/blas_args.hpp
     const auto op = [](bool t) { return t ? CUBLAS_OP_T : CUBLAS_OP_N; };
+    auto call = [&](const void* al, const void* first, std::int64_t ld_first, const void* second, std::int64_t ld_second, cudaDataType in,
+                    const void* be, cudaDataType out, cublasComputeType_t compute) {
+      EPL_CUBLAS_CHECK(cublasGemmStridedBatchedEx(blas_, op(cm.trans_first), op(cm.trans_second), static_cast<int>(cm.rows),
+                                                  static_cast<int>(cm.cols), static_cast<int>(cm.inner), al, first, in,
+                                                  static_cast<int>(ld_first), sb, second, in, static_cast<int>(ld_second), sa, be, c.raw(),
+                                                  out, static_cast<int>(cm.ldc), sc, static_cast<int>(batch), compute, CUBLAS_GEMM_DEFAULT));
+    };
+    if (low) {
+      // AMP: the operands rounded to the half type (nearest even, as device::Cpu rounds them) into
+      // workspace copies, multiplied on the tensor cores with f32 accumulation into f32 c. Not
+      // CUBLAS_COMPUTE_32F_FAST_16BF on the f32 operands: with it cuBLAS ran TF32 kernels (measured
+      // on an H100 with Nsight Compute), at half the tensor cores' bf16 rate. A 2-D operand whose
+      // rows are not a multiple of 8 elements (GPT-2's vocabulary of 50257) is copied with its rows
+      // padded to one, so that cuBLAS can use its aligned kernels.
+      auto half_copy = [&](const Tensor& x, std::int64_t& ld) {
+        const std::int64_t cols = x.shape().back(), rows_ = cols > 0 ? x.numel() / cols : 0;
+        ld = batch == 1 && cols % 8 != 0 ? (cols + 7) / 8 * 8 : cols;
+        Tensor h = empty({rows_, ld}, inputs, MemoryCategory::kWorkspace);
+        const bool aligned = reinterpret_cast<std::uintptr_t>(x.raw()) % 16 == 0 && x.numel() % 4 == 0;
+        if (ld == cols && aligned) {
+          if (inputs == DType::kBF16)
+            launch(epl::detail::cuda::cast4<__nv_bfloat162>, x.numel() / 4, reinterpret_cast<const float4*>(x.raw()),
+                   reinterpret_cast<__nv_bfloat162*>(h.raw()), x.numel() / 4);
+          else
+            launch(epl::detail::cuda::cast4<__half2>, x.numel() / 4, reinterpret_cast<const float4*>(x.raw()),
+                   reinterpret_cast<__half2*>(h.raw()), x.numel() / 4);
+        } else if (ld == cols) {
+          cast(x, h);
+        } else {
+          visit_floating(inputs, [&]<class H>() {
+            launch(epl::detail::cuda::cast_pitched<float, N<H>>, rows_ * ld, ptr<float>(x), ptr<H>(h), rows_, cols, ld);
+          });
+        }
+        return h;
+      };
+      std::int64_t lda = 0, ldb = 0;
+      const Tensor ha = half_copy(a, lda), hb = half_copy(b, ldb);
+      const float al = static_cast<float>(alpha), be = static_cast<float>(beta);
+      call(&al, hb.raw(), ldb, ha.raw(), lda, inputs == DType::kBF16 ? CUDA_R_16BF : CUDA_R_16F, &be, CUDA_R_32F, CUBLAS_COMPUTE_32F);
+      return;  // the copies go back to the stream-ordered cache while the GEMM runs: later work on the stream follows it
+    }
     visit_compute(a.dtype(), [&]<class T>() {
       const T al = T(alpha), be = T(beta);
       constexpr auto type = std::is_same_v<T, float> ? CUDA_R_32F : CUDA_R_64F;
-      const auto compute = !std::is_same_v<T, float>  ? CUBLAS_COMPUTE_64F
-                           : inputs == DType::kBF16 ? CUBLAS_COMPUTE_32F_FAST_16BF
-                           : inputs == DType::kF16  ? CUBLAS_COMPUTE_32F_FAST_16F
-                                                    : CUBLAS_COMPUTE_32F;
-      EPL_CUBLAS_CHECK(cublasGemmStridedBatchedEx(blas_, op(cm.trans_first), op(cm.trans_second), static_cast<int>(cm.rows),
-                                                  static_cast<int>(cm.cols), static_cast<int>(cm.inner), &al, b.raw(), type,
-                                                  static_cast<int>(cm.ld_first), sb, a.raw(), type, static_cast<int>(cm.ld_second), sa,
-                                                  &be, c.raw(), type, static_cast<int>(cm.ldc), sc, static_cast<int>(batch), compute,
-                                                  CUBLAS_GEMM_DEFAULT));
+      call(&al, b.raw(), cm.ld_first, a.raw(), cm.ld_second, type, &be, type, std::is_same_v<T, float> ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_64F);
     });
   }
   // Launches of the bodies of device/bodies.hpp.

@@ -36,12 +36,37 @@ template <> __device__ inline __nv_bfloat16 convert<__nv_bfloat16, __half>(__hal
 
 template <class T> __global__ void fill(T* y, std::int64_t n, double v) { EPL_GRID_STRIDE(i, n) y[i] = convert<T>(v); }
 template <class From, class To> __global__ void cast(const From* x, To* y, std::int64_t n) { EPL_GRID_STRIDE(i, n) y[i] = convert<To>(x[i]); }
+/// y = x rounded to a half type, four f32 at a time (16-byte loads, two 4-byte stores): the
+/// operands of every GEMM under AMP go through it, so it runs at the memory's rate.
+template <class H> __device__ inline H pack2(float a, float b);
+template <> __device__ inline __nv_bfloat162 pack2<__nv_bfloat162>(float a, float b) { return __floats2bfloat162_rn(a, b); }
+template <> __device__ inline __half2 pack2<__half2>(float a, float b) { return __floats2half2_rn(a, b); }
+template <class H2> __global__ void cast4(const float4* x, H2* y, std::int64_t n4) {
+  EPL_GRID_STRIDE(i, n4) {
+    const float4 v = x[i];
+    y[2 * i] = pack2<H2>(v.x, v.y);
+    y[2 * i + 1] = pack2<H2>(v.z, v.w);
+  }
+}
+/// y [rows, pitch] = x [rows, cols] converted, each row padded with zeros to `pitch` elements (a
+/// GEMM operand whose rows start at aligned addresses).
+template <class From, class To> __global__ void cast_pitched(const From* x, To* y, std::int64_t rows, std::int64_t cols, std::int64_t pitch) {
+  EPL_GRID_STRIDE(i, rows * pitch) {
+    const std::int64_t r = i / pitch, c = i - r * pitch;
+    y[i] = c < cols ? convert<To>(x[r * cols + c]) : convert<To>(0.0f);
+  }
+}
 template <class T> __global__ void add(const T* a, const T* b, T* out, std::int64_t n) { EPL_GRID_STRIDE(i, n) out[i] = a[i] + b[i]; }
 template <class T> __global__ void mul(const T* a, const T* b, T* out, std::int64_t n) { EPL_GRID_STRIDE(i, n) out[i] = a[i] * b[i]; }
 template <class T> __global__ void axpy(T alpha, const T* x, T* y, std::int64_t n) { EPL_GRID_STRIDE(i, n) y[i] += alpha * x[i]; }
 template <class T> __global__ void scale(T* y, std::int64_t n, T alpha) { EPL_GRID_STRIDE(i, n) y[i] *= alpha; }
 template <class T> __global__ void add_row_vector(T* y, const T* v, std::int64_t n, std::int64_t cols) {
-  EPL_GRID_STRIDE(i, n) y[i] += v[i % cols];
+  if (n < (std::int64_t{1} << 31)) {  // 32-bit remainders: a 64-bit one costs more than the add
+    const unsigned c = static_cast<unsigned>(cols), m = static_cast<unsigned>(n);
+    for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < m; i += blockDim.x * gridDim.x) y[i] += v[i % c];
+  } else {
+    EPL_GRID_STRIDE(i, n) y[i] += v[i % cols];
+  }
 }
 // GELU, tanh form, and its derivative (see device/cpu/elementwise.hpp).
 template <class T> __global__ void gelu(const T* x, T* y, std::int64_t n) {
@@ -76,11 +101,12 @@ template <class K> __global__ void rows(K k, std::int64_t n) {
   const int lane = kernels::lane_of(threadIdx.x);
   if (r >= n) return;  // a whole warp: its lanes share the row
   T total[K::kPasses > 0 ? K::kPasses : 1];
-  for (int p = 0; p < K::kPasses; ++p) {
-    T v = k.partial(p, r, lane, kernels::kLanes, total);
-    for (int o = kernels::kLanes / 2; o > 0; o /= 2) v = kernels::combine(k.combine(p), v, __shfl_xor_sync(0xffffffffu, v, o));
-    total[p] = v;
-  }
+  if constexpr (K::kPasses > 0)
+    for (int p = 0; p < K::kPasses; ++p) {
+      T v = k.partial(p, r, lane, kernels::kLanes, total);
+      for (int o = kernels::kLanes / 2; o > 0; o /= 2) v = kernels::combine(k.combine(p), v, __shfl_xor_sync(0xffffffffu, v, o));
+      total[p] = v;
+    }
   k.write(r, lane, kernels::kLanes, total);
 }
 /// An element body over [0, n) in a grid-stride loop.
