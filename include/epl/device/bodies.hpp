@@ -234,6 +234,15 @@ struct ColumnSums {
 };
 
 // ---- softmax ---------------------------------------------------------------------------------
+/// A lane's part of a softmax's two passes over x[0, n) (the causal and the row softmax,
+/// cross-entropy): pass 0 the maximum, pass 1 the sum of exp(scale x - scale max), max = total[0].
+template <class T>
+EPL_HOST_DEVICE T softmax_pass(int pass, const T* x, index_t n, int lane, int lanes, const T* total, T scale = T(1)) {
+  using std::exp;
+  T v = pass == 0 ? identity<T>(Combine::kMax) : T(0);
+  for (index_t c = lane; c < n; c += lanes) v = pass == 0 ? (x[c] > v ? x[c] : v) : v + exp(x[c] * scale - total[0] * scale);
+  return v;
+}
 /// p = causal softmax(scale s) over rows of [batch, t, t]: row r sees columns 0 .. r % t.
 template <class T>
 struct SoftmaxCausalRows {
@@ -245,12 +254,7 @@ struct SoftmaxCausalRows {
   T scale;
   EPL_HOST_DEVICE Combine combine(int pass) const { return pass == 0 ? Combine::kMax : Combine::kSum; }
   EPL_HOST_DEVICE T partial(int pass, index_t r, int lane, int lanes, const T* total) const {
-    using std::exp;
-    const index_t n = r % t + 1;
-    const T* sr = s + r * t;
-    T v = identity<T>(combine(pass));
-    for (index_t c = lane; c < n; c += lanes) v = pass == 0 ? (sr[c] > v ? sr[c] : v) : v + exp(sr[c] * scale - total[0] * scale);
-    return v;
+    return softmax_pass(pass, s + r * t, r % t + 1, lane, lanes, total, scale);
   }
   EPL_HOST_DEVICE void write(index_t r, int lane, int lanes, const T* total) const {
     using std::exp;
@@ -289,13 +293,7 @@ struct SoftmaxRows {
   index_t cols;
   EPL_HOST_DEVICE Combine combine(int pass) const { return pass == 0 ? Combine::kMax : Combine::kSum; }
   EPL_HOST_DEVICE T partial(int pass, index_t r, int lane, int lanes, const T* total) const {
-    using std::exp;
-    T v = identity<T>(combine(pass));
-    for (index_t c = lane; c < cols; c += lanes) {
-      const T e = x[r * cols + c];
-      v = pass == 0 ? (e > v ? e : v) : v + exp(e - total[0]);
-    }
-    return v;
+    return softmax_pass(pass, x + r * cols, cols, lane, lanes, total);
   }
   EPL_HOST_DEVICE void write(index_t r, int lane, int lanes, const T* total) const {
     using std::exp;
@@ -376,13 +374,7 @@ struct CrossEntropyRows {
   Report* bad;
   EPL_HOST_DEVICE Combine combine(int pass) const { return pass == 0 ? Combine::kMax : Combine::kSum; }
   EPL_HOST_DEVICE T partial(int pass, index_t r, int lane, int lanes, const T* total) const {
-    using std::exp;
-    T v = identity<T>(combine(pass));
-    for (index_t c = lane; c < classes; c += lanes) {
-      const T l = logits[r * classes + c];
-      v = pass == 0 ? (l > v ? l : v) : v + exp(l - total[0]);
-    }
-    return v;
+    return softmax_pass(pass, logits + r * classes, classes, lane, lanes, total);
   }
   EPL_HOST_DEVICE void write(index_t r, int lane, int lanes, const T* total) const {
     using std::exp;
