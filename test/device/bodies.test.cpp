@@ -59,7 +59,8 @@ TEST_CASE("kernel geometry: a row launch gives each row one whole warp, each lan
   }
 }
 TEST_CASE("kernel geometry: a column launch covers each (row, column) once, past 65535 chunks of rows too") {
-  for (auto [rows, cols] : {std::pair<std::int64_t, std::int64_t>{1, 1}, {100, 300}, {64 * 65535 + 5, 1}}) {
+  for (const auto& dims : {std::pair<std::int64_t, std::int64_t>{1, 1}, {100, 300}, {64 * 65535 + 5, 1}}) {
+    const std::int64_t rows = dims.first, cols = dims.second;  // not a structured binding: clang 14's lambdas cannot capture one
     CAPTURE(rows);
     CAPTURE(cols);
     CHECK(k::columns_launch(rows, cols).y <= 65535);
