@@ -29,6 +29,14 @@ inline void same(const Tensor& a, const Tensor& b, const char* op) {
   EPL_CHECK(a.numel() == b.numel(), op, ": ", a.shape(), " and ", b.shape(), " differ in size");
 }
 
+/// rows[i] and table[index[i]] have the same length and dtype, and index is one i64 per row
+/// (gather_rows, scatter_add_rows); the indices' values are the device's to check where they live.
+inline void rows_by_index(const Tensor& table, const Tensor& index, const Tensor& rows, const char* what) {
+  EPL_CHECK(index.dtype() == DType::kI64 && rows.shape().rows() == index.numel() && table.shape().back() == rows.shape().back(),
+            what, ": table ", table.shape(), ", ", index.numel(), " ", name_of(index.dtype()), " indices, rows ", rows.shape());
+  same_dtype(table, rows, what);
+}
+
 /// The sizes of c = op(a) op(b) on the 2-D views [rows, last], checked.
 struct GemmDims {
   std::int64_t m, n, k;

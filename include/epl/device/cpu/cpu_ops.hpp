@@ -359,9 +359,7 @@ Tensor BasicCpu<Compute...>::rounded(const Tensor& x, DType to) const {
 
 template <class... Compute>
 void BasicCpu<Compute...>::check_rows(const Tensor& table, const Tensor& index, const Tensor& rows, const char* what) {
-  EPL_CHECK(index.dtype() == DType::kI64 && rows.shape().rows() == index.numel() && table.shape().back() == rows.shape().back(),
-            what, ": table ", table.shape(), ", ", index.numel(), " ", name_of(index.dtype()), " indices, rows ", rows.shape());
-  detail::same_dtype(table, rows, what);
+  detail::rows_by_index(table, index, rows, what);
   for (auto i : index.span<std::int64_t>())
     EPL_CHECK(i >= 0 && i < table.shape().rows(), what, ": row ", i, " outside [0, ", table.shape().rows(), ")");
 }

@@ -328,7 +328,7 @@ class Cuda {
   }
   /// dst[i, :] = src[index[i], :]; index an i64 tensor of row numbers of src.
   void gather_rows(const Tensor& src, const Tensor& index, const Tensor& dst) const {
-    check_rows(src, index, dst, "gather_rows");
+    detail::rows_by_index(src, index, dst, "gather_rows");  // bad index values: reported by the kernel
     visit_compute(src.dtype(), [&]<class T>() {
       rows(kernels::IndexedRows<T>{src.data<T>(), index.data<std::int64_t>(), nullptr, dst.data<T>(), src.shape().back(),
                                    src.shape().rows(), false, report_on_device_}, index.numel());
@@ -336,7 +336,7 @@ class Cuda {
   }
   /// dst[index[i], :] += weight[i] src[i, :] (weight undefined: 1).
   void scatter_add_rows(const Tensor& src, const Tensor& index, const Tensor& weight, const Tensor& dst) const {
-    check_rows(dst, index, src, "scatter_add_rows");
+    detail::rows_by_index(dst, index, src, "scatter_add_rows");
     EPL_CHECK(!weight.defined() || weight.numel() == index.numel(), "scatter_add_rows: ", weight.numel(), " weights for ",
               index.numel(), " rows");
     visit_compute(src.dtype(), [&]<class T>() {
@@ -569,11 +569,6 @@ class Cuda {
                                              report_on_device_}, logits.shape().rows());
       });
     });
-  }
-  static void check_rows(const Tensor& table, const Tensor& index, const Tensor& rows_, const char* what) {
-    EPL_CHECK(index.dtype() == DType::kI64 && rows_.shape().rows() == index.numel() && table.shape().back() == rows_.shape().back(),
-              what, ": table ", table.shape(), ", ", index.numel(), " ", name_of(index.dtype()), " indices, rows ", rows_.shape());
-    detail::same_dtype(table, rows_, what);
   }
   // The first bad input a kernel reported, as an error (after the stream has finished).
   void check_reports() const {
