@@ -1,78 +1,52 @@
 // SGEMM GFLOP/s of the CPU backend against the machine's peak and against Eigen, in one process.
-// Each case alternates three timings seven times: epl's gemm (its AVX-512 kernel), Eigen's own
-// product on the same threads, and a register-resident FMA loop on every thread (the physical
-// limit of the vector units). The medians are reported, and each GEMM's share of the peak is
-// the median of its ratio to the peak timed beside it: this machine's speed drifts by tens of
-// percent within a minute, so a peak measured once is not a fair denominator. One JSON line.
-// On an AVX512-BF16 target the same cases also time the GEMM AMP runs (operands rounded to bf16,
-// VDPBF16PS, f32 accumulation) against a VDPBF16PS loop's peak, timed beside it the same way.
+// Each case alternates its timings seven times: epl's f32 gemm (its AVX-512 kernel), Eigen's own
+// product on the same threads, a register-resident FMA loop on every thread (the physical limit
+// of the vector units), then AMP's bf16 GEMM on each kernel this CPU runs (rounded-f32: FMA on
+// operands rounded as packed; avx512-bf16: VDPBF16PS; amx: TDPBF16PS tiles), each beside its own
+// instruction's peak loop. The medians are reported, and each GEMM's share of its peak is the
+// median of its ratio to the peak timed beside it: this machine's speed drifts by tens of
+// percent within a minute, so a peak measured once is not a fair denominator. A table on stderr,
+// one JSON line on stdout.
 //   bench_gemm [--threads=N]
-#include <immintrin.h>
-
 #include <Eigen/Core>
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <map>
 #include <string>
 #include <vector>
 
 #include <epl/epl.hpp>
-#if defined(_OPENMP)
-#include <omp.h>
-#endif
+#include <epl/device/cpu/bf16_kernel.hpp>
+
+#include "common.hpp"
 
 namespace {
+using K = epl::device::CpuBf16Kernel;
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-// One thread's throughput of `op` on 12 independent accumulator chains (enough to hide its
-// latency), each instruction worth `flop` floating-point operations.
-template <class V, class Op>
-double chains_gflops(long iters, V zero, Op op, double flop) {
-  V acc[12];
-  for (auto& a : acc) a = zero;
-  auto t0 = std::chrono::steady_clock::now();
-  for (long i = 0; i < iters; ++i)
-    for (auto& a : acc) a = op(a);
-  const double s = seconds_since(t0);
-  volatile float sink = 0;
-  for (auto& a : acc) sink = sink + reinterpret_cast<float*>(&a)[0];
-  return 12.0 * flop * static_cast<double>(iters) / s / 1e9;
-}
-// FMA: 16 (AVX-512) or 8 lanes of fp32, 2 FLOP each.
-double fma_loop_gflops(long iters) {
-#if defined(__AVX512F__)
-  const __m512 x = _mm512_set1_ps(0.999999f), y = _mm512_set1_ps(1e-7f);
-  return chains_gflops(iters, _mm512_setzero_ps(), [&](__m512 a) { return _mm512_fmadd_ps(a, x, y); }, 16 * 2.0);
-#else
-  const __m256 x = _mm256_set1_ps(0.999999f), y = _mm256_set1_ps(1e-7f);
-  return chains_gflops(iters, _mm256_setzero_ps(), [&](__m256 a) { return _mm256_fmadd_ps(a, x, y); }, 8 * 2.0);
-#endif
-}
-// VDPBF16PS: 16 lanes, each two products and two adds.
-double dpbf16_loop_gflops(long iters) {
-#if defined(__AVX512BF16__)
-  const __m512bh x = _mm512_cvtne2ps_pbh(_mm512_set1_ps(0.999f), _mm512_set1_ps(1e-3f));
-  return chains_gflops(iters, _mm512_setzero_ps(), [&](__m512 a) { return _mm512_dpbf16_ps(a, x, x); }, 16 * 4.0);
-#else
-  (void)iters;
-  return 0;
-#endif
-}
-// The FMA (or VDPBF16PS) loop on every thread at once (the machine's peak for `threads` cores).
-double peak_gflops(int threads, bool bf16 = false) {
+enum class Peak { kFma, kDpbf16, kAmx };
+// The instruction's loop on every thread at once (the machine's peak for `threads` cores).
+double peak_gflops(int threads, Peak kind) {
   double total = 0;
 #if defined(_OPENMP)
 #pragma omp parallel num_threads(threads) reduction(+ : total)
 #endif
-  total += bf16 ? dpbf16_loop_gflops(5'000'000) : fma_loop_gflops(5'000'000);
+  total += kind == Peak::kFma      ? epl::detail::cpu::fma_gflops(2'000'000)
+           : kind == Peak::kDpbf16 ? epl::detail::cpu::dpbf16_gflops(2'000'000)
+                                   : epl::detail::cpu::amx_gflops(100'000);
   (void)threads;
   return total;
 }
+Peak peak_of(K k) { return k == K::kAmx ? Peak::kAmx : k == K::kAvx512Bf16 ? Peak::kDpbf16 : Peak::kFma; }
+struct Series {
+  std::vector<double> gflops, share, peak;
+  void add(double g, double p) {
+    gflops.push_back(g);
+    share.push_back(g / p);
+    peak.push_back(p);
+  }
+};
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -87,10 +61,20 @@ int main(int argc, char** argv) {
                         {2048, 384, 1536, false, false, "gpt-mini mlp dx (dy W)"},
                         {1536, 384, 2048, true, false, "gpt-mini mlp dW (dy^T x)"},
                         {2048, 4096, 384, false, true, "gpt-mini lm head"}};
+  std::vector<K> kernels;
+  for (K k : {K::kRoundedF32, K::kAvx512Bf16, K::kAmx})
+    if (epl::detail::cpu::bf16_kernel_runs(k)) kernels.push_back(k);
+  const auto& choice = epl::detail::cpu::bf16_choice();
+  std::fprintf(stderr, "%s, %d thread(s); AMP's bf16 kernel here: %s (VDPBF16PS / FMA measured %.2f)\n", bench::cpu_name().c_str(), threads,
+               epl::device::name(choice.kernel), choice.dpbf16_over_fma);
+  std::fprintf(stderr, "%-30s %16s %16s", "case (GFLOP/s, of its peak)", "epl f32", "eigen f32");
+  for (K k : kernels) std::fprintf(stderr, " %16s", (std::string("bf16 ") + epl::device::name(k)).c_str());
+  std::fprintf(stderr, "\n");
   using Mat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-  std::vector<double> peaks, bf16_peaks;
-  constexpr bool bf16 = epl::detail::cpu::kNativeBF16Gemm;
-  std::printf("{\"threads\": %d, \"cases\": [", threads);
+  Series all_fma;
+  std::map<K, Series> all_bf16_peaks;
+  std::printf("{\"cpu\": \"%s\", \"threads\": %d, \"bf16_kernel\": \"%s\", \"dpbf16_over_fma\": %.3f, \"cases\": [", bench::cpu_name().c_str(),
+              threads, epl::device::name(choice.kernel), choice.dpbf16_over_fma);
   for (std::size_t c = 0; c < std::size(cases); ++c) {
     const auto& k = cases[c];
     auto a = cpu.zeros(k.ta ? epl::Shape{k.k, k.m} : epl::Shape{k.m, k.k}, epl::DType::kF32);
@@ -107,7 +91,8 @@ int main(int argc, char** argv) {
       else ec.noalias() = ea.transpose() * eb.transpose();
     };
     const double flop = 2.0 * static_cast<double>(k.m * k.n * k.k) / 1e9;
-    std::vector<double> epl_gf, eigen_gf, epl_share, eigen_share, bf16_gf, bf16_share;
+    Series f32, eig;
+    std::map<K, Series> bf16;
     for (int r = 0; r < 7; ++r) {
       auto t0 = std::chrono::steady_clock::now();
       cpu.gemm(a, k.ta, b, k.tb, out);
@@ -115,30 +100,43 @@ int main(int argc, char** argv) {
       t0 = std::chrono::steady_clock::now();
       eigen();
       const double g = flop / seconds_since(t0);
-      const double p = peak_gflops(threads);
-      epl_gf.push_back(e);
-      eigen_gf.push_back(g);
-      epl_share.push_back(e / p);
-      eigen_share.push_back(g / p);
-      peaks.push_back(p);
-      if (bf16) {
+      const double p = peak_gflops(threads, Peak::kFma);
+      f32.add(e, p);
+      eig.add(g, p);
+      all_fma.add(0, p);
+      for (K kernel : kernels) {
+        epl::device::Cpu::use_bf16_kernel(kernel);
         t0 = std::chrono::steady_clock::now();
         cpu.gemm(a, k.ta, b, k.tb, out, 1, 0, epl::DType::kBF16);
         const double h = flop / seconds_since(t0);
-        const double hp = peak_gflops(threads, true);
-        bf16_gf.push_back(h);
-        bf16_share.push_back(h / hp);
-        bf16_peaks.push_back(hp);
+        const double hp = peak_gflops(threads, peak_of(kernel));
+        bf16[kernel].add(h, hp);
+        all_bf16_peaks[kernel].add(0, hp);
       }
+      epl::device::Cpu::use_bf16_kernel(std::nullopt);
     }
+    using bench::median;
+    std::fprintf(stderr, "%-30s %9.1f (%3.0f%%) %9.1f (%3.0f%%)", k.what, median(f32.gflops), 100 * median(f32.share), median(eig.gflops),
+                 100 * median(eig.share));
+    for (K kernel : kernels) std::fprintf(stderr, " %9.1f (%3.0f%%)", median(bf16[kernel].gflops), 100 * median(bf16[kernel].share));
+    std::fprintf(stderr, "\n");
     std::printf("%s{\"case\": \"%s\", \"m\": %lld, \"n\": %lld, \"k\": %lld, \"gflops\": %.1f, \"of_peak\": %.3f, "
-                "\"eigen_gflops\": %.1f, \"eigen_of_peak\": %.3f",
-                c ? ", " : "", k.what, (long long)k.m, (long long)k.n, (long long)k.k, median(epl_gf), median(epl_share),
-                median(eigen_gf), median(eigen_share));
-    if (bf16) std::printf(", \"bf16_gflops\": %.1f, \"bf16_of_peak\": %.3f", median(bf16_gf), median(bf16_share));
-    std::printf("}");
+                "\"eigen_gflops\": %.1f, \"eigen_of_peak\": %.3f, \"bf16\": {",
+                c ? ", " : "", k.what, (long long)k.m, (long long)k.n, (long long)k.k, median(f32.gflops), median(f32.share),
+                median(eig.gflops), median(eig.share));
+    for (std::size_t i = 0; i < kernels.size(); ++i)
+      std::printf("%s\"%s\": {\"gflops\": %.1f, \"of_peak\": %.3f}", i ? ", " : "", epl::device::name(kernels[i]),
+                  median(bf16[kernels[i]].gflops), median(bf16[kernels[i]].share));
+    std::printf("}}");
   }
-  std::printf("], \"peak_gflops\": %.1f", median(peaks));
-  if (bf16) std::printf(", \"bf16_peak_gflops\": %.1f", median(bf16_peaks));
-  std::printf("}\n");
+  std::printf("], \"peak_gflops\": {\"fma\": %.1f", bench::median(all_fma.peak));
+  std::fprintf(stderr, "peaks (GFLOP/s, %d thread(s)): FMA %.1f", threads, bench::median(all_fma.peak));
+  for (const auto& [kernel, s] : all_bf16_peaks) {
+    if (kernel == K::kRoundedF32) continue;  // its peak is FMA's
+    const char* what = kernel == K::kAmx ? "tdpbf16ps" : "vdpbf16ps";
+    std::printf(", \"%s\": %.1f", what, bench::median(s.peak));
+    std::fprintf(stderr, ", %s %.1f", what, bench::median(s.peak));
+  }
+  std::printf("}}\n");
+  std::fprintf(stderr, "\n");
 }

@@ -4,7 +4,8 @@
 //   bench_gpt_mini [--threads=N] [--ranks=R] [--steps=N] [--warmup=N]
 //                  [--stages=S --micro=M --schedule=PreferBackward] [--amp]
 // --amp trains with mixed precision (amp.level O1, epl::Amp<epl::amp::BF16>): every GEMM's
-// operands rounded to bf16, f32 master weights.
+// operands rounded to bf16, f32 master weights, multiplied on the kernel epl chooses for this CPU
+// or on --bf16_kernel=rounded-f32|avx512-bf16|amx.
 // With R > 1, each rank has N threads and 8/R of the batch; "overlap" is the median fraction of
 // gradient all-reduce time hidden behind the backward pass. With S > 1 the model is cut into S
 // stages (auto.auto_parallel) over the R ranks (R / S replicas), M micro-batches a step;
@@ -65,6 +66,11 @@ int main(int argc, char** argv) {
     if (a.rfind("--steps=", 0) == 0) steps = std::stoi(a.substr(8));
     if (a.rfind("--warmup=", 0) == 0) warmup = std::stoi(a.substr(9));
     if (a == "--amp") amp = true;
+    if (a.rfind("--bf16_kernel=", 0) == 0) {
+      using K = epl::device::CpuBf16Kernel;
+      const std::string k = a.substr(14);
+      epl::device::Cpu::use_bf16_kernel(k == "amx" ? K::kAmx : k == "avx512-bf16" ? K::kAvx512Bf16 : K::kRoundedF32);
+    }
   }
   auto ds = random_tokens();
   double loss = 0, step_s = 0, overlap = -1;
@@ -103,7 +109,7 @@ int main(int argc, char** argv) {
     peak = *std::max_element(peaks.begin(), peaks.end());
   }
   const double tps = static_cast<double>(kBatch * kShape.context) / step_s;
-  std::string impl = ranks == 1 ? std::string(BENCH_IMPL) + (amp ? " amp bf16" : "") : std::string(BENCH_IMPL) + " dp " + std::to_string(ranks) + "x" + std::to_string(threads);
+  std::string impl = ranks == 1 ? std::string(BENCH_IMPL) + (amp ? std::string(" amp bf16 ") + epl::device::name(epl::device::Cpu::bf16_kernel()) : "") : std::string(BENCH_IMPL) + " dp " + std::to_string(ranks) + "x" + std::to_string(threads);
   if (stages > 1)
     impl = std::string(BENCH_IMPL) + " pp " + std::to_string(stages) + (ranks > stages ? "x dp " + std::to_string(ranks / stages) : "") +
            " " + schedule + " m" + std::to_string(micro);

@@ -5,39 +5,47 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "epl/core/dtype.hpp"
 #include "epl/core/error.hpp"
+#include "epl/device/cpu/bf16_kernel.hpp"
 #include "epl/device/cpu/parallel.hpp"
+#include "epl/device/cpu/sgemm_amx.hpp"
 #include "epl/device/cpu/sgemm_avx512.hpp"
 
 namespace epl {
 inline namespace v0 {
 namespace detail::cpu {
 
-/// Whether the f32 GEMM below can round its operands to bf16 itself (`bf16 = true`): epl's
-/// packed kernel on an AVX512-BF16 target multiplies them as bf16 with VDPBF16PS. Elsewhere the
-/// caller rounds copies and multiplies them in f32.
-#if defined(__AVX512F__) && !defined(EPL_EIGEN_SGEMM)
-inline constexpr bool kNativeBF16Gemm = sgemm::kHasBF16;
-#else
-inline constexpr bool kNativeBF16Gemm = false;
-#endif
+/// Whether the GEMM below rounds op(A) and op(B) to `inputs` (AMP's bf16 or f16) itself, as it
+/// packs them: f32 on epl's packed kernels. Elsewhere the caller rounds copies.
+template <class T>
+constexpr bool rounds_operands(DType inputs) {
+  return kPackedGemm && std::is_same_v<T, float> && (inputs == DType::kBF16 || inputs == DType::kF16);
+}
 
 /// One GEMM on the calling thread (Eigen runs serially inside a parallel region). f32 on an
-/// AVX-512 target uses epl's packed kernel (sgemm_avx512.hpp); everything else Eigen's.
-/// bf16 (only where kNativeBF16Gemm, f32 only): op(A) and op(B) are rounded to bf16 as they are
-/// packed and multiply as bf16, accumulating in f32.
+/// AVX-512 target uses epl's packed kernels (sgemm_avx512.hpp, sgemm_amx.hpp); everything else
+/// Eigen's. `inputs` bf16 or f16 (only where rounds_operands) rounds op(A) and op(B) to it; bf16
+/// then multiplies on `kernel` (bf16_kernel.hpp chooses it), accumulating in f32.
 template <class T>
-void gemm_serial(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, T alpha,
-                 const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc, bool bf16 = false) {
+void gemm_serial(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a, std::int64_t lda, const T* b,
+                 std::int64_t ldb, T beta, T* c, std::int64_t ldc, DType inputs = DType::kF32,
+                 device::CpuBf16Kernel kernel = device::CpuBf16Kernel::kRoundedF32) {
 #if defined(__AVX512F__) && !defined(EPL_EIGEN_SGEMM)
   if constexpr (std::is_same_v<T, float>) {
-    if constexpr (kNativeBF16Gemm)
-      if (bf16) return sgemm::gemm<sgemm::BF16>(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-    sgemm::gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-    return;
+    using K = device::CpuBf16Kernel;
+    auto run = [&]<class Fmt>() { sgemm::gemm<Fmt>(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc); };
+    if (inputs == DType::kF16) return run.template operator()<sgemm::F32<sgemm::RoundF16>>();
+    if (inputs != DType::kBF16) return run.template operator()<sgemm::F32<>>();
+    if constexpr (sgemm::kHasAmx)
+      if (kernel == K::kAmx) return run.template operator()<sgemm::Amx<>>();
+    if constexpr (sgemm::kHasBF16)
+      if (kernel == K::kAvx512Bf16) return run.template operator()<sgemm::BF16>();
+    return run.template operator()<sgemm::F32<sgemm::RoundBF16>>();
   }
 #endif
-  EPL_CHECK(!bf16, "epl: internal: a bf16 GEMM was asked of a CPU build without AVX512-BF16 (round the operands instead)");
+  (void)kernel;
+  EPL_CHECK(inputs != DType::kBF16 && inputs != DType::kF16, "epl: internal: Eigen's GEMM was asked to round its operands (round copies)");
   using Mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   using In = Eigen::Map<const Mat, Eigen::Unaligned, Eigen::OuterStride<>>;
   using Out = Eigen::Map<Mat, Eigen::Unaligned, Eigen::OuterStride<>>;
@@ -62,20 +70,22 @@ void gemm_serial(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t 
 /// With several threads the larger output dimension is cut into one block per thread, each a
 /// serial GEMM with its own packing: measured 5-12% faster on the GEMM shapes of a GPT than
 /// Eigen's own threading, which synchronises the threads around shared packed panels.
+/// `inputs` as for gemm_serial; bf16's kernel is resolved here, before any thread starts.
 template <class T>
 void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, T alpha,
-          const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc, bool bf16 = false) {
+          const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc, DType inputs = DType::kF32) {
+  const auto kernel = inputs == DType::kBF16 ? bf16_kernel() : device::CpuBf16Kernel::kRoundedF32;
   const std::int64_t parts = std::min<std::int64_t>(threads(), std::max(m, n) / 64);
-  if (parts <= 1 || 2 * m * n * k < (std::int64_t{1} << 22)) return gemm_serial(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, bf16);
+  if (parts <= 1 || 2 * m * n * k < (std::int64_t{1} << 22)) return gemm_serial(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, inputs, kernel);
   const bool by_rows = m >= n;
   parallel_for(parts, 1, [&](std::int64_t p0, std::int64_t p1) {
     for (std::int64_t p = p0; p < p1; ++p) {
       if (by_rows) {  // rows [i0, i1) of C and of op(A)
         std::int64_t i0 = m * p / parts, i1 = m * (p + 1) / parts;
-        gemm_serial(ta, tb, i1 - i0, n, k, alpha, ta ? a + i0 : a + i0 * lda, lda, b, ldb, beta, c + i0 * ldc, ldc, bf16);
+        gemm_serial(ta, tb, i1 - i0, n, k, alpha, ta ? a + i0 : a + i0 * lda, lda, b, ldb, beta, c + i0 * ldc, ldc, inputs, kernel);
       } else {        // columns [j0, j1) of C and of op(B)
         std::int64_t j0 = n * p / parts, j1 = n * (p + 1) / parts;
-        gemm_serial(ta, tb, m, j1 - j0, k, alpha, a, lda, tb ? b + j0 * ldb : b + j0, ldb, beta, c + j0, ldc, bf16);
+        gemm_serial(ta, tb, m, j1 - j0, k, alpha, a, lda, tb ? b + j0 * ldb : b + j0, ldb, beta, c + j0, ldc, inputs, kernel);
       }
     }
   });
@@ -86,11 +96,12 @@ void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, T al
 template <class T>
 void gemm_batched(std::int64_t batch, bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k,
                   T alpha, const T* a, std::int64_t stride_a, const T* b, std::int64_t stride_b, T beta,
-                  T* c, std::int64_t stride_c, bool bf16 = false) {
+                  T* c, std::int64_t stride_c, DType inputs = DType::kF32) {
   const std::int64_t lda = ta ? m : k, ldb = tb ? k : n;
+  const auto kernel = inputs == DType::kBF16 ? bf16_kernel() : device::CpuBf16Kernel::kRoundedF32;
   parallel_for(batch, 1, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t i = begin; i < end; ++i)
-      gemm_serial<T>(ta, tb, m, n, k, alpha, a + i * stride_a, lda, b + i * stride_b, ldb, beta, c + i * stride_c, n, bf16);
+      gemm_serial<T>(ta, tb, m, n, k, alpha, a + i * stride_a, lda, b + i * stride_b, ldb, beta, c + i * stride_c, n, inputs, kernel);
   });
 }
 

@@ -13,6 +13,7 @@
 /// compile time for what it runs. Copies, fills and casts take every dtype.
 #include <concepts>
 #include <cstring>
+#include <optional>
 #include <string_view>
 #include <tuple>
 
@@ -20,6 +21,7 @@
 #include "epl/core/tensor.hpp"
 #include "epl/device/checks.hpp"
 #include "epl/device/functors.hpp"
+#include "epl/device/cpu/isa.hpp"
 #include "epl/device/cpu/parallel.hpp"
 
 namespace epl {
@@ -93,15 +95,19 @@ class BasicCpu {
   void cast(const Tensor& src, const Tensor& dst) const;
 
   // ---- BLAS --------------------------------------------------------------------------
-  /// \brief Whether a bf16 GEMM multiplies bf16 pairs in the kernel itself (AVX512-BF16 in the
-  /// build of the kernels), rather than rounded f32 copies.
-  [[nodiscard]] static bool native_bf16_gemm();
+  /// \brief The kernel that multiplies bf16 operands (AMP) in this process: AMX where the CPU
+  /// has it, AVX512-BF16 where it measures faster than f32 here, else f32 on rounded operands
+  /// (device/cpu/bf16_kernel.hpp).
+  [[nodiscard]] static CpuBf16Kernel bf16_kernel();
+  /// \brief Forces that kernel for the whole process (nullopt: back to the measured choice), for
+  /// tests and benchmarks; one this CPU or build cannot run is an error naming what it lacks.
+  static void use_bf16_kernel(std::optional<CpuBf16Kernel> kernel);
   /// c = alpha op(a) op(b) + beta c on the 2-D views [rows, last] of a, b and c.
   /// \param inputs a half type (bf16, f16: AMP) rounds op(a) and op(b) to it (nearest even)
-  /// before they multiply; products accumulate in c's dtype. bf16 on f32 with AVX512-BF16 packs
-  /// the rounded operands straight into the kernel, which multiplies them as bf16; otherwise the
-  /// operands are rounded into workspace copies that live for this call and multiply in c's dtype.
-  /// Any other dtype multiplies them as they are.
+  /// before they multiply; products accumulate in c's dtype. f32 on an AVX-512 build rounds them
+  /// as the kernel packs them (bf16 multiplies on bf16_kernel()); otherwise the operands are
+  /// rounded into workspace copies that live for this call. Any other dtype multiplies them as
+  /// they are.
   void gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& c,
             double alpha = 1, double beta = 0, DType inputs = DType::kF32) const;
   /// The same GEMM on each of the [batch, .., ..] blocks of rank-3 tensors.
@@ -199,8 +205,8 @@ class BasicCpu {
                     double beta2, double eps, double wd, std::int64_t step) const;
 
  private:
-  // Whether the GEMM kernel rounds f32 operands to bf16 itself (AVX512-BF16).
-  static bool native_bf16(const Tensor& a, DType inputs);
+  // Whether the GEMM kernel rounds the operands to `inputs` itself as it packs them.
+  static bool rounds_in_kernel(const Tensor& a, DType inputs);
   // x rounded through the half type `to` into a workspace copy (x itself for any other dtype).
   Tensor rounded(const Tensor& x, DType to) const;
   // rows[index[i]] of `table` and rows[i] of `rows` exist, and both have the same row length

@@ -16,13 +16,18 @@ inline namespace v0 {
 namespace device {
 
 template <class... Compute>
-bool BasicCpu<Compute...>::native_bf16_gemm() {
-  return epl::detail::cpu::kNativeBF16Gemm;
+CpuBf16Kernel BasicCpu<Compute...>::bf16_kernel() {
+  return epl::detail::cpu::bf16_kernel();
 }
 
 template <class... Compute>
-bool BasicCpu<Compute...>::native_bf16(const Tensor& a, DType inputs) {
-  return epl::detail::cpu::kNativeBF16Gemm && inputs == DType::kBF16 && a.dtype() == DType::kF32;
+void BasicCpu<Compute...>::use_bf16_kernel(std::optional<CpuBf16Kernel> kernel) {
+  epl::detail::cpu::use_bf16_kernel(kernel);
+}
+
+template <class... Compute>
+bool BasicCpu<Compute...>::rounds_in_kernel(const Tensor& a, DType inputs) {
+  return a.dtype() == DType::kF32 && epl::detail::cpu::rounds_operands<float>(inputs);
 }
 
 template <class... Compute>
@@ -44,11 +49,12 @@ template <class... Compute>
 void BasicCpu<Compute...>::gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& c,
     double alpha, double beta, DType inputs) const {
   const auto g = detail::gemm_dims(a, ta, b, tb, c);
-  const bool native = native_bf16(a, inputs);
-  const Tensor ra = native ? a : rounded(a, inputs), rb = native ? b : rounded(b, inputs);
+  const bool in_kernel = rounds_in_kernel(a, inputs);
+  const Tensor ra = in_kernel ? a : rounded(a, inputs), rb = in_kernel ? b : rounded(b, inputs);
+  const DType kernel_inputs = in_kernel ? inputs : DType::kF32;
   visit(a.dtype(), [&]<class T>() {
     epl::detail::cpu::gemm<T>(ta, tb, g.m, g.n, g.k, T(alpha), ra.data<T>(), a.shape().back(), rb.data<T>(), b.shape().back(), T(beta),
-                              c.data<T>(), g.n, native);
+                              c.data<T>(), g.n, kernel_inputs);
   });
 }
 
@@ -56,11 +62,12 @@ template <class... Compute>
 void BasicCpu<Compute...>::gemm_batched(const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& c,
     double alpha, double beta, DType inputs) const {
   const auto g = detail::gemm_batched_dims(a, ta, b, tb, c);
-  const bool native = native_bf16(a, inputs);
-  const Tensor ra = native ? a : rounded(a, inputs), rb = native ? b : rounded(b, inputs);
+  const bool in_kernel = rounds_in_kernel(a, inputs);
+  const Tensor ra = in_kernel ? a : rounded(a, inputs), rb = in_kernel ? b : rounded(b, inputs);
+  const DType kernel_inputs = in_kernel ? inputs : DType::kF32;
   visit(a.dtype(), [&]<class T>() {
     epl::detail::cpu::gemm_batched<T>(a.dim(0), ta, tb, g.m, g.n, g.k, T(alpha), ra.data<T>(), g.m * g.k, rb.data<T>(), g.k * g.n,
-                                      T(beta), c.data<T>(), g.m * g.n, native);
+                                      T(beta), c.data<T>(), g.m * g.n, kernel_inputs);
   });
 }
 

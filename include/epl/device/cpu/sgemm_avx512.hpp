@@ -6,11 +6,13 @@
 /// (bench_gemm, one and two threads); GEMMs are three quarters of a training step
 /// (docs/benchmarks.md). Packing transposes 16 x 16 blocks in registers.
 ///
-/// One driver serves two packed formats: F32 (one k per step, FMA) and, where the target has
-/// AVX512-BF16, BF16 for AMP: packing rounds op(A) and op(B) to bf16 (nearest even) and stores
-/// pairs of consecutive k as one 32-bit lane, and each step's VDPBF16PS multiplies two k at once
-/// into f32 accumulators, twice the f32 kernel's products per instruction. That instruction
-/// treats subnormal inputs and results as zero.
+/// One driver serves every packed format: F32 (one k per step, FMA; for AMP it rounds op(A) and
+/// op(B) to bf16 or f16 as it packs them, so a CPU without a faster bf16 product pays nothing for
+/// the rounding), where the target has AVX512-BF16 the BF16 format (packing rounds to bf16 and
+/// stores pairs of consecutive k as one 32-bit lane; each step's VDPBF16PS multiplies two k at
+/// once into f32 accumulators, twice the f32 kernel's products per instruction; it treats
+/// subnormal inputs and results as zero), and AMX's tiles (sgemm_amx.hpp). A format says its
+/// register or tile block (kMR x kNR of C), its cache blocks, how it packs, and its kernel.
 /// Only compiled where the target has AVX-512F (BW for BF16's packing); blas.hpp falls back to
 /// Eigen elsewhere.
 #if defined(__AVX512F__)
@@ -88,8 +90,29 @@ constexpr __mmask16 first_lanes(std::int64_t count) {
   return count >= 16 ? __mmask16(0xFFFF) : count <= 0 ? __mmask16(0) : static_cast<__mmask16>((1u << count) - 1);
 }
 
+/// What packing does to each f32 operand: keep it, or round it to the nearest bf16 or f16
+/// (nearest even; NaN stays NaN, as round_through gives) for AMP's products.
+struct Keep {
+  static __m512 apply(__m512 x) { return x; }
+};
+struct RoundBF16 {
+  static __m512 apply(__m512 x) {
+    const __m512i b = _mm512_castps_si512(x);
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1));
+    const __m512i nearest = _mm512_and_si512(_mm512_add_epi32(b, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))),
+                                             _mm512_set1_epi32(static_cast<int>(0xffff0000u)));
+    const __m512i nan = _mm512_or_si512(_mm512_and_si512(b, _mm512_set1_epi32(static_cast<int>(0x80000000u))),
+                                        _mm512_set1_epi32(0x7fc00000));
+    return _mm512_castsi512_ps(_mm512_mask_mov_epi32(nearest, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), nan));
+  }
+};
+struct RoundF16 {
+  static __m512 apply(__m512 x) { return _mm512_cvtph_ps(_mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)); }
+};
+
 // Copies the [rows, kc] block at src (rows <= 16 strided by ld, the rest zero) transposed:
 // dst[p * stride + i] = src[i * ld + p] for i < lanes, p < kc.
+template <class Round>
 inline void pack_transposed(const float* src, std::int64_t ld, std::int64_t rows, std::int64_t kc, float* dst,
                             std::int64_t stride, __mmask16 lanes) {
   __m512 r[16];
@@ -97,7 +120,7 @@ inline void pack_transposed(const float* src, std::int64_t ld, std::int64_t rows
     const std::int64_t w = std::min<std::int64_t>(16, kc - p);
     const __mmask16 cols = first_lanes(w);
 #pragma GCC unroll 16
-    for (int i = 0; i < 16; ++i) r[i] = i < rows ? _mm512_maskz_loadu_ps(cols, src + i * ld + p) : _mm512_setzero_ps();
+    for (int i = 0; i < 16; ++i) r[i] = i < rows ? Round::apply(_mm512_maskz_loadu_ps(cols, src + i * ld + p)) : _mm512_setzero_ps();
     transpose16(r);
     if (w == 16) {
 #pragma GCC unroll 16
@@ -112,7 +135,7 @@ inline void pack_transposed(const float* src, std::int64_t ld, std::int64_t rows
 // columns, kc * panel floats apart: dst[(j / panel) * kc * panel + p * panel + j % panel],
 // zero past width. Walks each source row once, front to back, for the hardware prefetcher:
 // the source rows are often far apart (a weight gradient's rows are a whole activation row).
-template <int kPanel>
+template <int kPanel, class Round>
 inline void pack_rows(const float* src, std::int64_t ld, std::int64_t width, std::int64_t kc, float* dst) {
   constexpr __mmask16 kLanes = first_lanes(kPanel);
   for (std::int64_t p = 0; p < kc; ++p) {
@@ -121,13 +144,77 @@ inline void pack_rows(const float* src, std::int64_t ld, std::int64_t width, std
     for (std::int64_t j = 0; j < width; j += kPanel, out += kc * kPanel)
       for (int h = 0; h < kPanel; h += 16) {
         const __mmask16 valid = first_lanes(width - j - h) & kLanes;
-        _mm512_mask_storeu_ps(out + h, kLanes, _mm512_maskz_loadu_ps(valid, row + j + h));
+        _mm512_mask_storeu_ps(out + h, kLanes, Round::apply(_mm512_maskz_loadu_ps(valid, row + j + h)));
       }
   }
 }
 
-/// The f32 format: a lane is one float, a step one k.
-struct F32 {
+/// The kernels that keep a kMR x kNR block of C in 28 zmm registers (F32, BF16): Fmt::step
+/// multiplies one step of the packed panels into them.
+template <class Fmt>
+struct RegisterTile {
+  static constexpr int kMR = sgemm::kMR, kNR = sgemm::kNR;
+  static constexpr std::int64_t kMC = sgemm::kMC, kNC = sgemm::kNC;
+  static constexpr std::int64_t kLanes = 1;  // lanes a row of A (a column of B) fills per step
+  struct Session {};                         // nothing to set up around a GEMM's kernels
+
+  // C[0:mr, 0:nr] (= or +=) alpha * Apanel * Bpanel over `steps` steps of the format.
+  template <class Lane>
+  static void kernel(std::int64_t steps, const Lane* __restrict a, const Lane* __restrict b, float* c, std::int64_t ldc, int mr,
+                     int nr, float alpha, bool accumulate) {
+    __m512 acc[kMR][2];
+#pragma GCC unroll 14
+    for (int i = 0; i < kMR; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+    auto step = [&] {
+      Fmt::step(acc, a, b);
+      a += kMR;
+      b += kNR;
+    };
+    // The tile of C is usually a cache miss (rows ldc apart, in memory): fetch it for writing
+    // one row a step while the first steps run, so it arrives before the stores.
+    std::int64_t p = 0;
+    for (; p < steps && p < mr; ++p) {
+      _mm_prefetch(reinterpret_cast<const char*>(c + p * ldc), _MM_HINT_ET0);
+      _mm_prefetch(reinterpret_cast<const char*>(c + p * ldc + nr - 1), _MM_HINT_ET0);
+      step();
+    }
+    for (; p < steps; ++p) step();
+    const __m512 va = _mm512_set1_ps(alpha);
+    if (mr == kMR && nr == kNR) {
+#pragma GCC unroll 14
+      for (int i = 0; i < kMR; ++i) {
+        float* row = c + i * ldc;
+        __m512 r0 = _mm512_mul_ps(va, acc[i][0]), r1 = _mm512_mul_ps(va, acc[i][1]);
+        if (accumulate) {
+          r0 = _mm512_add_ps(r0, _mm512_loadu_ps(row));
+          r1 = _mm512_add_ps(r1, _mm512_loadu_ps(row + 16));
+        }
+        _mm512_storeu_ps(row, r0);
+        _mm512_storeu_ps(row + 16, r1);
+      }
+      return;
+    }
+    // edge tile: masked columns, only the valid rows
+    const __mmask16 m0 = first_lanes(nr), m1 = first_lanes(nr - 16);
+#pragma GCC unroll 14
+    for (int i = 0; i < kMR; ++i) {
+      if (i >= mr) break;
+      float* row = c + i * ldc;
+      __m512 r0 = _mm512_mul_ps(va, acc[i][0]), r1 = _mm512_mul_ps(va, acc[i][1]);
+      if (accumulate) {
+        r0 = _mm512_add_ps(r0, _mm512_maskz_loadu_ps(m0, row));
+        r1 = _mm512_add_ps(r1, _mm512_maskz_loadu_ps(m1, row + 16));
+      }
+      _mm512_mask_storeu_ps(row, m0, r0);
+      _mm512_mask_storeu_ps(row + 16, m1, r1);
+    }
+  }
+};
+
+/// The f32 format: a lane is one float, a step one k; each operand passes through Round as it is
+/// packed.
+template <class Round = Keep>
+struct F32 : RegisterTile<F32<Round>> {
   using Lane = float;
   static constexpr std::int64_t kPerStep = 1, kKC = 384;
 
@@ -136,21 +223,21 @@ struct F32 {
   static void pack_a(bool ta, const float* a, std::int64_t lda, std::int64_t i0, std::int64_t mc, std::int64_t p0,
                      std::int64_t kc, float* dst) {
     if (ta)  // A stored [k, m]: each p is a contiguous run of rows
-      return pack_rows<kMR>(a + p0 * lda + i0, lda, mc, kc, dst);
+      return pack_rows<kMR, Round>(a + p0 * lda + i0, lda, mc, kc, dst);
     for (std::int64_t ir = 0; ir < mc; ir += kMR)  // A stored [m, k]: transpose 16 x 16 blocks
-      pack_transposed(a + (i0 + ir) * lda + p0, lda, std::min<std::int64_t>(kMR, mc - ir), kc, dst + ir * kc, kMR,
-                      first_lanes(kMR));
+      pack_transposed<Round>(a + (i0 + ir) * lda + p0, lda, std::min<std::int64_t>(kMR, mc - ir), kc, dst + ir * kc, kMR,
+                             first_lanes(kMR));
   }
   // op(B)[p0 + p, j0 + j] for p < kc, j < nc, into panels of kNR columns: panel c holds, for
   // each p, the kNR values of columns c*kNR.. (zero-padded past nc).
   static void pack_b(bool tb, const float* b, std::int64_t ldb, std::int64_t p0, std::int64_t kc, std::int64_t j0,
                      std::int64_t nc, float* dst) {
     if (!tb)  // B stored [k, n]: each p is a contiguous run of columns
-      return pack_rows<kNR>(b + p0 * ldb + j0, ldb, nc, kc, dst);
+      return pack_rows<kNR, Round>(b + p0 * ldb + j0, ldb, nc, kc, dst);
     for (std::int64_t jr = 0; jr < nc; jr += kNR)  // B stored [n, k]: transpose 16 x 16 blocks
       for (std::int64_t h = 0; h < kNR; h += 16)
-        pack_transposed(b + (j0 + jr + h) * ldb + p0, ldb, std::clamp<std::int64_t>(nc - jr - h, 0, 16), kc,
-                        dst + jr * kc + h, kNR, 0xFFFF);
+        pack_transposed<Round>(b + (j0 + jr + h) * ldb + p0, ldb, std::clamp<std::int64_t>(nc - jr - h, 0, 16), kc,
+                               dst + jr * kc + h, kNR, 0xFFFF);
   }
   // acc[i][h] += a[i] * b[16h..16h+15] for the kMR rows of one step
   [[gnu::always_inline]] static void step(__m512 (&acc)[kMR][2], const float* __restrict a, const float* __restrict b) {
@@ -167,7 +254,7 @@ struct F32 {
 #if defined(__AVX512BF16__) && defined(__AVX512BW__)
 /// The bf16 format (AMP): a lane is a pair of bf16, op(X)[., 2q] in its low half and
 /// op(X)[., 2q + 1] in its high half (zero past k); a step is two k.
-struct BF16 {
+struct BF16 : RegisterTile<BF16> {
   using Lane = std::uint32_t;
   static constexpr std::int64_t kPerStep = 2, kKC = 768;  // the f32 format's panel bytes
 
@@ -251,62 +338,9 @@ inline constexpr bool kHasBF16 = true;
 inline constexpr bool kHasBF16 = false;
 #endif
 
-// C[0:mr, 0:nr] (= or +=) alpha * Apanel * Bpanel over `steps` steps of the format. The full
-// tile lives in registers.
-template <class Fmt>
-inline void kernel(std::int64_t steps, const typename Fmt::Lane* __restrict a, const typename Fmt::Lane* __restrict b, float* c,
-                   std::int64_t ldc, int mr, int nr, float alpha, bool accumulate) {
-  __m512 acc[kMR][2];
-#pragma GCC unroll 14
-  for (int i = 0; i < kMR; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
-  auto step = [&] {
-    Fmt::step(acc, a, b);
-    a += kMR;
-    b += kNR;
-  };
-  // The tile of C is usually a cache miss (rows ldc apart, in memory): fetch it for writing
-  // one row a step while the first steps run, so it arrives before the stores.
-  std::int64_t p = 0;
-  for (; p < steps && p < mr; ++p) {
-    _mm_prefetch(reinterpret_cast<const char*>(c + p * ldc), _MM_HINT_ET0);
-    _mm_prefetch(reinterpret_cast<const char*>(c + p * ldc + nr - 1), _MM_HINT_ET0);
-    step();
-  }
-  for (; p < steps; ++p) step();
-  const __m512 va = _mm512_set1_ps(alpha);
-  if (mr == kMR && nr == kNR) {
-#pragma GCC unroll 14
-    for (int i = 0; i < kMR; ++i) {
-      float* row = c + i * ldc;
-      __m512 r0 = _mm512_mul_ps(va, acc[i][0]), r1 = _mm512_mul_ps(va, acc[i][1]);
-      if (accumulate) {
-        r0 = _mm512_add_ps(r0, _mm512_loadu_ps(row));
-        r1 = _mm512_add_ps(r1, _mm512_loadu_ps(row + 16));
-      }
-      _mm512_storeu_ps(row, r0);
-      _mm512_storeu_ps(row + 16, r1);
-    }
-    return;
-  }
-  // edge tile: masked columns, only the valid rows
-  const __mmask16 m0 = first_lanes(nr), m1 = first_lanes(nr - 16);
-#pragma GCC unroll 14
-  for (int i = 0; i < kMR; ++i) {
-    if (i >= mr) break;
-    float* row = c + i * ldc;
-    __m512 r0 = _mm512_mul_ps(va, acc[i][0]), r1 = _mm512_mul_ps(va, acc[i][1]);
-    if (accumulate) {
-      r0 = _mm512_add_ps(r0, _mm512_maskz_loadu_ps(m0, row));
-      r1 = _mm512_add_ps(r1, _mm512_maskz_loadu_ps(m1, row + 16));
-    }
-    _mm512_mask_storeu_ps(row, m0, r0);
-    _mm512_mask_storeu_ps(row + 16, m1, r1);
-  }
-}
-
 /// C[m,n] = alpha op(A) op(B) + beta C on the calling thread; row-major, leading dimensions;
-/// op(A) and op(B) packed in the format Fmt (F32, or BF16 where kHasBF16).
-template <class Fmt = F32>
+/// op(A) and op(B) packed in the format Fmt (F32, BF16 where kHasBF16, sgemm_amx.hpp's Amx).
+template <class Fmt = F32<>>
 inline void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a,
                  std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c, std::int64_t ldc) {
   using Lane = typename Fmt::Lane;
@@ -319,11 +353,13 @@ inline void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t 
       for (std::int64_t i = 0; i < m; ++i) std::fill_n(c + i * ldc, n, 0.f);
     return;
   }
-  constexpr std::int64_t kKC = Fmt::kKC, kPer = Fmt::kPerStep;
+  constexpr std::int64_t kKC = Fmt::kKC, kPer = Fmt::kPerStep, kMR = Fmt::kMR, kNR = Fmt::kNR, kMC = Fmt::kMC, kNC = Fmt::kNC;
+  constexpr std::int64_t kLanes = Fmt::kLanes;
   auto& ws = Workspace::local();
   const std::int64_t nc_max = std::min(kNC, n), steps_max = (std::min(kKC, k) + kPer - 1) / kPer, mc_max = std::min(kMC, m);
-  Lane* bp = Workspace::grow<Lane>(ws.b, ws.b_size, static_cast<std::size_t>((nc_max + kNR - 1) / kNR * kNR * steps_max));
-  Lane* ap = Workspace::grow<Lane>(ws.a, ws.a_size, static_cast<std::size_t>((mc_max + kMR - 1) / kMR * kMR * steps_max));
+  Lane* bp = Workspace::grow<Lane>(ws.b, ws.b_size, static_cast<std::size_t>((nc_max + kNR - 1) / kNR * kNR * steps_max * kLanes));
+  Lane* ap = Workspace::grow<Lane>(ws.a, ws.a_size, static_cast<std::size_t>((mc_max + kMR - 1) / kMR * kMR * steps_max * kLanes));
+  [[maybe_unused]] typename Fmt::Session session;
   for (std::int64_t jc = 0; jc < n; jc += kNC) {
     const std::int64_t nc = std::min(kNC, n - jc);
     for (std::int64_t pc = 0; pc < k; pc += kKC) {
@@ -335,7 +371,7 @@ inline void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t 
         Fmt::pack_a(ta, a, lda, ic, mc, pc, kc, ap);
         for (std::int64_t jr = 0; jr < nc; jr += kNR)
           for (std::int64_t ir = 0; ir < mc; ir += kMR)
-            kernel<Fmt>(steps, ap + ir * steps, bp + jr * steps, c + (ic + ir) * ldc + jc + jr, ldc,
+            Fmt::kernel(steps, ap + ir * steps * kLanes, bp + jr * steps * kLanes, c + (ic + ir) * ldc + jc + jr, ldc,
                         static_cast<int>(std::min<std::int64_t>(kMR, mc - ir)), static_cast<int>(std::min<std::int64_t>(kNR, nc - jr)),
                         alpha, accumulate);
       }

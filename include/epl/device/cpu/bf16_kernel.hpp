@@ -1,0 +1,169 @@
+#pragma once
+/// \file
+/// \brief The one place that chooses which kernel multiplies AMP's bf16 operands on this CPU, by
+/// what the CPU does rather than by its name: AMX's tiles where the CPU has them and Linux grants
+/// their state; else VDPBF16PS where this core runs it measurably faster than f32 FMA (Zen 4 runs
+/// it at twice FMA's rate: two products a lane; a core that runs it at FMA's instruction rate or
+/// below gains nothing from it, and its packing costs more); else the f32 kernel on operands
+/// rounded to bf16 as it packs them, which costs what f32 does. So AMP is never slower than f32
+/// by the kernel's choice. The choice is made once a process, before the first bf16 GEMM, and
+/// can be forced (device::Cpu::use_bf16_kernel) for tests and benchmarks.
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <optional>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include "epl/core/error.hpp"
+#include "epl/device/cpu/isa.hpp"
+#include "epl/device/cpu/sgemm_amx.hpp"
+
+namespace epl {
+inline namespace v0 {
+namespace detail::cpu {
+
+/// Whether f32 GEMMs run epl's packed AVX-512 kernels (sgemm_avx512.hpp), which round AMP's
+/// operands as they pack them; elsewhere Eigen multiplies rounded copies.
+#if defined(__AVX512F__) && !defined(EPL_EIGEN_SGEMM)
+inline constexpr bool kPackedGemm = true;
+#else
+inline constexpr bool kPackedGemm = false;
+#endif
+/// How much faster than f32 FMA VDPBF16PS must measure to be chosen: its packing costs more.
+inline constexpr double kBf16DotMargin = 1.25;
+
+/// GFLOP/s of one thread issuing `op` on 12 independent chains (enough to hide its latency),
+/// each operation worth `flop` floating-point operations: an instruction's peak on this core.
+template <class V, class Op>
+double chains_gflops(long iters, V zero, Op op, double flop) {
+  V acc[12];
+  for (auto& a : acc) {
+    a = zero;
+    __asm__ volatile("" : "+v"(a));  // opaque: else the compiler sees 12 equal chains and keeps one
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  for (long i = 0; i < iters; ++i)
+    for (auto& a : acc) a = op(a);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  volatile float sink = 0;
+  for (auto& a : acc) sink = sink + reinterpret_cast<const float*>(&a)[0];
+  return 12.0 * flop * static_cast<double>(iters) / std::max(s, 1e-9) / 1e9;
+}
+/// f32 FMA's peak on this core: 16 lanes (AVX-512) or 8 (AVX2), 2 FLOP each; 0 without FMA.
+inline double fma_gflops(long iters) {
+#if defined(__AVX512F__)
+  const __m512 x = _mm512_set1_ps(0.999999f), y = _mm512_set1_ps(1e-7f);
+  return chains_gflops(iters, _mm512_setzero_ps(), [&](__m512 a) { return _mm512_fmadd_ps(a, x, y); }, 16 * 2.0);
+#elif defined(__FMA__)
+  const __m256 x = _mm256_set1_ps(0.999999f), y = _mm256_set1_ps(1e-7f);
+  return chains_gflops(iters, _mm256_setzero_ps(), [&](__m256 a) { return _mm256_fmadd_ps(a, x, y); }, 8 * 2.0);
+#else
+  (void)iters;
+  return 0;
+#endif
+}
+/// VDPBF16PS's peak on this core: 16 lanes, each two products and two sums; 0 if not compiled.
+inline double dpbf16_gflops(long iters) {
+#if defined(__AVX512BF16__)
+  const __m512bh x = _mm512_cvtne2ps_pbh(_mm512_set1_ps(0.999f), _mm512_set1_ps(1e-3f));
+  return chains_gflops(iters, _mm512_setzero_ps(), [&](__m512 a) { return _mm512_dpbf16_ps(a, x, x); }, 16 * 4.0);
+#else
+  (void)iters;
+  return 0;
+#endif
+}
+/// TDPBF16PS's peak on this core in the AMX kernel's pattern (four C tiles from two A and two B
+/// tiles), 16 x 16 x 32 products and sums each; 0 where AMX cannot run.
+inline double amx_gflops(long iters) {
+#if defined(__AVX512BF16__) && defined(__AVX512BW__) && defined(__x86_64__) && defined(__AVX512F__)
+  if (!isa().amx_bf16) return 0;
+  using T = sgemm::Tiles;
+  alignas(64) static const std::uint8_t inputs[1024] = {};
+  T::configure(sgemm::whole_tiles());
+  T::zero<0>(), T::zero<1>(), T::zero<2>(), T::zero<3>();
+  T::load<4>(inputs, 64), T::load<5>(inputs, 64), T::load<6>(inputs, 64), T::load<7>(inputs, 64);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (long i = 0; i < iters; ++i) {
+    T::dot<0, 4, 6>();
+    T::dot<1, 4, 7>();
+    T::dot<2, 5, 6>();
+    T::dot<3, 5, 7>();
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  T::release();
+  return 4.0 * 16 * 16 * 32 * 2 * static_cast<double>(iters) / std::max(s, 1e-9) / 1e9;
+#else
+  (void)iters;
+  return 0;
+#endif
+}
+
+/// \brief What chose the bf16 kernel: the kernel and, where the choice was timed, both peaks.
+struct Bf16Choice {
+  device::CpuBf16Kernel kernel = device::CpuBf16Kernel::kRoundedF32;
+  double fma_gflops = 0, dpbf16_gflops = 0;  ///< this core's peaks as measured for the choice (0: not timed)
+  double dpbf16_over_fma = 0;                 ///< the median of their ratios, which decided
+};
+
+/// Whether this build and this CPU can run the kernel.
+inline bool bf16_kernel_runs(device::CpuBf16Kernel k) {
+  using K = device::CpuBf16Kernel;
+  if (k == K::kAmx) return kPackedGemm && sgemm::kHasAmx && isa().amx_bf16;
+  if (k == K::kAvx512Bf16) return kPackedGemm && sgemm::kHasBF16;  // compiled for AVX512-BF16: this CPU has it
+  return true;
+}
+
+inline Bf16Choice choose_bf16_kernel() {
+  using K = device::CpuBf16Kernel;
+  if (bf16_kernel_runs(K::kAmx)) return {K::kAmx};
+  if (!bf16_kernel_runs(K::kAvx512Bf16)) return {K::kRoundedF32};
+  // Alternate the two loops (the first pair warms the vector units up and is dropped) and take
+  // the median of 5 ratios; ~1 ms in all. Twice FMA's rate on Zen 4, so the margin is wide.
+  std::array<double, 5> ratio{}, fma{}, dot{};
+  fma_gflops(20'000), dpbf16_gflops(20'000);
+  for (std::size_t i = 0; i < ratio.size(); ++i) {
+    fma[i] = fma_gflops(20'000);
+    dot[i] = dpbf16_gflops(20'000);
+    ratio[i] = dot[i] / std::max(fma[i], 1e-9);
+  }
+  std::sort(ratio.begin(), ratio.end()), std::sort(fma.begin(), fma.end()), std::sort(dot.begin(), dot.end());
+  return {ratio[2] >= kBf16DotMargin ? K::kAvx512Bf16 : K::kRoundedF32, fma[2], dot[2], ratio[2]};
+}
+
+/// \brief The kernel chosen for this process (timed once, on first use) and its figures.
+inline const Bf16Choice& bf16_choice() {
+  static const Bf16Choice chosen = choose_bf16_kernel();
+  return chosen;
+}
+// -1: the choice; else the forced kernel
+inline std::atomic<int>& bf16_forced() {
+  static std::atomic<int> forced{-1};
+  return forced;
+}
+/// \brief The kernel AMP's bf16 GEMMs use now.
+inline device::CpuBf16Kernel bf16_kernel() {
+  const int forced = bf16_forced().load(std::memory_order_relaxed);
+  return forced < 0 ? bf16_choice().kernel : static_cast<device::CpuBf16Kernel>(forced);
+}
+/// \brief Forces the kernel (nullopt: back to the choice); one this CPU or build cannot run is an
+/// error naming what it lacks.
+inline void use_bf16_kernel(std::optional<device::CpuBf16Kernel> k) {
+  using K = device::CpuBf16Kernel;
+  if (k) {
+    EPL_CHECK(*k != K::kAmx || bf16_kernel_runs(*k),
+              "epl: the AMX bf16 kernel cannot run here: ",
+              !kPackedGemm || !sgemm::kHasAmx ? "this program was not compiled for AVX512-BF16 (link epl::native or build with -march=native on an AMX CPU)"
+                                                         : "this CPU has no AMX-BF16, or Linux refused its tile state (arch_prctl)");
+    EPL_CHECK(*k != K::kAvx512Bf16 || bf16_kernel_runs(*k),
+              "epl: the AVX512-BF16 kernel cannot run here: this program was not compiled for AVX512-BF16 (link epl::native or build with "
+              "-march=native on a CPU that has it)");
+  }
+  bf16_forced().store(k ? static_cast<int>(*k) : -1, std::memory_order_relaxed);
+}
+
+}  // namespace detail::cpu
+}  // namespace v0
+}  // namespace epl
