@@ -1,10 +1,26 @@
 # The PyTorch peers of the benchmarks, tuned to their best here; sourced by the run_*.sh scripts.
-#   torch_peers THREADS   exports each peer's thread and kernel settings, and sets peers=(python ...)
+#   torch_peers THREADS   installs what a peer lacks, exports each peer's thread and kernel
+#                         settings, and sets peers=(python ...)
 # Debian's python3-torch runs on OpenBLAS (libopenblas0-openmp) forced to its AVX-512 kernels:
-# OpenBLAS does not recognise these CPUs and otherwise picks a ~3.5x slower one. PyPI's torch 2.x
-# (MKL, oneDNN) joins from .venv-torch2 when it is there.
+# without that package it falls to the reference BLAS (50 tokens/s, ~20x slower: a peer left slow
+# by a bad setting proves nothing), and OpenBLAS does not recognise these CPUs and otherwise picks
+# a ~3.5x slower kernel. PyPI's torch 2.x (MKL, oneDNN) lives in .venv-torch2, made here when
+# missing.
 torch_peers() {
+  local missing=()
+  for p in python3-torch libopenblas0-openmp; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "peers: installing ${missing[*]}" >&2
+    local sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+  fi
+  if [ ! -x .venv-torch2/bin/python ] || ! .venv-torch2/bin/python -c "import torch" 2>/dev/null; then
+    echo "peers: installing PyPI's torch into .venv-torch2" >&2
+    rm -rf .venv-torch2
+    python3 -m venv .venv-torch2 && .venv-torch2/bin/pip install --quiet --disable-pip-version-check torch numpy >&2
+  fi
   export OPENBLAS_CORETYPE=SkylakeX ATEN_CPU_CAPABILITY=avx512 OMP_NUM_THREADS=$1 OPENBLAS_NUM_THREADS=$1
-  peers=("/usr/bin/python3")
-  if [ -x .venv-torch2/bin/python ]; then peers+=(".venv-torch2/bin/python"); fi
+  peers=("/usr/bin/python3" ".venv-torch2/bin/python")
 }

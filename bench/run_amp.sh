@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# gpt-mini, one device, fp32 against mixed precision (amp.level O1, bf16 operands), epl and
-# PyTorch (CPU autocast to bf16), alternating runs (A B C D A B C D ...), medians; then the
+# gpt-mini, one device, fp32 against mixed precision (amp.level O1, bf16 operands; epl on the
+# kernel it chooses for this CPU and on its rounded-f32 fall-back), epl and PyTorch (CPU autocast
+# to bf16), alternating runs (A B C D A B C D ...), medians; then the
 # flagship example's 100-step loss curve under --amp.level=O1 beside f32's.
 # Writes bench/results/amp.json.
 #   bench/run_amp.sh [threads=1] [rounds=5] [torch_steps=4]
@@ -18,6 +19,8 @@ log=bench/results/amp.log; : > "$log"
 for r in $(seq "$rounds"); do
   ./build/cpu-release/bench/bench_gpt_mini --threads="$threads" --steps=4 --warmup=1 | tee -a "$log"
   ./build/cpu-release/bench/bench_gpt_mini --threads="$threads" --steps=4 --warmup=1 --amp | tee -a "$log"
+  # the fall-back a CPU without a faster bf16 product gets: f32 FMA on operands rounded as packed
+  ./build/cpu-release/bench/bench_gpt_mini --threads="$threads" --steps=4 --warmup=1 --amp --bf16_kernel=rounded-f32 | tee -a "$log"
   if [ "$tsteps" -gt 0 ]; then
     for py in "${peers[@]}"; do
       "$py" bench/torch_gpt_mini.py --threads "$threads" --steps "$tsteps" --warmup 1 2>/dev/null | tee -a "$log"

@@ -72,7 +72,20 @@ def main():
     flops = 6 * params + 12 * L * T * C
     print(json.dumps({"impl": f"torch {torch.__version__}" + (" autocast bf16" if a.amp else ""), "threads": a.threads, "params": params, "tokens_per_s": round(tps, 1),
                       "gflops": round(tps * flops / 1e9, 1), "step_s": round(med, 4), "loss": round(loss.item(), 4),
-                      "blas": torch.__config__.show().split("BLAS_INFO=")[-1].split(",")[0]}))
+                      "blas": loaded_blas()}))
+
+
+def loaded_blas():
+    """The BLAS this process runs on, from the libraries it mapped: Debian's torch is built on the
+    generic libblas.so.3 interface, and the package that provides it decides the speed; PyPI's is
+    linked with MKL."""
+    if torch.backends.mkl.is_available():
+        return "mkl"
+    libs = {l.split()[-1] for l in open("/proc/self/maps") if ".so" in l}
+    for name in ("mkl", "openblas"):
+        if any(name in lib for lib in libs):
+            return name
+    return "reference blas" if any("libblas" in lib for lib in libs) else "none seen"
 
 
 if not a.define_only:
