@@ -78,7 +78,7 @@ inline double dpbf16_gflops(long iters) {
 /// TDPBF16PS's peak on this core in the AMX kernel's pattern (four C tiles from two A and two B
 /// tiles), 16 x 16 x 32 products and sums each; 0 where AMX cannot run.
 inline double amx_gflops(long iters) {
-#if defined(__AVX512BF16__) && defined(__AVX512BW__) && defined(__x86_64__) && defined(__AVX512F__)
+#if defined(EPL_SGEMM_AMX)
   if (!isa().amx_bf16) return 0;
   using T = sgemm::Tiles;
   alignas(64) static const std::uint8_t inputs[1024] = {};
@@ -153,12 +153,14 @@ inline device::CpuBf16Kernel bf16_kernel() {
 inline void use_bf16_kernel(std::optional<device::CpuBf16Kernel> k) {
   using K = device::CpuBf16Kernel;
   if (k) {
+    EPL_CHECK(*k == K::kRoundedF32 || *k == K::kAvx512Bf16 || *k == K::kAmx, "use_bf16_kernel: ", static_cast<int>(*k),
+              " is not a CpuBf16Kernel; use kRoundedF32, kAvx512Bf16 or kAmx (or std::nullopt for the measured choice)");
     EPL_CHECK(*k != K::kAmx || bf16_kernel_runs(*k),
-              "epl: the AMX bf16 kernel cannot run here: ",
+              "the AMX bf16 kernel cannot run here: ",
               !kPackedGemm || !sgemm::kHasAmx ? "this program was not compiled for AVX512-BF16 (link epl::native or build with -march=native on an AMX CPU)"
                                                          : "this CPU has no AMX-BF16, or Linux refused its tile state (arch_prctl)");
     EPL_CHECK(*k != K::kAvx512Bf16 || bf16_kernel_runs(*k),
-              "epl: the AVX512-BF16 kernel cannot run here: this program was not compiled for AVX512-BF16 (link epl::native or build with "
+              "the AVX512-BF16 kernel cannot run here: this program was not compiled for AVX512-BF16 (link epl::native or build with "
               "-march=native on a CPU that has it)");
   }
   bf16_forced().store(k ? static_cast<int>(*k) : -1, std::memory_order_relaxed);

@@ -33,19 +33,20 @@ void gemm_serial(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t 
                  device::CpuBf16Kernel kernel = device::CpuBf16Kernel::kRoundedF32) {
 #if defined(__AVX512F__) && !defined(EPL_EIGEN_SGEMM)
   if constexpr (std::is_same_v<T, float>) {
-    using K = device::CpuBf16Kernel;
     auto run = [&]<class Fmt>() { sgemm::gemm<Fmt>(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc); };
     if (inputs == DType::kF16) return run.template operator()<sgemm::F32<sgemm::RoundF16>>();
     if (inputs != DType::kBF16) return run.template operator()<sgemm::F32<>>();
-    if constexpr (sgemm::kHasAmx)
-      if (kernel == K::kAmx) return run.template operator()<sgemm::Amx<>>();
-    if constexpr (sgemm::kHasBF16)
-      if (kernel == K::kAvx512Bf16) return run.template operator()<sgemm::BF16>();
+#if defined(EPL_SGEMM_AMX)
+    if (kernel == device::CpuBf16Kernel::kAmx) return run.template operator()<sgemm::Amx<>>();
+#endif
+#if defined(EPL_SGEMM_BF16)
+    if (kernel == device::CpuBf16Kernel::kAvx512Bf16) return run.template operator()<sgemm::BF16>();
+#endif
     return run.template operator()<sgemm::F32<sgemm::RoundBF16>>();
   }
 #endif
   (void)kernel;
-  EPL_CHECK(inputs != DType::kBF16 && inputs != DType::kF16, "epl: internal: Eigen's GEMM was asked to round its operands (round copies)");
+  EPL_CHECK(inputs != DType::kBF16 && inputs != DType::kF16, "internal: Eigen's GEMM was asked to round its operands (round copies)");
   using Mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   using In = Eigen::Map<const Mat, Eigen::Unaligned, Eigen::OuterStride<>>;
   using Out = Eigen::Map<Mat, Eigen::Unaligned, Eigen::OuterStride<>>;

@@ -86,7 +86,7 @@ struct EmulatedTiles {
   }
   static void release() { state() = State{}; }
   static std::uint8_t (&checked(int t))[16][64] {
-    EPL_CHECK(state().configured && state().config.palette == 1, "epl: internal: tile ", t, " used before LDTILECFG");
+    EPL_CHECK(state().configured && state().config.palette == 1, "internal: tile ", t, " used before LDTILECFG");
     return state().tile[t];
   }
   template <int T>
@@ -304,6 +304,7 @@ struct Amx {
   }
 };
 inline constexpr bool kHasAmx = true;
+#define EPL_SGEMM_AMX 1  // the Amx format is compiled (blas.hpp, bf16_kernel.hpp name it only then)
 
 }  // namespace sgemm
 }  // namespace detail::cpu

@@ -334,6 +334,7 @@ struct BF16 : RegisterTile<BF16> {
   }
 };
 inline constexpr bool kHasBF16 = true;
+#define EPL_SGEMM_BF16 1  // the BF16 format is compiled (blas.hpp names it only then)
 #else
 inline constexpr bool kHasBF16 = false;
 #endif
@@ -381,6 +382,15 @@ inline void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t 
 
 }  // namespace sgemm
 }  // namespace detail::cpu
+}  // namespace v0
+}  // namespace epl
+#endif
+#if !defined(__AVX512F__)  // no packed kernels: Eigen multiplies (blas.hpp)
+namespace epl {
+inline namespace v0 {
+namespace detail::cpu::sgemm {
+inline constexpr bool kHasBF16 = false;
+}  // namespace detail::cpu::sgemm
 }  // namespace v0
 }  // namespace epl
 #endif
