@@ -149,7 +149,7 @@ class ZeroSync {
         tensor_parallel_(o.tensor_parallel) {
     if (stage_ == 0) return;
     sharder_ = std::make_unique<ZeroSharder<D>>(device, data, arena, stage_, o.buckets.op, o.offload);
-    if (stage_ >= 2 && data.size() > 1) scalars_ = data.split(0, 0);  // each rank holds a shard: their norms sum
+    if (data.size() > 1) scalars_ = data.split(0, 0);  // each rank's norm is over the slices it owns: they sum
   }
   ZeroSync(const ZeroSync&) = delete;
   ZeroSync& operator=(const ZeroSync&) = delete;
@@ -179,8 +179,10 @@ class ZeroSync {
   }
   [[nodiscard]] std::vector<Tensor> owned_values() const { return sharder_ ? sharder_->owned_values() : reduce_.owned_values(); }
   [[nodiscard]] std::vector<Tensor> owned_grads() const { return sharder_ ? sharder_->owned_grads() : reduce_.owned_grads(); }
+  // Over the owned slices, the gradients the step unscales, clips and updates: at stage 1 the
+  // rest of the all-reduced gradient is whole too, but nothing takes the loss scale off it.
   [[nodiscard]] SquaredNorms sum_squares() const {
-    if (stage_ < 2) return reduce_.sum_squares();
+    if (stage_ == 0) return reduce_.sum_squares();
     SquaredNorms sq;
     if (!tensor_parallel_) {
       for (const auto& g : sharder_->owned_grads()) sq.whole += device_->sum_squares(g);
