@@ -103,6 +103,8 @@ TEST_CASE("bf16 kernels: forcing one this CPU or build cannot run names what it 
   if (!detail::cpu::bf16_kernel_runs(CpuBf16Kernel::kAvx512Bf16))
     CHECK_THROWS_WITH_AS(device::Cpu::use_bf16_kernel(CpuBf16Kernel::kAvx512Bf16),
                          doctest::Contains("not compiled for AVX512-BF16 (link epl::native"), Error);
+  CHECK_THROWS_WITH_AS(device::Cpu::use_bf16_kernel(static_cast<CpuBf16Kernel>(7)),
+                       doctest::Contains("use_bf16_kernel: 7 is not a CpuBf16Kernel; use kRoundedF32, kAvx512Bf16 or kAmx"), Error);
   const auto chosen = device::Cpu::bf16_kernel();
   device::Cpu::use_bf16_kernel(CpuBf16Kernel::kRoundedF32);  // runs everywhere
   CHECK(device::Cpu::bf16_kernel() == CpuBf16Kernel::kRoundedF32);

@@ -383,6 +383,40 @@ TEST_CASE("checkpoint: damaged, missing and foreign checkpoints are refused nami
   CHECK(train(resume).start == 2);  // the intact copy still loads
 }
 
+// A shard only one rank reads is damaged: every rank refuses the load, and none has changed its
+// values, its optimizer state or its step (the pieces are all read and checked before any is used).
+TEST_CASE("checkpoint: a load that fails on one rank changes nothing on any rank") {
+  TempDir dir("one_rank_fails");
+  (void)train({.ranks = 2, .cfg = config("v2"), .steps = 2, .save_to = dir.path});
+  const fs::path ck = dir.path / "step-00000002";
+  flip_byte(ck / "rank-00001.bin", 100);
+  comm::run_threads(2, [&](comm::ThreadCommunicator& c) {
+    Context ctx(c, 200 + c.rank());
+    Trainer<DropGpt, optim::AdamW, Policy> t(ctx, config("v2"), make_drop_gpt(), optim::AdamW({.lr = 1e-2}), {.seed = 5, .clip_norm = 1.0});
+    auto ds = test::token_corpus(4000);
+    data::WindowLoader loader(ds, 8, 8, 17, t.data_shard());
+    (void)t.step(loader.next(ctx.cpu()));
+    auto values = [&] {
+      std::vector<float> v;
+      t.gather_parameters();
+      nn::for_each_parameter(t.model(), [&](nn::Parameter& p) {
+        for (float x : p.value.span<float>()) v.push_back(x);
+      });
+      return v;
+    };
+    const auto before = values();
+    std::string message;
+    try {
+      t.load(ck);
+    } catch (const Error& e) {
+      message = e.what();
+    }
+    CHECK(message.find("rank-00001.bin is corrupt") != std::string::npos);
+    CHECK(values() == before);
+    CHECK(t.steps() == 1);
+  });
+}
+
 TEST_CASE("checkpoint: misuse is named") {
   TempDir dir("misuse");
   SUBCASE("checkpoint.every without checkpoint.dir") {

@@ -176,10 +176,32 @@ TEST_CASE("safetensors: a file of another model is refused, naming the tensors")
     auto e = good;
     e[2].dtype = "F8_E4M3";
     write_file(f, e);
-    CHECK(error_of(t, f).find("holds tensor body.0.attn.0.weight as F8_E4M3, which epl does not read") != std::string::npos);
+    const auto msg = error_of(t, f);
+    CHECK(msg.find("holds tensor body.0.attn.0.weight as F8_E4M3, which epl does not read") != std::string::npos);
+    CHECK(msg.find("save the model in its parameters' dtype: F32 for a trainer's") != std::string::npos);
   }
   // nothing was loaded by a refused file
   CHECK(values_of(t).front() == 0.5f);
+}
+
+// Each rank reads the file it is given: one rank's bad file fails the load on every rank, and no
+// rank has loaded anything (a rank whose file was good once kept its new weights).
+TEST_CASE("safetensors: a file refused on one rank leaves every rank's weights as they were") {
+  TempDir dir("one_rank");
+  comm::run_threads(2, [&](comm::ThreadCommunicator& c) {
+    Context ctx(c, 300 + c.rank());
+    T t(ctx, Config{}, gpt::make_gpt(tiny()), optim::AdamW({}), {.seed = 1});
+    const fs::path f = dir.path / ("w" + std::to_string(c.rank()) + ".safetensors");
+    auto e = entries_of(t, 0.5f);
+    const float inf = std::numeric_limits<float>::infinity();
+    if (c.rank() == 1) std::memcpy(e[2].bytes.data(), &inf, sizeof(float));
+    write_file(f, e);
+    const auto before = values_of(t);
+    const auto msg = error_of(t, f);
+    CHECK(msg.find("holds inf at element 0 of body.0.attn.0.weight") != std::string::npos);
+    if (c.rank() == 0) CHECK(msg.find("failed on rank 1") != std::string::npos);
+    CHECK(values_of(t) == before);
+  });
 }
 
 TEST_CASE("safetensors: a damaged file is an error naming it, never a crash") {

@@ -224,8 +224,9 @@ class SafetensorsFile {
           if (key == "dtype") {
             const std::string d = p.string();
             const auto dt = detail::dtype_of_safetensors(d);
-            EPL_CHECK(dt.has_value(), "safetensors file ", path_, " holds tensor ", name, " as ", d, ", which epl does not read; "
-                      "save it as F32 (model.float()), or as F64, F16, BF16, I32 or I64");
+            EPL_CHECK(dt.has_value(), "safetensors file ", path_, " holds tensor ", name, " as ", d, ", which epl does not read (it "
+                      "reads F32, F64, F16, BF16, I32 and I64); save the model in its parameters' dtype: F32 for a trainer's "
+                      "(in PyTorch: model.float() before save_file)");
             t.dtype = *dt;
             has_dtype = true;
           } else if (key == "shape") {

@@ -105,6 +105,7 @@ struct TrainerState {
   std::string optimizer;                           ///< the optimizer's type, by name
   std::int64_t optimizer_steps = 0;
   const std::vector<Tensor>* optimizer_state = nullptr;  ///< kStateSlots buffers over the regions
+  int optimizer_slots = 0;                         ///< the optimizer's kStateSlots
   /// Restarts the optimizer at a saved step count with zeroed state of n elements; returns it.
   std::function<const std::vector<Tensor>&(std::int64_t steps, std::int64_t n, DType t)> restore_optimizer;
   policy::LossScaler* scaler = nullptr;            ///< AMP's, or null
@@ -247,6 +248,9 @@ class BasicSerializer {
   std::string write_shard(const std::filesystem::path& dir, const TrainerState& s) const;
   // Rank 0: the ranks' pieces and this run's scalars and configuration, as one manifest.
   Manifest merged_manifest(const std::vector<std::string>& parts, const TrainerState& s) const;
+  // Reads, and so checks (checksums included), everything restore() will read on this rank,
+  // changing nothing: a load then fails on every rank before any rank has changed its state.
+  static void verify(const Reader& reader, const std::string& where, TrainerState& s);
   // This rank's part of the saved state, from reader (`where` names the checkpoint).
   void restore(const Reader& reader, const std::string& where, TrainerState& s);
   // The same model, optimizer and seed as the run that saved it.
@@ -369,22 +373,28 @@ std::optional<std::filesystem::path> BasicSerializer<Unused>::resume(const std::
 
 template <class Unused>
 void BasicSerializer<Unused>::load(const std::filesystem::path& checkpoint, TrainerState& s) {
-  epl::detail::on_every_rank(*s.world, "loading checkpoint " + checkpoint.string(), [&] {
-    const Reader reader(checkpoint);
+  const std::string what = "loading checkpoint " + checkpoint.string();
+  std::optional<Reader> reader;
+  epl::detail::on_every_rank(*s.world, what, [&] {
+    reader.emplace(checkpoint);
     const auto named = step_of(checkpoint.filename().string());
-    EPL_CHECK(!named || *named == reader.manifest().step, "checkpoint ", checkpoint, " is named for step ", *named,
-              " but its manifest says step ", reader.manifest().step, ": a step directory renamed or copied over another; "
-              "rename it step-", step_name(reader.manifest().step).substr(5), " or move it aside");
-    restore(reader, checkpoint.string(), s);
+    EPL_CHECK(!named || *named == reader->manifest().step, "checkpoint ", checkpoint, " is named for step ", *named,
+              " but its manifest says step ", reader->manifest().step, ": a step directory renamed or copied over another; "
+              "rename it step-", step_name(reader->manifest().step).substr(5), " or move it aside");
+    verify(*reader, checkpoint.string(), s);
   });
+  // every rank has read what it needs: only now does any of them change its state
+  epl::detail::on_every_rank(*s.world, what, [&] { restore(*reader, checkpoint.string(), s); });
   resumed_from_ = checkpoint;
 }
 
 template <class Unused>
 void BasicSerializer<Unused>::load_safetensors(const std::filesystem::path& file, TrainerState& s) {
-  epl::detail::on_every_rank(*s.world, "loading weights from " + file.string(), [&] {
-    const SafetensorsFile f(file);
-    const auto& held = f.tensors();
+  const std::string what = "loading weights from " + file.string();
+  std::optional<SafetensorsFile> f;
+  epl::detail::on_every_rank(*s.world, what, [&] {
+    f.emplace(file);
+    const auto& held = f->tensors();
     adopt_index_names(s, [&](const std::string& name) { return held.count(name) > 0; });  // an older checkpoint's export
     std::set<std::string> ours;
     std::string missing, extra;
@@ -415,7 +425,7 @@ void BasicSerializer<Unused>::load_safetensors(const std::filesystem::path& file
     // every value finite before any is loaded: a NaN would otherwise surface steps later
     for (const auto& entry : s.names) {
       const std::string& name = entry.second;  // not a structured binding: clang 14's lambdas cannot capture one
-      const auto bytes = f.read(name);
+      const auto bytes = f->read(name);
       auto finite = [&](auto zero) {  // not [&]<class T>(T): nvcc's host pass mangles a template lambda here
         using T = decltype(zero);
         for (std::size_t i = 0; i + sizeof(T) <= bytes.size(); i += sizeof(T)) {
@@ -428,9 +438,12 @@ void BasicSerializer<Unused>::load_safetensors(const std::filesystem::path& file
       if (s.arena->dtype() == DType::kF32) finite(0.0f);
       else if (s.arena->dtype() == DType::kF64) finite(0.0);
     }
+  });
+  // every rank's file holds finite weights of this model: only now does any rank load them
+  epl::detail::on_every_rank(*s.world, what, [&] {
     std::vector<unsigned char> host;
     for_each_piece(s, [&](const nn::Parameter& p, std::int64_t b, std::int64_t e, const Region& r, std::int64_t at) {
-      upload_piece(s, p, b, e, f.read(s.names.at(&p)), r.values.slice(at, at + e - b), host);
+      upload_piece(s, p, b, e, f->read(s.names.at(&p)), r.values.slice(at, at + e - b), host);
     });
   });
 }
@@ -566,6 +579,23 @@ Manifest BasicSerializer<Unused>::merged_manifest(const std::vector<std::string>
 }
 
 template <class Unused>
+void BasicSerializer<Unused>::verify(const Reader& reader, const std::string& where, TrainerState& s) {
+  const auto& m = reader.manifest();
+  adopt_index_names(s, [&](const std::string& name) { return m.tensors.count(name) > 0; });
+  check_same_run(m, where, s);
+  const std::string* steps = m.scalar("optimizer.steps");
+  const int slots = steps && *steps != "0" ? s.optimizer_slots : 0;
+  std::set<std::string> read;
+  for_each_piece(s, [&](const nn::Parameter& p, std::int64_t, std::int64_t, const Region&, std::int64_t) {
+    const std::string& name = s.names.at(&p);
+    for (int k = -1; k < slots; ++k) {
+      const std::string tensor = k < 0 ? name : state_name(name, static_cast<std::size_t>(k));
+      if (reader.has(tensor) && read.insert(tensor).second) (void)reader.whole(tensor);  // restore() names one missing
+    }
+  });
+}
+
+template <class Unused>
 void BasicSerializer<Unused>::restore(const Reader& reader, const std::string& where, TrainerState& s) {
   const auto& m = reader.manifest();
   adopt_index_names(s, [&](const std::string& name) { return m.tensors.count(name) > 0; });  // an older checkpoint
@@ -579,6 +609,8 @@ void BasicSerializer<Unused>::restore(const Reader& reader, const std::string& w
     return x;
   };
   check_same_run(m, where, s);
+  // the loaders first: a position that does not fit its loader is refused before any value changes
+  restore_loaders(m, where, scalar, *s.world);
   // the values, and the optimizer state (none before the first update)
   const std::int64_t optimizer_steps = scalar("optimizer.steps");
   std::int64_t held = 0;
@@ -605,7 +637,6 @@ void BasicSerializer<Unused>::restore(const Reader& reader, const std::string& w
     st.in_a_row = scalar("amp.in_a_row");
     s.scaler->restore(st);
   }
-  restore_loaders(m, where, scalar, *s.world);
 }
 
 template <class Unused>

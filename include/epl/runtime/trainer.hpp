@@ -387,6 +387,7 @@ class Trainer {
     s.optimizer = std::string(reflect::type_name<Optimizer>());
     s.optimizer_steps = updater_.steps();
     s.optimizer_state = &updater_.state();
+    s.optimizer_slots = Optimizer::kStateSlots;
     s.restore_optimizer = [this](std::int64_t steps, std::int64_t n, DType t) -> const std::vector<Tensor>& {
       return updater_.restore(*device_, steps, n, t);
     };
