@@ -152,27 +152,19 @@ struct Amx {
   // 32q + 2l + 1 of row 16h + r, at q * 512 + h * 256 + r * 16 + l; zero past mc and kc.
   static void pack_a(bool ta, const float* a, std::int64_t lda, std::int64_t i0, std::int64_t mc, std::int64_t p0,
                      std::int64_t kc, Lane* dst) {
-    const std::int64_t steps = (kc + kPerStep - 1) / kPerStep;
-    for (std::int64_t ir = 0; ir < mc; ir += 16) {
-      const std::int64_t rows = std::min<std::int64_t>(16, mc - ir);
-      Lane* half = dst + (ir / kMR) * kMR * steps * kLanes + (ir % kMR / 16) * kTile;
+    by_halves(mc, kc, dst, [&](std::int64_t ir, std::int64_t rows, Lane* half) {
       if (ta) pack_transposed_rows(a + p0 * lda + i0 + ir, lda, rows, kc, half);
       else pack_rows_along(a + (i0 + ir) * lda + p0, lda, rows, kc, half);
-    }
-    zero_tail(mc, steps, dst);
+    });
   }
   // op(B)[p0 + p, j0 + j] into panels of 32 columns: lane (q, h, r, l) = the pair of k 32q + 2r,
   // 32q + 2r + 1 of column 16h + l, at q * 512 + h * 256 + r * 16 + l; zero past nc and kc.
   static void pack_b(bool tb, const float* b, std::int64_t ldb, std::int64_t p0, std::int64_t kc, std::int64_t j0,
                      std::int64_t nc, Lane* dst) {
-    const std::int64_t steps = (kc + kPerStep - 1) / kPerStep;
-    for (std::int64_t jr = 0; jr < nc; jr += 16) {
-      const std::int64_t cols = std::min<std::int64_t>(16, nc - jr);
-      Lane* half = dst + (jr / kNR) * kNR * steps * kLanes + (jr % kNR / 16) * kTile;
+    by_halves(nc, kc, dst, [&](std::int64_t jr, std::int64_t cols, Lane* half) {
       if (tb) pack_columns_along(b + (j0 + jr) * ldb + p0, ldb, cols, kc, half);
       else pack_columns_across(b + p0 * ldb + j0 + jr, ldb, cols, kc, half);
-    }
-    zero_tail(nc, steps, dst);
+    });
   }
 
   // C[0:mr, 0:nr] (= or +=) alpha * Apanel * Bpanel over `steps` steps. A whole block with alpha 1
@@ -229,11 +221,17 @@ struct Amx {
   }
 
  private:
-  // The 16-row half a panel may lack (mc or nc past the last full 16, up to 32): zeros.
-  static void zero_tail(std::int64_t width, std::int64_t steps, Lane* dst) {
+  // pack(first, count, half) for each 16 rows (columns) of `width` and the tiles of its half of a
+  // 32-wide panel; then zeros for the half a last panel lacks (width past a whole 32 by 16 or less).
+  template <class Pack>
+  static void by_halves(std::int64_t width, std::int64_t kc, Lane* dst, Pack&& pack) {
+    static_assert(kMR == kNR);
+    const std::int64_t steps = (kc + kPerStep - 1) / kPerStep;
+    auto half_at = [&](std::int64_t first) { return dst + (first / kMR) * kMR * steps * kLanes + (first % kMR / 16) * kTile; };
+    for (std::int64_t first = 0; first < width; first += 16) pack(first, std::min<std::int64_t>(16, width - first), half_at(first));
     if (width % kMR == 0 || width % kMR > 16) return;
-    Lane* half = dst + (width / kMR) * kMR * steps * kLanes + kTile;
-    for (std::int64_t q = 0; q < steps; ++q) std::memset(half + q * 2 * kTile, 0, kTile * sizeof(Lane));
+    Lane* missing = half_at(width - width % kMR + 16);
+    for (std::int64_t q = 0; q < steps; ++q) std::memset(missing + q * 2 * kTile, 0, kTile * sizeof(Lane));
   }
   // Rows (<= 16, ld apart) that run along k: tile row r, step q = row r's k 32q..32q+31 as pairs.
   static void pack_rows_along(const float* src, std::int64_t ld, std::int64_t rows, std::int64_t kc, Lane* dst) {
