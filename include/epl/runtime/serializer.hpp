@@ -251,7 +251,7 @@ class BasicSerializer {
   // Reads, and so checks (checksums included), everything restore() will read on this rank,
   // changing nothing: a load then fails on every rank before any rank has changed its state.
   static void verify(const Reader& reader, const std::string& where, TrainerState& s);
-  // This rank's part of the saved state, from reader (`where` names the checkpoint).
+  // This rank's part of the saved state, from reader (`where` names the checkpoint), after verify().
   void restore(const Reader& reader, const std::string& where, TrainerState& s);
   // The same model, optimizer and seed as the run that saved it.
   static void check_same_run(const Manifest& m, const std::string& where, const TrainerState& s);
@@ -597,8 +597,7 @@ void BasicSerializer<Unused>::verify(const Reader& reader, const std::string& wh
 
 template <class Unused>
 void BasicSerializer<Unused>::restore(const Reader& reader, const std::string& where, TrainerState& s) {
-  const auto& m = reader.manifest();
-  adopt_index_names(s, [&](const std::string& name) { return m.tensors.count(name) > 0; });  // an older checkpoint
+  const auto& m = reader.manifest();  // verify() has named s as the checkpoint does and checked it is this run's
   auto scalar = [&](const std::string& name) -> std::int64_t {
     const std::string* v = m.scalar(name);
     EPL_CHECK(v != nullptr, "checkpoint ", where, " lacks its \"", name, "\" entry: the manifest is not one a save writes");
@@ -608,7 +607,6 @@ void BasicSerializer<Unused>::restore(const Reader& reader, const std::string& w
               "\" is not a count");
     return x;
   };
-  check_same_run(m, where, s);
   // the loaders first: a position that does not fit its loader is refused before any value changes
   restore_loaders(m, where, scalar, *s.world);
   // the values, and the optimizer state (none before the first update)
