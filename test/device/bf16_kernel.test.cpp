@@ -1,6 +1,7 @@
 // AMP's bf16 GEMM kernels (device/cpu/bf16_kernel.hpp, sgemm_amx.hpp): each one this CPU runs,
 // and AMX's driver, packing and kernel on emulated tiles on any AVX512-BF16 CPU, against a plain
 // loop over the rounded operands.
+#include <cstring>
 #include <optional>
 
 #include "../helpers.hpp"
@@ -84,6 +85,9 @@ TEST_CASE("bf16 kernels: AMX's driver, packing and kernel on emulated tiles, eve
 TEST_CASE("bf16 kernels: AMX where it runs, else VDPBF16PS only where it measures faster than f32 FMA") {
   const auto& choice = detail::cpu::bf16_choice();
   MESSAGE("this CPU: ", std::string(device::name(choice.kernel)), " (FMA ", choice.fma_gflops, " GFLOP/s, VDPBF16PS ", choice.dpbf16_gflops, ")");
+  // a CPU whose AMX this process was refused is a failure to see, not a kernel quietly not run
+  INFO("Linux refused AMX's tile state: ", std::strerror(detail::cpu::isa().amx_refused));
+  CHECK(detail::cpu::isa().amx_refused == 0);
   if (detail::cpu::bf16_kernel_runs(CpuBf16Kernel::kAmx)) {
     CHECK(choice.kernel == CpuBf16Kernel::kAmx);
   } else if (detail::cpu::bf16_kernel_runs(CpuBf16Kernel::kAvx512Bf16)) {

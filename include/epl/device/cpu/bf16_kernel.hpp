@@ -12,6 +12,7 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <optional>
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -155,10 +156,11 @@ inline void use_bf16_kernel(std::optional<device::CpuBf16Kernel> k) {
   if (k) {
     EPL_CHECK(*k == K::kRoundedF32 || *k == K::kAvx512Bf16 || *k == K::kAmx, "use_bf16_kernel: ", static_cast<int>(*k),
               " is not a CpuBf16Kernel; use kRoundedF32, kAvx512Bf16 or kAmx (or std::nullopt for the measured choice)");
-    EPL_CHECK(*k != K::kAmx || bf16_kernel_runs(*k),
-              "the AMX bf16 kernel cannot run here: ",
+    EPL_CHECK(*k != K::kAmx || bf16_kernel_runs(*k), "the AMX bf16 kernel cannot run here: ",
               !kPackedGemm || !sgemm::kHasAmx ? "this program was not compiled for AVX512-BF16 (link epl::native or build with -march=native on an AMX CPU)"
-                                                         : "this CPU has no AMX-BF16, or Linux refused its tile state (arch_prctl)");
+              : !isa().amx_hardware           ? "this CPU has no AMX-BF16, or its OS does not enable the tile state"
+                                              : concat("Linux refused the tile state (arch_prctl: ", std::strerror(isa().amx_refused),
+                                                       "; a thread's alternate signal stack too small for AMX's signal frame refuses it)"));
     EPL_CHECK(*k != K::kAvx512Bf16 || bf16_kernel_runs(*k),
               "the AVX512-BF16 kernel cannot run here: this program was not compiled for AVX512-BF16 (link epl::native or build with "
               "-march=native on a CPU that has it)");

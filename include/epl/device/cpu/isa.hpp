@@ -4,6 +4,7 @@
 /// state the operating system saves, and on Linux the permission a process must ask before it
 /// may touch AMX's tile data (`arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`). The
 /// kernels' build says what was compiled (`-march`); this says what may run here.
+#include <cerrno>
 #include <cstdint>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -37,6 +38,8 @@ struct Isa {
   bool avx512 = false;       ///< AVX-512 F and BW, with the OS saving zmm and mask registers
   bool avx512_bf16 = false;  ///< VDPBF16PS and VCVTNE2PS2BF16
   bool amx_bf16 = false;     ///< AMX tiles with TDPBF16PS, the tile data granted to this process
+  bool amx_hardware = false; ///< the CPU has AMX-BF16 and the OS enables its state (granted or not)
+  int amx_refused = 0;       ///< errno of Linux's refusal of the tile data, where amx_hardware
 };
 
 #if defined(EPL_X86_64)
@@ -47,13 +50,15 @@ inline std::uint64_t xcr0() {
   return (std::uint64_t{hi} << 32) | lo;
 }
 // Linux keeps AMX's 8 KiB of tile data out of a thread's saved state until the process asks for
-// it; a tile instruction before that faults (SIGILL). The grant is for the whole process.
-inline bool request_tile_data() {
+// it; a tile instruction before that faults (SIGILL). The grant is for the whole process; Linux
+// refuses it (ENOSPC...) where a thread's alternate signal stack is too small for the larger
+// signal frame. Returns 0 or the errno of the refusal.
+inline int request_tile_data() {
 #if defined(__linux__)
   constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
-  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0 ? 0 : errno;
 #else
-  return false;
+  return ENOSYS;
 #endif
 }
 inline Isa probe() {
@@ -68,7 +73,9 @@ inline Isa probe() {
   isa.avx512 = (ebx7 & (1u << 16)) && (ebx7 & (1u << 30)) && (saved & kAvx512State) == kAvx512State;
   if (isa.avx512 && __get_cpuid_count(7, 1, &a, &b, &c, &d)) isa.avx512_bf16 = (a & (1u << 5)) != 0;
   const bool amx = (edx7 & (1u << 24)) && (edx7 & (1u << 22));  // AMX-TILE, AMX-BF16
-  isa.amx_bf16 = amx && isa.avx512_bf16 && (saved & kTileState) == kTileState && request_tile_data();
+  isa.amx_hardware = amx && isa.avx512_bf16 && (saved & kTileState) == kTileState;
+  if (isa.amx_hardware) isa.amx_refused = request_tile_data();
+  isa.amx_bf16 = isa.amx_hardware && isa.amx_refused == 0;
   return isa;
 }
 }  // namespace isa_detail
