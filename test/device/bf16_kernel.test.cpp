@@ -61,25 +61,25 @@ TEST_CASE("bf16 kernels: each kernel this CPU runs equals the rounded operands' 
 }
 
 TEST_CASE("bf16 kernels: AMX's driver, packing and kernel on emulated tiles, every transpose") {
-  if constexpr (detail::cpu::sgemm::kHasAmx) {
-    const auto emulated = [](const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& c, double alpha, double beta, DType) {
-      const std::int64_t m = c.dim(0), n = c.dim(1), k = ta ? a.dim(0) : a.dim(1);
-      detail::cpu::sgemm::gemm<detail::cpu::sgemm::Amx<detail::cpu::sgemm::EmulatedTiles>>(
-          ta, tb, m, n, k, static_cast<float>(alpha), a.data<float>(), a.dim(1), b.data<float>(), b.dim(1), static_cast<float>(beta),
-          c.data<float>(), n);
-    };
-    for (bool ta : {false, true})
-      for (bool tb : {false, true}) {
-        CAPTURE(ta);
-        CAPTURE(tb);
-        check_shapes(ta, tb, emulated);
-      }
-    // the kernel leaves no tile configured behind it
-    CHECK_THROWS_WITH_AS(detail::cpu::sgemm::EmulatedTiles::zero<0>(), doctest::Contains("tile 0 used before LDTILECFG"), Error);
-  } else {
-    MESSAGE("this build has no AVX512-BF16 (-march=native on such a CPU): AMX's packing is not compiled");
-    CHECK(!detail::cpu::bf16_kernel_runs(CpuBf16Kernel::kAmx));
-  }
+#if defined(EPL_SGEMM_AMX)  // names EmulatedTiles, compiled only for AVX512-BF16 targets
+  const auto emulated = [](const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& c, double alpha, double beta, DType) {
+    const std::int64_t m = c.dim(0), n = c.dim(1), k = ta ? a.dim(0) : a.dim(1);
+    detail::cpu::sgemm::gemm<detail::cpu::sgemm::Amx<detail::cpu::sgemm::EmulatedTiles>>(
+        ta, tb, m, n, k, static_cast<float>(alpha), a.data<float>(), a.dim(1), b.data<float>(), b.dim(1), static_cast<float>(beta),
+        c.data<float>(), n);
+  };
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      CAPTURE(ta);
+      CAPTURE(tb);
+      check_shapes(ta, tb, emulated);
+    }
+  // the kernel leaves no tile configured behind it
+  CHECK_THROWS_WITH_AS(detail::cpu::sgemm::EmulatedTiles::zero<0>(), doctest::Contains("tile 0 used before LDTILECFG"), Error);
+#else
+  MESSAGE("this build has no AVX512-BF16 (-march=native on such a CPU): AMX's packing is not compiled");
+  CHECK(!detail::cpu::bf16_kernel_runs(CpuBf16Kernel::kAmx));
+#endif
 }
 
 TEST_CASE("bf16 kernels: AMX where it runs, else VDPBF16PS only where it measures faster than f32 FMA") {

@@ -33,6 +33,17 @@ inline constexpr bool kPackedGemm = true;
 #else
 inline constexpr bool kPackedGemm = false;
 #endif
+/// Whether the packed formats for bf16 products are compiled (the target's instruction sets).
+#if defined(EPL_SGEMM_BF16) && !defined(EPL_EIGEN_SGEMM)
+inline constexpr bool kPackedBF16 = true;
+#else
+inline constexpr bool kPackedBF16 = false;
+#endif
+#if defined(EPL_SGEMM_AMX) && !defined(EPL_EIGEN_SGEMM)
+inline constexpr bool kPackedAmx = true;
+#else
+inline constexpr bool kPackedAmx = false;
+#endif
 /// How much faster than f32 FMA VDPBF16PS must measure to be chosen: its packing costs more.
 inline constexpr double kBf16DotMargin = 1.25;
 
@@ -112,8 +123,8 @@ struct Bf16Choice {
 /// Whether this build and this CPU can run the kernel.
 inline bool bf16_kernel_runs(device::CpuBf16Kernel k) {
   using K = device::CpuBf16Kernel;
-  if (k == K::kAmx) return kPackedGemm && sgemm::kHasAmx && isa().amx_bf16;
-  if (k == K::kAvx512Bf16) return kPackedGemm && sgemm::kHasBF16;  // compiled for AVX512-BF16: this CPU has it
+  if (k == K::kAmx) return kPackedAmx && isa().amx_bf16;
+  if (k == K::kAvx512Bf16) return kPackedBF16;  // compiled for AVX512-BF16: this CPU has it
   return true;
 }
 
@@ -157,7 +168,7 @@ inline void use_bf16_kernel(std::optional<device::CpuBf16Kernel> k) {
     EPL_CHECK(*k == K::kRoundedF32 || *k == K::kAvx512Bf16 || *k == K::kAmx, "use_bf16_kernel: ", static_cast<int>(*k),
               " is not a CpuBf16Kernel; use kRoundedF32, kAvx512Bf16 or kAmx (or std::nullopt for the measured choice)");
     EPL_CHECK(*k != K::kAmx || bf16_kernel_runs(*k), "the AMX bf16 kernel cannot run here: ",
-              !kPackedGemm || !sgemm::kHasAmx ? "this program was not compiled for AVX512-BF16 (link epl::native or build with -march=native on an AMX CPU)"
+              !kPackedAmx ? "this program was not compiled for AVX512-BF16 (link epl::native or build with -march=native on an AMX CPU)"
               : !isa().amx_hardware           ? "this CPU has no AMX-BF16, or its OS does not enable the tile state"
                                               : concat("Linux refused the tile state (arch_prctl: ", std::strerror(isa().amx_refused),
                                                        "; a thread's alternate signal stack too small for AMX's signal frame refuses it)"));

@@ -301,19 +301,10 @@ struct Amx {
     }
   }
 };
-inline constexpr bool kHasAmx = true;
-#define EPL_SGEMM_AMX 1  // the Amx format is compiled (blas.hpp, bf16_kernel.hpp name it only then)
+#define EPL_SGEMM_AMX 1  // the Amx format is compiled (others name it only then)
 
 }  // namespace sgemm
 }  // namespace detail::cpu
-}  // namespace v0
-}  // namespace epl
-#else
-namespace epl {
-inline namespace v0 {
-namespace detail::cpu::sgemm {
-inline constexpr bool kHasAmx = false;
-}  // namespace detail::cpu::sgemm
 }  // namespace v0
 }  // namespace epl
 #endif

@@ -333,14 +333,11 @@ struct BF16 : RegisterTile<BF16> {
     }
   }
 };
-inline constexpr bool kHasBF16 = true;
-#define EPL_SGEMM_BF16 1  // the BF16 format is compiled (blas.hpp names it only then)
-#else
-inline constexpr bool kHasBF16 = false;
+#define EPL_SGEMM_BF16 1  // the BF16 format is compiled (others name it only then)
 #endif
 
 /// C[m,n] = alpha op(A) op(B) + beta C on the calling thread; row-major, leading dimensions;
-/// op(A) and op(B) packed in the format Fmt (F32, BF16 where kHasBF16, sgemm_amx.hpp's Amx).
+/// op(A) and op(B) packed in the format Fmt (F32, BF16 where EPL_SGEMM_BF16, sgemm_amx.hpp's Amx).
 template <class Fmt = F32<>>
 inline void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a,
                  std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c, std::int64_t ldc) {
@@ -382,15 +379,6 @@ inline void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t 
 
 }  // namespace sgemm
 }  // namespace detail::cpu
-}  // namespace v0
-}  // namespace epl
-#endif
-#if !defined(__AVX512F__)  // no packed kernels: Eigen multiplies (blas.hpp)
-namespace epl {
-inline namespace v0 {
-namespace detail::cpu::sgemm {
-inline constexpr bool kHasBF16 = false;
-}  // namespace detail::cpu::sgemm
 }  // namespace v0
 }  // namespace epl
 #endif
