@@ -40,11 +40,10 @@ double peak_gflops(int threads, Peak kind) {
 }
 Peak peak_of(K k) { return k == K::kAmx ? Peak::kAmx : k == K::kAvx512Bf16 ? Peak::kDpbf16 : Peak::kFma; }
 struct Series {
-  std::vector<double> gflops, share, peak;
-  void add(double g, double p) {
+  std::vector<double> gflops, share;
+  void add(double g, double peak) {
     gflops.push_back(g);
-    share.push_back(g / p);
-    peak.push_back(p);
+    share.push_back(g / peak);
   }
 };
 }  // namespace
@@ -71,8 +70,8 @@ int main(int argc, char** argv) {
   for (K k : kernels) std::fprintf(stderr, " %16s", (std::string("bf16 ") + epl::device::name(k)).c_str());
   std::fprintf(stderr, "\n");
   using Mat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-  Series all_fma;
-  std::map<K, Series> all_bf16_peaks;
+  std::vector<double> fma_peaks;              // every FMA peak timed, for the run's median
+  std::map<K, std::vector<double>> bf16_peaks;  // and each bf16 kernel's instruction's
   std::printf("{\"cpu\": \"%s\", \"threads\": %d, \"bf16_kernel\": \"%s\", \"dpbf16_over_fma\": %.3f, \"cases\": [", bench::cpu_name().c_str(),
               threads, epl::device::name(choice.kernel), choice.dpbf16_over_fma);
   for (std::size_t c = 0; c < std::size(cases); ++c) {
@@ -103,7 +102,7 @@ int main(int argc, char** argv) {
       const double p = peak_gflops(threads, Peak::kFma);
       f32.add(e, p);
       eig.add(g, p);
-      all_fma.add(0, p);
+      fma_peaks.push_back(p);
       for (K kernel : kernels) {
         epl::device::Cpu::use_bf16_kernel(kernel);
         t0 = std::chrono::steady_clock::now();
@@ -111,7 +110,7 @@ int main(int argc, char** argv) {
         const double h = flop / seconds_since(t0);
         const double hp = peak_gflops(threads, peak_of(kernel));
         bf16[kernel].add(h, hp);
-        all_bf16_peaks[kernel].add(0, hp);
+        bf16_peaks[kernel].push_back(hp);
       }
       epl::device::Cpu::use_bf16_kernel(std::nullopt);
     }
@@ -129,13 +128,13 @@ int main(int argc, char** argv) {
                   median(bf16[kernels[i]].gflops), median(bf16[kernels[i]].share));
     std::printf("}}");
   }
-  std::printf("], \"peak_gflops\": {\"fma\": %.1f", bench::median(all_fma.peak));
-  std::fprintf(stderr, "peaks (GFLOP/s, %d thread(s)): FMA %.1f", threads, bench::median(all_fma.peak));
-  for (const auto& [kernel, s] : all_bf16_peaks) {
+  std::printf("], \"peak_gflops\": {\"fma\": %.1f", bench::median(fma_peaks));
+  std::fprintf(stderr, "peaks (GFLOP/s, %d thread(s)): FMA %.1f", threads, bench::median(fma_peaks));
+  for (const auto& [kernel, peaks] : bf16_peaks) {
     if (kernel == K::kRoundedF32) continue;  // its peak is FMA's
     const char* what = kernel == K::kAmx ? "tdpbf16ps" : "vdpbf16ps";
-    std::printf(", \"%s\": %.1f", what, bench::median(s.peak));
-    std::fprintf(stderr, ", %s %.1f", what, bench::median(s.peak));
+    std::printf(", \"%s\": %.1f", what, bench::median(peaks));
+    std::fprintf(stderr, ", %s %.1f", what, bench::median(peaks));
   }
   std::printf("}}\n");
   std::fprintf(stderr, "\n");
