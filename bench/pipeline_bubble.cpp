@@ -123,8 +123,7 @@ int main(int argc, char** argv) try {
         rows.push_back(r);
       }
   if (!cfg.get(json).empty()) {
-    std::ofstream out(cfg.get(json));
-    EPL_CHECK(out.good(), "cannot write ", cfg.get(json));
+    std::ostringstream out;
     out << "[\n";
     for (std::size_t i = 0; i < rows.size(); ++i) {
       const auto& r = rows[i];
@@ -135,6 +134,7 @@ int main(int argc, char** argv) try {
       out << line;
     }
     out << "]\n";
+    epl::files::write_file(cfg.get(json), out.str(), "benchmark results file");
   }
 } catch (const std::exception& e) {
   std::fprintf(stderr, "%s\n", e.what());

@@ -81,7 +81,7 @@ int main(int argc, char** argv) try {
             ", \"collection_activation_bytes\": " + std::to_string(a.activation_peak) +
             ", \"auto_activation_bytes\": " + std::to_string(c.activation_peak) + "}";
   }
-  if (!cfg.get(json).empty()) std::ofstream(cfg.get(json)) << "[\n" << rows << "\n]\n";
+  if (!cfg.get(json).empty()) epl::files::write_file(cfg.get(json), "[\n" + rows + "\n]\n", "benchmark results file");
   return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "%s\n", e.what());

@@ -89,7 +89,7 @@ int main(int argc, char** argv) try {
               static_cast<long long>(shape.context), static_cast<long long>(cfg.get(batch)), cpu_name().c_str(),
               static_cast<long long>(cfg.get(rounds)));
   std::printf("%-22s %10s %18s %18s %12s\n", "run", "step ms", "activations MiB", "tensor KiB sent", "last loss");
-  std::ofstream out(cfg.get(json));
+  std::ostringstream out;
   out << "{\"bench\": \"sequence_parallel\", \"cpu\": \"" << cpu_name() << "\", \"context\": " << shape.context
       << ", \"batch\": " << cfg.get(batch) << ", \"runs\": [";
   for (int m = 0; m < 2; ++m) {
@@ -103,6 +103,7 @@ int main(int argc, char** argv) try {
     out << "]}";
   }
   out << "]}\n";
+  epl::files::write_file(cfg.get(json), out.str(), "benchmark results file");
   std::printf("activations %.3fx, bytes %.4fx, time %.3fx of tensor parallelism's\n",
               static_cast<double>(last[1].activation_peak) / static_cast<double>(last[0].activation_peak),
               static_cast<double>(last[1].sent) / static_cast<double>(last[0].sent), median(times[1]) / median(times[0]));

@@ -267,7 +267,7 @@ int main(int argc, char** argv) try {
       confirmed = rounds[0][rounds[0].size() / 2] / best;
       std::printf("the planner's first choice is %.2fx the fastest of them\n", confirmed);
     }
-    std::ofstream out(cfg.get(json));
+    std::ostringstream out;
     out << "{\"bench\": \"strategies\", \"cpu\": \"" << json_escape(cpu_name()) << "\", \"ranks\": " << n
         << ", \"cores\": " << cores << ", \"parameters\": " << prof.parameters() << ", \"global_batch\": " << rows
         << ", \"alpha_s\": " << cluster.data.alpha << ", \"beta_bytes_per_s\": " << cluster.data.beta
@@ -286,6 +286,7 @@ int main(int argc, char** argv) try {
           << ", \"tensor_bytes\": " << p.tensor_bytes << ", \"tensor\": " << p.candidate.tensor << ", \"loss\": " << m.loss << "}";
     }
     out << "]}\n";
+    epl::files::write_file(cfg.get(json), out.str(), "benchmark results file");
   }, {.ranks = world_ranks, .threads_per_rank = 1});
 } catch (const std::exception& e) {
   std::fprintf(stderr, "bench_strategies: %s\n", e.what());

@@ -91,7 +91,7 @@ int main(int argc, char** argv) try {
               "rank 1's GEMMs %.1fx slower; %lld alternating rounds, medians\n",
               static_cast<long long>(kBatch), cpu_name().c_str(), cfg.get(slow), static_cast<long long>(cfg.get(rounds)));
   std::printf("%-26s %10s %12s %12s %14s\n", "run", "step ms", "rows r0/r1", "units r0/r1", "vs even");
-  std::ofstream out(cfg.get(json));
+  std::ostringstream out;
   out << "{\"bench\": \"uneven\", \"cpu\": \"" << cpu_name() << "\", \"slow\": " << cfg.get(slow) << ", \"runs\": [";
   for (int m = 0; m < 4; ++m) {
     const double med = median(times[m]), even = median(times[m - m % 2]);
@@ -104,6 +104,7 @@ int main(int argc, char** argv) try {
     out << "]}";
   }
   out << "]}\n";
+  epl::files::write_file(cfg.get(json), out.str(), "benchmark results file");
 } catch (const std::exception& e) {
   std::fprintf(stderr, "bench_uneven: %s\n", e.what());
   return 2;

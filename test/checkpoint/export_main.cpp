@@ -45,7 +45,7 @@ int main(int argc, char** argv) try {
     const auto n = epl::checkpoint::export_safetensors(saved, dir / "model.safetensors");
     std::printf("exported %zu tensors of %s\n", n, saved.c_str());
   });
-  epl::checkpoint::write_durably(dir / "reference.txt", reference);
+  epl::files::write_file(dir / "reference.txt", reference, "reference file");
   return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "%s\n", e.what());

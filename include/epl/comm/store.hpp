@@ -7,7 +7,6 @@
 #include <chrono>
 #include <condition_variable>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <mutex>
 #include <string>
@@ -15,6 +14,7 @@
 #include <vector>
 
 #include "epl/core/error.hpp"
+#include "epl/core/files.hpp"
 
 namespace epl {
 inline namespace v0 {
@@ -64,27 +64,26 @@ class FileStore {
     std::filesystem::create_directories(dir_);
   }
   void set(const std::string& key, const std::vector<char>& value) {
-    auto path = file(key);
-    auto tmp = path;
-    tmp += ".tmp" + std::to_string(std::hash<std::thread::id>{}(std::this_thread::get_id()));
-    {
-      std::ofstream out(tmp, std::ios::binary);
-      out.write(value.data(), static_cast<std::streamsize>(value.size()));
-      EPL_CHECK(out.good(), "FileStore: cannot write ", tmp, "; check that the directory is writable");
-    }
-    std::filesystem::rename(tmp, path);
+    // a temporary file of its own renamed into place (epl/core/files.hpp): a reader never sees
+    // half a value, and nothing is written through a link planted in the shared directory
+    const files::Folder folder(dir_, "store directory");
+    const std::string name = file(key).filename().string();
+    files::NewFile f = files::NewFile::temporary(folder, name, "store value");
+    f.write(value.data(), value.size());
+    f.commit(name);
   }
   std::vector<char> get(const std::string& key) {
-    auto path = file(key);
+    const files::Folder folder(dir_, "store directory");
+    const std::string name = file(key).filename().string();
     const auto deadline = std::chrono::steady_clock::now() + timeout_;
-    while (!std::filesystem::exists(path)) {
+    while (folder.kind(name) == files::Kind::kMissing) {
       if (std::chrono::steady_clock::now() >= deadline)
         EPL_FAIL("FileStore: key \"", key, "\" of run \"", run_, "\" did not appear in ", dir_, " within ", timeout_.count(),
                  " ms; the rank that sets it did not start, failed, or uses another directory or run key");
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
-    std::ifstream in(path, std::ios::binary);
-    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    const std::string text = files::read_file(folder, name, "store value");  // a link or a FIFO there is an error, not a hang
+    return {text.begin(), text.end()};
   }
   /// \brief Removes this run's files.
   void clear() {

@@ -27,6 +27,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "epl/core/files.hpp"
 #include "epl/device/cpu/cpu.hpp"
 #include "epl/device/device.hpp"
 #include "epl/nn/loss.hpp"
@@ -311,54 +312,17 @@ Profile profile(const Model& model, const D& d, const Tensor& inputs, const Tens
   return p;
 }
 
-namespace detail {
-// A calibration file written whole or not at all: into a temporary file beside it, renamed over it
-// when complete, so a rank reading it meanwhile sees the old file or the new one.
-class AtomicFile {
- public:
-  explicit AtomicFile(std::filesystem::path path) : path_(std::move(path)) {
-    tmp_ = path_;
-    tmp_ += ".tmp" + std::to_string(reinterpret_cast<std::uintptr_t>(this));
-    f_.open(tmp_, std::ios::trunc);
-    EPL_CHECK(f_.good(), "cannot write the planner's calibration file ", path_, "; give a writable path");
-    f_.precision(17);
-  }
-  AtomicFile(const AtomicFile&) = delete;
-  AtomicFile& operator=(const AtomicFile&) = delete;
-  ~AtomicFile() {
-    if (!done_) {
-      std::error_code ec;
-      std::filesystem::remove(tmp_, ec);
-    }
-  }
-  std::ofstream& stream() { return f_; }
-  void commit() {
-    f_.close();
-    EPL_CHECK(!f_.fail(), "writing the planner's calibration file ", path_, " failed (is the disk full?)");
-    std::error_code ec;
-    std::filesystem::rename(tmp_, path_, ec);
-    EPL_CHECK(!ec, "cannot put the planner's calibration file in place at ", path_, ": ", ec.message());
-    done_ = true;
-  }
-
- private:
-  std::filesystem::path path_, tmp_;
-  std::ofstream f_;
-  bool done_ = false;
-};
-}  // namespace detail
-
 /// \brief Writes a profile to `path` under `key` (what it was measured for: the model's shape,
 /// the device), so a later run reads it back instead of measuring again (load_profile).
 inline void save_profile(const Profile& p, const std::filesystem::path& path, const std::string& key) {
-  detail::AtomicFile file(path);
-  auto& f = file.stream();
+  std::ostringstream f;
+  f.precision(17);
   f << "epl-profile 3\n" << key << "\n" << p.rows << ' ' << p.tokens_per_row << ' ' << p.input_bytes << ' ' << p.tensor << ' ' << p.units.size()
     << '\n';
   for (const auto& u : p.units)
     f << u.name << ' ' << u.parameters << ' ' << u.macs_per_token << ' ' << u.activation_bytes << ' ' << u.output_bytes << ' '
       << u.backward_bytes << ' ' << u.forward_seconds << ' ' << u.backward_seconds << ' ' << u.fixed_seconds << '\n';
-  file.commit();
+  files::write_file(path, f.str(), "planner's calibration file");  // whole or not at all: a reader sees the old or the new
 }
 
 /// \brief The profile save_profile wrote to `path` under `key`; nullopt when there is no file or it
@@ -589,11 +553,11 @@ inline std::vector<Lane> stage_lanes(const Plan& plan, const std::vector<double>
 /// \brief Writes a cluster's calibrated speed and links to `path` under `key` (what it was measured
 /// for), for load_cluster to read back in a later run.
 inline void save_cluster(const Cluster& c, const std::filesystem::path& path, const std::string& key) {
-  detail::AtomicFile file(path);
-  auto& f = file.stream();
+  std::ostringstream f;
+  f.precision(17);
   f << "epl-cluster 2\n" << key << '\n' << c.speed << ' ' << c.data.alpha << ' ' << c.data.beta << ' ' << c.pipeline.alpha << ' '
     << c.pipeline.beta << ' ' << c.tensor.alpha << ' ' << c.tensor.beta << '\n';
-  file.commit();
+  files::write_file(path, f.str(), "planner's calibration file");
 }
 
 /// \brief `base` with the speed and links save_cluster wrote under `key`; nullopt when there is no

@@ -9,9 +9,11 @@
 ///                                      last line is the CRC-32C of everything above it
 ///   DIR/step-00000010/rank-00003.bin   the pieces world rank 3 wrote, back to back
 ///
-/// A save writes DIR/.step-00000010.partial and renames it when the manifest is written, so a
-/// directory named step-* is always complete; a crash mid-save leaves only the .partial, which
-/// the next save of that step replaces. A piece is a range [begin, end) of the elements of one
+/// A save writes into a directory of its own with a name no one can guess
+/// (DIR/.step-00000010.<pid>-<n>-<clock>.partial, its files created with O_EXCL | O_NOFOLLOW)
+/// and renames it to step-N when the manifest is written, so a directory named step-* is always
+/// complete; a crash mid-save leaves only the .partial, which the next save removes. Nothing is
+/// written through a link or over anything but what a save wrote (epl/core/files.hpp). A piece is a range [begin, end) of the elements of one
 /// rank's part of a tensor (nn::Shard: a Split's slice; the range: a ZeRO shard's slice of it),
 /// so any layout reads back into any other: the reader rebuilds the whole tensor from the
 /// pieces and each rank keeps its part. The Trainer writes and reads these (Trainer::save,
@@ -37,10 +39,12 @@
 #endif
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "epl/core/dtype.hpp"
 #include "epl/core/error.hpp"
+#include "epl/core/files.hpp"
 #include "epl/core/shape.hpp"
 #include "epl/nn/parameter.hpp"
 
@@ -384,37 +388,43 @@ struct Source {
   std::function<void(const std::string& file, std::uint64_t offset, void* out, std::uint64_t bytes)> read;
 };
 
-namespace detail {
-inline std::string read_text_file(const std::filesystem::path& f) {
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> in(std::fopen(f.c_str(), "rb"), &std::fclose);
-  EPL_CHECK(in != nullptr, "cannot open ", f, ": ", std::strerror(errno));
-  std::string text;
-  char block[1 << 16];
-  for (std::size_t n; (n = std::fread(block, 1, sizeof block, in.get())) > 0;) text.append(block, n);
-  EPL_CHECK(!std::ferror(in.get()), "reading ", f, " failed: ", std::strerror(errno));
-  return text;
-}
-}  // namespace detail
-
-/// \brief The files of a checkpoint directory.
+/// \brief The files of a checkpoint directory, each read without following a link or waiting on
+/// a FIFO: a shard file that is not a regular file is an error naming it.
 inline Source directory_source(const std::filesystem::path& dir) {
-  auto files = std::make_shared<std::map<std::string, std::shared_ptr<std::FILE>>>();
+  auto folder = std::make_shared<files::Folder>(dir, "checkpoint");
+  auto open = std::make_shared<std::map<std::string, int>>();
+  auto closer = std::shared_ptr<void>(nullptr, [open](void*) {
+    for (const auto& [name, fd] : *open) ::close(fd);
+  });
   Source s;
-  s.size = [dir](const std::string& file) -> std::optional<std::uint64_t> {
-    std::error_code ec;
-    const auto st = std::filesystem::status(dir / file, ec);
-    if (st.type() != std::filesystem::file_type::regular) return std::nullopt;
-    return std::filesystem::file_size(dir / file, ec);
+  s.size = [folder](const std::string& file) -> std::optional<std::uint64_t> {
+    struct stat st {};
+    if (::fstatat(folder->fd(), file.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return std::nullopt;
+    EPL_CHECK(S_ISREG(st.st_mode), "checkpoint shard file ", *folder / file, " is ", files::describe(files::detail::kind_of(st)),
+              " where a save writes a regular file", detail::set_aside(folder->path()));
+    return static_cast<std::uint64_t>(st.st_size);
   };
-  s.read = [dir, files](const std::string& file, std::uint64_t offset, void* out, std::uint64_t bytes) {
-    auto& f = (*files)[file];
-    if (!f) {
-      f.reset(std::fopen((dir / file).c_str(), "rb"), [](std::FILE* p) { if (p) std::fclose(p); });
-      EPL_CHECK(f != nullptr, "cannot open checkpoint shard file ", dir / file, ": ", std::strerror(errno));
+  s.read = [folder, open, closer](const std::string& file, std::uint64_t offset, void* out, std::uint64_t bytes) {
+    auto& fd = open->try_emplace(file, -1).first->second;
+    if (fd < 0) {
+      const int opened = ::openat(folder->fd(), file.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+      EPL_CHECK(opened >= 0, "cannot open checkpoint shard file ", *folder / file, ": ", std::strerror(errno),
+                errno == ELOOP ? " (it is a symbolic link where a save writes a regular file)" : "");
+      struct stat st {};
+      if (::fstat(opened, &st) != 0 || !S_ISREG(st.st_mode)) {
+        ::close(opened);
+        EPL_FAIL("checkpoint shard file ", *folder / file, " is not a regular file", detail::set_aside(folder->path()));
+      }
+      fd = opened;
     }
-    EPL_CHECK(std::fseek(f.get(), static_cast<long>(offset), SEEK_SET) == 0 && std::fread(out, 1, bytes, f.get()) == bytes,
-              "reading ", bytes, " bytes at offset ", offset, " of checkpoint shard file ", dir / file, " failed",
-              errno ? std::string(": ") + std::strerror(errno) : std::string(" (it is shorter than that)"));
+    auto* b = static_cast<char*>(out);
+    for (std::uint64_t done = 0; done < bytes;) {
+      const ssize_t n = ::pread(fd, b + done, bytes - done, static_cast<off_t>(offset + done));
+      if (n < 0 && errno == EINTR) continue;
+      EPL_CHECK(n > 0, "reading ", bytes, " bytes at offset ", offset, " of checkpoint shard file ", *folder / file, " failed",
+                n < 0 ? std::string(": ") + std::strerror(errno) : std::string(" (it is shorter than that)"));
+      done += static_cast<std::uint64_t>(n);
+    }
   };
   return s;
 }
@@ -487,10 +497,11 @@ class Reader {
     std::error_code ec;
     EPL_CHECK(std::filesystem::is_directory(dir, ec), "checkpoint ", dir, " is not a directory; name a step-* directory that a "
               "save wrote (or give checkpoint.dir, whose newest complete checkpoint is resumed)");
-    EPL_CHECK(std::filesystem::is_regular_file(dir / kManifest, ec), "checkpoint ", dir, " has no ", kManifest,
+    const files::Folder folder(dir, "checkpoint");
+    EPL_CHECK(folder.kind(kManifest) != files::Kind::kMissing, "checkpoint ", dir, " has no ", kManifest,
               ": it is not a checkpoint a save wrote (a save renames its directory into place only when complete)",
               detail::set_aside(dir));
-    return detail::read_text_file(dir / kManifest);
+    return files::read_file(folder, kManifest, "checkpoint manifest");
   }
   std::string where_;
   Source source_;
@@ -499,118 +510,99 @@ class Reader {
 };
 
 /// \brief The newest complete checkpoint in dir (the step-* directory of the highest step), or
-/// nullopt when it holds none (or does not exist). A .partial directory never counts.
+/// nullopt when it holds none (or does not exist). A .partial directory never counts. A folder
+/// that cannot be listed is an error, never "no checkpoint" (a run would start again from step 0
+/// and save over the steps it could not see), and so is a step-* entry that is not a directory
+/// of its own (a symbolic link, a file).
 inline std::optional<std::filesystem::path> newest(const std::filesystem::path& dir) {
   std::error_code ec;
-  if (!std::filesystem::is_directory(dir, ec)) return std::nullopt;
+  const auto st = std::filesystem::symlink_status(dir, ec);
+  if (st.type() == std::filesystem::file_type::not_found) return std::nullopt;
+  EPL_CHECK(!ec || ec == std::errc::no_such_file_or_directory, "cannot inspect checkpoint directory ", dir, ": ", ec.message(),
+            "; give checkpoint.dir a directory this process can read");
+  if (!std::filesystem::is_directory(dir, ec)) return std::nullopt;  // check_dir names a file where a directory belongs
+  const files::Folder folder(dir, "checkpoint directory");
   std::optional<std::filesystem::path> best;
   std::int64_t best_step = -1;
-  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
-    const std::string name = e.path().filename().string();
+  for (const auto& name : folder.list()) {
     const auto step = step_of(name);
-    if (!step || !e.is_directory(ec)) continue;
-    if (*step > best_step) best_step = *step, best = e.path();
+    if (!step) continue;
+    const files::Kind k = folder.kind(name);
+    EPL_CHECK(k == files::Kind::kDirectory, "checkpoint directory entry ", dir / name, " is ", files::describe(k),
+              " where a save writes a directory of its own; move it aside (to resume from a checkpoint elsewhere, load it with "
+              "trainer.load, or copy it here)");
+    if (*step > best_step) best_step = *step, best = dir / name;
   }
   return best;
 }
 
 /// \brief An exclusive lock on a checkpoint directory for as long as it lives (flock on
 /// DIR/.epl-checkpoint.lock, released when the process ends, however it ends): two runs that save
-/// into one directory would overwrite each other's steps. The lock file holds the owner's pid.
+/// into one directory would overwrite each other's steps. The lock file holds the owner's pid. It
+/// is opened without following a link and must be a regular file with no other name (a hard
+/// link): a link or a FIFO planted there is an error naming it, never a file written through.
 class DirectoryLock {
  public:
-  explicit DirectoryLock(const std::filesystem::path& dir) : path_(dir / ".epl-checkpoint.lock") {
-    fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    EPL_CHECK(fd_ >= 0, "cannot create the lock file ", path_, " of checkpoint directory ", dir, ": ", std::strerror(errno),
-              "; give checkpoint.dir a directory this process can write");
+  explicit DirectoryLock(const files::Folder& dir) : path_(dir / kLockName) {
+    fd_ = ::openat(dir.fd(), kLockName, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
+    if (fd_ < 0) {
+      const int err = errno;
+      const files::Kind k = dir.kind(kLockName);
+      EPL_CHECK(k == files::Kind::kRegular || k == files::Kind::kMissing, "the lock file ", path_, " of checkpoint directory ",
+                dir.path(), " is ", files::describe(k), ": epl's lock is a regular file it creates; remove it (nothing is written through it)");
+      EPL_FAIL("cannot create the lock file ", path_, " of checkpoint directory ", dir.path(), ": ", std::strerror(err),
+               "; give checkpoint.dir a directory this process can write");
+    }
+    struct stat st {};
+    const bool own = ::fstat(fd_, &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 1;
+    if (!own) {
+      ::close(fd_);
+      fd_ = -1;
+      EPL_FAIL("the lock file ", path_, " of checkpoint directory ", dir.path(), " is ",
+               S_ISREG(st.st_mode) ? "a file with another name too (a hard link)" : files::describe(files::detail::kind_of(st)),
+               ": epl's lock is a regular file of its own; remove it (nothing is written through it)");
+    }
     if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
       char pid[32] = {};
       const ssize_t n = ::pread(fd_, pid, sizeof pid - 1, 0);
       ::close(fd_);
       fd_ = -1;
-      EPL_FAIL("checkpoint directory ", dir, " is in use by another run", n > 0 ? " (process " + std::string(pid, static_cast<std::size_t>(n)) + ")" : "",
+      EPL_FAIL("checkpoint directory ", dir.path(), " is in use by another run", n > 0 ? " (process " + std::string(pid, static_cast<std::size_t>(n)) + ")" : "",
                ", which holds its lock ", path_, "; give each run a directory of its own, or wait for that run to end");
     }
     const std::string mine = std::to_string(::getpid());
-    if (::ftruncate(fd_, 0) == 0) (void)!::pwrite(fd_, mine.data(), mine.size(), 0);
+    if (::pwrite(fd_, mine.data(), mine.size(), 0) == static_cast<ssize_t>(mine.size())) (void)!::ftruncate(fd_, static_cast<off_t>(mine.size()));
   }
   DirectoryLock(const DirectoryLock&) = delete;
   DirectoryLock& operator=(const DirectoryLock&) = delete;
   ~DirectoryLock() {
     if (fd_ >= 0) ::close(fd_);  // closing releases the lock
   }
+  /// \brief The lock file's name in its directory.
+  static constexpr const char* kLockName = ".epl-checkpoint.lock";
 
  private:
   std::filesystem::path path_;
   int fd_ = -1;
 };
 
-/// \brief Writes one rank's shard file: pieces appended, each with its checksum; `sync` makes it
-/// durable. Every failure is an epl::Error naming the file.
+/// \brief Writes one rank's shard file, a files::NewFile: pieces appended, each with its checksum;
+/// `sync` makes it durable. Every failure is an epl::Error naming the file.
 class ShardWriter {
  public:
-  /// \param what names the file in errors ("checkpoint shard file", "safetensors file")
-  ShardWriter(std::filesystem::path path, std::string name, std::string what = "checkpoint shard file")
-      : path_(std::move(path)), name_(std::move(name)), what_(std::move(what)) {
-    fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    EPL_CHECK(fd_ >= 0, "cannot create ", what_, " ", path_, ": ", std::strerror(errno));
-  }
-  ShardWriter(const ShardWriter&) = delete;
-  ShardWriter& operator=(const ShardWriter&) = delete;
-  ~ShardWriter() {
-    if (fd_ >= 0) ::close(fd_);
-  }
+  /// \param file a file this run created (in a save's fresh directory, or a temporary file)
+  explicit ShardWriter(files::NewFile& file) : file_(&file) {}
   /// \brief Appends elements [begin, end) of a part of `tensor` (their bytes at data).
   Piece add(std::string tensor, const nn::Shard& shard, const Shape& local, std::int64_t begin, std::int64_t end, const void* data,
             std::uint64_t bytes) {
-    Piece p{std::move(tensor), name_, offset_, bytes, crc32c(data, bytes), shard, local, begin, end};
-    const auto* b = static_cast<const char*>(data);
-    for (std::uint64_t done = 0; done < bytes;) {
-      const ssize_t w = ::write(fd_, b + done, bytes - done);
-      EPL_CHECK(w > 0 || errno == EINTR, "writing ", what_, " ", path_, " failed: ", std::strerror(errno));
-      if (w > 0) done += static_cast<std::uint64_t>(w);
-    }
-    offset_ += bytes;
+    Piece p{std::move(tensor), file_->name(), file_->size(), bytes, crc32c(data, bytes), shard, local, begin, end};
+    file_->write(data, bytes);
     return p;
-  }
-  /// \brief Flushes the file to the disk and closes it; returns its size.
-  std::uint64_t sync() {
-    EPL_CHECK(::fsync(fd_) == 0, "flushing ", what_, " ", path_, " failed: ", std::strerror(errno));
-    EPL_CHECK(::close(fd_) == 0, "closing ", what_, " ", path_, " failed: ", std::strerror(errno));
-    fd_ = -1;
-    return offset_;
   }
 
  private:
-  std::filesystem::path path_;
-  std::string name_, what_;
-  int fd_ = -1;
-  std::uint64_t offset_ = 0;
+  files::NewFile* file_;
 };
-
-/// \brief Writes text to path durably (written, flushed to the disk, closed).
-inline void write_durably(const std::filesystem::path& path, std::string_view text) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  EPL_CHECK(fd >= 0, "cannot create ", path, ": ", std::strerror(errno));
-  bool ok = true;
-  for (std::size_t done = 0; ok && done < text.size();) {
-    const ssize_t w = ::write(fd, text.data() + done, text.size() - done);
-    if (w > 0) done += static_cast<std::size_t>(w);
-    else ok = errno == EINTR;
-  }
-  ok = ok && ::fsync(fd) == 0;
-  const int err = errno;
-  ::close(fd);
-  EPL_CHECK(ok, "writing ", path, " failed: ", std::strerror(err));
-}
-
-/// \brief Makes a directory's entries (a rename into it) durable.
-inline void sync_directory(const std::filesystem::path& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return;  // not every filesystem opens directories; the rename itself is atomic
-  (void)::fsync(fd);
-  ::close(fd);
-}
 
 }  // namespace checkpoint
 }  // namespace v0

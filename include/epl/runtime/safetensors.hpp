@@ -312,9 +312,12 @@ inline std::size_t export_safetensors(const std::filesystem::path& checkpoint_di
   EPL_CHECK(!out.empty(), "export_safetensors: no file to write is named; name one (model.safetensors)");
   EPL_CHECK(!std::filesystem::is_directory(out, ec), "the safetensors file to write, ", out, ", is a directory; name a file in it "
             "(", out / "model.safetensors", ")");
-  const auto folder = out.has_parent_path() ? out.parent_path() : std::filesystem::path(".");
-  EPL_CHECK(std::filesystem::is_directory(folder, ec), "the folder of the safetensors file to write, ", folder,
-            ", does not exist; create it, or name a file in an existing folder");
+  // written as a temporary file of a name no one can guess, renamed over `out` only where that is
+  // a regular file or nothing (epl/core/files.hpp): never through a link, never over a device
+  const files::Folder folder = files::folder_of(out, "safetensors file to write");
+  const files::Kind there = folder.kind(out.filename().string());
+  EPL_CHECK(there == files::Kind::kMissing || there == files::Kind::kRegular, "the safetensors file to write, ", out, ", is ",
+            files::describe(there), ": epl writes its files only in place of a regular file; remove it, or name another path");
   EPL_CHECK(std::filesystem::exists(checkpoint_dir / kManifest, ec) || !newest(checkpoint_dir), "export_safetensors: ", checkpoint_dir,
             " is a directory of checkpoints, not one checkpoint; name one of its steps, the newest is ", *newest(checkpoint_dir));
   EPL_CHECK(std::filesystem::exists(checkpoint_dir / kManifest, ec), "export_safetensors: ", checkpoint_dir,
@@ -337,30 +340,17 @@ inline std::size_t export_safetensors(const std::filesystem::path& checkpoint_di
   }
   header += "}";
   while (header.size() % 8 != 0) header += ' ';  // the data starts 8-byte aligned
-  const auto tmp = std::filesystem::path(out.string() + ".partial");
-  struct Cleanup {  // a failed export leaves nothing behind
-    const std::filesystem::path& tmp;
-    bool done = false;
-    ~Cleanup() {
-      std::error_code ignored;
-      if (!done) std::filesystem::remove(tmp, ignored);
-    }
-  } cleanup{tmp};
-  {
-    ShardWriter w(tmp, tmp.filename().string(), "safetensors file");
-    unsigned char len[8];
-    for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(static_cast<std::uint64_t>(header.size()) >> (8 * i));
-    (void)w.add("", {}, {}, 0, 0, len, 8);
-    (void)w.add("", {}, {}, 0, 0, header.data(), header.size());
-    for (const auto& name : names) {
-      const auto bytes = r.whole(name);
-      (void)w.add(name, {}, {}, 0, 0, bytes.data(), bytes.size());
-    }
-    w.sync();
+  files::NewFile file = files::NewFile::temporary(folder, out.filename().string(), "safetensors file");
+  ShardWriter w(file);
+  unsigned char len[8];
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(static_cast<std::uint64_t>(header.size()) >> (8 * i));
+  (void)w.add("", {}, {}, 0, 0, len, 8);
+  (void)w.add("", {}, {}, 0, 0, header.data(), header.size());
+  for (const auto& name : names) {
+    const auto bytes = r.whole(name);
+    (void)w.add(name, {}, {}, 0, 0, bytes.data(), bytes.size());
   }
-  std::filesystem::rename(tmp, out, ec);
-  EPL_CHECK(!ec, "cannot rename ", tmp, " to ", out, ": ", ec.message());
-  cleanup.done = true;
+  file.commit(out.filename().string());
   return names.size();
 }
 

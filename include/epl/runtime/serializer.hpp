@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "epl/comm/any_communicator.hpp"
+#include "epl/comm/outcome.hpp"
 #include "epl/nn/tree.hpp"
 #include "epl/param/arena.hpp"
 #include "epl/policy/amp.hpp"
@@ -35,50 +36,6 @@
 
 namespace epl {
 inline namespace v0 {
-
-namespace detail {
-/// Every rank's text, in rank order, on every rank of group (two all_gathers: lengths, then the
-/// bytes padded to the longest).
-inline std::vector<std::string> all_gather_text(comm::Communicator& group, const std::string& mine) {
-  const int n = group.size();
-  std::int64_t len = static_cast<std::int64_t>(mine.size());
-  std::vector<std::int64_t> lens(static_cast<std::size_t>(n));
-  group.all_gather(comm::Buffer(&len, 1, DType::kI64), comm::Buffer(lens.data(), n, DType::kI64));
-  const std::int64_t words = (*std::max_element(lens.begin(), lens.end()) + 7) / 8;
-  std::vector<std::uint64_t> padded(static_cast<std::size_t>(std::max<std::int64_t>(words, 1)), 0),
-      all(static_cast<std::size_t>(n) * padded.size());
-  std::memcpy(padded.data(), mine.data(), mine.size());
-  group.all_gather(comm::Buffer(padded.data(), static_cast<std::int64_t>(padded.size()), DType::kI64),
-                   comm::Buffer(all.data(), static_cast<std::int64_t>(all.size()), DType::kI64));
-  std::vector<std::string> texts;
-  for (int r = 0; r < n; ++r)
-    texts.emplace_back(reinterpret_cast<const char*>(all.data() + static_cast<std::size_t>(r) * padded.size()),
-                       static_cast<std::size_t>(lens[static_cast<std::size_t>(r)]));
-  return texts;
-}
-
-/// Runs fn on every rank of group and then agrees on the outcome, so that an error on one rank
-/// ends the operation on all of them: the failing rank rethrows its error, the others fail with it
-/// (on thread ranks only the first error a process sees is printed, so each carries the cause).
-template <class Fn>
-void on_every_rank(comm::Communicator& group, const std::string& what, Fn&& fn) {
-  std::exception_ptr error;
-  std::string message;
-  try {
-    fn();
-  } catch (const Error& e) {
-    error = std::current_exception();
-    message = e.what();
-  } catch (const std::exception& e) {  // a filesystem error, say: named with what failed
-    message = concat(what, " failed: ", e.what());
-    error = std::make_exception_ptr(Error(message, __FILE__, __LINE__));
-  }
-  const auto all = all_gather_text(group, message);
-  if (error) std::rethrow_exception(error);
-  for (int r = 0; r < group.size(); ++r)
-    EPL_CHECK(all[static_cast<std::size_t>(r)].empty(), what, " failed on rank ", r, ": ", all[static_cast<std::size_t>(r)]);
-}
-}  // namespace detail
 
 namespace checkpoint {
 
@@ -215,6 +172,11 @@ class BasicSerializer {
   static void check_dir(const std::filesystem::path& dir);
   // Rank 0: dir exists, is this run's (its lock taken) and can be written.
   void take_dir(const std::filesystem::path& dir);
+  // Rank 0: renames the finished directory `partial` to step directory `name`, replacing only a
+  // step directory a save wrote.
+  static void place(const files::Folder& folder, const std::string& partial, const std::string& name);
+  // Rank 0, holding the lock: removes what saves that did not finish left behind.
+  static void remove_unfinished(const files::Folder& folder);
   static std::string state_name(const std::string& parameter, std::size_t slot) { return parameter + "@state" + std::to_string(slot); }
   // Calls fn(parameter, its element range [b, e), the region, the offset of b in the region) for
   // every piece of a parameter that lies in one of this rank's regions.
@@ -245,7 +207,7 @@ class BasicSerializer {
     if (!s.index_names.empty() && !all(s.names) && all(s.index_names)) s.names = s.index_names;
   }
   // Writes this rank's pieces into dir/rank-R.bin; returns them as a manifest of their own.
-  std::string write_shard(const std::filesystem::path& dir, const TrainerState& s) const;
+  std::string write_shard(const files::Folder& dir, const TrainerState& s) const;
   // Rank 0: the ranks' pieces and this run's scalars and configuration, as one manifest.
   Manifest merged_manifest(const std::vector<std::string>& parts, const TrainerState& s) const;
   // Reads, and so checks (checksums included), everything restore() will read on this rank,
@@ -328,32 +290,69 @@ void BasicSerializer<Unused>::open(TrainerState& s) {
 template <class Unused>
 std::filesystem::path BasicSerializer<Unused>::save(const std::filesystem::path& dir, const TrainerState& s) {
   const std::string name = step_name(*s.step);
-  const auto final_dir = dir / name, partial = dir / ("." + name + ".partial");
+  const auto final_dir = dir / name;
   const std::string what = "saving checkpoint " + final_dir.string();
   const bool root = s.world->rank() == 0;
+  std::string partial;  // rank 0 makes the save's directory under a name no one can guess
   epl::detail::on_every_rank(*s.world, what, [&] {
     if (root) {
       take_dir(dir);
-      std::filesystem::remove_all(partial);  // a save of this step that did not finish
-      std::filesystem::create_directory(partial);
+      const files::Folder folder(dir, "checkpoint directory");
+      remove_unfinished(folder);
+      partial = folder.make_unique_dir(name, "partial");
     }
     phase("prepared");
   });
+  partial = epl::detail::all_gather_text(*s.world, partial)[0];
   std::string mine;  // this rank's pieces, as a manifest of its own
   epl::detail::on_every_rank(*s.world, what, [&] {
-    mine = write_shard(partial, s);
+    const files::Folder into = files::Folder(dir, "checkpoint directory").sub(partial, "checkpoint being saved");
+    mine = write_shard(into, s);
     phase("shards written");
   });
   const auto parts = epl::detail::all_gather_text(*s.world, mine);
   epl::detail::on_every_rank(*s.world, what, [&] {
     if (!root) return;
-    write_durably(partial / kManifest, format(merged_manifest(parts, s)));
+    const files::Folder folder(dir, "checkpoint directory");
+    {
+      const files::Folder into = folder.sub(partial, "checkpoint being saved");
+      files::NewFile manifest(into, kManifest, "checkpoint manifest");
+      manifest.write(format(merged_manifest(parts, s)));
+      manifest.keep();
+    }
     phase("manifest written");
-    if (std::filesystem::exists(final_dir)) std::filesystem::remove_all(final_dir);  // saved again (a rerun from an older step)
-    std::filesystem::rename(partial, final_dir);
-    sync_directory(dir);
+    place(folder, partial, name);
   });
   return final_dir;
+}
+
+template <class Unused>
+void BasicSerializer<Unused>::place(const files::Folder& folder, const std::string& partial, const std::string& name) {
+  const files::Kind k = folder.kind(name);
+  if (k == files::Kind::kMissing) {
+    folder.rename(partial, name);
+    folder.sync();
+    return;
+  }
+  // saved again (a rerun from an older step): only over a step directory a save wrote
+  EPL_CHECK(k == files::Kind::kDirectory && folder.sub(name, "checkpoint").kind(kManifest) == files::Kind::kRegular, "checkpoint ",
+            folder / name, " is ", k == files::Kind::kDirectory ? "a directory that holds no " + std::string(kManifest) : files::describe(k),
+            ", which a save did not write and will not replace; move it aside");
+  const std::string aside = folder.make_unique_dir(name, "replaced");  // empty: the rename below replaces it
+  folder.rename(name, aside);
+  folder.rename(partial, name);
+  folder.sync();
+  folder.remove_tree(aside);
+}
+
+template <class Unused>
+void BasicSerializer<Unused>::remove_unfinished(const files::Folder& folder) {
+  // what a save that did not finish left: .step-N[...].partial and .step-N[...].replaced directories
+  for (const auto& entry : folder.list()) {
+    const std::string_view e(entry);
+    if (!e.starts_with(".step-") || !(e.ends_with(".partial") || e.ends_with(".replaced"))) continue;
+    if (folder.kind(e) == files::Kind::kDirectory) folder.remove_tree(e);
+  }
 }
 
 template <class Unused>
@@ -493,21 +492,22 @@ void BasicSerializer<Unused>::take_dir(const std::filesystem::path& dir) {
   const auto canonical = std::filesystem::weakly_canonical(dir, ec);
   if (locked_dir_ == canonical) return;
   lock_.reset();
-  lock_ = std::make_unique<DirectoryLock>(dir);
+  lock_ = std::make_unique<DirectoryLock>(files::Folder(dir, "checkpoint directory"));
   locked_dir_ = canonical;
 }
 
 template <class Unused>
-std::string BasicSerializer<Unused>::write_shard(const std::filesystem::path& dir, const TrainerState& s) const {
+std::string BasicSerializer<Unused>::write_shard(const files::Folder& dir, const TrainerState& s) const {
   Manifest m;
   m.step = *s.step;
   const std::size_t elem = size_of(s.arena->dtype());
   char file[32];
   std::snprintf(file, sizeof file, "rank-%05d.bin", s.world->rank());
+  std::optional<files::NewFile> shard;
   std::optional<ShardWriter> out;
   std::vector<unsigned char> host;
   auto add = [&](const std::string& tensor, const nn::Parameter& p, std::int64_t b, std::int64_t e, const Tensor& from) {
-    if (!out) out.emplace(dir / file, file);
+    if (!out) out.emplace(shard.emplace(dir, file, "checkpoint shard file"));
     host.resize(static_cast<std::size_t>(e - b) * elem);
     s.download(from, host.data());
     m.tensors[tensor] = {s.arena->dtype(), p.global_shape()};
@@ -520,7 +520,10 @@ std::string BasicSerializer<Unused>::write_shard(const std::filesystem::path& di
     for (std::size_t k = 0; k < state.size(); ++k)
       add(state_name(s.names.at(&p), k), p, b, e, state[k].slice(r.state_at + at, r.state_at + at + e - b));
   });
-  if (out) m.files[file] = out->sync();
+  if (shard) {
+    m.files[file] = shard->sync();
+    shard->keep();
+  }
   m.scalars.emplace_back("loaders", std::to_string(loaders_.size()));
   for (std::size_t i = 0; i < loaders_.size(); ++i) {
     const auto q = loaders_[i]->position();

@@ -7,12 +7,13 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "epl/comm/any_communicator.hpp"
+#include "epl/comm/outcome.hpp"
+#include "epl/core/files.hpp"
 #include "epl/core/timeline.hpp"
 
 namespace epl {
@@ -41,11 +42,7 @@ inline void write_trace(comm::Communicator& group, const Timeline& timeline, con
     ranks.push_back(Timeline::deserialize(text));
     at += c;
   }
-  std::ofstream out(path, std::ios::binary);
-  EPL_CHECK(out.good(), "cannot write the trace file ", detail::quoted(path), "; give --trace a path in a writable directory");
-  out << Timeline::chrome_json(ranks);
-  out.close();
-  EPL_CHECK(out.good(), "writing the trace file ", detail::quoted(path), " failed (disk full?)");
+  files::write_file(path, Timeline::chrome_json(ranks), "trace file");
 }
 
 /// \brief A run's timeline when the `trace` key names a file: opened on every rank (rank 0 checks
@@ -70,10 +67,15 @@ class Tracer {
     if (path.empty()) return;
     path_ = path;
     group_ = world.split(0, world.rank());
-    std::int64_t writable = group_.rank() == 0 ? std::ofstream(path_, std::ios::app).good() : 0;
-    group_.broadcast(comm::Buffer(&writable, 1, DType::kI64), 0);
-    EPL_CHECK(writable == 1, "cannot write the trace file ", detail::quoted(path_),
-              " (the trace key); give it, as --trace=FILE or EPL_TRACE=FILE, a path in a writable directory");
+    // rank 0 checks now, writing nothing, that the file can be written at the end
+    epl::detail::on_every_rank(group_, "the trace key", [&] {
+      if (group_.rank() != 0) return;
+      try {
+        files::check_writable(path_, "trace file");
+      } catch (const Error& e) {
+        EPL_FAIL(e.detail(), " (the trace key: give it, as --trace=FILE or EPL_TRACE=FILE, a path in a writable directory)");
+      }
+    });
     timeline_ = std::make_unique<Timeline>();
     group_.barrier();  // the ranks' clocks start together
     timeline_->set_origin();
