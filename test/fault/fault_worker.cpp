@@ -1,11 +1,13 @@
 // The program the fault-injection matrix runs (test/fault/fault.test.cpp): a small training run
 // on 3 ranks, thread ranks or MPI processes (epl::launch), in which one rank fails in a chosen way
 // at a chosen place:
-//   --fault=throw|startup|stall|hang|kill
+//   --fault=throw|startup|stall|hang|kill|return|skip|nonstd
 //   --where=forward|collective|optimizer|send|tensor|gather|save
 //   --fault_rank=R --at_step=S --steps=N --communication.timeout=SECONDS [--checkpoint.dir=DIR]
 // throw: an epl::Error; startup: an error before the first collective; stall: sleep for three
-// timeouts, then go on; hang: sleep forever; kill: SIGKILL (MPI processes only). Where:
+// timeouts, then go on; hang: sleep forever; kill: SIGKILL (MPI processes only); return: the rank
+// returns from its training function before step S; skip: it skips step S and goes on; nonstd:
+// `throw 42`, an exception that is no std::exception. Where:
 //   forward, optimizer     in a layer's forward, in the optimizer's update (data parallel)
 //   collective             where the step's gradient all-reduce starts (data parallel)
 //   send                   a pipeline send between stages (the model cut into 3 stages)
@@ -47,6 +49,16 @@ struct Injector {
     if (fault == "hang")
       while (true) std::this_thread::sleep_for(std::chrono::seconds(1));
     if (fault == "kill") std::raise(SIGKILL);
+    if (fault == "nonstd") throw 42;
+  }
+  // Whether this rank leaves out step s (the return and skip faults, at the training loop).
+  bool leaves_out(std::int64_t s, bool& stop) {
+    const int r = epl::current_rank();
+    if ((fault != "return" && fault != "skip") || r != rank || s != at_step) return false;
+    std::fprintf(stderr, "[rank %d] fault-worker: %s at step %lld\n", r, fault == "return" ? "returning" : "skipping",
+                 static_cast<long long>(s));
+    stop = fault == "return";
+    return true;
   }
 };
 Injector g_injector;
@@ -150,13 +162,18 @@ void train(epl::Context& ctx, const epl::Config& cfg, Model model, std::int64_t 
   for (std::int64_t i = 0; i < rows; ++i) y.span<std::int32_t>()[i] = static_cast<std::int32_t>(i % 4);
   for (std::int64_t s = trainer.steps() + 1; s <= steps; ++s) {
     g_injector.step[static_cast<std::size_t>(r)] = s;
+    bool stop = false;
+    if (g_injector.leaves_out(s, stop)) {
+      if (stop) return;
+      continue;
+    }
     (void)trainer.step({x, y});
   }
 }
 }  // namespace
 
 int main(int argc, char** argv) try {
-  const epl::Flag<std::string> fault{"fault", "none", "what goes wrong", {.choices = {"none", "throw", "startup", "stall", "hang", "kill"}}};
+  const epl::Flag<std::string> fault{"fault", "none", "what goes wrong", {.choices = {"none", "throw", "startup", "stall", "hang", "kill", "return", "skip", "nonstd"}}};
   const epl::Flag<std::string> where{"where", "forward", "where it goes wrong",
                                      {.choices = {"forward", "collective", "optimizer", "send", "tensor", "gather", "save"}}};
   const epl::Flag<std::int64_t> fault_rank{"fault_rank", 1, "the rank that fails", {.min = 0, .max = 63}};

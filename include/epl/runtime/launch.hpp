@@ -52,6 +52,9 @@ template <class Fn>
   const auto comm_opt = comm_options(cfg);
   if (started_by_mpi())  // the process backend this program was built with (comm/launcher.hpp)
     return comm::ProcessLauncher::run(comm_opt, kLaunchFailed, [&](auto& world) {
+      const int threads_asked = comm::rank_count_from_env(0);  // thread ranks: a different launch
+      EPL_CHECK(threads_asked == 0 || threads_asked == world.size(), "EPL_NUM_RANKS=", threads_asked, " asks for thread ranks, but this "
+                "program runs as ", world.size(), " MPI processes (mpirun -np ", world.size(), "); unset EPL_NUM_RANKS under mpirun");
       Context ctx(world, -1, opt.threads_per_rank);
       fn(ctx);
     });
@@ -69,6 +72,8 @@ template <class Fn>
     return kLaunchFailed;
   } catch (const std::exception& e) {  // a rank's error was printed when it happened
     if (std::string_view(e.what()).substr(0, 6) != "[rank ") std::fprintf(stderr, "epl: %s\n", e.what());
+    return kLaunchFailed;
+  } catch (...) {  // `throw 42` in a rank: printed, rank-prefixed, when it happened
     return kLaunchFailed;
   }
 }

@@ -282,6 +282,18 @@ class MpiCommunicator {
     ++st_->ops;
   }
 
+  /// \brief The agreement that every rank finished (epl::launch calls it when the training function
+  /// returns, before MPI_Finalize): a barrier that names what it is, so that a peer still in a
+  /// collective learns that this rank returned early instead of waiting, and that this rank fails
+  /// within the timeout instead of finalizing while a peer still needs it (mpirun then hangs or
+  /// crashes in its teardown).
+  void finish() {
+    st_->queue.drain();
+    usable("finish");
+    handshake(Op::kFinish, 0, DType::kF32, 0, ReduceOp::kSum, false);
+    ++st_->ops;
+  }
+
   /// \brief The sub-communicator of the ranks passing the same color, ordered by (key, rank).
   MpiCommunicator split(int color, int key) {
     st_->queue.drain();
@@ -307,10 +319,11 @@ class MpiCommunicator {
   }
 
  private:
-  enum class Op : std::int64_t { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kReduce, kAllToAll, kBarrier, kSplit };
+  enum class Op : std::int64_t { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kReduce, kAllToAll, kBarrier, kSplit, kFinish };
   static const char* op_name(std::int64_t op) {
-    constexpr const char* names[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all", "barrier", "split"};
-    return op >= 0 && op < 8 ? names[op] : "?";
+    constexpr const char* names[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all", "barrier", "split",
+                                     "finish"};
+    return op >= 0 && op < 9 ? names[op] : "?";
   }
   static constexpr std::size_t kRingBytes = 1 << 20;
   // What one rank sends in a fused all_reduce, to all its peers together: a buffer of up to
@@ -483,6 +496,13 @@ class MpiCommunicator {
       const auto h = header_of(i, mine[1]);
       EPL_CHECK(h[6] == 0 || h[0] != mine[0] || h[1] != mine[1], what, " on group '", name(), "' at rank ", rank(), ": rank ", q,
                 "'s arguments are wrong (its own error says how)");
+      const auto finished = static_cast<std::int64_t>(Op::kFinish);
+      EPL_CHECK(h[0] != finished || mine[0] == finished, what, " (operation #", mine[1], ") on group '", name(), "' at rank ", rank(),
+                ": rank ", q, " has returned from its training function (after ", h[1], " operations); a rank skipped a step or returned "
+                "early: every rank must run the same steps");
+      EPL_CHECK(h[0] == mine[0] || mine[0] != finished, "rank ", rank(), " returned from its training function (after ", mine[1],
+                " operations) while rank ", q, " called ", op_name(h[0]), " (operation #", h[1], "): a rank skipped a step or returned "
+                "early; every rank must run the same steps");
       EPL_CHECK(h[0] == mine[0] && h[1] == mine[1], what, " on group '", name(), "' at rank ", rank(), ": rank ", q, " called ",
                 op_name(h[0]), " (operation #", h[1], ") while this rank called ", what, " (operation #", mine[1],
                 "); every rank must issue the same collectives in the same order");
