@@ -18,6 +18,9 @@
 //   gpt --offload.level=v0                       (weights in host memory; brings zero.level=v2)
 // Checkpoints: save every 50 steps; run again with the same directory to resume from the newest:
 //   gpt --checkpoint.dir=ckpt --checkpoint.every=50
+// Learning rate: 10 steps of warm-up to 2e-3, then a cosine decay to 2e-4 at step 200, unless the
+// lr.* keys say otherwise (--lr.schedule=constant, --lr.decay_steps=1000, ...). The decay's length
+// is a fixed 200 steps, not --steps: a run stopped and resumed with more steps keeps its rates.
 #include <epl/epl.hpp>
 #include <epl/runtime/auto_plan.hpp>
 #include <epl/runtime/launch.hpp>
@@ -60,13 +63,26 @@ epl::Config with_policies_off_by_default(epl::Config cfg) {
   return cfg;
 }
 
+// The learning-rate schedule given by the lr.* keys, else warm-up and a cosine decay.
+epl::Config with_schedule_by_default(epl::Config cfg) {
+  auto fill = [&](auto key, auto value) {
+    if (cfg.source(key) == epl::Config::Source::kDefault) cfg.set(key, value);
+  };
+  if (cfg.source(epl::keys::lr_schedule) != epl::Config::Source::kDefault && cfg.get(epl::keys::lr_schedule) == "constant") return cfg;
+  fill(epl::keys::lr_schedule, "cosine");
+  fill(epl::keys::lr_warmup_steps, 10);
+  fill(epl::keys::lr_decay_steps, 200);
+  fill(epl::keys::lr_min, 2e-4);
+  return cfg;
+}
+
 // Every rank runs this with the model type chosen on the command line.
 template <class Model>
 void train(epl::Context& ctx, const epl::Config& given, const Run& run, Model model) {
   const auto& cpu = ctx.cpu();
   // Built with every ZeRO stage, offload and AMP; zero.level, offload.level and amp.level pick (off when not given).
   using Policy = epl::Policies<epl::Zero<3>, epl::Offload<epl::offload::V0>, epl::Amp<epl::amp::BF16>>;
-  epl::Config cfg = with_policies_off_by_default(given);
+  epl::Config cfg = with_schedule_by_default(with_policies_off_by_default(given));
   // --auto.auto_parallel=true without --pipeline.num_stages: the planner measures the model on a
   // few windows of the first file and chooses the plan (docs/planner.md).
   if (cfg.get(epl::keys::auto_parallel) && cfg.source(epl::keys::num_stages) == epl::Config::Source::kDefault) {

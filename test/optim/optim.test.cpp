@@ -1,4 +1,5 @@
 // Optimizers over several steps against the update rules written out here, and clipping.
+#include <cmath>
 #include <limits>
 
 #include "../helpers.hpp"
@@ -142,5 +143,32 @@ TEST_CASE("bad hyper-parameters are rejected with the value") {
   static_assert(optim::optimizer<optim::AdamW>);
   static_assert(optim::optimizer<optim::SGD>);
   static_assert(!optim::optimizer<int>);
+}
+}
+
+TEST_SUITE("cpu") {
+TEST_CASE("learning-rate schedules: warm-up, cosine and linear decay to a floor, and an inactive one leaves lr alone") {
+  optim::LrSchedule s{.decay = optim::LrSchedule::Decay::kLinear, .warmup = 2, .decay_steps = 6, .floor = 0.1, .base = 1.0};
+  CHECK(s.at(1) == 0.5);
+  CHECK(s.at(2) == 1.0);
+  CHECK(s.at(4) == doctest::Approx(0.55));  // half way from 1 to 0.1
+  CHECK(s.at(6) == doctest::Approx(0.1));
+  CHECK(s.at(60) == doctest::Approx(0.1));
+  s.decay = optim::LrSchedule::Decay::kCosine;
+  CHECK(s.at(4) == doctest::Approx(0.55));  // cos(pi/2) = 0: the middle too
+  CHECK(s.at(3) == doctest::Approx(0.1 + 0.9 * 0.5 * (1 + std::cos(3.14159265358979 / 4))));
+  CHECK(s.describe() == "cosine warmup=2 decay_steps=6 min=0.10000000000000001 base=1");
+  // the Updater applies it step by step; without one, the optimizer's lr is the program's
+  optim::Updater<optim::SGD> u(optim::SGD({.lr = 0.4}));
+  u.set_schedule({.decay = optim::LrSchedule::Decay::kConstant, .warmup = 4});
+  CHECK(u.schedule().base == 0.4);
+  Tensor v = test::cpu().zeros({3}, DType::kF32), g = test::cpu().zeros({3}, DType::kF32);
+  u.step(test::cpu(), v, g);
+  CHECK(u.learning_rate() == doctest::Approx(0.1));
+  optim::Updater<optim::SGD> plain(optim::SGD({.lr = 0.4}));
+  plain.set_schedule({});
+  plain.optimizer().options().lr = 0.3;  // set by hand, as before schedules
+  plain.step(test::cpu(), v, g);
+  CHECK(plain.learning_rate() == 0.3);
 }
 }

@@ -7,7 +7,10 @@
 #include "../helpers.hpp"
 #include "epl/comm/threads/run_threads.hpp"
 
+#include <cmath>
 #include <filesystem>
+#include <functional>
+#include <fcntl.h>
 #include <fstream>
 #include <unistd.h>
 
@@ -49,6 +52,7 @@ Config config(const char* zero = "", std::int64_t micro = 2, const char* amp = "
 
 struct Outcome {
   std::vector<double> losses, params;  // rank 0's losses; the whole parameters after the last step
+  std::vector<double> rates;           // rank 0's learning rate of each step
   std::int64_t start = -1;             // the step the run started from
   double loss_scale = 0;
 };
@@ -60,6 +64,7 @@ struct Plan {
   std::int64_t dim = 16;
   std::uint64_t seed = 5;
   double eps = 1e-8;  // AdamW's
+  std::function<double(std::int64_t)> lr_schedule = nullptr;  // TrainerOptions::lr_schedule
 };
 // Trains DropGpt (or the model make returns) with AdamW on plan.ranks thread ranks over the same
 // global batches.
@@ -69,7 +74,8 @@ Outcome train(const Plan& plan, Model (*make)(std::int64_t) = make_drop_gpt) {
   comm::run_threads(plan.ranks, [&](comm::ThreadCommunicator& c) {
     Context ctx(c, 200 + c.rank());
     Trainer<Model, optim::AdamW, Policy> t(ctx, plan.cfg, make(plan.dim), optim::AdamW({.lr = 1e-2, .eps = plan.eps}),
-                                             {.seed = plan.seed, .clip_norm = 1.0, .amp_init_scale = 256, .amp_growth_interval = 2});
+                                             {.seed = plan.seed, .clip_norm = 1.0, .amp_init_scale = 256, .amp_growth_interval = 2,
+                                              .lr_schedule = plan.lr_schedule});
     if (!plan.resume_from.empty() && !t.resume(plan.resume_from)) EPL_FAIL("no checkpoint in ", plan.resume_from);
     auto ds = test::token_corpus(4000);
     data::WindowLoader loader(ds, 8, 8, 17, t.data_shard());
@@ -78,6 +84,7 @@ Outcome train(const Plan& plan, Model (*make)(std::int64_t) = make_drop_gpt) {
     for (int s = 0; s < plan.steps; ++s) {
       const double l = t.step(loader.next(ctx.cpu()));
       if (c.rank() == 0) out.losses.push_back(l);
+      if (c.rank() == 0) out.rates.push_back(t.learning_rate());
     }
     if (!plan.save_to.empty()) t.save(plan.save_to);
     t.gather_parameters();
@@ -160,6 +167,79 @@ TEST_CASE("checkpoint: 5 steps, save, load in a new trainer, 5 more equal 10 ste
     CHECK(second.loss_scale == straight.loss_scale);
     if (std::string(k.amp) == "O1") CHECK(straight.loss_scale != 256);  // the scale moved: its state was restored
   }
+}
+
+TEST_CASE("checkpoint: a learning-rate schedule resumes exactly: the same rates and losses as the run that never stopped") {
+  auto cosine = [](const char* zero) {
+    Config c = config(zero);
+    c.set("lr.schedule", "cosine");
+    c.set("lr.warmup_steps", 3);
+    c.set("lr.decay_steps", 8);
+    c.set("lr.min", 1e-3);
+    return c;
+  };
+  auto own = [](std::int64_t step) { return 1e-2 / static_cast<double>(1 + step % 3); };  // a program's own rule
+  for (int ranks : {1, 2}) {
+    for (bool custom : {false, true}) {
+      CAPTURE(ranks);
+      CAPTURE(custom);
+      TempDir dir("schedule");
+      const Config cfg = custom ? config("v1") : cosine("v1");
+      const auto rule = custom ? std::function<double(std::int64_t)>(own) : nullptr;
+      const Outcome straight = train({.ranks = ranks, .cfg = cfg, .steps = 10, .lr_schedule = rule});
+      (void)train({.ranks = ranks, .cfg = cfg, .steps = 5, .save_to = dir.path, .lr_schedule = rule});
+      const Outcome second = train({.ranks = ranks, .cfg = cfg, .steps = 5, .resume_from = dir.path, .lr_schedule = rule});
+      CHECK(second.rates == tail(straight.rates, 5));
+      CHECK(second.losses == tail(straight.losses, 5));
+      CHECK(second.params == straight.params);
+      if (!custom) {  // warm-up 1/3, 2/3, 1 of 1e-2; cosine to 1e-3 at step 8; then the floor
+        CHECK(straight.rates[0] == doctest::Approx(1e-2 / 3));
+        CHECK(straight.rates[2] == doctest::Approx(1e-2));
+        CHECK(straight.rates[5] == doctest::Approx(1e-3 + 9e-3 * 0.5 * (1 + std::cos(3.14159265358979 * 3 / 5))));
+        CHECK(straight.rates[7] == doctest::Approx(1e-3));
+        CHECK(straight.rates[9] == doctest::Approx(1e-3));
+      } else {
+        CHECK(straight.rates[1] == own(2));
+      }
+    }
+  }
+  // a resume with another schedule is refused, naming both
+  TempDir dir("schedule-changed");
+  (void)train({.cfg = cosine(""), .steps = 2, .save_to = dir.path});
+  Config longer = cosine("");
+  longer.set("lr.decay_steps", 20);
+  CHECK_THROWS_WITH_AS(train({.cfg = longer, .steps = 1, .resume_from = dir.path}), doctest::Contains("decay_steps=8"), Error);
+  CHECK_THROWS_WITH_AS(train({.cfg = longer, .steps = 1, .resume_from = dir.path}), doctest::Contains("same lr.* keys"), Error);
+  CHECK_THROWS_WITH_AS(train({.cfg = config(), .steps = 1, .resume_from = dir.path}), doctest::Contains("this trainer's is \"constant\""),
+                       Error);
+}
+
+TEST_CASE("learning-rate schedules: bad settings are named, and ranks that disagree fail before the first step") {
+  auto error = [](Config cfg, std::function<double(std::int64_t)> rule = nullptr, int ranks = 1) {
+    try {
+      (void)train({.ranks = ranks, .cfg = std::move(cfg), .steps = 1, .lr_schedule = std::move(rule)});
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  Config no_length = config();
+  no_length.set("lr.schedule", "cosine");
+  CHECK(error(no_length).find("give lr.decay_steps greater than lr.warmup_steps") != std::string::npos);
+  Config high_floor = no_length;
+  high_floor.set("lr.decay_steps", 10);
+  high_floor.set("lr.min", 1.0);
+  CHECK(error(high_floor).find("lr.min = 1 is not a floor under the base rate 0.01") != std::string::npos);
+  Config constant_decay = config();
+  constant_decay.set("lr.decay_steps", 10);
+  CHECK(error(constant_decay).find("lr.schedule = constant does not decay") != std::string::npos);
+  Config warm = config();
+  warm.set("lr.warmup_steps", 2);
+  CHECK(error(warm, [](std::int64_t) { return 0.1; }).find("give one of the two") != std::string::npos);
+  CHECK(error(config(), [](std::int64_t) { return -1.0; }).find("gives -1 for step 1") != std::string::npos);
+  CHECK(error(config(), [](std::int64_t s) { return current_rank() == 1 ? 0.2 : 0.1 * static_cast<double>(s); }, 2)
+            .find("disagree on TrainerOptions::lr_schedule(1)") != std::string::npos);
+  CHECK_THROWS_WITH_AS(config().set("lr.schedule", "exponential"), doctest::Contains("choose one of \"constant\", \"cosine\", \"linear\""), Error);
 }
 
 TEST_CASE("checkpoint: a save by one layout loads into another; the next step matches continuing unchanged") {
@@ -437,7 +517,61 @@ TEST_CASE("checkpoint: misuse is named") {
   }
   SUBCASE("a loader over other data") {
     (void)train({.steps = 1, .save_to = dir.path});
-    CHECK(resume_error(dir.path, 3000, true).find("a saved loader position is for 499 windows") != std::string::npos);
+    CHECK(resume_error(dir.path, 3000, true).find("the checkpoint's data loader read token ids in memory (4000 tokens") != std::string::npos);
+  }
+  SUBCASE("a loader over other data of the same size, refused unless checkpoint.resume_other_data says so") {
+    (void)train({.steps = 1, .save_to = dir.path});
+    auto resume_on = [&](bool other_data) {
+      Config cfg = config();
+      cfg.set("checkpoint.resume_other_data", other_data);
+      Trainer<DropGpt, optim::AdamW, Policy> t(test::cpu(), cfg, make_drop_gpt(), optim::AdamW({.lr = 1e-2}), {.seed = 5, .clip_norm = 1.0});
+      REQUIRE(t.resume(dir.path).has_value());
+      std::vector<std::int32_t> ids(4000);
+      for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::int32_t>((i * 7 + 1) % 31);  // as many windows, other tokens
+      const auto other = data::TokenDataset::from_tokens(ids, 32);
+      data::WindowLoader loader(other, 8, 8, 17);
+      t.watch(loader);
+      (void)t.step(loader.next(test::cpu()));
+    };
+    CHECK_THROWS_WITH_AS(resume_on(false), doctest::Contains("(4000 tokens, checksum"), Error);
+    CHECK_THROWS_WITH_AS(resume_on(false), doctest::Contains("set checkpoint.resume_other_data=true"), Error);
+    CHECK_NOTHROW(resume_on(true));
+  }
+  SUBCASE("\"resumed from\" is said only of a resume that holds, at the first step") {
+    Config cfg = config();
+    cfg.set("checkpoint.dir", dir.path.string());
+    (void)train({.steps = 1, .save_to = dir.path});
+    auto run = [&](bool watch) {
+      std::fflush(stdout);
+      const fs::path out = dir.path.string() + ".stdout";
+      const int saved = ::dup(1);
+      const int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      ::dup2(fd, 1);
+      ::close(fd);
+      std::string error;
+      try {
+        Trainer<DropGpt, optim::AdamW, Policy> t(test::cpu(), cfg, make_drop_gpt(), optim::AdamW({.lr = 1e-2}), {.seed = 5, .clip_norm = 1.0});
+        auto ds = test::token_corpus(4000);
+        data::WindowLoader loader(ds, 8, 8, 17);
+        if (watch) t.watch(loader);
+        (void)t.step(loader.next(test::cpu()));
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+      std::fflush(stdout);
+      ::dup2(saved, 1);
+      ::close(saved);
+      std::ifstream in(out);
+      std::string printed((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      fs::remove(out);
+      return std::pair{printed, error};
+    };
+    const auto refused = run(false);
+    CHECK(refused.second.find("holds the position of 1 data loader but the program watches 0") != std::string::npos);
+    CHECK(refused.first.find("resumed from checkpoint") == std::string::npos);
+    const auto held = run(true);
+    CHECK(held.second.empty());
+    CHECK(held.first.find("resumed from checkpoint") != std::string::npos);
   }
   SUBCASE("a directory that holds no checkpoint") {
     Trainer<DropGpt, optim::AdamW, Policy> t(test::cpu(), config(), make_drop_gpt(), optim::AdamW({.lr = 1e-2}), {.seed = 5});

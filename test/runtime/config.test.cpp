@@ -18,7 +18,7 @@ TEST_CASE("defaults are EPL's") {
   CHECK(c.get<std::string>("amp.loss_scale") == "dynamic");
   CHECK(c.get<bool>("cluster.device_place_prefer_intra_node") == true);
   CHECK(c.get<std::string>("zero.level").empty());
-  CHECK(Config::keys().size() == 33);  // EPL's keys and epl's own (split.sequence_parallel the newest)
+  CHECK(Config::keys().size() == 38);  // EPL's keys and epl's own (the lr.* schedule the newest)
   CHECK(c.get(keys::sequence_parallel) == false);
   CHECK(c.get(keys::rank_speeds).empty());
   CHECK(c.get(keys::checkpoint_dir).empty());
@@ -220,5 +220,38 @@ TEST_CASE("program flags: every bad input is an error naming the option") {
   CHECK_THROWS_WITH_AS(Flag<std::string>("m", "medium", "", {.choices = {"fast", "slow"}}),
                        doctest::Contains("flag --m: its default \"medium\" is not one of its own choices"), Error);
   CHECK(parse({"--layers", "7"}).get(layers) == 7);
+}
+
+TEST_CASE("the names Megatron and DeepSpeed users type are accepted as aliases, and held as EPL's") {
+  Config c;
+  for (const auto& [given, held] : std::vector<std::pair<std::string, std::string>>{
+           {"1F1B", "PreferBackward"}, {"GPipe", "PreferForward"}, {"interleaved", "Interleaved"}, {"ZB-H1", "ZeroBubble"}, {"zb", "ZeroBubble"}}) {
+    c.set_text("pipeline.strategy", given);
+    CHECK(c.get(keys::pipeline_strategy) == held);
+  }
+  for (const auto& [stage, level] : std::vector<std::pair<std::string, std::string>>{{"0", ""}, {"1", "v0"}, {"2", "v1"}, {"3", "v2"}}) {
+    c.set("zero.level", stage);
+    CHECK(c.get(keys::zero_level) == level);
+  }
+  const char* argv[] = {"prog", "--zero.level=3", "--pipeline.strategy=1F1B"};
+  const Config parsed = Config::parse(3, argv);
+  CHECK(parsed.value_text("zero.level") == "\"v2\"");
+  CHECK(parsed.value_text("pipeline.strategy") == "\"PreferBackward\"");
+  CHECK_THROWS_WITH_AS(c.set("zero.level", "4"), doctest::Contains("also accepted: 0 for \"\", 1 for \"v0\", 2 for \"v1\", 3 for \"v2\""), Error);
+  CHECK_THROWS_WITH_AS(c.set("pipeline.strategy", "2F2B"), doctest::Contains("1F1B for \"PreferBackward\""), Error);
+}
+
+TEST_CASE("EPL_NUM_RANKS and EPL_GPU_PER_WORKER must be whole numbers in range; --help takes no value") {
+  for (const char* bad : {"EPL_GPU_PER_WORKER=abc", "EPL_GPU_PER_WORKER=-5", "EPL_GPU_PER_WORKER=65", "EPL_NUM_RANKS=abc", "EPL_NUM_RANKS=0",
+                          "EPL_NUM_RANKS= 2"}) {
+    CAPTURE(bad);
+    const char* env[] = {bad, nullptr};
+    CHECK_THROWS_WITH_AS(Config().load_environment(env), doctest::Contains("set a whole number from"), Error);
+  }
+  const char* good[] = {"EPL_GPU_PER_WORKER=8", "EPL_NUM_RANKS=4", nullptr};
+  CHECK_NOTHROW(Config().load_environment(good));
+  const Flag<std::int64_t> heads{"heads", 4, "attention heads"};
+  const char* help[] = {"prog", "--help=3"};
+  CHECK_THROWS_WITH_AS(Config::parse(2, help, heads), doctest::Contains("option --help takes no value"), Error);
 }
 }

@@ -14,6 +14,7 @@
 
 #include "epl/comm/any_communicator.hpp"
 #include "epl/device/archetype.hpp"
+#include "epl/optim/schedule.hpp"
 
 namespace epl {
 inline namespace v0 {
@@ -37,6 +38,26 @@ template <optimizer O>
 class Updater {
  public:
   explicit Updater(O opt) : opt_(std::move(opt)) {}
+
+  /// \brief Applies schedule's rate to each later step (an inactive schedule leaves the optimizer's
+  /// options().lr as the program sets it). Its base is the optimizer's options().lr now, unless
+  /// it names one; an optimizer without options().lr cannot follow an active schedule.
+  void set_schedule(LrSchedule schedule) {
+    if constexpr (requires { opt_.options().lr = 1.0; }) {
+      if (schedule.base == 0) schedule.base = static_cast<double>(opt_.options().lr);
+    } else {
+      EPL_CHECK(!schedule.active(), "a learning-rate schedule (", schedule.name(), ") was asked for, but this optimizer's options() "
+                "have no lr member to set; give the optimizer an options().lr, or drop the lr.* keys");
+    }
+    schedule.check();
+    schedule_ = std::move(schedule);
+  }
+  [[nodiscard]] const LrSchedule& schedule() const noexcept { return schedule_; }
+  /// \brief The rate the last step used (the optimizer's options().lr; NaN for an optimizer without one).
+  [[nodiscard]] double learning_rate() const {
+    if constexpr (requires { opt_.options().lr; }) return static_cast<double>(opt_.options().lr);
+    else return std::nan("");
+  }
 
   /// \brief Keeps the state in the device's host pool (offload.level: the values and gradients
   /// the update reads live there too). Takes effect when the state is first allocated.
@@ -66,6 +87,8 @@ class Updater {
     EPL_CHECK(state_.empty() || state_.front().numel() == n, "optimizer step on ranges of ", n, " elements; its state holds ",
               state_.front().numel());
     ++steps_;
+    if constexpr (requires { opt_.options().lr = 1.0; })
+      if (schedule_.active()) opt_.options().lr = static_cast<decltype(opt_.options().lr)>(schedule_.at(steps_));
     groups = std::max<std::int64_t>(1, std::min(groups, n));
     std::vector<Tensor> part(state_.size());
     // group g covers [n g / groups, n (g + 1) / groups) of the ranges laid end to end
@@ -107,6 +130,7 @@ class Updater {
   std::vector<Tensor> state_;
   std::int64_t steps_ = 0;
   bool host_ = false;
+  LrSchedule schedule_;
 };
 
 /// \brief The L2 norm of gradients held in flat ranges, summed over `group`'s ranks when the

@@ -364,6 +364,15 @@ class Config {
   static std::string what(const ConfigKey& k) {
     return k.program ? "option --" + std::string(k.name) : "config key " + std::string(k.name);
   }
+  // A choice's other name (ConfigKey::aliases) replaced by the choice.
+  static void canonical(const ConfigKey& k, ConfigValue& v) {
+    if (auto* s = std::get_if<std::string>(&v))
+      for (const auto& [alias, choice] : k.aliases)
+        if (*s == alias) {
+          *s = std::string(choice);
+          return;
+        }
+  }
   static ConfigValue coerce(const ConfigKey& k, ConfigValue v) {
     if (std::holds_alternative<std::int64_t>(v) && std::holds_alternative<double>(k.default_value))
       v = static_cast<double>(std::get<std::int64_t>(v));
@@ -374,6 +383,7 @@ class Config {
     EPL_CHECK(v.index() == k.default_value.index(), what(k), " takes ", detail::type_str(k.default_value), ", got ",
               detail::type_str(v), " ", detail::value_str(v),
               number_as_text ? "; pass the number as a string: \"" + detail::value_str(v) + "\"" : std::string());
+    canonical(k, v);
     check_value(k, v);
     return v;
   }
@@ -392,9 +402,10 @@ class Config {
     }
     auto check_choice = [&](const std::string& s) {
       if (!k.choices.empty() && std::find(k.choices.begin(), k.choices.end(), s) == k.choices.end()) {
-        std::string valid;
+        std::string valid, also;
         for (auto c : k.choices) valid += (valid.empty() ? "\"" : ", \"") + std::string(c) + "\"";
-        EPL_FAIL(what(k), " = ", detail::quoted(s), " is not valid; choose one of ", valid);
+        for (const auto& [alias, choice] : k.aliases) also += (also.empty() ? "" : ", ") + std::string(alias) + " for \"" + std::string(choice) + "\"";
+        EPL_FAIL(what(k), " = ", detail::quoted(s), " is not valid; choose one of ", valid, also.empty() ? "" : " (also accepted: " + also + ")");
       }
     };
     if (auto* s = std::get_if<std::string>(&v)) {
@@ -437,15 +448,21 @@ class Config {
     } else {
       v = std::string(text);
     }
+    canonical(k, v);
     check_value(k, v);
     return v;
+  }
+  static const detail::LibraryVariable* library_variable(std::string_view name) {
+    for (const auto& v : detail::library_variables())
+      if (v.name == name) return &v;
+    return nullptr;
   }
   void read_environment(const char* const* envp) {
     std::vector<std::string_view> known;
     std::map<std::string, std::string_view> key_of;
     for (const auto& k : detail::config_keys()) key_of.emplace(env_name(k.name), k.name);
     for (const auto& [env, key] : key_of) known.push_back(env);
-    for (auto v : detail::library_variables()) known.push_back(v);
+    for (const auto& v : detail::library_variables()) known.push_back(v.name);
     for (const char* const* p = envp; p && *p; ++p) {
       std::string_view var(*p);
       if (var.substr(0, 4) != "EPL_") continue;
@@ -457,6 +474,12 @@ class Config {
         } catch (const Error& e) {  // say where the value came from
           EPL_FAIL("environment variable ", std::string(name), ": ", e.detail());
         }
+      } else if (const auto* lib = library_variable(name)) {
+        std::int64_t n = 0;  // digits only: " 2", "+2" and "2x" are not numbers
+        const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+        EPL_CHECK(!value.empty() && ec == std::errc{} && end == value.data() + value.size() && n >= lib->min && n <= lib->max,
+                  "environment variable ", std::string(name), "=", detail::quoted(value), " is not valid (", lib->help, "); set a whole "
+                  "number from ", lib->min, " to ", lib->max, ", or unset it");
       } else if (std::find(known.begin(), known.end(), name) == known.end()) {
         auto near = detail::nearest(name, known);
         std::string hint;
@@ -465,8 +488,8 @@ class Config {
           hint = "; did you mean " + std::string(near) + (k != key_of.end() ? " (" + std::string(k->second) + ")" : "") + "?";
         }
         EPL_FAIL("unknown environment variable ", std::string(name), hint.empty() ? ";" : hint,
-                 " epl reads EPL_<CATEGORY>_<ATTRIBUTE> for its config keys (docs/config.md) and ", detail::library_variables().front(),
-                 "; unset it or correct the name");
+                 " epl reads EPL_<CATEGORY>_<ATTRIBUTE> for its config keys (docs/config.md), EPL_NUM_RANKS and EPL_GPU_PER_WORKER; "
+                 "unset it or correct the name");
       }
     }
   }
@@ -477,6 +500,7 @@ class Config {
         help_ = true;
         continue;
       }
+      EPL_CHECK(!strict || !a.starts_with("--help="), "option --help takes no value (got ", detail::quoted(a), "); give --help alone");
       if (a.substr(0, 2) != "--" || a.size() == 2) {
         EPL_CHECK(!strict, "unexpected argument ", detail::quoted(a), "; options are given as --name=value (--help lists them)");
         args_.emplace_back(a);

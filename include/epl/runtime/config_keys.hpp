@@ -31,6 +31,9 @@ struct ConfigKey {
   bool implemented = true;  ///< false: only the default is accepted for now ("not supported yet")
   std::string_view help;
   bool program = false;  ///< a program's own flag (--name), not an EPL key (no EPL_* variable)
+  /// Strings: other names accepted for a choice, {alias, choice} (what Megatron and DeepSpeed users
+  /// type: zero.level=3 for v2); the key then holds the choice.
+  std::vector<std::pair<std::string_view, std::string_view>> aliases = {};
 };
 
 /// \brief A typed handle on a key: `cfg.get(keys::max_splits)` is a std::int64_t, and reading a
@@ -121,6 +124,11 @@ inline constexpr Key<double> timeout{"communication.timeout"};
 inline constexpr Key<S> trace{"trace"};
 inline constexpr Key<S> checkpoint_dir{"checkpoint.dir"};
 inline constexpr Key<I> checkpoint_every{"checkpoint.every"};
+inline constexpr Key<bool> resume_other_data{"checkpoint.resume_other_data"};
+inline constexpr Key<S> lr_schedule{"lr.schedule"};
+inline constexpr Key<I> lr_warmup_steps{"lr.warmup_steps"};
+inline constexpr Key<I> lr_decay_steps{"lr.decay_steps"};
+inline constexpr Key<double> lr_min{"lr.min"};
 }  // namespace keys
 
 namespace detail {
@@ -129,6 +137,17 @@ inline std::vector<std::string_view> schedule_names() {
   std::vector<std::string_view> names;
   for (const auto& e : strategy::kSchedules) names.push_back(e.name);
   return names;
+}
+// pipeline.strategy's aliases: each schedule's other names (strategy::ScheduleEntry::aliases).
+inline std::vector<std::pair<std::string_view, std::string_view>> schedule_aliases() {
+  std::vector<std::pair<std::string_view, std::string_view>> out;
+  for (const auto& e : strategy::kSchedules)
+    for (std::string_view rest = e.aliases; !rest.empty();) {
+      const auto comma = rest.find(',');
+      out.emplace_back(rest.substr(0, comma), e.name);
+      rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    }
+  return out;
 }
 inline std::string_view schedule_help() {
   static const std::string help = [] {
@@ -146,7 +165,8 @@ inline const std::vector<ConfigKey>& config_keys() {
       {"pipeline.num_micro_batch", I{1}, {}, 1, 1 << 20, true, "micro-batches per step; gradient accumulation with one task graph"},
       {"pipeline.num_stages", I{1}, {}, 1, 4096, true,
        "ranks along the pipeline: the stages of an epl::Pipeline model, or of a model cut automatically (auto.auto_parallel)"},
-      {"pipeline.strategy", S{std::string(strategy::kSchedules[0].name)}, schedule_names(), -kNone, kNone, true, schedule_help()},
+      {"pipeline.strategy", S{std::string(strategy::kSchedules[0].name)}, schedule_names(), -kNone, kNone, true, schedule_help(), false,
+       schedule_aliases()},
       {"pipeline.num_virtual_stages", I{2}, {}, 2, 1024, true,
        "model chunks per pipeline rank under the Interleaved schedule (epl)"},
       {"gradient_checkpoint.type", S{""}, {"", "collection", "auto"}, -kNone, kNone, true,
@@ -157,7 +177,8 @@ inline const std::vector<ConfigKey>& config_keys() {
       {"gradient_checkpoint.check_gradients", false, {}, -kNone, kNone, true,
        "on the first step, compare the recomputed gradients with full-activation ones and print the largest difference"},
       {"zero.level", S{""}, {"", "v0", "v1", "v2"}, -kNone, kNone, true,
-       "ZeRO: v0 shards optimizer state, v1 also gradients, v2 also parameters (the program's epl::Zero<k> when unset)"},
+       "ZeRO: v0 shards optimizer state, v1 also gradients, v2 also parameters (the program's epl::Zero<k> when unset); "
+       "DeepSpeed's stage numbers 0-3 are accepted too (3 is v2)", false, {{"0", ""}, {"1", "v0"}, {"2", "v1"}, {"3", "v2"}}},
       {"offload.level", S{""}, {"", "v0"}, -kNone, kNone, true,
        "v0: weights, gradients and optimizer state in host memory, each layer's weights copied to the device before it runs "
        "(with ZeRO stage 3; the program's epl::Offload when unset)"},
@@ -201,18 +222,35 @@ inline const std::vector<ConfigKey>& config_keys() {
        "save training checkpoints here (step-N directories) and resume from the newest complete one at start (epl)"},
       {"checkpoint.every", I{0}, {}, 0, 1 << 30, true,
        "save a checkpoint into checkpoint.dir after every this many steps; 0: only resume (epl)"},
+      {"lr.schedule", S{"constant"}, {"constant", "cosine", "linear"}, -kNone, kNone, true,
+       "learning rate per optimizer step: constant, or after lr.warmup_steps a cosine or linear decay from the optimizer's lr "
+       "to lr.min at step lr.decay_steps (epl)"},
+      {"lr.warmup_steps", I{0}, {}, 0, 1 << 30, true, "steps of linear learning-rate warm-up from 0 to the optimizer's lr (epl)"},
+      {"lr.decay_steps", I{0}, {}, 0, 1 << 30, true,
+       "the step at which a cosine or linear lr.schedule reaches lr.min, warm-up included; usually the run's step count (epl)"},
+      {"lr.min", 0.0, {}, 0, kNone, true, "the learning rate a decay ends at (epl)"},
+      {"checkpoint.resume_other_data", false, {}, -kNone, kNone, true,
+       "resume a run whose data loaders read other data than the saved run's (their count of tokens or checksum differ): on "
+       "purpose, e.g. a new corpus; false: such a resume is refused (epl)"},
   };
   return keys;
 }
 
+/// An environment variable epl reads that is not a configuration key: a whole number in [min, max].
+struct LibraryVariable {
+  std::string_view name;
+  std::int64_t min, max;
+  std::string_view help;
+};
 /// Environment variables epl reads that are not configuration keys; any other EPL_* variable is
-/// an error (a typo would otherwise be ignored while the same typo as --key is not).
-inline const std::vector<std::string_view>& library_variables() {
-  static const std::vector<std::string_view> names = {
-      "EPL_NUM_RANKS",        // thread ranks of epl::launch (runtime/launch.hpp)
-      "EPL_GPU_PER_WORKER",   // set by tools/epl-launch
+/// an error (a typo would otherwise be ignored while the same typo as --key is not), and so is a
+/// value of these that is not a whole number in range.
+inline const std::vector<LibraryVariable>& library_variables() {
+  static const std::vector<LibraryVariable> vars = {
+      {"EPL_NUM_RANKS", 1, 4096, "thread ranks of epl::launch"},
+      {"EPL_GPU_PER_WORKER", 0, 64, "GPUs per worker, set by tools/epl-launch"},
   };
-  return names;
+  return vars;
 }
 }  // namespace detail
 

@@ -38,7 +38,11 @@ class TokenDataset {
     EPL_CHECK(!files.empty(), "TokenDataset::from_text: no files given");
     TokenDataset ds;
     ds.vocab_ = 256;
-    for (const auto& f : files) ds.append_bytes(read(f));
+    for (const auto& f : files) {
+      ds.append_bytes(read(f));
+      ds.source_ += (ds.source_.empty() ? "" : ", ") + f.string();
+    }
+    ds.seal();
     return ds;
   }
   /// \brief Byte-level tokens of text already in memory, as from_text reads each file.
@@ -46,6 +50,8 @@ class TokenDataset {
     TokenDataset ds;
     ds.vocab_ = 256;
     ds.append_bytes(bytes);
+    ds.source_ = "text in memory";
+    ds.seal();
     return ds;
   }
   /// \brief int32 token ids; a size that is not a multiple of 4 or a negative id is a corrupt file.
@@ -64,6 +70,8 @@ class TokenDataset {
       ds.tokens_[i] = id;
       ds.vocab_ = std::max(ds.vocab_, std::int64_t{id} + 1);  // in 64 bits: id 2^31 - 1 is valid, and id + 1 overflowed int32
     }
+    ds.source_ = file.string();
+    ds.seal();
     return ds;
   }
   /// \brief From ids already in memory.
@@ -71,14 +79,26 @@ class TokenDataset {
     TokenDataset ds;
     ds.tokens_ = std::move(ids);
     ds.vocab_ = vocab;
+    ds.source_ = "token ids in memory";
+    ds.seal();
     return ds;
   }
 
   [[nodiscard]] std::int64_t size() const noexcept { return static_cast<std::int64_t>(tokens_.size()); }
   [[nodiscard]] std::int64_t vocab_size() const noexcept { return vocab_; }
   [[nodiscard]] const std::vector<std::int32_t>& tokens() const noexcept { return tokens_; }
+  /// \brief A checksum of the tokens and their count (64-bit FNV-1a over the ids, computed once):
+  /// what a saved loader position checks a resumed run's data against.
+  [[nodiscard]] std::uint64_t fingerprint() const noexcept { return fingerprint_; }
+  /// \brief Where the tokens came from, for messages: the files' names, or "token ids in memory".
+  [[nodiscard]] const std::string& source() const noexcept { return source_; }
 
  private:
+  void seal() {
+    std::uint64_t h = 1469598103934665603ull;
+    for (std::int32_t id : tokens_) h = (h ^ static_cast<std::uint32_t>(id)) * 1099511628211ull;
+    fingerprint_ = (h ^ static_cast<std::uint64_t>(tokens_.size())) * 1099511628211ull;
+  }
   // Reads a whole regular file. Every failure is an epl::Error naming the file: a missing
   // path, a directory, a device, or a read error (no std::ios_base::failure escapes).
   static std::vector<char> read(const std::filesystem::path& f) {
@@ -102,6 +122,8 @@ class TokenDataset {
   }
   std::vector<std::int32_t> tokens_;
   std::int64_t vocab_ = 0;
+  std::uint64_t fingerprint_ = 0;
+  std::string source_;
 };
 
 /// \brief Which part of every global batch this rank reads: rank r of `ranks` data-parallel
@@ -171,11 +193,22 @@ class WindowLoader {
     std::int64_t epoch = 0, cursor = 0;  // the next global batch starts at window `cursor` of `epoch`
     std::int64_t windows = 0, seq_len = 0, batch = 0;
     std::uint64_t seed = 0;
+    std::int64_t tokens = 0;   ///< the dataset's size (0: a position saved before epl 0.2 knew it)
+    std::uint64_t data = 0;    ///< TokenDataset::fingerprint() (0: not known)
+    std::string source;        ///< TokenDataset::source(), for messages
   };
-  [[nodiscard]] Position position() const noexcept { return {epoch_, cursor_, windows_, seq_, batch_, seed_}; }
+  [[nodiscard]] Position position() const {
+    return {epoch_, cursor_, windows_, seq_, batch_, seed_, ds_->size(), ds_->fingerprint(), ds_->source()};
+  }
   /// \brief Continues from a saved position (a resumed run), which must describe this loader's
-  /// windows, batch and seed.
-  void seek(const Position& p) {
+  /// windows, batch and seed, and its data: the same tokens (their count and checksum), unless
+  /// `other_data` says a resume on other data is meant (checkpoint.resume_other_data).
+  void seek(const Position& p, bool other_data = false) {
+    EPL_CHECK(other_data || p.data == 0 || (p.data == ds_->fingerprint() && p.tokens == ds_->size()), "the checkpoint's data loader "
+              "read ", p.source.empty() ? std::string("(unnamed)") : p.source, " (", p.tokens, " tokens, checksum ", hex(p.data),
+              "), but this loader reads ", ds_->source(), " (", ds_->size(), " tokens, checksum ", hex(ds_->fingerprint()), "): other data "
+              "would resume at a position that means nothing in it; resume on the same data, or set checkpoint.resume_other_data=true "
+              "to go on with other data on purpose");
     EPL_CHECK(p.windows == windows_ && p.seq_len == seq_ && p.batch == batch_ && p.seed == seed_, "a saved loader position is ",
               "for ", p.windows, " windows of ", p.seq_len, " tokens in global batches of ", p.batch, " with seed ", p.seed,
               ", but this loader has ", windows_, " windows of ", seq_, " tokens, batches of ", batch_, " and seed ", seed_,
@@ -213,6 +246,11 @@ class WindowLoader {
   }
 
  private:
+  static std::string hex(std::uint64_t v) {
+    char b[24];
+    std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(v));
+    return b;
+  }
   void shuffle() {
     order_.resize(static_cast<std::size_t>(windows_));
     for (std::int64_t i = 0; i < windows_; ++i) order_[i] = i;

@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "epl/optim/schedule.hpp"
 #include "epl/plan/plan.hpp"
 #include "epl/runtime/agreement.hpp"
 #include "epl/runtime/config.hpp"
@@ -37,6 +38,10 @@ struct TrainerOptions {
   /// at, and the good steps in a row after which it doubles (policy::LossScaler has the rule).
   double amp_init_scale = 65536;
   std::int64_t amp_growth_interval = 2000;
+  /// The learning rate of each optimizer step (from 1), when the program has a rule of its own
+  /// (null: the lr.* keys say, constant by default). Every rank must give the same rates, and a
+  /// resumed run the same rate at the saved step (both checked).
+  std::function<double(std::int64_t step)> lr_schedule = nullptr;
   /// Called on every rank at each phase of a checkpoint save ("prepared", "shards written",
   /// "manifest written"): where a test makes a save fail part-way. Null: nothing.
   std::function<void(std::string_view phase)> checkpoint_phase = nullptr;
@@ -53,6 +58,27 @@ inline void check(const TrainerOptions& o) {
             " is not a loss scale; give a number from 1 to 2^64");
   EPL_CHECK(o.amp_growth_interval >= 1, "TrainerOptions::amp_growth_interval = ", o.amp_growth_interval,
             " must be at least 1 step");
+}
+
+/// \brief The learning-rate schedule the lr.* keys (or TrainerOptions::lr_schedule) describe; its
+/// base rate is set from the optimizer's options().lr by the trainer.
+inline optim::LrSchedule lr_schedule(const Config& cfg, const TrainerOptions& o) {
+  optim::LrSchedule s;
+  const std::string kind = cfg.get(keys::lr_schedule);
+  s.decay = kind == "cosine" ? optim::LrSchedule::Decay::kCosine : kind == "linear" ? optim::LrSchedule::Decay::kLinear
+                                                                                    : optim::LrSchedule::Decay::kConstant;
+  s.warmup = cfg.get(keys::lr_warmup_steps);
+  s.decay_steps = cfg.get(keys::lr_decay_steps);
+  s.floor = cfg.get(keys::lr_min);
+  for (std::string_view key : {keys::lr_decay_steps.name, keys::lr_min.name})
+    EPL_CHECK(s.decay != optim::LrSchedule::Decay::kConstant || cfg.source(key) == Config::Source::kDefault, "config key ", key, " = ",
+              cfg.value_text(key), " is given but lr.schedule = constant does not decay; set lr.schedule=cosine or linear, or drop ", key);
+  if (o.lr_schedule) {
+    EPL_CHECK(!s.active(), "TrainerOptions::lr_schedule gives the learning rate, and so do the lr.* keys (lr.schedule = ", kind,
+              ", lr.warmup_steps = ", s.warmup, "); give one of the two");
+    s.custom = o.lr_schedule;
+  }
+  return s;
 }
 
 /// \brief The configuration keys (and the trainer's options) that shape a run's plan.
@@ -134,6 +160,9 @@ inline void add_trainer_facts(RunFacts& facts, const TrainerOptions& o) {
   facts.add_number("TrainerOptions::check_replicas_every", static_cast<double>(o.check_replicas_every));
   facts.add_number("TrainerOptions::amp_init_scale", o.amp_init_scale);
   facts.add_number("TrainerOptions::amp_growth_interval", static_cast<double>(o.amp_growth_interval));
+  if (o.lr_schedule)  // a rule of the program's own: the same rates on every rank
+    for (std::int64_t step : {1, 2, 10, 100, 1000, 10000})
+      facts.add_number("TrainerOptions::lr_schedule(" + std::to_string(step) + ")", o.lr_schedule(step));
 }
 
 }  // namespace v0

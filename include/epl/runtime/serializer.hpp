@@ -28,6 +28,7 @@
 #include "epl/comm/any_communicator.hpp"
 #include "epl/comm/outcome.hpp"
 #include "epl/nn/tree.hpp"
+#include "epl/optim/schedule.hpp"
 #include "epl/param/arena.hpp"
 #include "epl/policy/amp.hpp"
 #include "epl/runtime/safetensors.hpp"
@@ -63,6 +64,7 @@ struct TrainerState {
   std::int64_t optimizer_steps = 0;
   const std::vector<Tensor>* optimizer_state = nullptr;  ///< kStateSlots buffers over the regions
   int optimizer_slots = 0;                         ///< the optimizer's kStateSlots
+  const optim::LrSchedule* schedule = nullptr;     ///< the learning-rate schedule, saved and checked on resume
   /// Restarts the optimizer at a saved step count with zeroed state of n elements; returns it.
   std::function<const std::vector<Tensor>&(std::int64_t steps, std::int64_t n, DType t)> restore_optimizer;
   policy::LossScaler* scaler = nullptr;            ///< AMP's, or null
@@ -234,20 +236,28 @@ class BasicSerializer {
     };
     for (std::int64_t i = 0; i < loaders; ++i) {
       const std::string l = "loader." + std::to_string(i) + ".";
-      std::uint64_t seed = 0;  // any 64-bit value, where the other entries are counts
-      const std::string* text = m.scalar(key_of(l + "seed"));
-      const auto r = text ? std::from_chars(text->data(), text->data() + text->size(), seed)
-                          : std::from_chars_result{nullptr, std::errc::invalid_argument};
-      EPL_CHECK(text && r.ec == std::errc() && r.ptr == text->data() + text->size(), "checkpoint ", where, " lacks loader ", i,
-                "'s seed or holds one that is not a number: the manifest is not one a save writes");
+      auto word = [&](const char* entry, bool required) -> std::uint64_t {  // any 64-bit value, where the other entries are counts
+        std::uint64_t v = 0;
+        const std::string* text = m.scalar(key_of(l + entry));
+        if (!text && !required) return 0;  // saved before epl 0.2 fingerprinted the data
+        const auto r = text ? std::from_chars(text->data(), text->data() + text->size(), v)
+                            : std::from_chars_result{nullptr, std::errc::invalid_argument};
+        EPL_CHECK(text && r.ec == std::errc() && r.ptr == text->data() + text->size(), "checkpoint ", where, " lacks loader ", i, "'s ",
+                  entry, " or holds one that is not a number: the manifest is not one a save writes");
+        return v;
+      };
+      const std::string* source = m.scalar(key_of(l + "source"));
       saved_positions_.push_back({scalar(key_of(l + "epoch")), scalar(key_of(l + "cursor")), scalar(key_of(l + "windows")),
-                                  scalar(key_of(l + "seq_len")), scalar(key_of(l + "batch")), seed});
+                                  scalar(key_of(l + "seq_len")), scalar(key_of(l + "batch")), word("seed", true),
+                                  static_cast<std::int64_t>(word("tokens", false)), word("data", false), source ? *source : std::string()});
     }
-    for (std::size_t i = 0; i < loaders_.size() && i < saved_positions_.size(); ++i) loaders_[i]->seek(saved_positions_[i]);
+    for (std::size_t i = 0; i < loaders_.size() && i < saved_positions_.size(); ++i) loaders_[i]->seek(saved_positions_[i], other_data_);
   }
 
   std::string dir_;              // checkpoint.dir
   std::int64_t every_ = 0;       // checkpoint.every
+  bool other_data_ = false;      // checkpoint.resume_other_data
+  std::string announce_;         // rank 0: "resumed from ...", printed at the first step
   std::vector<std::pair<std::string, std::string>> config_;  // every key's value as text
   std::function<void(std::string_view)> phase_;
   std::vector<data::WindowLoader*> loaders_;                   // watched: their positions are saved
@@ -266,6 +276,7 @@ template <class Unused>
 void BasicSerializer<Unused>::configure(const Config& cfg, std::function<void(std::string_view)> phase) {
   dir_ = cfg.get(keys::checkpoint_dir);
   every_ = cfg.get(keys::checkpoint_every);
+  other_data_ = cfg.get(keys::resume_other_data);
   EPL_CHECK(every_ == 0 || !dir_.empty(), "checkpoint.every = ", every_, " but checkpoint.dir is not set; give the directory to "
             "save into (--checkpoint.dir=DIR) or drop checkpoint.every");
   for (const auto& k : Config::keys()) config_.emplace_back(k.name, cfg.value_text(k.name));
@@ -281,10 +292,9 @@ void BasicSerializer<Unused>::open(TrainerState& s) {
     if (every_ > 0) take_dir(dir_);
     else check_dir(dir_);
   });
-  if (auto from = resume(dir_, s); from && s.world->rank() == 0) {
-    std::printf("resumed from checkpoint %s at step %lld\n", from->c_str(), static_cast<long long>(*s.step));
-    std::fflush(stdout);
-  }
+  // said at the first step, once the loaders' positions are checked too: never of a resume that
+  // is then refused
+  if (auto from = resume(dir_, s); from && s.world->rank() == 0) announce_ = "resumed from checkpoint " + from->string() + " at step " + std::to_string(*s.step);
 }
 
 template <class Unused>
@@ -454,17 +464,21 @@ void BasicSerializer<Unused>::watch(data::WindowLoader& loader) {
             "the position of ", saved_loaders_, " data loader", saved_loaders_ == 1 ? "" : "s", ", and now watches loader ",
             loaders_.size() + 1, ", which would start from the beginning; watch the loaders the saving run watched");
   loaders_.push_back(&loader);
-  if (loaders_.size() <= saved_positions_.size()) loader.seek(saved_positions_[loaders_.size() - 1]);
+  if (loaders_.size() <= saved_positions_.size()) loader.seek(saved_positions_[loaders_.size() - 1], other_data_);
 }
 
 template <class Unused>
 void BasicSerializer<Unused>::before_step() {
-  if (!resumed_from_ || saved_positions_.empty()) return;
+  if (!resumed_from_) return;
   EPL_CHECK(loaders_.size() >= saved_positions_.size(), "this run resumed from ", resumed_from_->string(), ", which holds the "
             "position of ", saved_positions_.size(), " data loader", saved_positions_.size() == 1 ? "" : "s", " but the program "
             "watches ", loaders_.size(), "; call trainer.watch(loader) for each loader before the first step, or the run reads "
             "its data from the start again");
   saved_positions_.clear();
+  if (announce_.empty()) return;
+  std::printf("%s\n", announce_.c_str());
+  std::fflush(stdout);
+  announce_.clear();
 }
 
 template <class Unused>
@@ -532,6 +546,9 @@ std::string BasicSerializer<Unused>::write_shard(const files::Folder& dir, const
                                {"batch", q.batch}})
       m.scalars.emplace_back(l + k, std::to_string(v));
     m.scalars.emplace_back(l + "seed", std::to_string(q.seed));
+    m.scalars.emplace_back(l + "tokens", std::to_string(q.tokens));  // which data: a resume on other data is refused
+    m.scalars.emplace_back(l + "data", std::to_string(q.data));
+    m.scalars.emplace_back(l + "source", q.source);
   }
   return format(m);
 }
@@ -552,6 +569,12 @@ Manifest BasicSerializer<Unused>::merged_manifest(const std::vector<std::string>
   scalar("seed", std::to_string(s.seed));
   scalar("optimizer", s.optimizer);
   scalar("optimizer.steps", std::to_string(s.optimizer_steps));
+  if (s.schedule && s.schedule->active()) {  // what a resume must apply again: the schedule, and its rate at this step
+    char exact[40];
+    std::snprintf(exact, sizeof exact, "%.17g", s.optimizer_steps > 0 ? s.schedule->at(s.optimizer_steps) : 0.0);
+    scalar("lr.schedule", s.schedule->describe());
+    scalar("lr.last", exact);
+  }
   if (s.scaler) {
     const auto st = s.scaler->state();
     char exact[40];  // a number as text that reads back to the same double
@@ -659,6 +682,22 @@ void BasicSerializer<Unused>::check_same_run(const Manifest& m, const std::strin
   EPL_CHECK(optimizer && *optimizer == s.optimizer, "checkpoint ", where, " was saved with optimizer ",
             optimizer ? *optimizer : std::string("(none named)"), " but this trainer's is ", s.optimizer,
             "; resume with the optimizer that saved it");
+  // the learning-rate schedule: the same rule, and (a program's own function) the same rate at the saved step
+  const std::string* schedule = m.scalar("lr.schedule");
+  const std::string rule = s.schedule && s.schedule->active() ? s.schedule->describe() : "constant";
+  EPL_CHECK((schedule ? *schedule : std::string("constant")) == rule, "checkpoint ", where, " was saved with the learning-rate "
+            "schedule \"", schedule ? *schedule : std::string("constant"), "\" and this trainer's is \"", rule, "\"; resume with the "
+            "same lr.* keys and optimizer lr, or the rates would jump");
+  const std::string* last = m.scalar("lr.last");
+  const std::string* steps = m.scalar("optimizer.steps");
+  if (last && steps && s.schedule && s.schedule->custom) {
+    std::int64_t n = 0;
+    std::from_chars(steps->data(), steps->data() + steps->size(), n);
+    char exact[40];
+    std::snprintf(exact, sizeof exact, "%.17g", n > 0 ? s.schedule->at(n) : 0.0);
+    EPL_CHECK(*last == exact, "checkpoint ", where, " was saved at optimizer step ", n, " with learning rate ", *last,
+              ", and this trainer's TrainerOptions::lr_schedule gives ", exact, " for that step; resume with the same rule");
+  }
   const std::string* seed = m.scalar("seed");
   EPL_CHECK(seed && *seed == std::to_string(s.seed), "checkpoint ", where, " was saved with TrainerOptions::seed = ",
             seed ? *seed : std::string("(none)"), " and this trainer has ", s.seed, ": dropout would draw other numbers than the "

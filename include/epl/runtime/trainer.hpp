@@ -203,6 +203,8 @@ class Trainer {
   /// \brief The model chunks (pipeline stages) this rank runs.
   [[nodiscard]] const std::vector<strategy::Chunk<Pass>>& local_chunks() const { return executor_->chunks(); }
   [[nodiscard]] double last_grad_norm() const noexcept { return last_grad_norm_; }
+  /// \brief The learning rate of the last update (the lr.* schedule's, or the optimizer's options().lr).
+  [[nodiscard]] double learning_rate() const { return updater_.learning_rate(); }
   /// \brief The fraction of the last step's gradient all-reduce time hidden behind backward.
   [[nodiscard]] double last_overlap() const noexcept { return sync_->last_overlap(); }
   [[nodiscard]] std::size_t gradient_buckets() const noexcept { return sync_->buckets(); }
@@ -275,6 +277,7 @@ class Trainer {
                                    policy::SyncOptions{buckets, policies.clip_after_reduce, plan_.rows_over_tensor() ? replicated_from : -1,
                                                        mesh.tensor_size() > 1, policies.zero_stage, policies.offload});
     updater_.keep_state_in_host_pool(policies.offload);
+    updater_.set_schedule(lr_schedule(cfg, opt_));
     if (policies.amp())
       amp_.emplace(policy::LossScaleOptions{.dynamic = policies.loss_scale_dynamic, .init = policies.loss_scale,
                                             .growth_interval = policies.growth_interval},
@@ -388,6 +391,7 @@ class Trainer {
     s.optimizer_steps = updater_.steps();
     s.optimizer_state = &updater_.state();
     s.optimizer_slots = Optimizer::kStateSlots;
+    s.schedule = &updater_.schedule();
     s.restore_optimizer = [this](std::int64_t steps, std::int64_t n, DType t) -> const std::vector<Tensor>& {
       return updater_.restore(*device_, steps, n, t);
     };

@@ -254,6 +254,9 @@ inline std::vector<Action> with_communication(const std::vector<Action>& compute
 struct ScheduleEntry {
   std::string_view name;  ///< pipeline.strategy's value
   std::string_view help;
+  /// Other names pipeline.strategy accepts for it, comma-separated: what Megatron, DeepSpeed and
+  /// the papers call it ("1F1B", "GPipe", "ZB-H1").
+  std::string_view aliases;
   bool virtual_stages;    ///< runs several model chunks per rank (pipeline.num_virtual_stages)
   bool splits_backward;   ///< runs backward as B and W passes (a layer's weight-gradient work waits for W)
   std::vector<Action> (*actions)(int m, int v, int stage, int ranks);
@@ -267,13 +270,13 @@ struct ScheduleEntry {
 /// \brief Every pipeline schedule pipeline.strategy may name, the default first. A new schedule is
 /// its class above and one entry here: the configuration's choices and the plan read this list.
 inline constexpr ScheduleEntry kSchedules[] = {
-    {"PreferBackward", "1F1B", false, false, [](int m, int, int s, int p) { return OneFOneB(m).actions(s, p); },
+    {"PreferBackward", "1F1B", "1F1B,1f1b,PipeDream-Flush,one-forward-one-backward", false, false, [](int m, int, int s, int p) { return OneFOneB(m).actions(s, p); },
      [](int m, int, int p) { return static_cast<double>(m + p - 1); }},
-    {"PreferForward", "GPipe", false, false, [](int m, int, int s, int p) { return GPipe(m).actions(s, p); },
+    {"PreferForward", "GPipe", "GPipe,gpipe,AFAB,all-forward-all-backward", false, false, [](int m, int, int s, int p) { return GPipe(m).actions(s, p); },
      [](int m, int, int p) { return static_cast<double>(m + p - 1); }},
-    {"Interleaved", "1F1B over virtual stages, epl", true, false, [](int m, int v, int s, int p) { return Interleaved(m, v).actions(s, p); },
+    {"Interleaved", "1F1B over virtual stages, epl", "interleaved,interleaved-1F1B,interleaved-1f1b,virtual-pipeline", true, false, [](int m, int v, int s, int p) { return Interleaved(m, v).actions(s, p); },
      [](int m, int v, int p) { return static_cast<double>(v * m + p - 1); }},
-    {"ZeroBubble", "ZB-H1, backward split into B and W passes, epl", false, true,
+    {"ZeroBubble", "ZB-H1, backward split into B and W passes, epl", "ZB-H1,ZBH1,zbh1,zb,zero-bubble", false, true,
      [](int m, int, int s, int p) { return ZeroBubble(m).actions(s, p); },
      [](int m, int, int p) { return std::max(3.0 * m + p - 1, 2.0 * (p + m) - 1) / 3.0; }},
 };
