@@ -255,6 +255,22 @@ TEST_CASE("safetensors: a damaged file is an error naming it, never a crash") {
     write_file(f, e);
     CHECK(error_of(t, f).find("holds nan at element 1 of body.0.attn.1.qkv.bias: a NaN or infinite weight") != std::string::npos);
   }
+  SUBCASE("a name with a NUL or another control character, which would print like another name") {
+    for (const char* escape : {"\\u0000", "\\u001b", "\\n"}) {
+      CAPTURE(escape);
+      write_file(f, {}, std::string("{\"head.lm.bias") + escape + "x\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[0,4]}}");
+      std::ofstream(f, std::ios::app) << "abcd";
+      CHECK(error_of(t, f).find("names a tensor \"head.lm.bias\" followed by the control character") != std::string::npos);
+    }
+  }
+  SUBCASE("names that differ in a non-ASCII escape stay two names") {
+    write_file(f, {}, "{\"caf\\u00e9\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[0,4]},"
+                      "\"caf\\u00e8\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[4,8]}}");
+    std::ofstream(f, std::ios::app) << "abcdefgh";
+    const checkpoint::SafetensorsFile file(f);
+    CHECK(file.tensors().count("caf\xc3\xa9") == 1);  // UTF-8 of U+00E9
+    CHECK(file.tensors().count("caf\xc3\xa8") == 1);
+  }
   SUBCASE("a name twice") {
     write_file(f, {}, "{\"a\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[0,4]},\"a\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[0,4]}}");
     std::ofstream(f, std::ios::app) << "abcd";

@@ -6,6 +6,7 @@
 
 #include "../../examples/gpt/gpt.hpp"
 #include "../helpers.hpp"
+#include "epl/comm/threads/run_threads.hpp"
 
 using namespace epl;
 
@@ -110,6 +111,9 @@ struct Classifier {
   nn::Linear fc;
   InfGrad bad;
 };
+struct Plain {
+  nn::Linear fc;
+};
 }  // namespace
 
 TEST_CASE("a NaN loss or an infinite gradient is an error naming the step and the parameter") {
@@ -126,6 +130,30 @@ TEST_CASE("a NaN loss or an infinite gradient is an error naming the step and th
                        Error);
   Trainer<Classifier, optim::SGD> lenient(test::cpu(), Config{}, Classifier{nn::Linear(3, 2), {}}, optim::SGD({}), {.check_finite = false});
   CHECK_NOTHROW(lenient.step(b));
+}
+TEST_CASE("a NaN loss names the ranks whose rows gave it") {
+  std::string error;
+  comm::run_threads(3, [&](comm::ThreadCommunicator& c) {
+    Context ctx(c, 1);
+    Trainer<Plain, optim::SGD> t(ctx, Config{}, Plain{nn::Linear(3, 2)}, optim::SGD({}));
+    Batch b{test::random({4, 3}, 1), test::ids({4}, 2, 2)};
+    if (c.rank() == 1) b.inputs.span<float>()[5] = std::nanf("");  // rank 1 read a bad row
+    try {
+      (void)t.step(b);
+    } catch (const Error& e) {
+      if (c.rank() == 0) error = e.what();
+    }
+  }, {.report = false});
+  CHECK(error.find("the loss is nan at step 1 (from the rows of rank 1)") != std::string::npos);
+}
+TEST_CASE("targets are one class id per row: a [rows, 1] column is refused, as PyTorch does") {
+  Trainer<Plain, optim::SGD> t(test::cpu(), Config{}, Plain{nn::Linear(3, 2)}, optim::SGD({}));
+  CHECK_THROWS_WITH_AS(t.step({test::random({4, 3}, 1), test::ids({4, 1}, 2, 2)}),
+                       doctest::Contains("targets [4, 1] for logits [4, 2]; give one class id per row, shaped [4]"), Error);
+  CHECK_NOTHROW(t.step({test::random({4, 3}, 1), test::ids({4}, 2, 2)}));
+  Trainer<gpt::Gpt, optim::SGD> g(test::cpu(), Config{}, gpt::make_gpt(tiny()), optim::SGD({}));
+  CHECK_THROWS_WITH_AS(g.step({test::ids({2, 8}, 32, 1), test::ids({2, 8, 1}, 32, 2)}),
+                       doctest::Contains("shaped [2, 8] or [16]"), Error);
 }
 TEST_CASE("a key that would have no effect is an error at the first step, naming what reads it") {
   auto first_step = [](Config cfg) {

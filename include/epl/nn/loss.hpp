@@ -29,8 +29,13 @@ struct SoftmaxCrossEntropy {
   template <class Ctx>
   double forward(Ctx& ctx, const Tensor& logits, const Tensor& targets) {
     const auto rows = logits.shape().rows();
-    EPL_CHECK(targets.numel() == rows, "SoftmaxCrossEntropy: ", targets.numel(), " targets ", targets.shape(),
-              " for logits ", logits.shape(), "; expected one target per row");
+    // one class id per row: the logits' shape without its last dimension, or the rows laid flat
+    // ([rows, 1] is refused, as PyTorch does: a column of ids is often a one-hot or a regression target)
+    Shape want;
+    for (int d = 0; d + 1 < logits.rank(); ++d) want.push_back(logits.dim(d));
+    EPL_CHECK(targets.shape() == want || (targets.rank() == 1 && targets.numel() == rows), "SoftmaxCrossEntropy: targets ",
+              targets.shape(), " for logits ", logits.shape(), "; give one class id per row, shaped ", want,
+              want.rank() > 1 ? " or " + epl::detail::concat(Shape{rows}) : std::string());
     if (part_.whole()) {
       double total = ctx.device().cross_entropy(logits, targets);
       ctx.save(this, {logits, targets});

@@ -97,18 +97,18 @@ class HeaderParser {
       if (c == '\\') {
         if (++i_ >= s_.size()) break;
         c = s_[i_];
-        if (c == 'u') {  // \u00XX: the control characters a writer escapes; others kept as text
-          if (i_ + 4 >= s_.size()) fail("ends inside an escape");
-          unsigned v = 0;
-          for (int k = 1; k <= 4; ++k) {
-            const char h = s_[i_ + k];
-            const int d = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
-            if (d < 0) fail("holds a bad \\u escape");
-            v = v * 16 + static_cast<unsigned>(d);
+        if (c == 'u') {  // \uXXXX, a pair of them for a code point past U+FFFF: written as UTF-8
+          unsigned v = hex4();
+          if (v >= 0xD800 && v < 0xDC00) {  // a high surrogate: its low half follows
+            if (i_ + 2 >= s_.size() || s_[i_ + 1] != '\\' || s_[i_ + 2] != 'u') fail("holds half of a \\u surrogate pair");
+            i_ += 2;
+            const unsigned low = hex4();
+            if (low < 0xDC00 || low >= 0xE000) fail("holds half of a \\u surrogate pair");
+            v = 0x10000 + ((v - 0xD800) << 10) + (low - 0xDC00);
+          } else if (v >= 0xDC00 && v < 0xE000) {
+            fail("holds half of a \\u surrogate pair");
           }
-          i_ += 4;
-          if (v < 0x80) out += static_cast<char>(v);
-          else out += "?";  // a non-ASCII escape never names an epl parameter
+          utf8(out, v);
           continue;
         }
         const char* from = "\"\\/bfnrt";
@@ -122,6 +122,36 @@ class HeaderParser {
     if (i_ >= s_.size()) fail("ends inside a string");
     ++i_;
     return out;
+  }
+  // The four hex digits after a \u at i_ (which is left on the last of them).
+  unsigned hex4() {
+    if (i_ + 4 >= s_.size()) fail("ends inside an escape");
+    unsigned v = 0;
+    for (int k = 1; k <= 4; ++k) {
+      const char h = s_[i_ + k];
+      const int d = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
+      if (d < 0) fail("holds a bad \\u escape");
+      v = v * 16 + static_cast<unsigned>(d);
+    }
+    i_ += 4;
+    return v;
+  }
+  static void utf8(std::string& out, unsigned v) {
+    if (v < 0x80) {
+      out += static_cast<char>(v);
+    } else if (v < 0x800) {
+      out += static_cast<char>(0xC0 | (v >> 6));
+      out += static_cast<char>(0x80 | (v & 0x3F));
+    } else if (v < 0x10000) {
+      out += static_cast<char>(0xE0 | (v >> 12));
+      out += static_cast<char>(0x80 | ((v >> 6) & 0x3F));
+      out += static_cast<char>(0x80 | (v & 0x3F));
+    } else {
+      out += static_cast<char>(0xF0 | (v >> 18));
+      out += static_cast<char>(0x80 | ((v >> 12) & 0x3F));
+      out += static_cast<char>(0x80 | ((v >> 6) & 0x3F));
+      out += static_cast<char>(0x80 | (v & 0x3F));
+    }
   }
   std::uint64_t integer() {
     space();
@@ -214,6 +244,16 @@ class SafetensorsFile {
             p.expect('}');
           }
           continue;
+        }
+        // a name with a control character (\u0000, say) prints like another name: refused
+        for (std::size_t k = 0; k < name.size(); ++k) {
+          const auto ch = static_cast<unsigned char>(name[k]);
+          if (ch < 0x20 || ch == 0x7f) {
+            char code[8];
+            std::snprintf(code, sizeof code, "\\u%04x", ch);
+            p.fail("names a tensor \"", name.substr(0, k), "\" followed by the control character ", code,
+                   ", which no parameter name holds (and which would print like another name)");
+          }
         }
         Tensor t;
         bool has_dtype = false, has_shape = false, has_offsets = false;

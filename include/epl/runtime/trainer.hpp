@@ -94,9 +94,10 @@ class Trainer {
         (void)compute_gradients(batch, nn::RecomputeMode::kNone);
         check_.keep(*device_, sync_->owned_grads());
       }
-      double loss = groups_->loss(place_.weight * compute_gradients(batch, plan_.policies.recompute));  // schedule, then sync.finish()
+      const double mine = place_.weight * compute_gradients(batch, plan_.policies.recompute);  // schedule, then sync.finish()
+      const double loss = groups_->loss(mine);
       if (compare) recompute_difference_ = check_.compare(*device_, sync_->owned_grads(), *world_);
-      check_finite_loss(loss);
+      check_finite_loss(loss, mine);
       if (amp_) amp_->unscale(*device_, sync_->owned_grads());
       if (plan_.policies.clip_after_reduce) last_grad_norm_ = clip();
       const bool finite = std::isfinite(last_grad_norm_);
@@ -339,12 +340,21 @@ class Trainer {
               " (" + std::to_string(ranks) + " data-parallel ranks x " + std::to_string(m) + " micro-batches)"
               : "the batch a multiple of " + std::to_string(m));
   }
-  void check_finite_loss(double loss) const {
-    EPL_CHECK(!opt_.check_finite || std::isfinite(loss), "the loss is ", loss, " at step ", steps_ + 1, ": training diverged or the "
-              "data holds bad values; lower the learning rate, clip gradients (TrainerOptions::clip_norm) or check the inputs",
-              plan_.policies.matmul == DType::kF16 ? "; under AMP with f16 (epl::Amp<epl::amp::FP16>) a GEMM operand past 65504 is "
-                                                     "infinite in the forward, which no loss scale helps: train with bf16 "
-                                                     "(epl::Amp<epl::amp::BF16>) or keep activations smaller" : "");
+  // A loss that is not finite (the global batch's, on every rank alike) names the ranks whose own
+  // rows gave it (`mine`: this rank's part), so bad data is traced to its reader.
+  void check_finite_loss(double loss, double mine) const {
+    if (!opt_.check_finite || std::isfinite(loss)) return;
+    std::vector<double> all(static_cast<std::size_t>(world_->size()));
+    world_->all_gather(comm::Buffer(&mine, 1, DType::kF64), comm::Buffer(all.data(), world_->size(), DType::kF64));
+    std::string from;
+    for (std::size_t r = 0; r < all.size(); ++r)
+      if (!std::isfinite(all[r])) from += (from.empty() ? "" : ", ") + std::to_string(r);
+    EPL_FAIL("the loss is ", loss, " at step ", steps_ + 1, from.empty() ? std::string() : " (from the rows of rank" +
+             std::string(from.find(',') == std::string::npos ? " " : "s ") + from + ")", ": training diverged or the "
+             "data holds bad values; lower the learning rate, clip gradients (TrainerOptions::clip_norm) or check the inputs",
+             plan_.policies.matmul == DType::kF16 ? "; under AMP with f16 (epl::Amp<epl::amp::FP16>) a GEMM operand past 65504 is "
+                                                    "infinite in the forward, which no loss scale helps: train with bf16 "
+                                                    "(epl::Amp<epl::amp::BF16>) or keep activations smaller" : "");
   }
   [[noreturn]] void fail_non_finite_gradient() {
     std::string where;  // the first parameter this rank holds a non-finite gradient of
