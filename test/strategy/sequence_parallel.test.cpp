@@ -205,6 +205,34 @@ TEST_CASE("sequence parallel: the bytes a step moves over the tensor axis are te
   }
 }
 
+TEST_CASE("--trace of a split run shows its tensor- and sequence-parallel collectives on every rank") {
+  for (bool sequence : {false, true}) {
+    CAPTURE(sequence);
+    std::vector<std::map<std::string, int>> spans(2);  // per rank: span name -> count
+    comm::run_threads(2, [&](comm::ThreadCommunicator& c) {
+      Context ctx(c, 400 + c.rank());
+      Config cfg = sequence ? sequence_config(1) : config(1);
+      cfg.set(keys::trace, "epl_split_trace_test.json");
+      Trainer<gpt::SplitGpt<2>, optim::SGD> t(ctx, cfg, make_split_gpt<2>(shape()), optim::SGD({}));
+      auto ds = test::token_corpus(4000);
+      data::WindowLoader loader(ds, 8, kBatch, 17, t.data_shard());
+      (void)t.step(loader.next(ctx.cpu()));
+      for (const auto& span : t.timeline()->spans())
+        if (span.lane == Span::Lane::kCommunication) ++spans[c.rank()][span.name];
+    });
+    for (int r = 0; r < 2; ++r) {
+      CAPTURE(r);
+      if (sequence) {
+        CHECK(spans[r]["reduce_scatter tensor"] > 0);  // row-parallel outputs into sequence parts
+        CHECK(spans[r]["all_gather tensor"] > 0);      // column-parallel inputs from them
+      } else {
+        CHECK(spans[r]["all_reduce tensor"] > 0);  // each Linear pair's one all-reduce
+      }
+    }
+  }
+  std::remove("epl_split_trace_test.json");
+}
+
 TEST_CASE("sequence parallel: a sequence that does not divide, colocation and a model without a Split are errors") {
   auto fails = [](int ranks, const Config& cfg, auto make, const Batch& batch, const char* message) {
     CHECK_THROWS_WITH_AS(comm::run_threads(ranks, [&](comm::ThreadCommunicator& c) {

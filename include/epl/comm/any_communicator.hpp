@@ -16,6 +16,7 @@
 
 #include "epl/comm/communicator.hpp"
 #include "epl/comm/solo.hpp"
+#include "epl/core/timeline.hpp"
 
 namespace epl {
 inline namespace v0 {
@@ -136,30 +137,59 @@ class Communicator {
   /// \brief Whether this communicator moves buffers in space s.
   [[nodiscard]] bool reaches(MemorySpace s) const { return impl().reaches(s); }
 
-  void all_reduce(const Buffer& in, const Buffer& out, ReduceOp op) { impl(in, out, "all_reduce").all_reduce(in, out, op); }
+  /// \brief Records every blocking collective of this handle as a span on `t`'s communication lane,
+  /// named for the operation and `label` (the group's name when empty): "all_reduce tensor", category
+  /// "all_reduce"; null stops. Asynchronous collectives are recorded by whoever waits for them (the
+  /// reducers), sends and receives by the pipeline's executor.
+  void set_timeline(Timeline* t, std::string label = {}) {
+    timeline_ = t;
+    label_ = std::move(label);
+  }
+
+  void all_reduce(const Buffer& in, const Buffer& out, ReduceOp op) {
+    const SpanScope span = traced("all_reduce");
+    impl(in, out, "all_reduce").all_reduce(in, out, op);
+  }
   void all_reduce(const Buffer& inout, ReduceOp op) { all_reduce(inout, inout, op); }
   Work all_reduce_async(const Buffer& in, const Buffer& out, ReduceOp op) {
     return impl(in, out, "all_reduce").all_reduce_async(in, out, op);
   }
   void reduce_scatter(const Buffer& in, const Buffer& out, ReduceOp op) {
+    const SpanScope span = traced("reduce_scatter");
     impl(in, out, "reduce_scatter").reduce_scatter(in, out, op);
   }
   Work reduce_scatter_async(const Buffer& in, const Buffer& out, ReduceOp op) {
     return impl(in, out, "reduce_scatter").reduce_scatter_async(in, out, op);
   }
-  void all_gather(const Buffer& in, const Buffer& out) { impl(in, out, "all_gather").all_gather(in, out); }
+  void all_gather(const Buffer& in, const Buffer& out) {
+    const SpanScope span = traced("all_gather");
+    impl(in, out, "all_gather").all_gather(in, out);
+  }
   Work all_gather_async(const Buffer& in, const Buffer& out) { return impl(in, out, "all_gather").all_gather_async(in, out); }
-  void broadcast(const Buffer& buf, int root) { impl(buf, buf, "broadcast").broadcast(buf, root); }
-  void reduce(const Buffer& in, const Buffer& out, ReduceOp op, int root) { impl(in, out, "reduce").reduce(in, out, op, root); }
-  void all_to_all(const Buffer& in, const Buffer& out) { impl(in, out, "all_to_all").all_to_all(in, out); }
+  void broadcast(const Buffer& buf, int root) {
+    const SpanScope span = traced("broadcast");
+    impl(buf, buf, "broadcast").broadcast(buf, root);
+  }
+  void reduce(const Buffer& in, const Buffer& out, ReduceOp op, int root) {
+    const SpanScope span = traced("reduce");
+    impl(in, out, "reduce").reduce(in, out, op, root);
+  }
+  void all_to_all(const Buffer& in, const Buffer& out) {
+    const SpanScope span = traced("all_to_all");
+    impl(in, out, "all_to_all").all_to_all(in, out);
+  }
   void all_to_all_v(const Buffer& in, const std::vector<std::int64_t>& send, const Buffer& out, const std::vector<std::int64_t>& recv) {
+    const SpanScope span = traced("all_to_all");
     impl(in, out, "all_to_all").all_to_all_v(in, send, out, recv);
   }
   void send(const Buffer& buf, int dst, int tag) { impl(buf, buf, "send").send(buf, dst, tag); }
   void recv(const Buffer& buf, int src, int tag) { impl(buf, buf, "recv").recv(buf, src, tag); }
   Work isend(const Buffer& buf, int dst, int tag) { return impl(buf, buf, "send").isend(buf, dst, tag); }
   Work irecv(const Buffer& buf, int src, int tag) { return impl(buf, buf, "recv").irecv(buf, src, tag); }
-  void barrier() { impl().barrier(); }
+  void barrier() {
+    const SpanScope span = traced("barrier");
+    impl().barrier();
+  }
   [[nodiscard]] Communicator split(int color, int key) {
     Communicator h;
     h.impl_ = impl().split(color, key);
@@ -188,7 +218,14 @@ class Communicator {
     }
     return c;
   }
+  // A span of `op` on this group while tracing; nothing (one branch) otherwise.
+  [[nodiscard]] SpanScope traced(const char* op) const {
+    return SpanScope(timeline_, timeline_ ? std::string(op) + " " + (label_.empty() ? impl().name() : label_) : std::string(), op,
+                     Span::Lane::kCommunication);
+  }
   std::unique_ptr<detail::CommunicatorBase> impl_;
+  Timeline* timeline_ = nullptr;
+  std::string label_;
 };
 
 static_assert(communicator<Communicator>);

@@ -289,6 +289,7 @@ class Trainer {
     tracer_.open(cfg.get(keys::trace), *world_);
     executor_->set_timeline(tracer_.timeline());
     sync_->set_timeline(tracer_.timeline());
+    groups_->set_timeline(tracer_.timeline());
     serializer_.configure(cfg, opt_.checkpoint_phase);
     auto s = state();
     serializer_.open(s);

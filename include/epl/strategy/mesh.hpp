@@ -73,6 +73,12 @@ class Mesh {
   [[nodiscard]] const comm::Communicator& pipeline() const noexcept { return pipeline_; }
   [[nodiscard]] const comm::Communicator& data() const noexcept { return data_; }
   [[nodiscard]] const comm::Communicator& tensor() const noexcept { return tensor_; }
+  /// \brief Records the axes' blocking collectives on t (comm::Communicator::set_timeline).
+  void set_timeline(Timeline* t) {
+    pipeline_.set_timeline(t, "pipeline");
+    data_.set_timeline(t, "data");
+    tensor_.set_timeline(t, "tensor");
+  }
   [[nodiscard]] const MeshShape& shape() const noexcept { return shape_; }
   [[nodiscard]] int pipeline_size() const noexcept { return shape_.pipeline; }
   [[nodiscard]] int data_size() const noexcept { return data_size_; }

@@ -227,6 +227,17 @@ class StepGroups {
     return ordered;
   }
 
+  /// \brief Records every group's blocking collectives on t, the layers' tensor- and sequence-parallel
+  /// ones among them (`trace` key); null stops.
+  void set_timeline(Timeline* t) {
+    mesh_.set_timeline(t);
+    replicas_.set_timeline(t, "replicas");
+    sharers_.set_timeline(t, "loss sharers");
+    tensor_.set_timeline(t, "tensor");
+    pipeline_.set_timeline(t, "pipeline");
+    stage_.set_timeline(t, "stage replicas");
+  }
+
  private:
   comm::Communicator& loss_group() { return sharers_.valid() ? sharers_ : replicas_; }
   // The ranks of group must have been given the same rows (inputs and targets).
