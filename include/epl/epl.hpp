@@ -24,3 +24,4 @@
 #include "epl/strategy/partition.hpp"
 #include "epl/strategy/pipeline.hpp"
 #include "epl/strategy/replicate.hpp"
+#include "epl/version.hpp"

@@ -203,6 +203,10 @@ void weight_gradient(Ctx& ctx, Fn&& fn) {
   else fn();
 }
 
+/// \brief The name nn::Pass had before 0.2 (kept for 0.2.x, removed in 0.3).
+template <class D, class Hooks = NoHooks>
+using Context [[deprecated("renamed epl::nn::Pass (epl::Context is the run's context); see CHANGELOG.md")]] = Pass<D, Hooks>;
+
 }  // namespace nn
 }  // namespace v0
 }  // namespace epl

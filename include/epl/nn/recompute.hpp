@@ -89,6 +89,15 @@ class Recompute {
 template <class... L>
 using Recompute = nn::Recompute<L...>;
 
+/// \brief The name epl::Recompute had before 0.2 (kept for 0.2.x, removed in 0.3).
+template <class... L>
+using Checkpoint [[deprecated("renamed epl::Recompute (a checkpoint is now only saved state); see CHANGELOG.md")]] = nn::Recompute<L...>;
+namespace nn {
+/// \brief The name nn::Recompute had before 0.2 (kept for 0.2.x, removed in 0.3).
+template <class... L>
+using Checkpoint [[deprecated("renamed epl::nn::Recompute; see CHANGELOG.md")]] = Recompute<L...>;
+}  // namespace nn
+
 namespace nn {
 template <class... L>
 struct node_traits<Recompute<L...>> {

@@ -27,6 +27,8 @@ namespace testing {
 /// \brief The pass context gradcheck runs layers in: device::CpuF64, no hooks. A layer that
 /// takes `template <class Ctx> ... (Ctx& ctx, ...)` runs in it and in training alike.
 using CheckPass = nn::Pass<device::CpuF64>;
+/// \brief The name CheckPass had before 0.2 (kept for 0.2.x, removed in 0.3).
+using CheckContext [[deprecated("renamed epl::testing::CheckPass; see CHANGELOG.md")]] = CheckPass;
 
 struct GradcheckOptions {
   double step = 1e-6;       ///< finite-difference step h
