@@ -1,5 +1,5 @@
 # Builds TARGET in BUILD_DIR and passes only if the build fails with output matching REGEX and
-# with exactly ERRORS error lines: a compile-fail test that also catches a cascade of errors.
+# with exactly ERRORS error lines ("any": at least one): a compile-fail test that also catches a cascade of errors.
 execute_process(COMMAND ${CMAKE_COMMAND} --build ${BUILD_DIR} --target ${TARGET} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 set(all "${out}${err}")
 if(rc EQUAL 0)
@@ -10,7 +10,7 @@ if(NOT all MATCHES "${REGEX}")
 endif()
 string(REGEX MATCHALL "(error:|\\): error)" errors "${all}")
 list(LENGTH errors count)
-if(NOT count EQUAL ERRORS)
+if(NOT ERRORS STREQUAL "any" AND NOT count EQUAL ERRORS)  # "any": the count is the compiler's own
   message(FATAL_ERROR "${TARGET} failed with ${count} errors, expected ${ERRORS}:\n${all}")
 endif()
 message("${TARGET} fails as it must: ${count} error(s) matching '${REGEX}'")
