@@ -99,6 +99,16 @@ fs::path save_one_step(const fs::path& dir) {
   (void)t.step(batch());
   return t.save(dir);
 }
+// Two thread ranks that trace into `trace` and take `steps` steps.
+void train_traced(const fs::path& trace, int steps) {
+  comm::run_threads(2, [&](comm::ThreadCommunicator& c) {
+    Context ctx(c, 1);
+    Config cfg;
+    cfg.set("trace", trace.string());
+    T t(ctx, cfg, make_net(), optim::SGD({.lr = 0.1}));
+    for (int i = 0; i < steps; ++i) (void)t.step(batch());
+  }, {.report = false});
+}
 }  // namespace
 
 TEST_SUITE("cpu") {
@@ -224,14 +234,7 @@ TEST_CASE("planted entries: a trace file that is a link or a FIFO is refused bef
     Scene s("trace");
     const fs::path trace = s.dir / "trace.json";
     REQUIRE(plant(s, p, trace));
-    const std::string error = within_time(trace, [&] {
-      comm::run_threads(2, [&](comm::ThreadCommunicator& c) {
-        Context ctx(c, 1);
-        Config cfg;
-        cfg.set("trace", trace.string());
-        T t(ctx, cfg, make_net(), optim::SGD({.lr = 0.1}));
-      }, {.report = false});
-    });
+    const std::string error = within_time(trace, [&] { train_traced(trace, 0); });
     CHECK(error.find("trace.json") != std::string::npos);
     CHECK(error.find("only in place of a regular file") != std::string::npos);
     CHECK(s.victim_intact());
@@ -239,13 +242,7 @@ TEST_CASE("planted entries: a trace file that is a link or a FIFO is refused bef
   // a regular file is replaced whole at the end, and nothing else is left in the folder
   Scene s("trace-ok");
   std::ofstream(s.dir / "trace.json") << "old";
-  comm::run_threads(2, [&](comm::ThreadCommunicator& c) {
-    Context ctx(c, 1);
-    Config cfg;
-    cfg.set("trace", (s.dir / "trace.json").string());
-    T t(ctx, cfg, make_net(), optim::SGD({.lr = 0.1}));
-    (void)t.step(batch());
-  });
+  train_traced(s.dir / "trace.json", 1);
   std::ifstream in(s.dir / "trace.json");
   std::string first;
   std::getline(in, first);
