@@ -107,6 +107,16 @@ TEST_CASE("cuda element-wise kernels and casts equal the CPU") {
   g.relu_backward(da, db, dout);
   cpu.relu_backward(a, b, out);
   CHECK(max_diff(to_host(g, dout), out) == 0);
+  {  // a NaN passes through relu on the GPU as on the CPU (PyTorch's rule)
+    Tensor n = cpu.empty({2}, DType::kF32), r = cpu.empty({2}, DType::kF32);
+    n.span<float>()[0] = std::nanf("");
+    n.span<float>()[1] = -1;
+    Tensor dn = to_gpu(g, n), dr = g.empty({2}, DType::kF32);
+    g.relu(dn, dr);
+    const Tensor back = to_host(g, dr);
+    CHECK(std::isnan(back.span<float>()[0]));
+    CHECK(back.span<float>()[1] == 0);
+  }
   for (DType t : {DType::kF16, DType::kBF16}) {
     Tensor dh = g.empty(a.shape(), t), h = cpu.empty(a.shape(), t);
     g.cast(da, dh);

@@ -158,6 +158,10 @@ TEST_CASE("activations: GELU (tanh form) and ReLU with their derivatives") {
   CHECK(test::values<double>(y) == std::vector<double>{0, 0, 0, 0.7, 2});
   d.relu_backward(x, dy, dx);
   CHECK(test::values<double>(dx) == std::vector<double>{0, 0, 0, 4, 5});
+  // a NaN passes through, as PyTorch's relu: bad data must reach the loss, not become 0
+  x.span<double>()[1] = std::nan("");
+  d.relu(x, y);
+  CHECK(std::isnan(test::values<double>(y)[1]));
 }
 
 TEST_CASE("layer_norm: normalised rows, saved statistics") {

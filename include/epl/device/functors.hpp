@@ -36,7 +36,8 @@ struct Sigmoid {  ///< 1 / (1 + e^-x)
   template <class T> EPL_HOST_DEVICE T operator()(T x) const { using std::exp; return T(1) / (T(1) + exp(-x)); }
 };
 struct Relu {
-  template <class T> EPL_HOST_DEVICE T operator()(T x) const { return x > T(0) ? x : T(0); }
+  // x <= 0, not x > 0: a NaN passes through (as PyTorch's relu), so bad data is not laundered to 0
+  template <class T> EPL_HOST_DEVICE T operator()(T x) const { return x <= T(0) ? T(0) : x; }
 };
 // Two arguments.
 struct Add {

@@ -82,7 +82,7 @@ template <class T> __global__ void gelu_backward(const T* x, const T* dy, T* dx,
     dx[i] = dy[i] * (T(0.5) * (T(1) + t) + T(0.5) * u * (T(1) - t * t) * c * (T(1) + T(3) * k * u * u));
   }
 }
-template <class T> __global__ void relu(const T* x, T* y, std::int64_t n) { EPL_GRID_STRIDE(i, n) y[i] = x[i] > T(0) ? x[i] : T(0); }
+template <class T> __global__ void relu(const T* x, T* y, std::int64_t n) { EPL_GRID_STRIDE(i, n) y[i] = x[i] <= T(0) ? T(0) : x[i]; }
 template <class T> __global__ void relu_backward(const T* x, const T* dy, T* dx, std::int64_t n) {
   EPL_GRID_STRIDE(i, n) dx[i] = x[i] > T(0) ? dy[i] : T(0);
 }
