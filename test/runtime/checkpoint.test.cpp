@@ -239,6 +239,15 @@ TEST_CASE("learning-rate schedules: bad settings are named, and ranks that disag
   CHECK(error(config(), [](std::int64_t) { return -1.0; }).find("gives -1 for step 1") != std::string::npos);
   CHECK(error(config(), [](std::int64_t s) { return current_rank() == 1 ? 0.2 : 0.1 * static_cast<double>(s); }, 2)
             .find("disagree on TrainerOptions::lr_schedule(1)") != std::string::npos);
+  // a rule that differs on one rank at steps no start-up probe looks at: the step's own check names it
+  auto sly = [](std::int64_t s) { return current_rank() == 1 && s >= 3 && s <= 5 ? 0.02 : 0.01; };
+  std::string at_step;
+  try {
+    (void)train({.ranks = 2, .cfg = config(), .steps = 4, .lr_schedule = sly});
+  } catch (const std::exception& e) {
+    at_step = e.what();
+  }
+  CHECK(at_step.find("at step 3 rank 1 would update with learning rate 0.02 and rank 0 with 0.01") != std::string::npos);
   CHECK_THROWS_WITH_AS(config().set("lr.schedule", "exponential"), doctest::Contains("choose one of \"constant\", \"cosine\", \"linear\""), Error);
 }
 
@@ -521,21 +530,28 @@ TEST_CASE("checkpoint: misuse is named") {
   }
   SUBCASE("a loader over other data of the same size, refused unless checkpoint.resume_other_data says so") {
     (void)train({.steps = 1, .save_to = dir.path});
-    auto resume_on = [&](bool other_data) {
+    auto resume_on = [&](bool other_data, std::size_t tokens = 4000) {
       Config cfg = config();
       cfg.set("checkpoint.resume_other_data", other_data);
       Trainer<DropGpt, optim::AdamW, Policy> t(test::cpu(), cfg, make_drop_gpt(), optim::AdamW({.lr = 1e-2}), {.seed = 5, .clip_norm = 1.0});
       REQUIRE(t.resume(dir.path).has_value());
-      std::vector<std::int32_t> ids(4000);
-      for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::int32_t>((i * 7 + 1) % 31);  // as many windows, other tokens
+      std::vector<std::int32_t> ids(tokens);
+      for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::int32_t>((i * 7 + 1) % 31);  // other tokens
       const auto other = data::TokenDataset::from_tokens(ids, 32);
       data::WindowLoader loader(other, 8, 8, 17);
       t.watch(loader);
       (void)t.step(loader.next(test::cpu()));
+      return loader.position();
     };
     CHECK_THROWS_WITH_AS(resume_on(false), doctest::Contains("(4000 tokens, checksum"), Error);
     CHECK_THROWS_WITH_AS(resume_on(false), doctest::Contains("set checkpoint.resume_other_data=true"), Error);
-    CHECK_NOTHROW(resume_on(true));
+    // on purpose: the new data starts the next epoch, of any size (the saved place means nothing in it)
+    for (std::size_t tokens : {4000, 3000, 20000}) {
+      CAPTURE(tokens);
+      const auto at = resume_on(true, tokens);
+      CHECK(at.epoch == 1);
+      CHECK(at.cursor == 8);  // one batch read
+    }
   }
   SUBCASE("\"resumed from\" is said only of a resume that holds, at the first step") {
     Config cfg = config();
@@ -579,6 +595,17 @@ TEST_CASE("checkpoint: misuse is named") {
     CHECK_FALSE(t.resume(dir.path / "nothing-here").has_value());
     CHECK(t.steps() == 0);
     CHECK_THROWS_WITH_AS(t.load(dir.path), doctest::Contains("has no manifest.txt"), Error);
+  }
+  SUBCASE("a directory of checkpoints given to load, a file given to load, a checkpoint given as checkpoint.dir with a slash") {
+    (void)train({.steps = 1, .save_to = dir.path});
+    Trainer<DropGpt, optim::AdamW, Policy> t(test::cpu(), config(), make_drop_gpt(), optim::AdamW({.lr = 1e-2}), {.seed = 5});
+    CHECK_THROWS_WITH_AS(t.load(dir.path), doctest::Contains("is a directory of checkpoints, not one checkpoint; load one of its steps "
+                                                              "(the newest is"), Error);
+    CHECK_THROWS_WITH_AS(t.load(dir.path / "step-00000001" / "manifest.txt"), doctest::Contains("is not a directory; name a step-*"), Error);
+    Config slash = config();
+    slash.set("checkpoint.dir", (dir.path / "step-00000001").string() + "/");
+    CHECK(error_of({.cfg = slash}).find("give the directory that holds the step-N directories, \"" + dir.path.string() + "\"") !=
+          std::string::npos);
   }
 }
 

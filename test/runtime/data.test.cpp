@@ -150,4 +150,12 @@ TEST_CASE("io.slicing: files divided among ranks, balanced, dropped or uneven, a
   CHECK_THROWS_WITH_AS(data::slice_files({"a", "b"}, {0, 3}, on), doctest::Contains("2 files for 3 data-parallel ranks"), Error);
 }
 
+TEST_CASE("a shard of a batch that does not divide among the ranks is an error, never rows read by no rank") {
+  CHECK((data::Shard{2, 4}.rows_of(8)) == 2);
+  CHECK((data::Shard{2, 4}.first_of(8)) == 4);
+  CHECK_THROWS_WITH_AS((void)(data::Shard{1, 3}.rows_of(8)), doctest::Contains("its last 2 rows would be read by no rank"), Error);
+  CHECK_THROWS_WITH_AS((void)(data::Shard{1, 3}.first_of(8)), doctest::Contains("make the batch a multiple of 3"), Error);
+  CHECK((data::Shard{1, 3, {1, 1, 2}}.rows_of(8)) == 2);  // uneven shares by weight take every row
+}
+
 }

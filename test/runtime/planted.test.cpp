@@ -6,6 +6,7 @@
 #include "../helpers.hpp"
 #include "epl/comm/store.hpp"
 #include "epl/plan/cost.hpp"
+#include "epl/runtime/launch.hpp"
 #include "epl/comm/threads/run_threads.hpp"
 
 #include <fcntl.h>
@@ -126,6 +127,27 @@ TEST_CASE("planted entries: the checkpoint lock is never written through a link,
   }
 }
 
+TEST_CASE("planted entries: a regular file at the lock's name that epl did not write keeps its bytes") {
+  for (bool foreign_owner : {false, true}) {
+    CAPTURE(foreign_owner);
+    Scene s("lock-file");
+    const fs::path lock = s.dir / ".epl-checkpoint.lock";
+    std::ofstream(lock) << "IMPORTANT DATA\n";
+    if (foreign_owner && ::geteuid() == 0) REQUIRE(::chown(lock.c_str(), 65534, 65534) == 0);
+    (void)save_one_step(s.dir);
+    std::ifstream in(lock);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    CHECK(text == "IMPORTANT DATA\n");  // locked, never truncated
+  }
+  // epl's own lock (made by a run) holds the pid of the run that holds it
+  Scene s("lock-own");
+  (void)save_one_step(s.dir);
+  std::ifstream in(s.dir / ".epl-checkpoint.lock");
+  std::string pid;
+  in >> pid;
+  CHECK(pid == std::to_string(::getpid()));
+}
+
 TEST_CASE("planted entries: a step directory that a save did not write is never replaced or written into") {
   for (Plant p : {Plant::kSymlink, Plant::kFifo, Plant::kDevice}) {
     CAPTURE(name_of(p));
@@ -191,6 +213,19 @@ TEST_CASE("planted entries: a checkpoint's manifest or shard file that is a link
   }
 }
 
+TEST_CASE("planted entries: a checkpoint.dir moved and replaced by a link during the run is refused, not locked anew") {
+  Scene s("swapped");
+  fs::create_directories(s.root / "elsewhere");
+  T t(test::cpu(), Config(), make_net(), optim::SGD({.lr = 0.1}));
+  (void)t.step(batch());
+  (void)t.save(s.dir);
+  fs::rename(s.dir, s.root / "moved");
+  fs::create_symlink(s.root / "elsewhere", s.dir);
+  (void)t.step(batch());
+  CHECK_THROWS_WITH_AS(t.save(s.dir), doctest::Contains("is no longer the directory this run locked"), Error);
+  CHECK(fs::is_empty(s.root / "elsewhere"));
+}
+
 TEST_CASE("planted entries: a step-N entry that is a link is an error when resuming, naming it") {
   Scene s("newest");
   const fs::path step = save_one_step(s.dir);
@@ -248,6 +283,21 @@ TEST_CASE("planted entries: a trace file that is a link or a FIFO is refused bef
   std::getline(in, first);
   CHECK(first.find("traceEvents") != std::string::npos);
   CHECK(std::distance(fs::directory_iterator(s.dir), fs::directory_iterator()) == 1);
+}
+
+TEST_CASE("planted entries: a trace that cannot be written at the end (a link planted during the run) fails the launch") {
+  Scene s("trace-late");
+  const fs::path trace = s.dir / "trace.json";
+  Config cfg;
+  cfg.set("trace", trace.string());
+  const int status = launch(cfg, [&](Context& ctx) {
+    T t(ctx, cfg, make_net(), optim::SGD({.lr = 0.1}));
+    (void)t.step(batch());
+    if (ctx.rank() == 0) fs::create_symlink(s.victim, trace);  // after the check at the start
+  }, {.ranks = 2});
+  CHECK(status == kLaunchFailed);
+  CHECK(s.victim_intact());
+  CHECK(fs::is_symlink(trace));
 }
 
 TEST_CASE("planted entries: a planner profile or a benchmark's file is written only in place of a regular file") {

@@ -256,11 +256,17 @@ TEST_CASE("safetensors: a damaged file is an error naming it, never a crash") {
     CHECK(error_of(t, f).find("holds nan at element 1 of body.0.attn.1.qkv.bias: a NaN or infinite weight") != std::string::npos);
   }
   SUBCASE("a name with a NUL or another control character, which would print like another name") {
-    for (const char* escape : {"\\u0000", "\\u001b", "\\n"}) {
+    for (const char* escape : {"\\u0000", "\\u001b", "\\n", "\\u0085", "\\u007f"}) {
       CAPTURE(escape);
       write_file(f, {}, std::string("{\"head.lm.bias") + escape + "x\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[0,4]}}");
       std::ofstream(f, std::ios::app) << "abcd";
       CHECK(error_of(t, f).find("names a tensor \"head.lm.bias\" followed by the control character") != std::string::npos);
+    }
+    for (const char* raw : {"\xc0\xae", "\xed\xa0\x80", "\xe2\x82", "\xff"}) {  // overlong, a surrogate, cut short, never UTF-8
+      CAPTURE(raw);
+      write_file(f, {}, std::string("{\"head.lm.bias") + raw + "x\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[0,4]}}");
+      std::ofstream(f, std::ios::app) << "abcd";
+      CHECK(error_of(t, f).find("which is not UTF-8") != std::string::npos);
     }
   }
   SUBCASE("names that differ in a non-ASCII escape stay two names") {

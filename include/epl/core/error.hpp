@@ -1,6 +1,7 @@
 #pragma once
 /// \file
 /// \brief epl::Error and the checked-call macros every layer of the library throws through.
+#include <atomic>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -75,6 +76,13 @@ std::string concat(const Parts&... parts) {
 inline std::string with_rank(int rank, const std::string& what) {
   const std::string prefix = "[rank " + std::to_string(rank) + "]";
   return what.rfind(prefix, 0) == 0 ? what : prefix + " " + what;
+}
+
+/// Failures found where nothing may throw (a destructor that writes the run's trace at its end):
+/// printed there and counted here, so that epl::launch still ends the run with a failure status.
+inline std::atomic<int>& unthrown_failures() noexcept {
+  static std::atomic<int> n{0};
+  return n;
 }
 
 /// A user-supplied value for a message: quoted, and cut after 64 characters with its length, so

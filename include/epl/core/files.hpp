@@ -61,7 +61,21 @@ inline Kind kind_of(const struct stat& st) {
   if (S_ISLNK(st.st_mode)) return Kind::kSymlink;
   return Kind::kOther;
 }
-inline std::string error_text(int err) { return std::strerror(err); }
+// The system's words for err, and what to do about the common ones.
+inline std::string error_text(int err) {
+  std::string text = std::strerror(err);
+  switch (err) {
+    case EACCES:
+    case EPERM: return text + " (check its permissions: this process runs as uid " + std::to_string(::geteuid()) + ")";
+    case ENOSPC:
+    case EDQUOT: return text + " (the filesystem is full, or the quota spent: free space, or write elsewhere)";
+    case EROFS: return text + " (a read-only filesystem: write elsewhere)";
+    case EMFILE:
+    case ENFILE: return text + " (too many open files: raise the limit, ulimit -n)";
+    case EIO: return text + " (the disk or network filesystem failed: check it, then run again)";
+    default: return text;
+  }
+}
 }  // namespace detail
 
 /// \brief A name no other process or thread picks: `.<base>.<pid>-<count>-<clock>.<suffix>`.

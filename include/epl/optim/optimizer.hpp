@@ -58,6 +58,8 @@ class Updater {
     if constexpr (requires { opt_.options().lr; }) return static_cast<double>(opt_.options().lr);
     else return std::nan("");
   }
+  /// \brief The rate the next step will use.
+  [[nodiscard]] double next_learning_rate() const { return schedule_.active() ? schedule_.at(steps_ + 1) : learning_rate(); }
 
   /// \brief Keeps the state in the device's host pool (offload.level: the values and gradients
   /// the update reads live there too). Takes effect when the state is first allocated.

@@ -145,6 +145,7 @@ struct PlanOptions {
   std::string schedule = "PreferBackward";  ///< pipeline.strategy
   int virtual_stages = 2;            ///< pipeline.num_virtual_stages
   bool virtual_stages_given = false; ///< pipeline.num_virtual_stages was set (it must then be what runs)
+  bool schedule_given = false;       ///< pipeline.strategy was set (a run without a pipeline then has it to no effect)
   bool auto_parallel = false;        ///< auto.auto_parallel
   bool prefer_intra_node = true;     ///< cluster.device_place_prefer_intra_node
   bool colocate = false;             ///< cluster.colocate_split_and_replicate
@@ -207,6 +208,9 @@ void plan_pipeline(const PlanOptions& opt, const strategy::ScheduleEntry& schedu
   const int v = plan.virtual_stages();
   EPL_CHECK(v == 1 || schedule.virtual_stages, "pipeline.num_stages = ", p, " ranks hold ", plan.chunks, " stages, ", v,
             " each: that needs pipeline.strategy=Interleaved (PreferForward and PreferBackward run one stage per rank)");
+  EPL_CHECK(!opt.schedule_given || p > 1 || opt.auto_parallel, "pipeline.strategy = ", opt.schedule, " is given, but this run has "
+            "no pipeline (pipeline.num_stages = 1) for it to schedule; leave the key unset, or run a pipeline (an epl::Pipeline "
+            "model, or pipeline.num_stages above 1 with auto.auto_parallel=true)");
   EPL_CHECK(!opt.virtual_stages_given || p > 1, "pipeline.num_virtual_stages = ", opt.virtual_stages,
             ", but this run has no pipeline (pipeline.num_stages = 1) for it to shape; leave the key unset, or run a "
             "pipeline of pipeline.strategy=Interleaved");

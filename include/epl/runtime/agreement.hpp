@@ -154,23 +154,33 @@ inline const char* call_name(Call c) {
 /// step, rows) over the world, so that a call made on some ranks only (a save on rank 0 alone)
 /// fails at once on every rank, naming it, instead of waiting out communication.timeout in
 /// collectives that do not match; a step also checks that every rank got a batch of as many rows
-/// (equal shares of the global batch, unless `equal_rows` is false: uneven devices). `data_parallel`
-/// says the world is one data-parallel group (its ranks are named so in the message).
+/// (equal shares of the global batch, unless `equal_rows` is false: uneven devices) and will update
+/// with the same learning rate. `data_parallel` says the world is one data-parallel group (its ranks
+/// are named so in the message).
 inline void agree_on_call(comm::Communicator& world, Call call, std::int64_t step, std::int64_t rows, bool data_parallel,
-                          bool equal_rows = true) {
+                          bool equal_rows = true, double learning_rate = 0) {
   if (world.size() == 1) return;
   const int n = world.size();
-  std::int64_t mine[3] = {static_cast<std::int64_t>(call), step, rows};
-  std::vector<std::int64_t> all(static_cast<std::size_t>(3 * n));
-  world.all_gather(comm::Buffer(mine, 3, DType::kI64), comm::Buffer(all.data(), 3 * n, DType::kI64));
-  const auto at = [&](int r, int i) { return all[static_cast<std::size_t>(3 * r + i)]; };
+  std::int64_t mine[4] = {static_cast<std::int64_t>(call), step, rows, std::bit_cast<std::int64_t>(learning_rate)};
+  std::vector<std::int64_t> all(static_cast<std::size_t>(4 * n));
+  try {
+    world.all_gather(comm::Buffer(mine, 4, DType::kI64), comm::Buffer(all.data(), 4 * n, DType::kI64));
+  } catch (const Error& e) {  // a peer that returned, died or called something else: say what this rank was doing
+    EPL_FAIL(call_name(call), " at step ", step, " could not agree with the other ranks: ", e.detail(),
+             "; save, resume, load and step are collectives that every rank calls, in the same order");
+  }
+  const auto at = [&](int r, int i) { return all[static_cast<std::size_t>(4 * r + i)]; };
   for (int r = 1; r < n; ++r) {
     EPL_CHECK(at(r, 0) == at(0, 0), "rank 0 called ", call_name(static_cast<Call>(at(0, 0))), " at step ", at(0, 1), " while rank ", r,
               " called ", call_name(static_cast<Call>(at(r, 0))), " at step ", at(r, 1), ": save, resume, load and step are "
               "collectives that every rank calls, in the same order (a save on rank 0 only is the usual slip: call it on every rank)");
     EPL_CHECK(at(r, 1) == at(0, 1), call_name(call), ": rank ", r, " is at step ", at(r, 1), " and rank 0 at step ", at(0, 1),
               "; every rank must run the same steps (resume them all from one checkpoint)");
-    if (call != Call::kStep || !equal_rows) continue;  // uneven shares: StepGroups::place checks them
+    if (call != Call::kStep) continue;
+    EPL_CHECK(at(r, 3) == at(0, 3), "at step ", step, " rank ", r, " would update with learning rate ",
+              std::bit_cast<double>(at(r, 3)), " and rank 0 with ", std::bit_cast<double>(at(0, 3)), "; every rank must apply the same "
+              "rate (a TrainerOptions::lr_schedule that depends on the rank, or options().lr set on some ranks only)");
+    if (!equal_rows) continue;  // uneven shares: StepGroups::place checks them
     EPL_CHECK(at(r, 2) == at(0, 2), "at step ", step, " ", data_parallel ? "data-parallel rank " : "rank ", r, " got a batch of ",
               at(r, 2), " rows and rank 0 one of ", at(0, 2), "; every rank must get an equal share of the global batch "
               "(data::WindowLoader with trainer.data_shard() does this)");

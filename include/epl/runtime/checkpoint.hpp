@@ -408,7 +408,7 @@ inline Source directory_source(const std::filesystem::path& dir) {
     auto& fd = open->try_emplace(file, -1).first->second;
     if (fd < 0) {
       const int opened = ::openat(folder->fd(), file.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-      EPL_CHECK(opened >= 0, "cannot open checkpoint shard file ", *folder / file, ": ", std::strerror(errno),
+      EPL_CHECK(opened >= 0, "cannot open checkpoint shard file ", *folder / file, ": ", files::detail::error_text(errno),
                 errno == ELOOP ? " (it is a symbolic link where a save writes a regular file)" : "");
       struct stat st {};
       if (::fstat(opened, &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -422,12 +422,14 @@ inline Source directory_source(const std::filesystem::path& dir) {
       const ssize_t n = ::pread(fd, b + done, bytes - done, static_cast<off_t>(offset + done));
       if (n < 0 && errno == EINTR) continue;
       EPL_CHECK(n > 0, "reading ", bytes, " bytes at offset ", offset, " of checkpoint shard file ", *folder / file, " failed",
-                n < 0 ? std::string(": ") + std::strerror(errno) : std::string(" (it is shorter than that)"));
+                n < 0 ? std::string(": ") + files::detail::error_text(errno) : std::string(" (it is shorter than that)"));
       done += static_cast<std::uint64_t>(n);
     }
   };
   return s;
 }
+
+inline std::optional<std::filesystem::path> newest(const std::filesystem::path& dir);
 
 /// \brief Reads a checkpoint: its manifest, checked against the files it lists (each present and
 /// of the size it says), and whole tensors rebuilt from their pieces (each piece's checksum
@@ -435,7 +437,7 @@ inline Source directory_source(const std::filesystem::path& dir) {
 class Reader {
  public:
   /// \brief The checkpoint in directory dir (a step-* directory).
-  explicit Reader(const std::filesystem::path& dir) : Reader(open_manifest(dir), dir.string(), directory_source(dir)) {}
+  explicit Reader(const std::filesystem::path& dir) : Reader(open_manifest(dir), dir) {}
   /// \brief A manifest's text and the source of its files; `where` names the checkpoint in errors.
   /// verify_checksums false skips the manifest's and the pieces' checksums (what a fuzzer reads).
   Reader(const std::string& manifest_text, std::string where, Source source, bool verify_checksums = true)
@@ -493,14 +495,25 @@ class Reader {
   }
 
  private:
+  // The manifest read first, then the files' source opened (a delegated constructor's arguments
+  // have no order): a path that is no checkpoint is named as such, not as a folder that failed to open.
+  Reader(std::string manifest_text, const std::filesystem::path& dir) : Reader(manifest_text, dir.string(), directory_source(dir)) {}
   static std::string open_manifest(const std::filesystem::path& dir) {
     std::error_code ec;
     EPL_CHECK(std::filesystem::is_directory(dir, ec), "checkpoint ", dir, " is not a directory; name a step-* directory that a "
               "save wrote (or give checkpoint.dir, whose newest complete checkpoint is resumed)");
     const files::Folder folder(dir, "checkpoint");
-    EPL_CHECK(folder.kind(kManifest) != files::Kind::kMissing, "checkpoint ", dir, " has no ", kManifest,
-              ": it is not a checkpoint a save wrote (a save renames its directory into place only when complete)",
-              detail::set_aside(dir));
+    if (folder.kind(kManifest) == files::Kind::kMissing) {
+      std::optional<std::filesystem::path> inside;
+      try {
+        inside = newest(dir);
+      } catch (const Error&) {  // a folder of odd entries: the message below still holds
+      }
+      EPL_CHECK(!inside, "checkpoint ", dir, " is a directory of checkpoints, not one checkpoint; load one of its steps (the newest "
+                "is ", *inside, "), or resume from the newest with trainer.resume(", dir, ") or checkpoint.dir");
+      EPL_FAIL("checkpoint ", dir, " has no ", kManifest, ": it is not a checkpoint a save wrote (a save renames its directory into "
+               "place only when complete)", detail::set_aside(dir));
+    }
     return files::read_file(folder, kManifest, "checkpoint manifest");
   }
   std::string where_;
@@ -540,11 +553,20 @@ inline std::optional<std::filesystem::path> newest(const std::filesystem::path& 
 /// DIR/.epl-checkpoint.lock, released when the process ends, however it ends): two runs that save
 /// into one directory would overwrite each other's steps. The lock file holds the owner's pid. It
 /// is opened without following a link and must be a regular file with no other name (a hard
-/// link): a link or a FIFO planted there is an error naming it, never a file written through.
+/// link): a link or a FIFO planted there is an error naming it, never a file written through. A
+/// regular file there that epl did not write (not this user's, or holding more than a pid) is
+/// locked but keeps its bytes.
 class DirectoryLock {
  public:
   explicit DirectoryLock(const files::Folder& dir) : path_(dir / kLockName) {
-    fd_ = ::openat(dir.fd(), kLockName, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
+    // made now (ours: it will hold our pid), or there already: an earlier run's lock, whose bytes
+    // are rewritten only if they are a pid such a run wrote, and by this user
+    fd_ = ::openat(dir.fd(), kLockName, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
+    const bool made = fd_ >= 0;
+    if (!made && errno == EEXIST) {  // read-write where allowed: an exclusive lock over NFS needs it
+      fd_ = ::openat(dir.fd(), kLockName, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+      if (fd_ < 0 && errno == EACCES) fd_ = ::openat(dir.fd(), kLockName, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    }
     if (fd_ < 0) {
       const int err = errno;
       const files::Kind k = dir.kind(kLockName);
@@ -570,8 +592,7 @@ class DirectoryLock {
       EPL_FAIL("checkpoint directory ", dir.path(), " is in use by another run", n > 0 ? " (process " + std::string(pid, static_cast<std::size_t>(n)) + ")" : "",
                ", which holds its lock ", path_, "; give each run a directory of its own, or wait for that run to end");
     }
-    const std::string mine = std::to_string(::getpid());
-    if (::pwrite(fd_, mine.data(), mine.size(), 0) == static_cast<ssize_t>(mine.size())) (void)!::ftruncate(fd_, static_cast<off_t>(mine.size()));
+    if (made || holds_a_pid(st)) write_pid(dir);
   }
   DirectoryLock(const DirectoryLock&) = delete;
   DirectoryLock& operator=(const DirectoryLock&) = delete;
@@ -582,6 +603,28 @@ class DirectoryLock {
   static constexpr const char* kLockName = ".epl-checkpoint.lock";
 
  private:
+  // An earlier run's lock: this user's, and nothing in it but a pid.
+  bool holds_a_pid(const struct stat& st) const {
+    if (st.st_uid != ::geteuid() || st.st_size > 20) return false;
+    char text[24] = {};
+    const ssize_t n = ::pread(fd_, text, sizeof text - 1, 0);
+    if (n < 0) return false;
+    for (ssize_t i = 0; i < n; ++i)
+      if (text[i] < '0' || text[i] > '9') return false;
+    return true;
+  }
+  // The pid into the lock, through a descriptor of its own opened for writing (the lock's may be
+  // read-only); the file is still the one locked, checked by its inode.
+  void write_pid(const files::Folder& dir) const {
+    const int w = ::openat(dir.fd(), kLockName, O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (w < 0) return;
+    struct stat a {}, b {};
+    const std::string mine = std::to_string(::getpid());
+    if (::fstat(w, &a) == 0 && ::fstat(fd_, &b) == 0 && a.st_ino == b.st_ino && a.st_dev == b.st_dev &&
+        ::pwrite(w, mine.data(), mine.size(), 0) == static_cast<ssize_t>(mine.size()))
+      (void)!::ftruncate(w, static_cast<off_t>(mine.size()));
+    ::close(w);
+  }
   std::filesystem::path path_;
   int fd_ = -1;
 };

@@ -201,22 +201,24 @@ class WindowLoader {
     return {epoch_, cursor_, windows_, seq_, batch_, seed_, ds_->size(), ds_->fingerprint(), ds_->source()};
   }
   /// \brief Continues from a saved position (a resumed run), which must describe this loader's
-  /// windows, batch and seed, and its data: the same tokens (their count and checksum), unless
-  /// `other_data` says a resume on other data is meant (checkpoint.resume_other_data).
+  /// sequence length, batch and seed, and its data: the same tokens (their count and checksum) and
+  /// so windows. With `other_data` (checkpoint.resume_other_data) other data is taken on purpose:
+  /// the loader then starts the next epoch of its own data (the saved epoch + 1, window 0).
   void seek(const Position& p, bool other_data = false) {
-    EPL_CHECK(other_data || p.data == 0 || (p.data == ds_->fingerprint() && p.tokens == ds_->size()), "the checkpoint's data loader "
-              "read ", p.source.empty() ? std::string("(unnamed)") : p.source, " (", p.tokens, " tokens, checksum ", hex(p.data),
-              "), but this loader reads ", ds_->source(), " (", ds_->size(), " tokens, checksum ", hex(ds_->fingerprint()), "): other data "
-              "would resume at a position that means nothing in it; resume on the same data, or set checkpoint.resume_other_data=true "
-              "to go on with other data on purpose");
-    EPL_CHECK(p.windows == windows_ && p.seq_len == seq_ && p.batch == batch_ && p.seed == seed_, "a saved loader position is ",
-              "for ", p.windows, " windows of ", p.seq_len, " tokens in global batches of ", p.batch, " with seed ", p.seed,
+    const bool same_data = p.data == 0 || (p.data == ds_->fingerprint() && p.tokens == ds_->size());
+    EPL_CHECK(other_data || same_data, "the checkpoint's data loader read ", p.source.empty() ? std::string("(unnamed)") : p.source, " (",
+              p.tokens, " tokens, checksum ", hex(p.data), "), but this loader reads ", ds_->source(), " (", ds_->size(),
+              " tokens, checksum ", hex(ds_->fingerprint()), "): other data would resume at a position that means nothing in it; "
+              "resume on the same data, or set checkpoint.resume_other_data=true to go on with other data on purpose");
+    EPL_CHECK((p.windows == windows_ || !same_data) && p.seq_len == seq_ && p.batch == batch_ && p.seed == seed_, "a saved loader "
+              "position is for ", p.windows, " windows of ", p.seq_len, " tokens in global batches of ", p.batch, " with seed ", p.seed,
               ", but this loader has ", windows_, " windows of ", seq_, " tokens, batches of ", batch_, " and seed ", seed_,
-              "; resume with the same data, context, batch and loader seed");
-    EPL_CHECK(p.epoch >= 0 && p.cursor >= 0 && p.cursor <= windows_, "a saved loader position (epoch ", p.epoch, ", window ",
-              p.cursor, ") lies outside its ", windows_, " windows");
-    epoch_ = p.epoch;
-    cursor_ = p.cursor;
+              "; resume with the same context, batch and loader seed", same_data ? " and data" : "");
+    EPL_CHECK(p.epoch >= 0 && p.cursor >= 0 && p.cursor <= p.windows, "a saved loader position (epoch ", p.epoch, ", window ",
+              p.cursor, ") lies outside its ", p.windows, " windows");
+    // other data, on purpose: the saved place means nothing in it, so it starts the next epoch's order
+    epoch_ = same_data ? p.epoch : p.epoch + 1;
+    cursor_ = same_data ? p.cursor : 0;
     shuffle();
   }
 

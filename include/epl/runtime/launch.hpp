@@ -50,14 +50,16 @@ inline comm::CommOptions comm_options(const Config& cfg) {
 template <class Fn>
 [[nodiscard]] int launch(const Config& cfg, Fn&& fn, LaunchOptions opt = {}) {
   const auto comm_opt = comm_options(cfg);
+  const int unthrown = epl::detail::unthrown_failures().load();  // failures a destructor printed (a trace it could not write)
+  auto status = [&](int rc) { return rc == 0 && epl::detail::unthrown_failures().load() > unthrown ? kLaunchFailed : rc; };
   if (started_by_mpi())  // the process backend this program was built with (comm/launcher.hpp)
-    return comm::ProcessLauncher::run(comm_opt, kLaunchFailed, [&](auto& world) {
+    return status(comm::ProcessLauncher::run(comm_opt, kLaunchFailed, [&](auto& world) {
       const int threads_asked = comm::rank_count_from_env(0);  // thread ranks: a different launch
       EPL_CHECK(threads_asked == 0 || threads_asked == world.size(), "EPL_NUM_RANKS=", threads_asked, " asks for thread ranks, but this "
                 "program runs as ", world.size(), " MPI processes (mpirun -np ", world.size(), "); unset EPL_NUM_RANKS under mpirun");
       Context ctx(world, -1, opt.threads_per_rank);
       fn(ctx);
-    });
+    }));
   try {
     const int ranks = opt.ranks > 0 ? opt.ranks : comm::rank_count_from_env(1);
     int threads = opt.threads_per_rank;
@@ -66,7 +68,7 @@ template <class Fn>
       Context ctx(c, -1, threads);
       fn(ctx);
     }, {.comm = comm_opt, .threads_per_rank = threads, .report = true});
-    return 0;
+    return status(0);
   } catch (const Error& e) {
     if (e.rank() < 0) std::fprintf(stderr, "%s\n", e.what());  // a rank's error was printed when it happened
     return kLaunchFailed;

@@ -93,6 +93,7 @@ inline plan::PlanOptions plan_options(const Config& cfg, const TrainerOptions& o
   p.schedule = cfg.get(keys::pipeline_strategy);
   p.virtual_stages = static_cast<int>(cfg.get(keys::num_virtual_stages));
   p.virtual_stages_given = given(keys::num_virtual_stages);
+  p.schedule_given = given(keys::pipeline_strategy);
   p.auto_parallel = cfg.get(keys::auto_parallel);
   p.prefer_intra_node = cfg.get(keys::prefer_intra_node);
   p.colocate = cfg.get(keys::colocate_split_and_replicate);

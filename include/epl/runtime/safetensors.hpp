@@ -61,6 +61,33 @@ inline std::string json_string(const std::string& s) {
   return o + "\"";
 }
 
+// Where a name stops being printable text, and what is there: a control character (C0, DEL or
+// C1) or bytes that are not UTF-8 (overlong, a surrogate, past U+10FFFF, cut short); nullopt when
+// it is all printable.
+inline std::optional<std::pair<std::size_t, std::string>> unprintable(std::string_view s) {
+  for (std::size_t i = 0; i < s.size();) {
+    const auto b = static_cast<unsigned char>(s[i]);
+    const int extra = b < 0x80 ? 0 : (b & 0xE0) == 0xC0 ? 1 : (b & 0xF0) == 0xE0 ? 2 : (b & 0xF8) == 0xF0 ? 3 : -1;
+    char what[48];
+    std::snprintf(what, sizeof what, "the byte 0x%02x, which is not UTF-8", b);
+    if (extra < 0 || i + static_cast<std::size_t>(extra) >= s.size() + (extra == 0 ? 1 : 0)) return std::pair{i, std::string(what)};
+    unsigned v = extra == 0 ? b : b & (0x3F >> extra);
+    for (int k = 1; k <= extra; ++k) {
+      const auto c = static_cast<unsigned char>(s[i + static_cast<std::size_t>(k)]);
+      if ((c & 0xC0) != 0x80) return std::pair{i, std::string(what)};
+      v = v << 6 | (c & 0x3F);
+    }
+    const unsigned least[] = {0, 0x80, 0x800, 0x10000};
+    if (v < least[extra] || (v >= 0xD800 && v < 0xE000) || v > 0x10FFFF) return std::pair{i, std::string(what)};
+    if (v < 0x20 || (v >= 0x7F && v < 0xA0)) {
+      std::snprintf(what, sizeof what, "the control character \\u%04x", v);
+      return std::pair{i, std::string(what)};
+    }
+    i += static_cast<std::size_t>(extra) + 1;
+  }
+  return std::nullopt;
+}
+
 // The subset of JSON a safetensors header is: objects, arrays, strings, integers (other values
 // are read and skipped). Strict: anything else fails with the byte offset.
 class HeaderParser {
@@ -245,16 +272,11 @@ class SafetensorsFile {
           }
           continue;
         }
-        // a name with a control character (\u0000, say) prints like another name: refused
-        for (std::size_t k = 0; k < name.size(); ++k) {
-          const auto ch = static_cast<unsigned char>(name[k]);
-          if (ch < 0x20 || ch == 0x7f) {
-            char code[8];
-            std::snprintf(code, sizeof code, "\\u%04x", ch);
-            p.fail("names a tensor \"", name.substr(0, k), "\" followed by the control character ", code,
-                   ", which no parameter name holds (and which would print like another name)");
-          }
-        }
+        // a name with a control character (\u0000, \u0085) or bytes that are not UTF-8 prints like
+        // another name: refused
+        if (const auto bad = detail::unprintable(name))
+          p.fail("names a tensor \"", name.substr(0, bad->first), "\" followed by ", bad->second,
+                 ", which no parameter name holds (and which would print like another name)");
         Tensor t;
         bool has_dtype = false, has_shape = false, has_offsets = false;
         p.expect('{');

@@ -265,7 +265,8 @@ class BasicSerializer {
   std::size_t saved_loaders_ = 0;                              // the loader positions the resumed checkpoint held
   std::optional<std::filesystem::path> resumed_from_;
   std::unique_ptr<DirectoryLock> lock_;  // rank 0: the directory this run saves into
-  std::filesystem::path locked_dir_;
+  std::filesystem::path locked_path_;    // as given
+  std::pair<std::uint64_t, std::uint64_t> locked_id_{};  // its device and inode
 };
 
 /// \brief The serializer of a trainer's state (a class template only so that a program linked with
@@ -490,8 +491,9 @@ template <class Unused>
 void BasicSerializer<Unused>::check_dir(const std::filesystem::path& dir) {
   EPL_CHECK(!dir.empty(), "no checkpoint directory given; name the directory that holds (or will hold) the step-N directories");
   std::error_code ec;
+  const auto whole = dir.lexically_normal(), named = whole.has_filename() ? whole : whole.parent_path();  // "ckpt/step-2/" is step-2
   EPL_CHECK(!std::filesystem::exists(dir / kManifest, ec), "checkpoint directory ", dir, " is itself a checkpoint (it holds ",
-            kManifest, "); give the directory that holds the step-N directories, ", dir.parent_path(),
+            kManifest, "); give the directory that holds the step-N directories, ", named.has_parent_path() ? named.parent_path() : ".",
             ", or load this one with trainer.load");
   EPL_CHECK(!std::filesystem::exists(dir, ec) || std::filesystem::is_directory(dir, ec), "checkpoint directory ", dir,
             " is not a directory; give a directory (checkpoint.dir, or the path given to save), which is created when missing");
@@ -503,11 +505,20 @@ void BasicSerializer<Unused>::take_dir(const std::filesystem::path& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   EPL_CHECK(!ec, "cannot create checkpoint directory ", dir, ": ", ec.message(), "; give a writable directory (checkpoint.dir, or the path given to save)");
-  const auto canonical = std::filesystem::weakly_canonical(dir, ec);
-  if (locked_dir_ == canonical) return;
+  // the directory is known by its identity (device, inode), not its path: a path later made to
+  // point elsewhere (the folder moved, a link put in its place) is refused, not locked anew
+  const files::Folder folder(dir, "checkpoint directory");
+  struct stat st {};
+  EPL_CHECK(::fstat(folder.fd(), &st) == 0, "cannot inspect checkpoint directory ", dir, ": ", std::strerror(errno));
+  const std::pair<std::uint64_t, std::uint64_t> id{st.st_dev, st.st_ino};
+  const auto path = dir.lexically_normal();
+  if (lock_ && id == locked_id_) return;
+  EPL_CHECK(!lock_ || path != locked_path_, "checkpoint directory ", dir, " is no longer the directory this run locked and saved into "
+            "(it was moved, or another folder or a link was put in its place); restore it, or give the run a new checkpoint.dir");
   lock_.reset();
-  lock_ = std::make_unique<DirectoryLock>(files::Folder(dir, "checkpoint directory"));
-  locked_dir_ = canonical;
+  lock_ = std::make_unique<DirectoryLock>(folder);
+  locked_path_ = path;
+  locked_id_ = id;
 }
 
 template <class Unused>

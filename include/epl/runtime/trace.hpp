@@ -48,7 +48,8 @@ inline void write_trace(comm::Communicator& group, const Timeline& timeline, con
 /// \brief A run's timeline when the `trace` key names a file: opened on every rank (rank 0 checks
 /// now, not at the end, that it can write the file), the ranks' clocks started together, and every
 /// rank's spans written to the file when the tracer is destroyed in a run that ended normally (a
-/// collective: every rank's tracer ends too, as a trainer's does).
+/// collective: every rank's tracer ends too, as a trainer's does). A file that cannot be written
+/// then is printed and makes epl::launch return kLaunchFailed.
 class Tracer {
  public:
   Tracer() = default;
@@ -58,8 +59,9 @@ class Tracer {
     if (!timeline_ || std::uncaught_exceptions() > 0) return;
     try {
       write_trace(group_, *timeline_, path_);
-    } catch (const std::exception& e) {
+    } catch (const std::exception& e) {  // a destructor must not throw: epl::launch ends the run with status 2 for it
       std::fprintf(stderr, "%s\n", e.what());
+      ++epl::detail::unthrown_failures();
     }
   }
   /// \brief Starts tracing into `path` over world (nothing when path is empty). A collective.

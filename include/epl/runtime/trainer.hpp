@@ -83,7 +83,7 @@ class Trainer {
     if constexpr (!device::trainable<D>) return 0;  // the static_assert above is the one error
     else {
       agree_on_call(*world_, Call::kStep, steps_ + 1, rows_of(batch.inputs), world_->size() == groups_->mesh().data_size(),
-                    !groups_->uneven());
+                    !groups_->uneven(), updater_.next_learning_rate());
       check_batch(batch);
       place_ = groups_->place(rows_of(batch.inputs), steps_ + 1);  // uneven shares: checked, and the loss's weight
       groups_->check_rows(batch.inputs, batch.targets, steps_ + 1);

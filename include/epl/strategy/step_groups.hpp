@@ -92,15 +92,22 @@ struct RowShare {
   int ranks = 1;
   std::vector<double> weights = {};
   std::int64_t quantum = 1;  ///< uneven shares are whole multiples of it (the micro-batches)
-  /// \brief This rank's rows of a global batch of `rows`, and the first of them.
-  [[nodiscard]] std::int64_t rows_of(std::int64_t rows) const {
-    return share_rows(rows, ranks, weights, quantum)[static_cast<std::size_t>(rank)];
-  }
+  /// \brief This rank's rows of a global batch of `rows`, and the first of them. Equal shares of a
+  /// batch that does not divide would leave its last rows to no rank: an error.
+  [[nodiscard]] std::int64_t rows_of(std::int64_t rows) const { return shares(rows)[static_cast<std::size_t>(rank)]; }
   [[nodiscard]] std::int64_t first_of(std::int64_t rows) const {
-    const auto all = share_rows(rows, ranks, weights, quantum);
+    const auto all = shares(rows);
     std::int64_t first = 0;
     for (int r = 0; r < rank; ++r) first += all[static_cast<std::size_t>(r)];
     return first;
+  }
+
+ private:
+  [[nodiscard]] std::vector<std::int64_t> shares(std::int64_t rows) const {
+    EPL_CHECK(!weights.empty() || rows % ranks == 0, "a global batch of ", rows, " rows does not divide among ", ranks,
+              " data-parallel ranks: its last ", rows % ranks, " rows would be read by no rank; make the batch a multiple of ", ranks,
+              " (or give cluster.rank_speeds for uneven shares)");
+    return share_rows(rows, ranks, weights, quantum);
   }
 };
 
