@@ -625,6 +625,20 @@ TEST_CASE("checkpoint: a save called on rank 0 only fails at once on every rank,
                        doctest::Contains("rank 0 called trainer.save() at step 1 while rank 1 called trainer.step() at step 2"), Error);
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(30));
   CHECK_FALSE(fs::exists(dir.path / "step-00000001"));
+  // the peer returned instead: the call is named too
+  std::string error;
+  comm::run_threads(2, [&](comm::ThreadCommunicator& c) {
+    Context ctx(c, 200 + c.rank());
+    Trainer<DropGpt, optim::AdamW, Policy> t(ctx, cfg, make_drop_gpt(), optim::AdamW({.lr = 1e-2}), {.seed = 5});
+    if (c.rank() != 0) return;
+    try {
+      (void)t.save(dir.path);
+    } catch (const Error& e) {
+      error = e.what();
+    }
+  }, {.comm = {.timeout = std::chrono::seconds(60)}, .report = false});
+  CHECK(error.find("trainer.save() at step 0 could not agree with the other ranks") != std::string::npos);
+  CHECK(error.find("returned from their function") != std::string::npos);
 }
 
 TEST_CASE("checkpoint: loaders that read other data on each rank (io.slicing) resume on the same ranks only") {
