@@ -11,7 +11,6 @@
 #include <memory>
 #include <optional>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "epl/device/requirements.hpp"
 #include "epl/nn/loss.hpp"
@@ -22,6 +21,7 @@
 #include "epl/policy/gradient_sync.hpp"
 #include "epl/policy/recompute_check.hpp"
 #include "epl/runtime/context.hpp"
+#include "epl/runtime/divergence.hpp"
 #include "epl/runtime/run_options.hpp"
 #include "epl/runtime/serializer.hpp"
 #include "epl/runtime/trace.hpp"
@@ -97,12 +97,14 @@ class Trainer {
       const double mine = place_.weight * compute_gradients(batch, plan_.policies.recompute);  // schedule, then sync.finish()
       const double loss = groups_->loss(mine);
       if (compare) recompute_difference_ = check_.compare(*device_, sync_->owned_grads(), *world_);
-      check_finite_loss(loss, mine);
+      if (opt_.check_finite) detail::check_finite_loss(*world_, loss, mine, steps_ + 1, plan_.policies);
       if (amp_) amp_->unscale(*device_, sync_->owned_grads());
       if (plan_.policies.clip_after_reduce) last_grad_norm_ = clip();
       const bool finite = std::isfinite(last_grad_norm_);
       if (!amp_ || amp_->accept(finite, steps_ + 1, world_->rank() == 0)) {  // AMP: an overflow skips the update
-        if (opt_.check_finite && !finite) fail_non_finite_gradient();
+        if (opt_.check_finite && !finite)
+          detail::fail_non_finite_gradient(model_, arena_, [&](const nn::Parameter& p) { return sync_->grad_of(p); }, *device_,
+                                           last_grad_norm_, steps_ + 1, plan_.policies, world_->size());
         updater_.step(*device_, std::span<const Tensor>(sync_->owned_values()), std::span<const Tensor>(sync_->owned_grads()),
                       plan_.policies.apply_groups);
       }
@@ -341,38 +343,6 @@ class Trainer {
               " (" + std::to_string(ranks) + " data-parallel ranks x " + std::to_string(m) + " micro-batches)"
               : "the batch a multiple of " + std::to_string(m));
   }
-  // A loss that is not finite (the global batch's, on every rank alike) names the ranks whose own
-  // rows gave it (`mine`: this rank's part), so bad data is traced to its reader.
-  void check_finite_loss(double loss, double mine) const {
-    if (!opt_.check_finite || std::isfinite(loss)) return;
-    std::vector<double> all(static_cast<std::size_t>(world_->size()));
-    world_->all_gather(comm::Buffer(&mine, 1, DType::kF64), comm::Buffer(all.data(), world_->size(), DType::kF64));
-    std::string from;
-    for (std::size_t r = 0; r < all.size(); ++r)
-      if (!std::isfinite(all[r])) from += (from.empty() ? "" : ", ") + std::to_string(r);
-    EPL_FAIL("the loss is ", loss, " at step ", steps_ + 1, from.empty() ? std::string() : " (from the rows of rank" +
-             std::string(from.find(',') == std::string::npos ? " " : "s ") + from + ")", ": training diverged or the "
-             "data holds bad values; lower the learning rate, clip gradients (TrainerOptions::clip_norm) or check the inputs",
-             plan_.policies.matmul == DType::kF16 ? "; under AMP with f16 (epl::Amp<epl::amp::FP16>) a GEMM operand past 65504 is "
-                                                    "infinite in the forward, which no loss scale helps: train with bf16 "
-                                                    "(epl::Amp<epl::amp::BF16>) or keep activations smaller" : "");
-  }
-  [[noreturn]] void fail_non_finite_gradient() {
-    std::string where;  // the first parameter this rank holds a non-finite gradient of
-    const std::unordered_set<const nn::Parameter*> held(arena_.parameters().begin(), arena_.parameters().end());
-    nn::visit_parameters(model_, [&](std::string_view path, nn::Parameter& p) {
-      if (!where.empty() || !held.count(&p)) return;
-      const Tensor g = sync_->grad_of(p);
-      if (g.defined() && g.numel() > 0 && !std::isfinite(device_->sum_squares(g))) where = std::string(path);
-    });
-    const auto& s = plan_.policies;
-    EPL_FAIL("the gradient norm is ", last_grad_norm_, " at step ", steps_ + 1, where.empty() ? "" : "; the first parameter with a "
-             "NaN or infinite gradient is " + where, ": training diverged or a layer's backward is wrong; lower the learning "
-             "rate, clip gradients (TrainerOptions::clip_norm) or gradcheck the layer",
-             s.fp16 && !s.amp() && world_->size() > 1 ? "; or, as gradients travel as fp16 (communication.fp16), lower "
-             "communication.fp16_scale = " + detail::concat(s.fp16_scale) + ": a gradient times the scale past 65504 is infinite" : "");
-  }
-
   // A load (a collective): into this rank's values, then the replicas or ZeRO slices meet again.
   template <class Fn>
   void reload(Fn&& into) {
