@@ -17,6 +17,7 @@
 #include "epl/comm/communicator.hpp"
 #include "epl/comm/solo.hpp"
 #include "epl/core/timeline.hpp"
+#include "epl/device/lane.hpp"
 
 namespace epl {
 inline namespace v0 {
@@ -31,6 +32,7 @@ struct CommunicatorBase {
   virtual CommStats stats() const = 0;
   virtual MemorySpace space() const = 0;
   virtual bool reaches(MemorySpace s) const = 0;
+  virtual void attach(std::shared_ptr<device::Lane> lane) = 0;
   virtual void all_reduce(const Buffer& in, const Buffer& out, ReduceOp op) = 0;
   virtual Work all_reduce_async(const Buffer& in, const Buffer& out, ReduceOp op) = 0;
   virtual void reduce_scatter(const Buffer& in, const Buffer& out, ReduceOp op) = 0;
@@ -68,6 +70,13 @@ class CommunicatorModel final : public CommunicatorBase {
   bool reaches(MemorySpace s) const override {
     if constexpr (requires { get().reaches(s); }) return get().reaches(s);
     else return s == space_of_v<C>;
+  }
+  void attach(std::shared_ptr<device::Lane> lane) override {
+    if constexpr (requires { get().attach(lane); }) get().attach(std::move(lane));
+    else
+      EPL_CHECK(reaches(MemorySpace::kDevice), "the communicator of group '", name(), "' moves host memory only and cannot reach ",
+                lane->device().str(), "'s buffers: train a GPU's ranks over thread ranks (comm::run_threads, each rank its own "
+                "device on the shared GPU) or NCCL (one rank per GPU), or train this backend's ranks on their CPUs");
   }
   void all_reduce(const Buffer& in, const Buffer& out, ReduceOp op) override { get().all_reduce(in, out, op); }
   Work all_reduce_async(const Buffer& in, const Buffer& out, ReduceOp op) override { return get().all_reduce_async(in, out, op); }
@@ -136,6 +145,15 @@ class Communicator {
   [[nodiscard]] MemorySpace space() const { return impl().space(); }
   /// \brief Whether this communicator moves buffers in space s.
   [[nodiscard]] bool reaches(MemorySpace s) const { return impl().reaches(s); }
+  /// \brief This rank's device buffers move through `lane` (the device's: device.lane()) from now
+  /// on, in this group and the groups split from it later: thread ranks that share a GPU move its
+  /// memory without the host. A backend that reaches device memory by itself (NCCL, a world of
+  /// one made with the device's copy) keeps its way; one that cannot reach it (MPI) is an error
+  /// naming the fix. A Trainer built on a device with a lane attaches it.
+  void attach(std::shared_ptr<device::Lane> lane) {
+    EPL_CHECK(lane != nullptr, "attach: no lane given (a device's lane())");
+    impl().attach(std::move(lane));
+  }
 
   /// \brief Records every blocking collective of this handle as a span on `t`'s communication lane,
   /// named for the operation and `label` (the group's name when empty): "all_reduce tensor", category

@@ -49,7 +49,7 @@ struct Buffer {
   Buffer(void* d, std::int64_t n, DType t, MemorySpace s = MemorySpace::kHost) : data(d), count(n), dtype(t), space(s) {}
   Buffer(const Tensor& t)  // NOLINT: implicit by design
       : data(t.raw()), count(t.numel()), dtype(t.dtype()),
-        space(t.device().kind == DeviceKind::kCuda ? MemorySpace::kDevice : MemorySpace::kHost) {}
+        space(host_reachable(t.device().kind) ? MemorySpace::kHost : MemorySpace::kDevice) {}
   [[nodiscard]] std::size_t bytes() const noexcept { return static_cast<std::size_t>(count) * size_of(dtype); }
   [[nodiscard]] char* byte_ptr(std::int64_t element) const noexcept {
     return static_cast<char*>(data) + static_cast<std::size_t>(element) * size_of(dtype);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "epl/comm/communicator.hpp"
+#include "epl/device/lane.hpp"
 
 namespace epl {
 inline namespace v0 {
@@ -26,6 +27,15 @@ class SoloCommunicator {
   /// rank that trains on a GPU).
   explicit SoloCommunicator(Copy copy) : copy_(std::move(copy)) {}
 
+  /// \brief Moves a device's buffers through its lane, unless made with a copy already.
+  void attach(const std::shared_ptr<device::Lane>& lane) {
+    if (copy_) return;
+    copy_ = [lane](void* dst, const void* src, std::size_t n) {
+      lane->after(lane->ready());
+      lane->copy(dst, src, n);
+      lane->complete();
+    };
+  }
   /// Whether it moves buffers in space s: host memory always, a device's with a Copy.
   [[nodiscard]] bool reaches(MemorySpace s) const noexcept { return s == MemorySpace::kHost || copy_ != nullptr; }
   [[nodiscard]] int rank() const noexcept { return 0; }

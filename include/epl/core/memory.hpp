@@ -20,20 +20,28 @@
 namespace epl {
 inline namespace v0 {
 
-/// \brief Where memory lives: a CPU device's memory, one CUDA device, or the host pool a device
-/// offloads to (offload.level; on CUDA pinned memory the device's kernels can reach).
-enum class DeviceKind : std::uint8_t { kCpu, kCuda, kHost };
+/// \brief Where memory lives: a CPU device's memory, one CUDA device, the host pool a device
+/// offloads to (offload.level; on CUDA pinned memory the device's kernels can reach), or the
+/// memory of device::Isolated (a CPU device whose memory host code cannot touch: the test
+/// double of a GPU's memory space).
+enum class DeviceKind : std::uint8_t { kCpu, kCuda, kHost, kIsolated };
+
+/// \brief Whether host code may read and write memory of this kind through its pointer (CPU and
+/// host-pool memory); a GPU's and device::Isolated's memory only moves by the device's copies.
+constexpr bool host_reachable(DeviceKind k) noexcept { return k == DeviceKind::kCpu || k == DeviceKind::kHost; }
 
 /// \brief A device by kind and index. CPU thread ranks each get their own index, so their
-/// accounts are separate even though they share one host.
+/// accounts are separate even though they share one host; thread ranks that share one GPU each
+/// get their own `slot` (cuda:0/1), for the same reason.
 struct DeviceId {
   DeviceKind kind = DeviceKind::kCpu;
   int index = 0;
+  int slot = 0;
   friend bool operator==(const DeviceId&, const DeviceId&) = default;
   friend auto operator<=>(const DeviceId&, const DeviceId&) = default;
   [[nodiscard]] std::string str() const {
-    constexpr const char* names[] = {"cpu:", "cuda:", "host:"};
-    return names[static_cast<int>(kind)] + std::to_string(index);
+    constexpr const char* names[] = {"cpu:", "cuda:", "host:", "isolated:"};
+    return names[static_cast<int>(kind)] + std::to_string(index) + (slot != 0 ? "/" + std::to_string(slot) : std::string());
   }
 };
 

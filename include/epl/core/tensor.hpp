@@ -19,7 +19,12 @@ class Storage {
       : alloc_(&alloc), bytes_(bytes), category_(category), ptr_(alloc.allocate(bytes)) {
     memory_account(alloc.device()).charge(category_, static_cast<std::int64_t>(bytes_));
   }
+  /// \brief Bytes someone else owns and accounts for, seen as storage of device d (a second
+  /// mapping of a device's memory: device::Isolated's kernels read its tensors through one).
+  Storage(void* p, std::size_t bytes, DeviceId d, MemoryCategory category) noexcept
+      : alloc_(nullptr), bytes_(bytes), category_(category), ptr_(p), device_(d) {}
   ~Storage() {
+    if (!alloc_) return;
     memory_account(alloc_->device()).charge(category_, -static_cast<std::int64_t>(bytes_));
     alloc_->deallocate(ptr_, bytes_);
   }
@@ -29,14 +34,18 @@ class Storage {
   [[nodiscard]] void* data() const noexcept { return ptr_; }
   [[nodiscard]] std::size_t bytes() const noexcept { return bytes_; }
   [[nodiscard]] MemoryCategory category() const noexcept { return category_; }
-  [[nodiscard]] DeviceId device() const noexcept { return alloc_->device(); }
-  [[nodiscard]] Allocator& allocator() const noexcept { return *alloc_; }
+  [[nodiscard]] DeviceId device() const noexcept { return alloc_ ? alloc_->device() : device_; }
+  [[nodiscard]] Allocator& allocator() const {
+    EPL_CHECK(alloc_ != nullptr, "a borrowed tensor (a view of memory it does not own, on ", device_.str(), ") has no allocator");
+    return *alloc_;
+  }
 
  private:
   Allocator* alloc_;
   std::size_t bytes_;
   MemoryCategory category_;
   void* ptr_;
+  DeviceId device_{};
 };
 
 /// \brief A contiguous, row-major tensor of run-time dtype on one device.
@@ -50,6 +59,16 @@ class Tensor {
   Tensor(Allocator& alloc, Shape shape, DType dtype, MemoryCategory category)
       : storage_(std::make_shared<Storage>(alloc, bytes_for(shape, dtype), category)),
         shape_(shape), dtype_(dtype) {}
+
+  /// \brief A tensor over `bytes` at p that it neither owns nor accounts for, on device d: it must
+  /// not outlive the memory.
+  static Tensor borrowed(void* p, Shape shape, DType dtype, DeviceId d, MemoryCategory category = MemoryCategory::kWorkspace) {
+    Tensor t;
+    t.storage_ = std::make_shared<Storage>(p, bytes_for(shape, dtype), d, category);
+    t.shape_ = shape;
+    t.dtype_ = dtype;
+    return t;
+  }
 
   [[nodiscard]] bool defined() const noexcept { return storage_ != nullptr; }
   [[nodiscard]] const Shape& shape() const noexcept { return shape_; }
@@ -74,8 +93,8 @@ class Tensor {
   /// \brief The elements as a span; host tensors only.
   template <class T>
   [[nodiscard]] std::span<T> span() const {
-    EPL_CHECK(device().kind != DeviceKind::kCuda, "span() of a tensor on ", device().str(),
-              "; copy it to the host first");
+    EPL_CHECK(host_reachable(device().kind), "span() of a tensor on ", device().str(),
+              ", whose memory host code cannot read; copy it to the host first (download)");
     return {data<T>(), static_cast<std::size_t>(numel())};
   }
 

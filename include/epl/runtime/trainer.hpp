@@ -62,6 +62,7 @@ class Trainer {
   /// configuration say), on device d.
   Trainer(Context& ctx, const D& device, const Config& cfg, Model model, Optimizer optimizer, TrainerOptions opt = {})
       : device_(&device), world_(&ctx.world()), model_(std::move(model)), updater_(std::move(optimizer)), opt_(std::move(opt)) {
+    if constexpr (requires { device.lane(); }) world_->attach(device.lane());  // its groups move the device's buffers
     if constexpr (device::trainable<D>) init(cfg);  // else the one static_assert above says why
   }
   /// \brief Trains over the ranks of ctx on the rank's CPU.
@@ -336,6 +337,10 @@ class Trainer {
     const std::int64_t rows = rows_of(batch.inputs), targets = rows_of(batch.targets);
     const int m = plan_.micro_batches;
     EPL_CHECK(targets == rows, "batch has ", rows, " inputs but ", targets, " targets");
+    for (const Tensor* t : {&batch.inputs, &batch.targets})
+      EPL_CHECK(!t->defined() || t->device().kind == device_->id().kind, "the batch's ", t == &batch.inputs ? "inputs are" : "targets are",
+                " in ", t->device().str(), " memory, and this rank trains on ", device_->id().str(),
+                ": make the batch on the device (loader.next(device), or device.upload)");
     EPL_CHECK(rows > 0, "the batch has no rows; give every step at least one row per micro-batch (pipeline.num_micro_batch = ", m, ")");
     const int ranks = groups_->rows().ranks;
     EPL_CHECK(rows % m == 0, "this rank's batch of ", rows, " samples does not divide into pipeline.num_micro_batch = ", m,

@@ -103,6 +103,7 @@ struct Slot {
   int color = 0, key = 0;  // split
   std::string invalid;     // what this rank's own arguments get wrong (empty: nothing)
   std::shared_ptr<void> handoff;
+  std::shared_ptr<void> ready;  // device buffers: the mark after the work that produced them (device::Lane::ready)
 };
 
 class ThreadGroup {
@@ -160,9 +161,10 @@ class ThreadGroup {
 
   // ---- point-to-point mailbox (buffered sends) ------------------------------------------
   struct Message {
-    std::vector<char> bytes;
+    std::vector<char> bytes;        // host memory: a copy
     std::int64_t count;
     DType dtype;
+    std::shared_ptr<void> device;   // device memory: a copy in the sender's device memory (bytes empty)
   };
   void post(int src, int dst, int tag, Message m) {
     {

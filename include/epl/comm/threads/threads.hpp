@@ -8,6 +8,11 @@
 /// shares — so an all_reduce moves 2(n-1)/n of the buffer per rank, like a ring, with every
 /// rank working at once. Bytes read from other ranks count as received, bytes of this rank
 /// read by others as sent.
+///
+/// Device buffers (thread ranks sharing one GPU, or device::Isolated in CI) move the same way,
+/// through each rank's device::Lane (attach): its copies and reductions run on the lane's stream
+/// after the marks of every rank's producing work, and the lane completes before the barrier that
+/// frees the buffers, so data never passes through host memory.
 #include <cstdlib>
 #include <cstring>
 #include <thread>
@@ -17,6 +22,7 @@
 #include "epl/comm/reduce.hpp"
 #include "epl/comm/threads/group.hpp"
 #include "epl/device/cpu/parallel.hpp"
+#include "epl/device/lane.hpp"
 
 namespace epl {
 inline namespace v0 {
@@ -48,6 +54,13 @@ class ThreadCommunicator {
     return ThreadCommunicator(std::make_shared<detail::ThreadGroup>(std::vector<int>{0}, std::make_shared<detail::AbortFlag>(), "solo", opt), 0);
   }
 
+  /// \brief This rank moves device buffers (of lane's device) through `lane` from now on, and so
+  /// do the groups split from it afterwards. Every rank of a group must attach a lane before it
+  /// passes device buffers.
+  void attach(std::shared_ptr<device::Lane> lane) { st_->lane = std::move(lane); }
+  /// \brief Host memory always; device memory once a lane is attached.
+  [[nodiscard]] bool reaches(MemorySpace s) const noexcept { return s == MemorySpace::kHost || st_->lane != nullptr; }
+
   [[nodiscard]] int rank() const noexcept { return rank_; }
   [[nodiscard]] int size() const noexcept { return group_->size(); }
   [[nodiscard]] const std::string& name() const noexcept { return group_->name(); }
@@ -69,11 +82,12 @@ class ThreadCommunicator {
     reduce_share(o0, o1, [&](int q) { return group_->slot(q).in; }, out, o0, op);
     st_->received += static_cast<std::int64_t>((n - 1) * (o1 - o0) * size_of(in.dtype));
     st_->sent += static_cast<std::int64_t>((in.count - (o1 - o0)) * size_of(in.dtype));
+    land(in);  // the reduced shares are written before anyone reads them
     group_->sync();
     for (int q = 0; q < n; ++q) {  // gather the other shares from their owners' outputs
       if (q == rank_) continue;
       std::int64_t q0 = detail::share_offset(in.count, n, q), q1 = detail::share_offset(in.count, n, q + 1);
-      std::memcpy(out.byte_ptr(q0), group_->slot(q).out.byte_ptr(q0), static_cast<std::size_t>(q1 - q0) * size_of(in.dtype));
+      move(out.byte_ptr(q0), group_->slot(q).out.byte_ptr(q0), static_cast<std::size_t>(q1 - q0) * size_of(in.dtype), out);
       st_->received += static_cast<std::int64_t>((q1 - q0) * size_of(in.dtype));
     }
     st_->sent += static_cast<std::int64_t>((n - 1) * (o1 - o0) * size_of(in.dtype));
@@ -120,7 +134,7 @@ class ThreadCommunicator {
     std::int64_t offset = 0;
     for (int q = 0; q < size(); ++q) {
       const Buffer& src = group_->slot(q).in;
-      if (src.data != out.byte_ptr(offset)) std::memcpy(out.byte_ptr(offset), src.data, src.bytes());
+      if (src.data != out.byte_ptr(offset)) move(out.byte_ptr(offset), src.data, src.bytes(), out);
       if (q != rank_) st_->received += static_cast<std::int64_t>(src.bytes());
       offset += src.count;
     }
@@ -136,7 +150,7 @@ class ThreadCommunicator {
       s.invalid = detail::invalid_arguments([&] { check_rank(root, "broadcast root"); });
     }, [&] { return same_count(); });
     if (rank_ != root) {
-      std::memcpy(buf.data, group_->slot(root).in.data, buf.bytes());
+      move(buf.data, group_->slot(root).in.data, buf.bytes(), buf);
       st_->received += static_cast<std::int64_t>(buf.bytes());
     } else {
       st_->sent += static_cast<std::int64_t>((size() - 1) * buf.bytes());
@@ -209,7 +223,7 @@ class ThreadCommunicator {
       const auto& peer = group_->slot(q);
       std::int64_t send_offset = 0;
       for (int r = 0; r < rank_; ++r) send_offset += peer.send_counts[r];
-      std::memcpy(out.byte_ptr(recv_offset), peer.in.byte_ptr(send_offset), static_cast<std::size_t>(recv_counts[q]) * size_of(out.dtype));
+      move(out.byte_ptr(recv_offset), peer.in.byte_ptr(send_offset), static_cast<std::size_t>(recv_counts[q]) * size_of(out.dtype), out);
       if (q != rank_) {
         st_->received += recv_counts[q] * static_cast<std::int64_t>(size_of(out.dtype));
         st_->sent += send_counts[q] * static_cast<std::int64_t>(size_of(in.dtype));
@@ -224,8 +238,18 @@ class ThreadCommunicator {
   void send(const Buffer& buf, int dst, int tag) {
     drain();
     check_rank(dst, "send destination");
-    const auto* p = static_cast<const char*>(buf.data);
-    group_->post(rank_, dst, tag, {std::vector<char>(p, p + buf.bytes()), buf.count, buf.dtype});
+    if (buf.space == MemorySpace::kDevice) {  // a copy in this rank's device memory travels
+      EPL_CHECK(st_->lane, "send on group '", name(), "' at rank ", rank_, ": a buffer in device memory and no device lane; ",
+                kAttach);
+      auto copy = st_->lane->allocate(buf.bytes());
+      st_->lane->after(st_->lane->ready());
+      st_->lane->copy(copy.get(), buf.data, buf.bytes());
+      st_->lane->complete();
+      group_->post(rank_, dst, tag, {{}, buf.count, buf.dtype, std::move(copy)});
+    } else {
+      const auto* p = static_cast<const char*>(buf.data);
+      group_->post(rank_, dst, tag, {std::vector<char>(p, p + buf.bytes()), buf.count, buf.dtype, nullptr});
+    }
     st_->sent += static_cast<std::int64_t>(buf.bytes());
     ++st_->ops;
   }
@@ -290,7 +314,9 @@ class ThreadCommunicator {
     group_->sync();
     if (rank_ == leader) group_->slot(rank_).handoff.reset();
     finish();
-    return ThreadCommunicator(std::move(sub), my_index);
+    ThreadCommunicator handle(std::move(sub), my_index);
+    handle.st_->lane = st_->lane;
+    return handle;
   }
 
   // ---- asynchronous operations: run in issue order on this rank's worker thread ------------
@@ -319,6 +345,13 @@ class ThreadCommunicator {
     me.in = in;
     me.out = out;
     fill(me);
+    if (me.invalid.empty())
+      me.invalid = detail::invalid_arguments([&] {
+        EPL_CHECK(in.count == 0 || out.count == 0 || in.space == out.space, "input in ", name_of(in.space), " memory and output in ",
+                  name_of(out.space), " memory; a collective moves one memory space");
+        EPL_CHECK(!on_device(in) || st_->lane, "a buffer in device memory and no device lane; ", kAttach);
+      });
+    if (on_device(in) && st_->lane) me.ready = st_->lane->ready();
     group_->enter(rank_, detail::name_of(op), st_->cancelled);
     std::string wrong = invalid();
     if (wrong.empty()) wrong = agreement();
@@ -327,6 +360,8 @@ class ThreadCommunicator {
       group_->sync();
       EPL_FAIL(detail::name_of(op), " on group '", name(), "' (size ", size(), "): ", wrong);
     }
+    if (on_device(in))  // the lane's work follows every rank's producing work
+      for (int q = 0; q < size(); ++q) st_->lane->after(group_->slot(q).ready);
   }
   // A rank's own arguments are wrong: every rank reports it (that rank's words, and its rank).
   std::string invalid() {
@@ -344,6 +379,9 @@ class ThreadCommunicator {
         return epl::detail::concat("rank ", q, " called ", detail::name_of(s.op), " (operation #", s.seq, ") while rank 0 called ",
                               detail::name_of(first.op), " (operation #", first.seq,
                               "); every rank must issue the same collectives in the same order");
+      if (on_device(s.in) != on_device(first.in))
+        return epl::detail::concat("rank ", q, " passes ", name_of(s.in.space), " memory, rank 0 ", name_of(first.in.space),
+                                   " memory; the ranks of a group move buffers of one memory space (one kind of device per group)");
       if (s.in.dtype != first.in.dtype || s.root != first.root || s.reduce != first.reduce)
         return epl::detail::concat("rank ", q, " passes ", name_of(s.in.dtype), " root ", s.root, " op ", comm::name_of(s.reduce),
                               ", rank 0 passes ", name_of(first.in.dtype), " root ", first.root, " op ", comm::name_of(first.reduce));
@@ -358,15 +396,40 @@ class ThreadCommunicator {
     return {};
   }
   void finish() {
+    land(group_->slot(rank_).in.count ? group_->slot(rank_).in : group_->slot(rank_).out);
     group_->sync();  // nobody leaves while a peer may still read its buffers
     ++st_->ops;
+  }
+  // Whether a collective's buffers are device memory (moved by the lane). An empty buffer says
+  // nothing: its space is the other's.
+  static bool on_device(const Buffer& b) noexcept { return b.space == MemorySpace::kDevice; }
+  // The lane's queued work done (device buffers): a barrier may follow.
+  void land(const Buffer& b) const {
+    if (on_device(b)) st_->lane->complete();
+  }
+  // n bytes into dst from a peer's src, in the space of `like`: memcpy, or the lane's copy.
+  void move(void* dst, const void* src, std::size_t n, const Buffer& like) const {
+    if (on_device(like)) st_->lane->copy(dst, src, n);
+    else std::memcpy(dst, src, n);
   }
   // A received message into buf, its size checked.
   void deliver(const detail::ThreadGroup::Message& m, const Buffer& buf, int src, int tag) {
     EPL_CHECK(m.count == buf.count && m.dtype == buf.dtype, "recv on group '", name(), "' at rank ", rank_, " from rank ", src,
               " tag ", tag, ": expected ", buf.count, " ", name_of(buf.dtype), ", got ", m.count, " ", name_of(m.dtype));
-    std::memcpy(buf.data, m.bytes.data(), m.bytes.size());
-    st_->received += static_cast<std::int64_t>(m.bytes.size());
+    const bool device = m.device != nullptr;
+    EPL_CHECK(!device || st_->lane, "recv on group '", name(), "' at rank ", rank_, ": device memory from rank ", src, " and no device lane; ",
+              kAttach);
+    EPL_CHECK(device == (buf.space == MemorySpace::kDevice), "recv on group '", name(), "' at rank ", rank_, " from rank ", src,
+              " tag ", tag, ": rank ", src, " sent ", device ? "device" : "host", " memory into a buffer in ",
+              name_of(buf.space), " memory; both ends of a transfer use one memory space");
+    if (device) {
+      st_->lane->after(st_->lane->ready());
+      st_->lane->copy(buf.data, m.device.get(), buf.bytes());
+      st_->lane->complete();
+    } else {
+      std::memcpy(buf.data, m.bytes.data(), m.bytes.size());
+    }
+    st_->received += static_cast<std::int64_t>(buf.bytes());
     ++st_->ops;
   }
   void check_rank(int r, const char* what) const {
@@ -383,6 +446,13 @@ class ThreadCommunicator {
   // owns the share, and in-place buffers are read before they are written).
   template <class Source>
   void reduce_share(std::int64_t o0, std::int64_t o1, Source&& src, const Buffer& dst, std::int64_t dst_offset, ReduceOp op) {
+    if (on_device(dst)) {  // the lane reduces in rank order, through its own staging
+      std::vector<const void*> sources(static_cast<std::size_t>(size()));
+      for (int q = 0; q < size(); ++q) sources[static_cast<std::size_t>(q)] = src(q).byte_ptr(o0);
+      st_->lane->reduce(dst.byte_ptr(dst_offset), sources, o1 - o0, dst.dtype, detail::reduction_of(op),
+                        op == ReduceOp::kMean ? size() : 1);
+      return;
+    }
     const auto es = static_cast<std::int64_t>(size_of(dst.dtype));
     const std::int64_t block = std::max<std::int64_t>(1, kStagingBytes / es);
     auto& staging = st_->staging;
@@ -399,6 +469,8 @@ class ThreadCommunicator {
   void drain() { st_->queue.drain(); }
 
   static constexpr std::int64_t kStagingBytes = 256 << 10;
+  static constexpr const char* kAttach = "attach the device's lane to every rank's communicator first (comm.attach(device.lane()); "
+                                         "a Trainer built on the device does it)";
 
   // What one rank's handle owns; behind a pointer so the handle moves (atomics do not).
   struct RankState {
@@ -406,6 +478,7 @@ class ThreadCommunicator {
     std::vector<char> staging;
     std::atomic<std::int64_t> sent{0}, received{0}, ops{0};
     std::atomic<bool> cancelled{false};
+    std::shared_ptr<device::Lane> lane;  // moves device buffers (attach)
     detail::AsyncQueue queue;  // destroyed first: cancels what has not started, joins the worker
   };
 
