@@ -87,7 +87,7 @@ class Trainer {
                     !groups_->uneven(), updater_.next_learning_rate());
       check_batch(batch);
       place_ = groups_->place(rows_of(batch.inputs), steps_ + 1);  // uneven shares: checked, and the loss's weight
-      groups_->check_rows(batch.inputs, batch.targets, steps_ + 1);
+      groups_->check_rows(batch.inputs, batch.targets, steps_ + 1, reader());
       if (!std::exchange(stepped_, true)) config_.check_all_read();  // a key nothing read (io.slicing alone) is an error
       serializer_.before_step();
       const bool compare = plan_.policies.check_gradients && steps_ == 0;
@@ -136,7 +136,7 @@ class Trainer {
   void check_replicas() {
     EPL_CHECK(sync_->stage() < 3, "check_replicas compares the replicas' whole parameters, which ZeRO stage 3 never holds (each "
               "rank keeps its shard); it runs under zero.level \"\", \"v0\" and \"v1\"");
-    groups_->check_replicas(strategy::content_hash(arena_.values()), steps_);
+    groups_->check_replicas(strategy::content_hash(arena_.values(), reader()), steps_);
   }
   /// \brief ZeRO stage 3 keeps only this rank's shard of the parameters between layers: this
   /// gathers all of them so model() can be read (a collective over the data-parallel group; every
@@ -237,6 +237,10 @@ class Trainer {
   [[nodiscard]] const Timeline* timeline() const noexcept { return tracer_.timeline(); }
 
  private:
+  // How host code reads this device's tensors (a GPU's memory only through a download).
+  [[nodiscard]] strategy::Download reader() const {
+    return [d = device_](const Tensor& t, void* host) { d->download(t, host); };
+  }
   // The world of one rank on device d: a GPU's buffers are moved by its own copy.
   static comm::Communicator solo_of(const D& d) {
     if constexpr (requires { d.copy_bytes(nullptr, nullptr, std::size_t{0}); })
@@ -387,7 +391,7 @@ class Trainer {
     s.tensor = groups_->mesh().tensor_size();
     s.pipeline = groups_->mesh().pipeline_size();
     s.zero = sync_->stage();
-    s.download = [d = device_](const Tensor& t, void* host) { d->download(t, host); };
+    s.download = reader();
     s.upload = [d = device_](const void* host, const Tensor& t) { d->upload(host, t); };
     return s;
   }

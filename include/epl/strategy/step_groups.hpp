@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -23,9 +24,20 @@ namespace epl {
 inline namespace v0 {
 namespace strategy {
 
-/// \brief A fast hash of a tensor's bytes (64-bit words through mix64), for comparing copies.
-inline std::uint64_t content_hash(const Tensor& t) {
+/// \brief Reads a device tensor's bytes into host memory (the device's download).
+using Download = std::function<void(const Tensor&, void*)>;
+
+/// \brief A fast hash of a tensor's bytes (64-bit words through mix64), for comparing copies. A
+/// tensor in memory host code cannot read (a GPU's) is hashed through a host copy by `download`.
+inline std::uint64_t content_hash(const Tensor& t, const Download& download = {}) {
+  std::vector<unsigned char> copy;
   const auto* p = static_cast<const unsigned char*>(t.raw());
+  if (!host_reachable(t.device().kind)) {
+    EPL_CHECK(download != nullptr, "content_hash of a tensor on ", t.device().str(), " needs the device's download");
+    copy.resize(t.bytes());
+    download(t, copy.data());
+    p = copy.data();
+  }
   const std::size_t n = t.bytes();
   std::uint64_t h = n;
   std::size_t i = 0;
@@ -180,12 +192,12 @@ class StepGroups {
 
   /// \brief Fails unless the ranks of a split group (unless colocated) and the stages of a
   /// pipeline were given the same rows (equal shares are the world's check: runtime's agree_on_call).
-  void check_rows(const Tensor& inputs, const Tensor& targets, std::int64_t step) {
+  void check_rows(const Tensor& inputs, const Tensor& targets, std::int64_t step, const Download& download = {}) {
     if (tensor_.valid() && !rows_over_tensor_)
-      same_rows(tensor_, inputs, targets, step, "tensor-parallel rank ", " of a split group",
+      same_rows(tensor_, inputs, targets, step, download, "tensor-parallel rank ", " of a split group",
                 "the ranks of an epl::Split group work on the same rows");
     if (pipeline_.valid())
-      same_rows(pipeline_, inputs, targets, step, "pipeline stage ", "",
+      same_rows(pipeline_, inputs, targets, step, download, "pipeline stage ", "",
                 "the stages of one pipeline replica work on the same rows (stage 0 reads their inputs, the last stage their targets)");
   }
 
@@ -248,9 +260,9 @@ class StepGroups {
  private:
   comm::Communicator& loss_group() { return sharers_.valid() ? sharers_ : replicas_; }
   // The ranks of group must have been given the same rows (inputs and targets).
-  static void same_rows(comm::Communicator& group, const Tensor& inputs, const Tensor& targets, std::int64_t step, const char* who,
-                        const char* of, const char* why) {
-    std::uint64_t mine[2] = {content_hash(inputs), content_hash(targets)};
+  static void same_rows(comm::Communicator& group, const Tensor& inputs, const Tensor& targets, std::int64_t step,
+                        const Download& download, const char* who, const char* of, const char* why) {
+    std::uint64_t mine[2] = {content_hash(inputs, download), content_hash(targets, download)};
     std::vector<std::uint64_t> all(static_cast<std::size_t>(2 * group.size()));
     group.all_gather(comm::Buffer(mine, 2, DType::kI64), comm::Buffer(all.data(), 2 * group.size(), DType::kI64));
     for (int r = 1; r < group.size(); ++r) {

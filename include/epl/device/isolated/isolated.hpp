@@ -57,6 +57,7 @@ class IsolatedSpace {
     return static_cast<char*>(twin_) + (static_cast<const char*>(p) - static_cast<const char*>(fenced_));
   }
   void* allocate(std::size_t n, DeviceId d) {
+    n = (std::max<std::size_t>(n, 1) + 255) / 256 * 256;  // 256-byte aligned, as cudaMalloc's
     std::lock_guard lock(mutex_);
     auto& reuse = free_[n];
     if (!reuse.empty()) {
@@ -75,7 +76,12 @@ class IsolatedSpace {
     std::lock_guard lock(mutex_);
     const auto it = sizes_.find(p);
     if (it == sizes_.end()) return;
-    (void)madvise(open(p), it->second, MADV_DONTNEED);  // the pages go back; they read as zeros next time
+    // the whole pages inside the block go back (they read as zeros next time); a page it shares
+    // with a neighbour stays, or that neighbour's bytes would be lost
+    const auto page = static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE));
+    const auto begin = (reinterpret_cast<std::uintptr_t>(open(p)) + page - 1) / page * page,
+               end = (reinterpret_cast<std::uintptr_t>(open(p)) + it->second) / page * page;
+    if (end > begin) (void)madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
     try { free_[it->second].push_back(p); } catch (...) {}
   }
 
@@ -172,7 +178,7 @@ class IsolatedLane final : public Lane {
     }
   }
   [[nodiscard]] std::shared_ptr<void> allocate(std::size_t n) const override {
-    return {space().allocate(std::max<std::size_t>(n, 256), id_), [](void* p) { IsolatedSpace::get().release(p); }};
+    return {space().allocate(n, id_), [](void* p) { IsolatedSpace::get().release(p); }};
   }
   void complete() const override {}
 
