@@ -20,6 +20,7 @@
 #include "epl/device/cuda/check.cuh"
 #include "epl/device/functors.hpp"
 #include "epl/device/cuda/kernels.cuh"
+#include "epl/device/lane.hpp"
 
 namespace epl {
 inline namespace v0 {
@@ -54,15 +55,100 @@ struct PinnedMemory {
 };
 using PinnedAllocator = CachingAllocator<PinnedMemory>;
 
+namespace detail {
+/// The lane of a CUDA device: a stream of its own for communication, ordered after the compute
+/// stream by events; copies by cudaMemcpyAsync (device to device, on one GPU or between two that
+/// reach each other), reductions by one kernel over the sources; message buffers from the device's
+/// caching allocator (kept alive by the buffers themselves).
+class CudaLane final : public Lane {
+ public:
+  CudaLane(DeviceId id, cudaStream_t compute, std::shared_ptr<CudaAllocator> alloc) : id_(id), compute_(compute), alloc_(std::move(alloc)) {
+    EPL_CUDA_CHECK(cudaSetDevice(id.index));
+    EPL_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  }
+  ~CudaLane() override {
+    if (stream_) cudaStreamDestroy(stream_);
+  }
+  CudaLane(const CudaLane&) = delete;
+  CudaLane& operator=(const CudaLane&) = delete;
+
+  [[nodiscard]] DeviceId device() const override { return id_; }
+  [[nodiscard]] std::shared_ptr<void> ready() const override {
+    set_device();
+    cudaEvent_t e = nullptr;
+    EPL_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    std::shared_ptr<void> mark(e, [](void* x) { cudaEventDestroy(static_cast<cudaEvent_t>(x)); });
+    EPL_CUDA_CHECK(cudaEventRecord(e, compute_));
+    return mark;
+  }
+  void after(const std::shared_ptr<void>& mark) const override {
+    if (mark) EPL_CUDA_CHECK(cudaStreamWaitEvent(stream_, static_cast<cudaEvent_t>(mark.get()), 0));
+  }
+  void copy(void* dst, const void* src, std::size_t n) const override {
+    set_device();
+    if (n) EPL_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, stream_));
+  }
+  void reduce(void* dst, std::span<const void* const> srcs, std::int64_t count, DType t, Reduction r, int divisor) const override {
+    if (count == 0 || srcs.empty()) return;
+    set_device();
+    visit_any(t, [&]<class T>() {
+      using N = epl::detail::cuda::native_t<T>;
+      constexpr int kMax = epl::detail::cuda::kLaneSources;
+      auto run = [&](N* out, std::span<const void* const> from, int div) {
+        epl::detail::cuda::Sources<N> s{};
+        for (std::size_t k = 0; k < from.size(); ++k) s.p[k] = static_cast<const N*>(from[k]);
+        epl::detail::cuda::reduce_sources<N><<<epl::detail::cuda::blocks_for(count), 256, 0, stream_>>>(
+            out, s, static_cast<int>(from.size()), count, static_cast<int>(r), div);
+        EPL_CUDA_CHECK(cudaGetLastError());
+      };
+      if (srcs.size() <= static_cast<std::size_t>(kMax)) return run(static_cast<N*>(dst), srcs, divisor);
+      // more sources than one launch takes: accumulate in a buffer of our own (dst may be a later source)
+      const auto acc = allocate(static_cast<std::size_t>(count) * sizeof(N));
+      run(static_cast<N*>(acc.get()), srcs.first(kMax), 1);
+      for (std::size_t k = kMax; k < srcs.size(); k += kMax - 1) {
+        std::vector<const void*> next{acc.get()};
+        for (std::size_t j = k; j < std::min(srcs.size(), k + kMax - 1); ++j) next.push_back(srcs[j]);
+        run(static_cast<N*>(acc.get()), next, 1);
+      }
+      const void* last[] = {acc.get()};
+      run(static_cast<N*>(dst), last, divisor);
+      complete();  // acc goes back to the cache when this returns
+    });
+  }
+  [[nodiscard]] std::shared_ptr<void> allocate(std::size_t n) const override {
+    void* p = alloc_->allocate(n);
+    memory_account(id_).charge(MemoryCategory::kCommunication, static_cast<std::int64_t>(n));
+    return {p, [alloc = alloc_, n, id = id_](void* q) {
+      memory_account(id).charge(MemoryCategory::kCommunication, -static_cast<std::int64_t>(n));
+      alloc->deallocate(q, n);
+    }};
+  }
+  void complete() const override {
+    set_device();
+    EPL_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+
+ private:
+  void set_device() const { EPL_CUDA_CHECK(cudaSetDevice(id_.index)); }  // the worker threads of a communicator too
+  DeviceId id_;
+  cudaStream_t compute_;
+  std::shared_ptr<CudaAllocator> alloc_;
+  cudaStream_t stream_ = nullptr;
+};
+}  // namespace detail
+
 /// \brief One CUDA device and its stream. Operations are asynchronous on the stream;
 /// download() and synchronize() wait for them.
 class Cuda {
  public:
   static constexpr DeviceKind kind = DeviceKind::kCuda;
 
-  explicit Cuda(int index = 0)
-      : alloc_(std::make_unique<CudaAllocator>(DeviceId{DeviceKind::kCuda, index})),
-        pinned_(std::make_unique<PinnedAllocator>(DeviceId{DeviceKind::kHost, index})) {
+  /// \param index the GPU; \param slot which of the thread ranks that share it this one is: each
+  /// gets its own stream and its own memory account (cuda:index/slot), as CPU thread ranks do.
+  explicit Cuda(int index = 0, int slot = 0)
+      : alloc_(std::make_shared<CudaAllocator>(DeviceId{DeviceKind::kCuda, index, slot})),
+        pinned_(std::make_unique<PinnedAllocator>(DeviceId{DeviceKind::kHost, index, slot})) {
+    EPL_CHECK(slot >= 0, "CUDA device ", index, ": slot ", slot, " must be non-negative (one per thread rank sharing the GPU)");
     int n = cuda_device_count();
     EPL_CHECK(index >= 0 && index < n, "CUDA device ", index, " requested, ", n, " visible; check CUDA_VISIBLE_DEVICES");
     EPL_CUDA_CHECK(cudaSetDevice(index));
@@ -75,6 +161,7 @@ class Cuda {
     EPL_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&report_on_device_), report_, 0));
   }
   ~Cuda() {
+    lane_.reset();
     if (report_) cudaFreeHost(report_);
     if (blas_) cublasDestroy(blas_);
     if (copy_stream_) cudaStreamDestroy(copy_stream_);
@@ -86,6 +173,12 @@ class Cuda {
   [[nodiscard]] DeviceId id() const noexcept { return alloc_->device(); }
   [[nodiscard]] Allocator& allocator() const noexcept { return *alloc_; }
   [[nodiscard]] cudaStream_t stream() const noexcept { return stream_; }
+  /// \brief The lane thread ranks sharing this GPU move its buffers with: a communication stream
+  /// of its own, ordered against this device's stream by events (made at the first call).
+  [[nodiscard]] std::shared_ptr<Lane> lane() const {
+    std::call_once(lane_once_, [&] { lane_ = std::make_shared<detail::CudaLane>(id(), stream_, alloc_); });
+    return lane_;
+  }
   /// Waits for the stream's work; throws the first bad input a kernel reported since the last time.
   void synchronize() const {
     EPL_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -587,8 +680,10 @@ class Cuda {
     return {e, CopyTicket::Destroy{}};
   }
 
-  std::unique_ptr<CudaAllocator> alloc_;
+  std::shared_ptr<CudaAllocator> alloc_;  // shared with the lane's message buffers, which may outlive the device
   std::unique_ptr<PinnedAllocator> pinned_;
+  mutable std::once_flag lane_once_;
+  mutable std::shared_ptr<detail::CudaLane> lane_;
   cudaStream_t stream_ = nullptr;
   cudaStream_t copy_stream_ = nullptr;  // copy_ahead's
   cublasHandle_t blas_ = nullptr;

@@ -131,6 +131,30 @@ template <class T> __global__ void sum_into(const T* x, std::int64_t n, bool squ
 }
 
 /// Launch geometry for n elements: 256 threads a block, at most 4096 blocks (grid-stride).
+/// Up to kLaneSources pointers, passed by value to a kernel.
+inline constexpr int kLaneSources = 16;
+template <class T>
+struct Sources {
+  const T* p[kLaneSources];
+};
+/// dst[i] = r over sources k < n of src.p[k][i] (0 sum, 1 max, 2 min), divided by divisor when
+/// above 1; accumulated in f32 for half types and rounded once. Each element is read from every
+/// source before it is written, so dst may be a source.
+template <class T>
+__global__ void reduce_sources(T* dst, Sources<T> src, int n, std::int64_t count, int r, int divisor) {
+  using Acc = std::conditional_t<sizeof(T) == 2, float, T>;
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<std::int64_t>(blockDim.x) * gridDim.x) {
+    Acc a = static_cast<Acc>(src.p[0][i]);
+    for (int k = 1; k < n; ++k) {
+      const Acc b = static_cast<Acc>(src.p[k][i]);
+      a = r == 0 ? a + b : r == 1 ? (a < b ? b : a) : (b < a ? b : a);
+    }
+    if (divisor > 1) a = a / static_cast<Acc>(divisor);
+    dst[i] = static_cast<T>(a);
+  }
+}
+
 inline dim3 blocks_for(std::int64_t n) {
   auto b = (n + 255) / 256;
   return dim3(static_cast<unsigned>(b < 1 ? 1 : (b > 4096 ? 4096 : b)));
