@@ -343,4 +343,52 @@ TEST_CASE("cuda: an id outside the vocabulary found by a kernel is an error at t
   g.gather_rows(table, index, picked);
   CHECK_THROWS_WITH_AS(g.synchronize(), doctest::Contains("row 12 outside [0, 10)"), Error);
 }
+TEST_CASE("cuda lane: a reduction of 3 and of 20 sources, in place, sum, max and mean, bf16 in f32, and copies after the compute stream") {
+  device::Cuda g(0, 3);
+  const auto lane = g.lane();
+  for (int n : {3, 20}) {
+    CAPTURE(n);
+    std::vector<Tensor> hs, ds;
+    for (int k = 0; k < n; ++k) {
+      hs.push_back(host_random({1000}, 40 + k));
+      ds.push_back(to_gpu(g, hs.back()));
+    }
+    std::vector<const void*> src;
+    for (const auto& d : ds) src.push_back(d.raw());
+    // the sum in rank order, into the last source (in place)
+    Tensor want = cpu.zeros({1000}, DType::kF32), most = cpu.empty({1000}, DType::kF32);
+    cpu.copy(hs[0], most);
+    for (int k = 0; k < n; ++k) {
+      cpu.add(want, hs[static_cast<std::size_t>(k)], want);
+      for (int i = 0; i < 1000; ++i) most.span<float>()[i] = std::max(most.span<float>()[i], hs[static_cast<std::size_t>(k)].span<float>()[i]);
+    }
+    Tensor out = g.empty({1000}, DType::kF32);
+    lane->after(lane->ready());
+    lane->reduce(out.raw(), src, 1000, DType::kF32, device::Reduction::kMax, 1);
+    lane->reduce(ds.back().raw(), src, 1000, DType::kF32, device::Reduction::kSum, n);  // the mean, in place
+    lane->complete();
+    CHECK(max_diff(to_host(g, out), most) == 0);
+    cpu.scale(want, 1.0 / n);
+    CHECK(max_diff(to_host(g, ds.back()), want) < 1e-6);
+  }
+  // bf16 sources combine in f32 and round once
+  Tensor a = g.empty({4}, DType::kBF16), b = g.empty({4}, DType::kBF16);
+  g.fill(a, 1.0);
+  g.fill(b, 1.0 / 256);  // 1 + 1/256 is not a bf16; 1 + 2/256 is
+  const void* ab[] = {a.raw(), b.raw(), b.raw()};
+  lane->after(lane->ready());  // after the fills on the compute stream
+  lane->reduce(a.raw(), ab, 4, DType::kBF16, device::Reduction::kSum, 1);
+  lane->complete();
+  CHECK(max_diff(to_host(g, a), [&] { Tensor t = cpu.empty({4}, DType::kF32); cpu.fill(t, 1.0 + 2.0 / 256); return t; }()) == 0);
+  // a copy on the lane follows the compute stream's work when it waits for its mark
+  Tensor big = g.empty({1 << 22}, DType::kF32), dst = g.zeros({1 << 22}, DType::kF32);
+  g.fill(big, 3.0);
+  lane->after(lane->ready());
+  lane->copy(dst.raw(), big.raw(), big.bytes());
+  lane->complete();
+  float last = 0;
+  g.download(dst.slice((1 << 22) - 1, 1 << 22), &last);
+  CHECK(last == 3.0f);
+  CHECK(g.id().str() == "cuda:0/3");
+}
 }

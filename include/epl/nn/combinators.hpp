@@ -130,7 +130,7 @@ struct body_names<Seq<L...>> {
     } else {
       constexpr std::size_t rank = [] {
         std::size_t r = 0;
-        for (std::size_t k = 0; k < I; ++k) r += structural[k] ? 0 : 1;
+        for (std::size_t k = 0; k != I; ++k) r += structural[k] ? 0 : 1;  // (!=: nvcc warns of k < 0 when I is 0)
         return r;
       }();
       return reflect::IndexText<rank>::value;
