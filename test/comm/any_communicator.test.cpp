@@ -10,7 +10,9 @@ using namespace epl;
 namespace {
 // A backend whose buffers live in device memory (as NCCL's do), for the memory-space check.
 struct DeviceSpaceComm : comm::ThreadCommunicator {
+  static constexpr bool kChecksSpacesInStep = false;  // the handle checks them, as for NCCL and MPI
   explicit DeviceSpaceComm(comm::ThreadCommunicator c) : comm::ThreadCommunicator(std::move(c)) {}
+  [[nodiscard]] bool reaches(comm::MemorySpace s) const noexcept { return s == comm::MemorySpace::kDevice; }
   DeviceSpaceComm split(int color, int key) { return DeviceSpaceComm(comm::ThreadCommunicator::split(color, key)); }
 };
 }  // namespace

@@ -8,6 +8,7 @@
 
 #include "epl/comm/mpi/mpi.hpp"
 #include "epl/comm/store.hpp"
+#include "epl/device/isolated/isolated.hpp"
 #include "reference.hpp"
 
 using namespace epl;
@@ -253,5 +254,15 @@ TEST_CASE("mpi: a rank that never arrives is named after the timeout" * doctest:
   float x = 1;
   CHECK_THROWS_WITH_AS(c.all_reduce(Buffer(&x, 1, DType::kF32), ReduceOp::kSum),
                        doctest::Contains("ranks 1 did not arrive"), Error);
+}
+}
+
+TEST_SUITE("mpi") {
+TEST_CASE("mpi: a device's lane is refused, naming the backends that move device memory") {
+  device::Isolated d(300 + world().rank());
+  auto handle = comm::Communicator::borrow(world());
+  CHECK_THROWS_WITH_AS(handle.attach(d.lane()), doctest::Contains("moves host memory only and cannot reach isolated:"), Error);
+  CHECK_THROWS_WITH_AS(handle.all_reduce(d.zeros({4}, DType::kF32), comm::ReduceOp::kSum),
+                       doctest::Contains("a buffer in device memory passed to a communicator of host memory"), Error);
 }
 }

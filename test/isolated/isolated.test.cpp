@@ -179,13 +179,13 @@ TEST_CASE("isolated thread ranks: every collective and transfer on device buffer
 }
 
 TEST_CASE("isolated thread ranks: device buffers without a lane, mixed spaces across ranks and a host send into device memory are errors") {
-  // no lane attached: the handle refuses before any rank reads a peer's buffer
+  // no lane attached: every rank fails in step, before any reads a peer's buffer
   CHECK_THROWS_WITH_AS(comm::run_threads(2, [&](comm::ThreadCommunicator& c) {
     device::Isolated d(60 + c.rank());
     Tensor x = d.zeros({4}, DType::kF32);
     auto world = comm::Communicator::borrow(c);
     world.all_reduce(x, comm::ReduceOp::kSum);
-  }, {.report = false}), doctest::Contains("a buffer in device memory passed to a communicator of host memory"), Error);
+  }, {.report = false}), doctest::Contains("a buffer in device memory and no device lane; attach the device's lane"), Error);
   // one rank on the device, its peer on the host: mixed devices in one group
   CHECK_THROWS_WITH_AS(comm::run_threads(2, [&](comm::ThreadCommunicator& c) {
     device::Isolated d(62 + c.rank());

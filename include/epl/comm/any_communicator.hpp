@@ -32,6 +32,7 @@ struct CommunicatorBase {
   virtual CommStats stats() const = 0;
   virtual MemorySpace space() const = 0;
   virtual bool reaches(MemorySpace s) const = 0;
+  virtual bool checks_spaces() const = 0;
   virtual void attach(std::shared_ptr<device::Lane> lane) = 0;
   virtual void all_reduce(const Buffer& in, const Buffer& out, ReduceOp op) = 0;
   virtual Work all_reduce_async(const Buffer& in, const Buffer& out, ReduceOp op) = 0;
@@ -70,6 +71,10 @@ class CommunicatorModel final : public CommunicatorBase {
   bool reaches(MemorySpace s) const override {
     if constexpr (requires { get().reaches(s); }) return get().reaches(s);
     else return s == space_of_v<C>;
+  }
+  bool checks_spaces() const override {
+    if constexpr (requires { C::kChecksSpacesInStep; }) return C::kChecksSpacesInStep;
+    else return false;
   }
   void attach(std::shared_ptr<device::Lane> lane) override {
     if constexpr (requires { get().attach(lane); }) get().attach(std::move(lane));
@@ -134,6 +139,15 @@ class Communicator {
   /// \brief The world of one rank on a device's memory: `copy` moves bytes in the device's order
   /// (device::Cuda::copy_bytes), host memory as well.
   static Communicator solo(SoloCommunicator::Copy copy) { return Communicator(SoloCommunicator(std::move(copy))); }
+
+  /// \brief The world of one rank on device d: a device with `copy_bytes` (a GPU) moves its buffers
+  /// with it, in its stream's order; host memory otherwise.
+  template <class D>
+  static Communicator solo_on(const D& d) {
+    if constexpr (requires { d.copy_bytes(nullptr, nullptr, std::size_t{0}); })
+      return solo([&d](void* dst, const void* src, std::size_t n) { d.copy_bytes(dst, src, n); });
+    else return solo();
+  }
 
   [[nodiscard]] bool valid() const noexcept { return impl_ != nullptr; }
   [[nodiscard]] int rank() const { return impl().rank(); }
@@ -226,7 +240,8 @@ class Communicator {
     auto& c = impl();
     for (const Buffer* x : {&a, &b}) {
       EPL_CHECK(x->count >= 0, op, " on group '", c.name(), "': a buffer of ", x->count, " elements; an element count is never negative");
-      EPL_CHECK(x->count == 0 || c.reaches(x->space), op, " on group '", c.name(), "': a buffer in ", name_of(x->space),
+      // a backend that checks spaces inside its collective fails every rank of the group in step
+      EPL_CHECK(x->count == 0 || c.reaches(x->space) || c.checks_spaces(), op, " on group '", c.name(), "': a buffer in ", name_of(x->space),
                 " memory passed to a communicator of ", name_of(c.space()), " memory (",
                 c.space() == MemorySpace::kDevice ? "NCCL moves device memory: copy host values to the device first"
                 : c.name() == "solo" ? "a world of one made by Communicator::solo() moves host memory; make it with the device's "

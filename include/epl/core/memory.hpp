@@ -196,15 +196,21 @@ struct HostMemory {
 /// \brief Host memory, 64-byte aligned, freed blocks cached by rounded size.
 using HostAllocator = CachingAllocator<detail::HostMemory>;
 
-namespace detail {
-inline HostAllocator& host_pool(DeviceId id) {
+/// \brief The caching allocator of device `id` over Raw: one per process, kind of memory and id,
+/// never destroyed, so a tensor may outlive the device object that made it (its bytes go back to
+/// this cache, for the next device object of that id) and static tensors may be freed at exit.
+template <class Raw>
+CachingAllocator<Raw>& device_pool(DeviceId id) {
   static auto* mutex = new std::mutex;
-  static auto* pools = new std::map<DeviceId, std::unique_ptr<HostAllocator>>;
+  static auto* pools = new std::map<DeviceId, std::unique_ptr<CachingAllocator<Raw>>>;
   std::lock_guard lock(*mutex);
   auto& slot = (*pools)[id];
-  if (!slot) slot = std::make_unique<HostAllocator>(id);
+  if (!slot) slot = std::make_unique<CachingAllocator<Raw>>(id);
   return *slot;
 }
+
+namespace detail {
+inline HostAllocator& host_pool(DeviceId id) { return device_pool<HostMemory>(id); }
 }  // namespace detail
 
 /// \brief The process-wide host allocator of a CPU device index (never destroyed, like the

@@ -7,6 +7,9 @@
 #include <bit>
 #include <cstring>
 #include <string>
+#include <map>
+#include <mutex>
+#include <thread>
 #include <vector>
 
 #include "epl/comm/any_communicator.hpp"
@@ -138,14 +141,85 @@ inline void check_agreement(comm::Communicator& group, const RunFacts& facts, st
     }
 }
 
+namespace detail {
+inline std::int64_t rows_of(const Tensor& t) { return t.defined() && t.rank() > 0 ? t.dim(0) : 0; }
+
+/// \brief A batch must be in the memory of the device this rank trains on: host memory of any CPU
+/// device for a CPU, this very device for a GPU or device::Isolated (another GPU's memory, or
+/// another rank's on a shared GPU, is not ordered with this rank's stream).
+inline void check_batch_memory(const Tensor& inputs, const Tensor& targets, DeviceId device) {
+  for (const Tensor* t : {&inputs, &targets}) {
+    if (!t->defined()) continue;
+    const DeviceId d = t->device();
+    EPL_CHECK(host_reachable(device.kind) ? d.kind == device.kind : d == device, "the batch's ", t == &inputs ? "inputs are" : "targets are",
+              " in ", d.str(), " memory, and this rank trains on ", device.str(), ": make the batch on this rank's device "
+              "(loader.next(device), or device.upload)");
+  }
+}
+
+/// \brief What a step checks of this rank's batch before any collective reads it: as many targets
+/// as inputs, in this rank's device's memory, at least one row, and rows that divide into the
+/// micro-batches (m) the way `ranks` data-parallel shares (equal unless `uneven`) need.
+inline void check_batch(const Tensor& inputs, const Tensor& targets, DeviceId device, int m, int ranks, bool uneven) {
+  const std::int64_t rows = detail::rows_of(inputs), n_targets = detail::rows_of(targets);
+  EPL_CHECK(n_targets == rows, "batch has ", rows, " inputs but ", n_targets, " targets");
+  check_batch_memory(inputs, targets, device);
+  EPL_CHECK(rows > 0, "the batch has no rows; give every step at least one row per micro-batch (pipeline.num_micro_batch = ", m, ")");
+  EPL_CHECK(rows % m == 0, "this rank's batch of ", rows, " samples does not divide into pipeline.num_micro_batch = ", m,
+            " micro-batches; make ", ranks > 1 && !uneven ? "the global batch a multiple of " + std::to_string(ranks * m) + " (" +
+            std::to_string(ranks) + " data-parallel ranks x " + std::to_string(m) + " micro-batches)"
+            : "the batch a multiple of " + std::to_string(m));
+}
+}  // namespace detail
+
+/// \brief While it lives, this thread trains on device `id`: a second thread that claims the same
+/// device (thread ranks sharing one device object, or one GPU slot) is an error naming it. Host
+/// memory needs no claim (CPU ranks may share an index).
+class DeviceClaim {
+ public:
+  explicit DeviceClaim(DeviceId id) : id_(id) {
+    if (host_reachable(id.kind)) return;
+    std::lock_guard lock(mutex());
+    auto& [owner, count] = claims()[id];
+    EPL_CHECK(count == 0 || owner == std::this_thread::get_id(), id.str(), " is trained on by two threads at once (thread ranks "
+              "sharing one device object, or one GPU slot): give each thread rank a device of its own, device::Cuda(index, slot) with "
+              "a slot per rank (device::Isolated(index) with an index per rank)");
+    owner = std::this_thread::get_id();
+    ++count;
+    held_ = true;
+  }
+  ~DeviceClaim() {
+    if (!held_) return;
+    std::lock_guard lock(mutex());
+    if (--claims()[id_].second == 0) claims().erase(id_);
+  }
+  DeviceClaim(const DeviceClaim&) = delete;
+  DeviceClaim& operator=(const DeviceClaim&) = delete;
+
+ private:
+  static std::mutex& mutex() {
+    static auto* m = new std::mutex;
+    return *m;
+  }
+  static std::map<DeviceId, std::pair<std::thread::id, int>>& claims() {
+    static auto* c = new std::map<DeviceId, std::pair<std::thread::id, int>>;
+    return *c;
+  }
+  DeviceId id_;
+  bool held_ = false;
+};
+
 /// \brief The trainer's calls that are collectives over the world.
-enum class Call : std::int64_t { kStep = 1, kSave, kResume, kLoad };
+enum class Call : std::int64_t { kStep = 1, kSave, kResume, kLoad, kEvaluate, kGather, kCheckReplicas };
 inline const char* call_name(Call c) {
   switch (c) {
     case Call::kStep: return "trainer.step()";
     case Call::kSave: return "trainer.save()";
     case Call::kResume: return "trainer.resume()";
     case Call::kLoad: return "trainer.load()";
+    case Call::kEvaluate: return "trainer.evaluate()";
+    case Call::kGather: return "trainer.gather_parameters()";
+    case Call::kCheckReplicas: return "trainer.check_replicas()";
   }
   return "an unknown call";
 }
@@ -157,6 +231,11 @@ inline const char* call_name(Call c) {
 /// (equal shares of the global batch, unless `equal_rows` is false: uneven devices) and will update
 /// with the same learning rate. `data_parallel` says the world is one data-parallel group (its ranks
 /// are named so in the message).
+/// What a call made on some ranks only is told.
+inline constexpr const char* kCollectiveCalls =
+    "step, evaluate, save, resume, load, gather_parameters and check_replicas are collectives that every rank calls, in the same "
+    "order";
+
 inline void agree_on_call(comm::Communicator& world, Call call, std::int64_t step, std::int64_t rows, bool data_parallel,
                           bool equal_rows = true, double learning_rate = 0) {
   if (world.size() == 1) return;
@@ -167,13 +246,13 @@ inline void agree_on_call(comm::Communicator& world, Call call, std::int64_t ste
     world.all_gather(comm::Buffer(mine, 4, DType::kI64), comm::Buffer(all.data(), 4 * n, DType::kI64));
   } catch (const Error& e) {  // a peer that returned, died or called something else: say what this rank was doing
     EPL_FAIL(call_name(call), " at step ", step, " could not agree with the other ranks: ", e.detail(),
-             "; save, resume, load and step are collectives that every rank calls, in the same order");
+             "; ", kCollectiveCalls);
   }
   const auto at = [&](int r, int i) { return all[static_cast<std::size_t>(4 * r + i)]; };
   for (int r = 1; r < n; ++r) {
     EPL_CHECK(at(r, 0) == at(0, 0), "rank 0 called ", call_name(static_cast<Call>(at(0, 0))), " at step ", at(0, 1), " while rank ", r,
-              " called ", call_name(static_cast<Call>(at(r, 0))), " at step ", at(r, 1), ": save, resume, load and step are "
-              "collectives that every rank calls, in the same order (a save on rank 0 only is the usual slip: call it on every rank)");
+              " called ", call_name(static_cast<Call>(at(r, 0))), " at step ", at(r, 1), ": ", kCollectiveCalls,
+              " (a save or gather_parameters on rank 0 only is the usual slip: call it on every rank)");
     EPL_CHECK(at(r, 1) == at(0, 1), call_name(call), ": rank ", r, " is at step ", at(r, 1), " and rank 0 at step ", at(0, 1),
               "; every rank must run the same steps (resume them all from one checkpoint)");
     if (call != Call::kStep) continue;

@@ -71,10 +71,13 @@ class Trainer {
       : Trainer(ctx, ctx.cpu(), cfg, std::move(model), std::move(optimizer), std::move(opt)) {}
   /// \brief Trains on one device: a world of one, the same code.
   Trainer(const D& device, const Config& cfg, Model model, Optimizer optimizer, TrainerOptions opt = {})
-      : device_(&device), solo_(solo_of(device)), world_(&*solo_), model_(std::move(model)),
+      : device_(&device), solo_(comm::Communicator::solo_on(device)), world_(&*solo_), model_(std::move(model)),
         updater_(std::move(optimizer)), opt_(std::move(opt)) {
     if constexpr (device::trainable<D>) init(cfg);
   }
+  // A temporary device would be gone before the first step: keep the device alive beside the Trainer.
+  Trainer(Context& ctx, const D&& device, const Config& cfg, Model model, Optimizer optimizer, TrainerOptions opt = {}) = delete;
+  Trainer(const D&& device, const Config& cfg, Model model, Optimizer optimizer, TrainerOptions opt = {}) = delete;
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
 
@@ -83,10 +86,10 @@ class Trainer {
   double step(const Batch& batch) {
     if constexpr (!device::trainable<D>) return 0;  // the static_assert above is the one error
     else {
-      agree_on_call(*world_, Call::kStep, steps_ + 1, rows_of(batch.inputs), world_->size() == groups_->mesh().data_size(),
+      agree_on_call(*world_, Call::kStep, steps_ + 1, detail::rows_of(batch.inputs), world_->size() == groups_->mesh().data_size(),
                     !groups_->uneven(), updater_.next_learning_rate());
       check_batch(batch);
-      place_ = groups_->place(rows_of(batch.inputs), steps_ + 1);  // uneven shares: checked, and the loss's weight
+      place_ = groups_->place(detail::rows_of(batch.inputs), steps_ + 1);  // uneven shares: checked, and the loss's weight
       groups_->check_rows(batch.inputs, batch.targets, steps_ + 1, reader());
       if (!std::exchange(stepped_, true)) config_.check_all_read();  // a key nothing read (io.slicing alone) is an error
       serializer_.before_step();
@@ -113,7 +116,7 @@ class Trainer {
       ++steps_;
       if (opt_.check_replicas_every > 0 && groups_->mesh().data_size() > 1 && sync_->stage() < 3 &&
           (steps_ == 1 || steps_ % opt_.check_replicas_every == 0))
-        check_replicas();
+        compare_replicas();
       if (serializer_.due(steps_)) save(serializer_.dir());
       return loss;
     }
@@ -124,6 +127,8 @@ class Trainer {
   double evaluate(const Batch& batch) {
     if constexpr (!device::trainable<D>) return 0;
     else {
+      agree_on_call(*world_, Call::kEvaluate, steps_, 0, false);
+      detail::check_batch_memory(batch.inputs, batch.targets, device_->id());
       const Tensor targets = groups_->targets(*device_, batch.targets, 1);
       const double loss = executor_->run(plan_.forward_only(groups_->mesh().coord().pipeline), {batch.inputs, targets, 1},
                                          [&](int, int) { return pass(0, 1, false, nn::RecomputeMode::kNone); });
@@ -134,14 +139,16 @@ class Trainer {
 
   /// \brief Data parallel: fails unless every replica holds bit-identical parameters.
   void check_replicas() {
-    EPL_CHECK(sync_->stage() < 3, "check_replicas compares the replicas' whole parameters, which ZeRO stage 3 never holds (each "
-              "rank keeps its shard); it runs under zero.level \"\", \"v0\" and \"v1\"");
-    groups_->check_replicas(strategy::content_hash(arena_.values(), reader()), steps_);
+    agree_on_call(*world_, Call::kCheckReplicas, steps_, 0, false);
+    compare_replicas();
   }
   /// \brief ZeRO stage 3 keeps only this rank's shard of the parameters between layers: this
   /// gathers all of them so model() can be read (a collective over the data-parallel group; every
   /// rank calls it). They stay until the next step or evaluation. Other runs: no-op.
-  void gather_parameters() { sync_->gather_all(); }
+  void gather_parameters() {
+    agree_on_call(*world_, Call::kGather, steps_, 0, false);
+    sync_->gather_all();
+  }
 
   /// \brief Saves the whole training state into dir/step-N (N = steps()): every parameter and the
   /// optimizer's state (each rank writes what it holds), the step, the optimizer's step count, the
@@ -237,16 +244,13 @@ class Trainer {
   [[nodiscard]] const Timeline* timeline() const noexcept { return tracer_.timeline(); }
 
  private:
+  void compare_replicas() {
+    EPL_CHECK(sync_->stage() < 3, "check_replicas compares the replicas' whole parameters, which ZeRO stage 3 never holds (each "
+              "rank keeps its shard); it runs under zero.level \"\", \"v0\" and \"v1\"");
+    groups_->check_replicas(strategy::content_hash(arena_.values(), reader()), steps_);
+  }
   // How host code reads this device's tensors (a GPU's memory only through a download).
-  [[nodiscard]] strategy::Download reader() const {
-    return [d = device_](const Tensor& t, void* host) { d->download(t, host); };
-  }
-  // The world of one rank on device d: a GPU's buffers are moved by its own copy.
-  static comm::Communicator solo_of(const D& d) {
-    if constexpr (requires { d.copy_bytes(nullptr, nullptr, std::size_t{0}); })
-      return comm::Communicator::solo([&d](void* dst, const void* src, std::size_t n) { d.copy_bytes(dst, src, n); });
-    else return comm::Communicator::solo();
-  }
+  [[nodiscard]] strategy::Download reader() const { return [d = device_](const Tensor& t, void* h) { d->download(t, h); }; }
   void init(const Config& cfg) {
     config_ = cfg;
     auto options = plan_options(cfg, opt_);
@@ -336,21 +340,8 @@ class Trainer {
     return norm;
   }
 
-  static std::int64_t rows_of(const Tensor& t) { return t.defined() && t.rank() > 0 ? t.dim(0) : 0; }
   void check_batch(const Batch& batch) const {
-    const std::int64_t rows = rows_of(batch.inputs), targets = rows_of(batch.targets);
-    const int m = plan_.micro_batches;
-    EPL_CHECK(targets == rows, "batch has ", rows, " inputs but ", targets, " targets");
-    for (const Tensor* t : {&batch.inputs, &batch.targets})
-      EPL_CHECK(!t->defined() || t->device().kind == device_->id().kind, "the batch's ", t == &batch.inputs ? "inputs are" : "targets are",
-                " in ", t->device().str(), " memory, and this rank trains on ", device_->id().str(),
-                ": make the batch on the device (loader.next(device), or device.upload)");
-    EPL_CHECK(rows > 0, "the batch has no rows; give every step at least one row per micro-batch (pipeline.num_micro_batch = ", m, ")");
-    const int ranks = groups_->rows().ranks;
-    EPL_CHECK(rows % m == 0, "this rank's batch of ", rows, " samples does not divide into pipeline.num_micro_batch = ", m,
-              " micro-batches; make ", ranks > 1 && !groups_->uneven() ? "the global batch a multiple of " + std::to_string(ranks * m) +
-              " (" + std::to_string(ranks) + " data-parallel ranks x " + std::to_string(m) + " micro-batches)"
-              : "the batch a multiple of " + std::to_string(m));
+    detail::check_batch(batch.inputs, batch.targets, device_->id(), plan_.micro_batches, groups_->rows().ranks, groups_->uneven());
   }
   // A load (a collective): into this rank's values, then the replicas or ZeRO slices meet again.
   template <class Fn>
@@ -397,6 +388,7 @@ class Trainer {
   }
 
   const D* device_;
+  DeviceClaim claim_{device_->id()};  // one thread per GPU slot (or device::Isolated index)
   std::optional<comm::Communicator> solo_;
   comm::Communicator* world_;
   Model model_;

@@ -32,6 +32,10 @@ namespace comm {
 /// asynchronous operations it issued are pending.
 class ThreadCommunicator {
  public:
+  /// Each collective checks its buffers' memory spaces (and the lane) with its other arguments,
+  /// so a rank's wrong buffer fails every rank of the group in step.
+  static constexpr bool kChecksSpacesInStep = true;
+
   ThreadCommunicator(std::shared_ptr<detail::ThreadGroup> g, int rank) : group_(std::move(g)), rank_(rank) {}
   ThreadCommunicator(ThreadCommunicator&&) noexcept = default;
   ThreadCommunicator& operator=(ThreadCommunicator&&) noexcept = default;
@@ -470,7 +474,8 @@ class ThreadCommunicator {
 
   static constexpr std::int64_t kStagingBytes = 256 << 10;
   static constexpr const char* kAttach = "attach the device's lane to every rank's communicator first (comm.attach(device.lane()); "
-                                         "a Trainer built on the device does it)";
+                                         "a Trainer built on the device does it), before splitting groups from it: a group split "
+                                         "earlier has no lane";
 
   // What one rank's handle owns; behind a pointer so the handle moves (atomics do not).
   struct RankState {

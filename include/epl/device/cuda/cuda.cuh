@@ -62,7 +62,7 @@ namespace detail {
 /// caching allocator (kept alive by the buffers themselves).
 class CudaLane final : public Lane {
  public:
-  CudaLane(DeviceId id, cudaStream_t compute, std::shared_ptr<CudaAllocator> alloc) : id_(id), compute_(compute), alloc_(std::move(alloc)) {
+  CudaLane(DeviceId id, cudaStream_t compute, CudaAllocator* alloc) : id_(id), compute_(compute), alloc_(alloc) {
     EPL_CUDA_CHECK(cudaSetDevice(id.index));
     EPL_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   }
@@ -118,7 +118,7 @@ class CudaLane final : public Lane {
   [[nodiscard]] std::shared_ptr<void> allocate(std::size_t n) const override {
     void* p = alloc_->allocate(n);
     memory_account(id_).charge(MemoryCategory::kCommunication, static_cast<std::int64_t>(n));
-    return {p, [alloc = alloc_, n, id = id_](void* q) {
+    return {p, [alloc = alloc_, n, id = id_](void* q) {  // the pool outlives every device object
       memory_account(id).charge(MemoryCategory::kCommunication, -static_cast<std::int64_t>(n));
       alloc->deallocate(q, n);
     }};
@@ -132,7 +132,7 @@ class CudaLane final : public Lane {
   void set_device() const { EPL_CUDA_CHECK(cudaSetDevice(id_.index)); }  // the worker threads of a communicator too
   DeviceId id_;
   cudaStream_t compute_;
-  std::shared_ptr<CudaAllocator> alloc_;
+  CudaAllocator* alloc_;
   cudaStream_t stream_ = nullptr;
 };
 }  // namespace detail
@@ -146,8 +146,8 @@ class Cuda {
   /// \param index the GPU; \param slot which of the thread ranks that share it this one is: each
   /// gets its own stream and its own memory account (cuda:index/slot), as CPU thread ranks do.
   explicit Cuda(int index = 0, int slot = 0)
-      : alloc_(std::make_shared<CudaAllocator>(DeviceId{DeviceKind::kCuda, index, slot})),
-        pinned_(std::make_unique<PinnedAllocator>(DeviceId{DeviceKind::kHost, index, slot})) {
+      : alloc_(&device_pool<CudaMemory>(DeviceId{DeviceKind::kCuda, index, slot})),
+        pinned_(&device_pool<PinnedMemory>(DeviceId{DeviceKind::kHost, index, slot})) {
     EPL_CHECK(slot >= 0, "CUDA device ", index, ": slot ", slot, " must be non-negative (one per thread rank sharing the GPU)");
     int n = cuda_device_count();
     EPL_CHECK(index >= 0 && index < n, "CUDA device ", index, " requested, ", n, " visible; check CUDA_VISIBLE_DEVICES");
@@ -161,6 +161,9 @@ class Cuda {
     EPL_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&report_on_device_), report_, 0));
   }
   ~Cuda() {
+    // its blocks go back to the process's pool of this id, where the next device object of the id
+    // takes them: the work that uses them finishes first
+    if (stream_) cudaStreamSynchronize(stream_);
     lane_.reset();
     if (report_) cudaFreeHost(report_);
     if (blas_) cublasDestroy(blas_);
@@ -680,8 +683,10 @@ class Cuda {
     return {e, CopyTicket::Destroy{}};
   }
 
-  std::shared_ptr<CudaAllocator> alloc_;  // shared with the lane's message buffers, which may outlive the device
-  std::unique_ptr<PinnedAllocator> pinned_;
+  // The process's pools of this id (core/memory.hpp: device_pool): a tensor, or a lane's message
+  // buffer, may outlive this object.
+  CudaAllocator* alloc_;
+  PinnedAllocator* pinned_;
   mutable std::once_flag lane_once_;
   mutable std::shared_ptr<detail::CudaLane> lane_;
   cudaStream_t stream_ = nullptr;

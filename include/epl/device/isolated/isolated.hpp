@@ -72,6 +72,16 @@ class IsolatedSpace {
     next_ += n;
     return p;
   }
+  /// Whether [p, p + n) lies inside one block handed out (a buffer's count past its tensor's end
+  /// is a wrong size, which a GPU would not report either).
+  [[nodiscard]] bool spans(const void* p, std::size_t n) const {
+    std::lock_guard lock(mutex_);
+    auto it = sizes_.upper_bound(const_cast<void*>(p));
+    if (it == sizes_.begin()) return false;
+    --it;
+    const auto* begin = static_cast<const char*>(it->first);
+    return static_cast<const char*>(p) + n <= begin + it->second;
+  }
   void release(void* p) noexcept {
     std::lock_guard lock(mutex_);
     const auto it = sizes_.find(p);
@@ -136,7 +146,7 @@ class IsolatedSpace {
   void* fenced_ = nullptr;
   void* twin_ = nullptr;
   static inline std::atomic<std::uintptr_t> fenced_begin_{0};
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::size_t next_ = 0;
   std::map<void*, std::size_t> sizes_;
   std::map<std::size_t, std::vector<void*>> free_;
@@ -156,12 +166,13 @@ class IsolatedLane final : public Lane {
   [[nodiscard]] std::shared_ptr<void> ready() const override { return nullptr; }
   void after(const std::shared_ptr<void>&) const override {}
   void copy(void* dst, const void* src, std::size_t n) const override {
-    check(dst, "copy"), check(src, "copy");
+    check(dst, n, "copy"), check(src, n, "copy");
     if (n) std::memmove(space().open(dst), space().open(src), n);
   }
   void reduce(void* dst, std::span<const void* const> srcs, std::int64_t count, DType t, Reduction r, int divisor) const override {
-    check(dst, "reduce");
-    for (const void* s : srcs) check(s, "reduce");
+    const auto bytes = static_cast<std::size_t>(count) * size_of(t);
+    check(dst, bytes, "reduce");
+    for (const void* s : srcs) check(s, bytes, "reduce");
     if (count == 0 || srcs.empty()) return;
     // through a staging block, so that dst may be any of the sources
     const auto es = static_cast<std::int64_t>(size_of(t));
@@ -184,11 +195,14 @@ class IsolatedLane final : public Lane {
 
  private:
   static IsolatedSpace& space() { return IsolatedSpace::get(); }
-  // A lane moves device memory only: a host pointer here is a wrong-space bug of its caller.
-  void check(const void* p, const char* op) const {
+  // A lane moves device memory only: a host pointer here is a wrong-space bug of its caller, and
+  // bytes past the end of the block a pointer is in are a wrong size.
+  void check(const void* p, std::size_t n, const char* op) const {
     EPL_CHECK(p == nullptr || space().holds(p), "the lane of ", id_.str(), " was given host memory to ", op,
               " (a GPU's lane would read it as a device address): pass device buffers, or move host values with the host "
               "backend");
+    EPL_CHECK(p == nullptr || n == 0 || space().spans(p, n), "the lane of ", id_.str(), " was asked to ", op, " ", n,
+              " bytes at a device address whose allocation ends sooner: a Buffer's count is larger than its memory");
   }
   DeviceId id_;
 };
@@ -206,7 +220,7 @@ class Isolated {
 
   /// \param index the device's accounting index (one per thread rank, as device::Cpu's)
   explicit Isolated(int index = 0)
-      : cpu_(index), alloc_(std::make_unique<CachingAllocator<detail::IsolatedMemory>>(DeviceId{DeviceKind::kIsolated, index})),
+      : cpu_(checked(index)), alloc_(&device_pool<detail::IsolatedMemory>(DeviceId{DeviceKind::kIsolated, index})),
         lane_(std::make_shared<detail::IsolatedLane>(DeviceId{DeviceKind::kIsolated, index})) {}
 
   [[nodiscard]] DeviceId id() const noexcept { return alloc_->device(); }
@@ -316,11 +330,19 @@ class Isolated {
     EPL_CHECK(d.kind == DeviceKind::kIsolated, "device::Isolated's ", op, " was given a tensor in ", d.str(),
               " memory, which a device's kernels cannot read (as a GPU's cannot read pageable host memory): upload it to the "
               "device first (device.upload, or the loader's next(device))");
+    EPL_CHECK(d == id(), id().str(), "'s ", op, " was given a tensor of ", d.str(), ": a device's operations take its own "
+              "tensors (on GPUs another GPU's memory, or another rank's on a shared GPU, is not ordered with this stream); move "
+              "it with a communicator, or make it on this device");
     return Tensor::borrowed(space().open(t.raw()), t.shape(), t.dtype(), cpu_.id(), t.category());
   }
 
+  static int checked(int index) {
+    EPL_CHECK(index >= 0, "device::Isolated(", index, "): the index must be non-negative (one per rank: its memory account)");
+    return index;
+  }
+
   Cpu cpu_;
-  std::unique_ptr<CachingAllocator<detail::IsolatedMemory>> alloc_;
+  CachingAllocator<detail::IsolatedMemory>* alloc_;  // the process's pool of this id: tensors may outlive the device object
   std::shared_ptr<detail::IsolatedLane> lane_;
 };
 
