@@ -161,14 +161,16 @@ struct MoeGpt {
 using PlainFfn = nn::Seq<nn::LayerNorm, nn::MoE>;
 template <int N>
 using SplitFfn = Split<N, nn::LayerNorm, nn::MoE>;
+inline nn::MoE::Options moe_options(double capacity, double aux) {
+  return {.dim = 16, .hidden = 24, .experts = 4, .top_k = 2, .capacity_factor = capacity, .aux_weight = aux};
+}
 template <class Ffn>
-MoeGpt<Ffn> make_moe_gpt() {
+MoeGpt<Ffn> make_moe_gpt(double capacity = 2.0, double aux = 0.05) {
   const auto s = shape();
   auto g = gpt::make_gpt(s);
   auto block = [&] {
     return MoeBlock<Ffn>{nn::Residual<nn::LayerNorm, nn::CausalSelfAttention>(nn::LayerNorm(s.dim), nn::CausalSelfAttention(s.dim, s.heads)),
-                         nn::Residual<Ffn>(Ffn(nn::LayerNorm(s.dim), nn::MoE({.dim = 16, .hidden = 24, .experts = 4, .top_k = 2,
-                                                                              .capacity_factor = 2.0, .aux_weight = 0.05})))};
+                         nn::Residual<Ffn>(Ffn(nn::LayerNorm(s.dim), nn::MoE(moe_options(capacity, aux))))};
   };
   return {g.embed, block(), block(), g.head};
 }

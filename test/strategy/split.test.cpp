@@ -3,6 +3,7 @@
 // the cross-entropy by vocabulary, Dropout on split columns) on 2 and 4 ranks, Split x data
 // parallel, Split inside a pipeline stage; each rule moves exactly its formula's bytes; bad
 // setups are clear errors.
+#include "../multirank_matrix.hpp"
 #include "split_helpers.hpp"
 
 using namespace epl;
@@ -309,37 +310,12 @@ TEST_CASE("split memory: a 100,000-class classifier's parameter, gradient and op
   CHECK(std::abs(static_cast<double>(four - backbone_bytes) / static_cast<double>(one - backbone_bytes) - 0.25) < 0.01);
 }
 
-// A mixture-of-experts transformer: attention and the gate replicated, the experts split over the
-// group with all_to_all dispatch and combine.
-namespace {
-template <class Ffn>
-struct MoeBlock {
-  nn::Residual<nn::LayerNorm, nn::CausalSelfAttention> attn;
-  nn::Residual<Ffn> ffn;
-};
-template <class Ffn>
-struct MoeGpt {
-  gpt::Embed embed;
-  MoeBlock<Ffn> b0, b1;
-  gpt::Head head;
-};
-using PlainFfn = nn::Seq<nn::LayerNorm, nn::MoE>;
-template <int N>
-using SplitFfn = Split<N, nn::LayerNorm, nn::MoE>;
-nn::MoE::Options moe_options(double capacity, double aux) {
-  return {.dim = 16, .hidden = 24, .experts = 4, .top_k = 2, .capacity_factor = capacity, .aux_weight = aux};
-}
-template <class Ffn>
-MoeGpt<Ffn> make_moe_gpt(double capacity, double aux) {
-  const auto s = shape();
-  auto g = gpt::make_gpt(s);
-  auto block = [&] {
-    return MoeBlock<Ffn>{nn::Residual<nn::LayerNorm, nn::CausalSelfAttention>(nn::LayerNorm(s.dim), nn::CausalSelfAttention(s.dim, s.heads)),
-                         nn::Residual<Ffn>(Ffn(nn::LayerNorm(s.dim), nn::MoE(moe_options(capacity, aux))))};
-  };
-  return {g.embed, block(), block(), g.head};
-}
-}  // namespace
+// A mixture-of-experts transformer (test/multirank_matrix.hpp's): attention and the gate
+// replicated, the experts split over the group with all_to_all dispatch and combine.
+using test::matrix::make_moe_gpt;
+using test::matrix::moe_options;
+using test::matrix::PlainFfn;
+using test::matrix::SplitFfn;
 
 TEST_CASE("moe: experts split 2 and 4 ways equal one device, with and without dropped tokens, top-2 and the balancing loss") {
   for (double capacity : {2.0, 0.5}) {  // 2: nothing dropped (4 experts, top-2); 0.5: drops
