@@ -30,11 +30,7 @@ class SoloCommunicator {
   /// \brief Moves a device's buffers through its lane, unless made with a copy already.
   void attach(const std::shared_ptr<device::Lane>& lane) {
     if (copy_) return;
-    copy_ = [lane](void* dst, const void* src, std::size_t n) {
-      lane->after(lane->ready());
-      lane->copy(dst, src, n);
-      lane->complete();
-    };
+    copy_ = [lane](void* dst, const void* src, std::size_t n) { lane->copy_now(dst, src, n); };
   }
   /// Whether it moves buffers in space s: host memory always, a device's with a Copy.
   [[nodiscard]] bool reaches(MemorySpace s) const noexcept { return s == MemorySpace::kHost || copy_ != nullptr; }

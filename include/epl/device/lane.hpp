@@ -47,6 +47,14 @@ class Lane {
   /// \brief Waits (on the host) until the lane's queued operations have completed: their
   /// buffers may then be reused, by any rank.
   virtual void complete() const = 0;
+
+  /// \brief A copy after the work this device has queued so far, done when this returns (a
+  /// message into or out of a rank's buffer).
+  void copy_now(void* dst, const void* src, std::size_t n) const {
+    after(ready());
+    copy(dst, src, n);
+    complete();
+  }
 };
 
 }  // namespace device

@@ -168,11 +168,10 @@ class NcclCommunicator {
     state->start();
     pending_.push_back({buf, dst, state, ready()});
     account(static_cast<std::int64_t>(buf.bytes()), 0);
-    return Work::deferred([this, state, dst] {
+    return Work::deferred([this, state] {
       flush(nullptr);
       EPL_CHECK(!queued(state), "send over NCCL on group '", name_, "' at rank ", rank_, " to itself waited for before its receive: NCCL "
                 "moves a rank's message to itself together with the receive; post the receive (irecv) before waiting for the send");
-      (void)dst;
       wait_for(state, "send");
     }, [this, state] {
       flush(nullptr);
@@ -200,8 +199,7 @@ class NcclCommunicator {
     usable("all_to_all");
     detail::check_all_to_all_counts(in, send_counts, out, recv_counts, size_, name_);
     std::int64_t so = 0, ro = 0, sent = 0, received = 0;
-    flush(nullptr);
-    after_compute();
+    start();
     EPL_NCCL_CHECK(ncclGroupStart());
     for (int q = 0; q < size_; ++q) {
       if (send_counts[q] > 0)
@@ -244,22 +242,19 @@ class NcclCommunicator {
   /// completes when the stream reaches it.
   Work all_reduce_async(const Buffer& in, const Buffer& out, ReduceOp op) {
     device_only(in, out, "all_reduce_async");
-    flush(nullptr);
-    after_compute();
+    start();
     enqueue_all_reduce(in, out, op);
     return completion();
   }
   Work reduce_scatter_async(const Buffer& in, const Buffer& out, ReduceOp op) {
     device_only(in, out, "reduce_scatter_async");
-    flush(nullptr);
-    after_compute();
+    start();
     enqueue_reduce_scatter(in, out, op);
     return completion();
   }
   Work all_gather_async(const Buffer& in, const Buffer& out) {
     device_only(in, out, "all_gather_async");
-    flush(nullptr);
-    after_compute();
+    start();
     enqueue_all_gather(in, out);
     return completion();
   }
@@ -269,9 +264,8 @@ class NcclCommunicator {
   // (in, then out unless it is in), and out is copied back.
   template <class Enqueue>
   void staged(const Buffer& in, const Buffer& out, Enqueue&& enqueue, const char* op) {
-    flush(nullptr);
     if (in.space == MemorySpace::kDevice && out.space == MemorySpace::kDevice) {
-      after_compute();
+      start();
       enqueue(in, out);
       wait(op);
       return;
@@ -285,7 +279,7 @@ class NcclCommunicator {
     const Tensor dout = out.data == in.data ? di : out.space == MemorySpace::kHost ? on_device(out) : Tensor{};
     const Buffer i = di.defined() ? Buffer(di.raw(), in.count, in.dtype, MemorySpace::kDevice) : in;
     const Buffer o = dout.defined() ? Buffer(dout.raw(), out.count, out.dtype, MemorySpace::kDevice) : out;
-    after_compute();  // the staging copies (on the compute stream) first
+    start();  // after the staging copies (on the compute stream)
     enqueue(i, o);
     wait(op);
     if (out.space == MemorySpace::kHost && out.count > 0) {
@@ -334,16 +328,12 @@ class NcclCommunicator {
     }
   }
   // The communication stream waits for the work queued on the compute stream so far.
-  void after_compute() { after(ready()); }
-  void after(const std::shared_ptr<void>& mark) {
-    if (mark) EPL_CUDA_CHECK(cudaStreamWaitEvent(stream_, static_cast<cudaEvent_t>(mark.get()), 0));
-  }
-  [[nodiscard]] std::shared_ptr<void> ready() const {
-    cudaEvent_t e = nullptr;
-    EPL_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-    std::shared_ptr<void> mark(e, [](void* x) { cudaEventDestroy(static_cast<cudaEvent_t>(x)); });
-    EPL_CUDA_CHECK(cudaEventRecord(e, gpu_->stream()));
-    return mark;
+  void after_compute() { device::detail::wait_for_mark(stream_, ready()); }
+  [[nodiscard]] std::shared_ptr<void> ready() const { return device::detail::mark_of(gpu_->stream()); }
+  // Before a collective: the queued sends go first, and the stream waits for the compute stream.
+  void start() {
+    flush(nullptr);
+    after_compute();
   }
   // The queued sends (and a receive, when given) in one NCCL group on the communication stream.
   // NCCL pairs a send to this rank itself with its receive inside one group: such a send waits
@@ -364,7 +354,7 @@ class NcclCommunicator {
     if (go.empty() && !recv_into) return;
     usable(recv_into ? "recv" : "send");
     if (recv_into) after_compute();  // the receive's buffer is free of the compute stream's earlier work
-    for (const auto& p : go) after(p.ready);
+    for (const auto& p : go) device::detail::wait_for_mark(stream_, p.ready);
     EPL_NCCL_CHECK(ncclGroupStart());
     for (const auto& p : go)
       EPL_NCCL_CHECK(ncclSend(p.buf.data, static_cast<std::size_t>(p.buf.count), detail::nccl_type(p.buf.dtype), p.dst, comm_, stream_));
@@ -449,18 +439,16 @@ class NcclCommunicator {
   }
   // Fails (aborting the communicator) on an asynchronous NCCL error or past the deadline.
   void check_progress(const char* what, std::chrono::steady_clock::time_point deadline) {
-    {
-      usable(what);
-      ncclResult_t async = ncclSuccess;
-      EPL_NCCL_CHECK(ncclCommGetAsyncError(comm_, &async));
-      if (async != ncclSuccess || std::chrono::steady_clock::now() >= deadline) {
-        ncclCommAbort(comm_);
-        comm_ = nullptr;
-        EPL_FAIL(what, " over NCCL on group '", name_, "' at rank ", rank_,
-                 async != ncclSuccess ? std::string(" failed: ") + ncclGetErrorString(async)
-                                      : " timed out after " + std::to_string(opt_.timeout.count()) +
-                                            " ms (a rank died, hangs, or called a different collective); the communicator was aborted");
-      }
+    usable(what);
+    ncclResult_t async = ncclSuccess;
+    EPL_NCCL_CHECK(ncclCommGetAsyncError(comm_, &async));
+    if (async != ncclSuccess || std::chrono::steady_clock::now() >= deadline) {
+      ncclCommAbort(comm_);
+      comm_ = nullptr;
+      EPL_FAIL(what, " over NCCL on group '", name_, "' at rank ", rank_,
+               async != ncclSuccess ? std::string(" failed: ") + ncclGetErrorString(async)
+                                    : " timed out after " + std::to_string(opt_.timeout.count()) +
+                                          " ms (a rank died, hangs, or called a different collective); the communicator was aborted");
     }
   }
   void account(std::int64_t sent, std::int64_t received) {

@@ -246,9 +246,7 @@ class ThreadCommunicator {
       EPL_CHECK(st_->lane, "send on group '", name(), "' at rank ", rank_, ": a buffer in device memory and no device lane; ",
                 kAttach);
       auto copy = st_->lane->allocate(buf.bytes());
-      st_->lane->after(st_->lane->ready());
-      st_->lane->copy(copy.get(), buf.data, buf.bytes());
-      st_->lane->complete();
+      st_->lane->copy_now(copy.get(), buf.data, buf.bytes());
       group_->post(rank_, dst, tag, {{}, buf.count, buf.dtype, std::move(copy)});
     } else {
       const auto* p = static_cast<const char*>(buf.data);
@@ -426,13 +424,8 @@ class ThreadCommunicator {
     EPL_CHECK(device == (buf.space == MemorySpace::kDevice), "recv on group '", name(), "' at rank ", rank_, " from rank ", src,
               " tag ", tag, ": rank ", src, " sent ", device ? "device" : "host", " memory into a buffer in ",
               name_of(buf.space), " memory; both ends of a transfer use one memory space");
-    if (device) {
-      st_->lane->after(st_->lane->ready());
-      st_->lane->copy(buf.data, m.device.get(), buf.bytes());
-      st_->lane->complete();
-    } else {
-      std::memcpy(buf.data, m.bytes.data(), m.bytes.size());
-    }
+    if (device) st_->lane->copy_now(buf.data, m.device.get(), buf.bytes());
+    else std::memcpy(buf.data, m.bytes.data(), m.bytes.size());
     st_->received += static_cast<std::int64_t>(buf.bytes());
     ++st_->ops;
   }
@@ -443,6 +436,7 @@ class ThreadCommunicator {
   void prepare_staging(DType t) {
     const auto bytes = static_cast<std::size_t>(kStagingBytes / size_of(t) * size_of(t));
     if (st_->staging.size() < bytes) st_->staging.resize(bytes);
+    st_->sources.resize(static_cast<std::size_t>(size()));
   }
 
   // dst[dst_offset + i] = op over q of src(q)[o0 + i], for i < o1 - o0, accumulated in rank
@@ -450,23 +444,14 @@ class ThreadCommunicator {
   // owns the share, and in-place buffers are read before they are written).
   template <class Source>
   void reduce_share(std::int64_t o0, std::int64_t o1, Source&& src, const Buffer& dst, std::int64_t dst_offset, ReduceOp op) {
-    if (on_device(dst)) {  // the lane reduces in rank order, through its own staging
-      std::vector<const void*> sources(static_cast<std::size_t>(size()));
-      for (int q = 0; q < size(); ++q) sources[static_cast<std::size_t>(q)] = src(q).byte_ptr(o0);
-      st_->lane->reduce(dst.byte_ptr(dst_offset), sources, o1 - o0, dst.dtype, detail::reduction_of(op),
-                        op == ReduceOp::kMean ? size() : 1);
-      return;
-    }
-    const auto es = static_cast<std::int64_t>(size_of(dst.dtype));
-    const std::int64_t block = std::max<std::int64_t>(1, kStagingBytes / es);
-    auto& staging = st_->staging;
-    for (std::int64_t b = o0; b < o1; b += block) {
-      const std::int64_t len = std::min(block, o1 - b);
-      std::memcpy(staging.data(), src(0).byte_ptr(b), static_cast<std::size_t>(len * es));
-      for (int q = 1; q < size(); ++q) detail::reduce_into(staging.data(), src(q).byte_ptr(b), len, dst.dtype, op);
-      if (op == ReduceOp::kMean) detail::divide(staging.data(), len, dst.dtype, size());
-      std::memcpy(dst.byte_ptr(dst_offset + (b - o0)), staging.data(), static_cast<std::size_t>(len * es));
-    }
+    auto& sources = st_->sources;  // sized before the entry barrier (prepare_staging)
+    for (int q = 0; q < size(); ++q) sources[static_cast<std::size_t>(q)] = src(q).byte_ptr(o0);
+    const int divisor = op == ReduceOp::kMean ? size() : 1;
+    if (on_device(dst))  // the lane reduces in rank order, through its own staging
+      st_->lane->reduce(dst.byte_ptr(dst_offset), sources, o1 - o0, dst.dtype, detail::reduction_of(op), divisor);
+    else
+      device::detail::reduce_in_order(dst.byte_ptr(dst_offset), sources, o1 - o0, dst.dtype, detail::reduction_of(op), divisor,
+                                      st_->staging);
   }
 
   Work enqueue(std::function<void()> task) { return st_->queue.enqueue(std::move(task)); }
@@ -481,6 +466,7 @@ class ThreadCommunicator {
   struct RankState {
     std::uint64_t seq = 0;
     std::vector<char> staging;
+    std::vector<const void*> sources;  // a reduction's operands, one per rank
     std::atomic<std::int64_t> sent{0}, received{0}, ops{0};
     std::atomic<bool> cancelled{false};
     std::shared_ptr<device::Lane> lane;  // moves device buffers (attach)

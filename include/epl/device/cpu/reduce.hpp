@@ -2,7 +2,9 @@
 /// \file
 /// \brief Element-wise reductions of host buffers, every dtype: the host communicators' and
 /// device::Isolated's lane.
+#include <algorithm>
 #include <cstring>
+#include <span>
 #include <type_traits>
 
 #include "epl/core/dtype.hpp"
@@ -40,6 +42,24 @@ inline void divide(void* x, std::int64_t count, DType t, int n) {
 EPL_SIMD_LOOP
     for (std::int64_t i = 0; i < count; ++i) p[i] = static_cast<T>(static_cast<Acc>(p[i]) / static_cast<Acc>(n));
   });
+}
+
+/// dst[i] = r over the sources in order of srcs[k][i] for i < count, divided by `divisor` when above
+/// 1, a staging block at a time, so that the result does not depend on who reduces and dst may be
+/// any of the sources (each block is read whole before it is written). `staging` holds at least
+/// one element; it is not resized (a collective's data phase allocates nothing).
+inline void reduce_in_order(void* dst, std::span<const void* const> srcs, std::int64_t count, DType t, Reduction r, int divisor,
+                            std::span<char> staging) {
+  if (count == 0 || srcs.empty()) return;
+  const auto es = static_cast<std::int64_t>(size_of(t));
+  const std::int64_t block = std::max<std::int64_t>(1, static_cast<std::int64_t>(staging.size()) / es);
+  for (std::int64_t b = 0; b < count; b += block) {
+    const std::int64_t len = std::min(block, count - b);
+    std::memcpy(staging.data(), static_cast<const char*>(srcs[0]) + b * es, static_cast<std::size_t>(len * es));
+    for (std::size_t k = 1; k < srcs.size(); ++k) combine(staging.data(), staging.data(), static_cast<const char*>(srcs[k]) + b * es, len, t, r);
+    if (divisor > 1) divide(staging.data(), len, t, divisor);
+    std::memcpy(static_cast<char*>(dst) + b * es, staging.data(), static_cast<std::size_t>(len * es));
+  }
 }
 
 }  // namespace device::detail

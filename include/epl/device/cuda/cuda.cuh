@@ -56,6 +56,20 @@ struct PinnedMemory {
 using PinnedAllocator = CachingAllocator<PinnedMemory>;
 
 namespace detail {
+/// A mark after the work queued on `stream` so far (an event, destroyed with its last holder;
+/// CUDA allows that while work on it is pending).
+inline std::shared_ptr<void> mark_of(cudaStream_t stream) {
+  cudaEvent_t e = nullptr;
+  EPL_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  std::shared_ptr<void> mark(e, [](void* x) { cudaEventDestroy(static_cast<cudaEvent_t>(x)); });
+  EPL_CUDA_CHECK(cudaEventRecord(e, stream));
+  return mark;
+}
+/// `stream`'s later work waits for a mark of mark_of (none: no wait).
+inline void wait_for_mark(cudaStream_t stream, const std::shared_ptr<void>& mark) {
+  if (mark) EPL_CUDA_CHECK(cudaStreamWaitEvent(stream, static_cast<cudaEvent_t>(mark.get()), 0));
+}
+
 /// The lane of a CUDA device: a stream of its own for communication, ordered after the compute
 /// stream by events; copies by cudaMemcpyAsync (device to device, on one GPU or between two that
 /// reach each other), reductions by one kernel over the sources; message buffers from the device's
@@ -75,15 +89,9 @@ class CudaLane final : public Lane {
   [[nodiscard]] DeviceId device() const override { return id_; }
   [[nodiscard]] std::shared_ptr<void> ready() const override {
     set_device();
-    cudaEvent_t e = nullptr;
-    EPL_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-    std::shared_ptr<void> mark(e, [](void* x) { cudaEventDestroy(static_cast<cudaEvent_t>(x)); });
-    EPL_CUDA_CHECK(cudaEventRecord(e, compute_));
-    return mark;
+    return mark_of(compute_);
   }
-  void after(const std::shared_ptr<void>& mark) const override {
-    if (mark) EPL_CUDA_CHECK(cudaStreamWaitEvent(stream_, static_cast<cudaEvent_t>(mark.get()), 0));
-  }
+  void after(const std::shared_ptr<void>& mark) const override { wait_for_mark(stream_, mark); }
   void copy(void* dst, const void* src, std::size_t n) const override {
     set_device();
     if (n) EPL_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, stream_));

@@ -47,10 +47,7 @@ class IsolatedSpace {
     return *space;
   }
   /// Whether p points into the untouchable range.
-  [[nodiscard]] bool holds(const void* p) const noexcept {
-    const auto a = reinterpret_cast<std::uintptr_t>(p), b = reinterpret_cast<std::uintptr_t>(fenced_);
-    return a >= b && a < b + kBytes;
-  }
+  [[nodiscard]] bool holds(const void* p) const noexcept { return in_range(reinterpret_cast<std::uintptr_t>(p)); }
   /// Where the device's kernels read and write p (p itself when it is not in the range).
   [[nodiscard]] void* open(const void* p) const noexcept {
     if (!holds(p)) return const_cast<void*>(p);
@@ -107,8 +104,8 @@ class IsolatedSpace {
   // A fault in the untouchable range: host code touched device memory. Says so (async-signal-safe
   // writes only), then lets the signal take its default course.
   static void on_fault(int sig, siginfo_t* info, void* context) {
-    const auto a = reinterpret_cast<std::uintptr_t>(info->si_addr), b = fenced_begin_.load();
-    if (b != 0 && a >= b && a < b + kBytes) {
+    const auto a = reinterpret_cast<std::uintptr_t>(info->si_addr);
+    if (in_range(a)) {
       char hex[2 + 16 + 1];
       hex[0] = '0', hex[1] = 'x';
       for (int i = 0; i < 16; ++i) hex[2 + i] = "0123456789abcdef"[(a >> (60 - 4 * i)) & 0xf];
@@ -130,6 +127,11 @@ class IsolatedSpace {
     } else {
       signal(SIGSEGV, SIG_DFL);
     }
+  }
+  // Whether address a is in the untouchable range (async-signal-safe: one atomic load).
+  static bool in_range(std::uintptr_t a) noexcept {
+    const auto b = fenced_begin_.load();
+    return b != 0 && a >= b && a < b + kBytes;
   }
   static struct sigaction& previous() {
     static struct sigaction before {};
@@ -174,19 +176,11 @@ class IsolatedLane final : public Lane {
     check(dst, bytes, "reduce");
     for (const void* s : srcs) check(s, bytes, "reduce");
     if (count == 0 || srcs.empty()) return;
-    // through a staging block, so that dst may be any of the sources
-    const auto es = static_cast<std::int64_t>(size_of(t));
-    const std::int64_t block = std::max<std::int64_t>(1, (std::int64_t{256} << 10) / es);
-    thread_local std::vector<char> staging;
-    staging.resize(static_cast<std::size_t>(std::min(block, count) * es));
-    for (std::int64_t b = 0; b < count; b += block) {
-      const std::int64_t len = std::min(block, count - b);
-      std::memcpy(staging.data(), static_cast<const char*>(space().open(srcs[0])) + b * es, static_cast<std::size_t>(len * es));
-      for (std::size_t k = 1; k < srcs.size(); ++k)
-        detail::combine(staging.data(), staging.data(), static_cast<const char*>(space().open(srcs[k])) + b * es, len, t, r);
-      if (divisor > 1) detail::divide(staging.data(), len, t, divisor);
-      std::memcpy(static_cast<char*>(space().open(dst)) + b * es, staging.data(), static_cast<std::size_t>(len * es));
-    }
+    thread_local std::vector<char> staging(std::size_t{256} << 10);  // the rank's thread and its communicator's worker
+    thread_local std::vector<const void*> open;
+    open.resize(srcs.size());
+    std::transform(srcs.begin(), srcs.end(), open.begin(), [](const void* s) { return space().open(s); });
+    detail::reduce_in_order(space().open(dst), open, count, t, r, divisor, staging);
   }
   [[nodiscard]] std::shared_ptr<void> allocate(std::size_t n) const override {
     return {space().allocate(n, id_), [](void* p) { IsolatedSpace::get().release(p); }};
