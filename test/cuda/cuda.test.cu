@@ -314,17 +314,20 @@ TEST_CASE("cuda head permutes, column sums and sums of squares equal the CPU") {
   CHECK(std::abs(g.sum_squares(to_gpu(g, big)) - cpu.sum_squares(big)) < 1e-6 * cpu.sum_squares(big));
   CHECK(g.sum_squares(g.empty({0}, DType::kF32)) == 0);
 }
-TEST_CASE("cuda SGD, momentum and AdamW updates equal the CPU over several steps") {
+TEST_CASE("cuda SGD, momentum and AdamW updates equal the CPU over several steps, reading the gradients with a factor") {
   device::Cuda g;
-  auto ops = [&](const auto& d, std::vector<Tensor>& x) {
-    for (int s = 1; s <= 3; ++s) {
-      d.sgd_update(x[0], x[1], 0.1, 0.01);
-      d.momentum_update(x[2], x[1], x[3], 0.1, 0.9, 0.01, s == 2);
-      d.adamw_update(x[4], x[1], x[5], x[6], 1e-2, 0.9, 0.999, 1e-8, 0.1, s);
-    }
-  };
-  CHECK(on_both(g, {host_random({5000}, 1), host_random({5000}, 2), host_random({5000}, 3), host_zeros({5000}), host_random({5000}, 4),
-                    host_zeros({5000}), host_zeros({5000})}, {0, 2, 3, 4, 5, 6}, ops) < 1e-6);
+  for (const double gs : {1.0, 0.37}) {  // AMP's unscale times the clip coefficient
+    CAPTURE(gs);
+    auto ops = [&](const auto& d, std::vector<Tensor>& x) {
+      for (int s = 1; s <= 3; ++s) {
+        d.sgd_update(x[0], x[1], 0.1, 0.01, gs);
+        d.momentum_update(x[2], x[1], x[3], 0.1, 0.9, 0.01, s == 2, gs);
+        d.adamw_update(x[4], x[1], x[5], x[6], 1e-2, 0.9, 0.999, 1e-8, 0.1, s, gs);
+      }
+    };
+    CHECK(on_both(g, {host_random({5000}, 1), host_random({5000}, 2), host_random({5000}, 3), host_zeros({5000}), host_random({5000}, 4),
+                      host_zeros({5000}), host_zeros({5000})}, {0, 2, 3, 4, 5, 6}, ops) < 1e-6);
+  }
 }
 TEST_CASE("cuda: an id outside the vocabulary found by a kernel is an error at the next synchronisation, then cleared") {
   device::Cuda g;

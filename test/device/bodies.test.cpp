@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include <functional>
+#include <tuple>
 
 #include "../helpers.hpp"
 #include "epl/device/blas_args.hpp"
@@ -251,24 +252,37 @@ TEST_CASE("kernel bodies: dropout draws device::Cpu's mask bit for bit; head per
   k::run_columns(k::ColumnSums<float>{p<float>(x), p<float>(sums2), 40}, 13, 40);
   CHECK(diff(sums2, sums) < 1e-6);
 }
-TEST_CASE("kernel bodies: the SGD, momentum and AdamW steps equal device::Cpu's over several steps") {
+TEST_CASE("kernel bodies: the SGD, momentum and AdamW steps equal device::Cpu's over several steps, the gradient factor too") {
   const Tensor g = rnd({300}, 1);
-  Tensor p1 = rnd({300}, 2), p2 = rnd({300}, 2), m1 = zeros({300}), m2 = zeros({300}), v1 = zeros({300}), v2 = zeros({300});
-  Tensor q1 = rnd({300}, 3), q2 = rnd({300}, 3), u1 = zeros({300}), u2 = zeros({300}), s1 = rnd({300}, 4), s2 = rnd({300}, 4);
-  for (int step = 1; step <= 4; ++step) {
-    cpu.adamw_update(p1, g, m1, v1, 1e-2, 0.9, 0.95, 1e-8, 0.1, step);
-    k::run_elements(k::adamw_step<float>(p<float>(p2), p<float>(g), p<float>(m2), p<float>(v2), 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, step), 300);
-    cpu.momentum_update(q1, g, u1, 0.1, 0.9, 0.01, step % 2 == 0);
-    k::run_elements(k::MomentumStep<float>{p<float>(q2), p<float>(g), p<float>(u2), 0.1f, 0.9f, 0.01f, step % 2 == 0}, 300);
-    cpu.sgd_update(s1, g, 0.1, 0.01);
-    k::run_elements(k::SgdStep<float>{p<float>(s2), p<float>(g), 0.1f, 0.01f}, 300);
+  for (const double gs : {1.0, 0.37}) {  // the factor (AMP's unscale times the clip coefficient) read with the gradient
+    CAPTURE(gs);
+    // device::Cpu with the factor, the bodies with it, and device::Cpu on a gradient scaled beforehand
+    Tensor scaled = zeros({300});
+    cpu.copy(g, scaled);
+    cpu.scale(scaled, gs);
+    Tensor p1 = rnd({300}, 2), p2 = rnd({300}, 2), p3 = rnd({300}, 2), m1 = zeros({300}), m2 = zeros({300}), m3 = zeros({300});
+    Tensor v1 = zeros({300}), v2 = zeros({300}), v3 = zeros({300});
+    Tensor q1 = rnd({300}, 3), q2 = rnd({300}, 3), q3 = rnd({300}, 3), u1 = zeros({300}), u2 = zeros({300}), u3 = zeros({300});
+    Tensor s1 = rnd({300}, 4), s2 = rnd({300}, 4), s3 = rnd({300}, 4);
+    const float f = static_cast<float>(gs);
+    for (int step = 1; step <= 4; ++step) {
+      cpu.adamw_update(p1, g, m1, v1, 1e-2, 0.9, 0.95, 1e-8, 0.1, step, gs);
+      k::run_elements(k::adamw_step<float>(p<float>(p2), p<float>(g), p<float>(m2), p<float>(v2), 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, step, f),
+                      300);
+      cpu.adamw_update(p3, scaled, m3, v3, 1e-2, 0.9, 0.95, 1e-8, 0.1, step);
+      cpu.momentum_update(q1, g, u1, 0.1, 0.9, 0.01, step % 2 == 0, gs);
+      k::run_elements(k::MomentumStep<float>{p<float>(q2), p<float>(g), p<float>(u2), 0.1f, 0.9f, 0.01f, step % 2 == 0, f}, 300);
+      cpu.momentum_update(q3, scaled, u3, 0.1, 0.9, 0.01, step % 2 == 0);
+      cpu.sgd_update(s1, g, 0.1, 0.01, gs);
+      k::run_elements(k::SgdStep<float>{p<float>(s2), p<float>(g), 0.1f, 0.01f, f}, 300);
+      cpu.sgd_update(s3, scaled, 0.1, 0.01);
+    }
+    for (const auto& [a, b, c] : {std::tuple{p1, p2, p3}, {m1, m2, m3}, {v1, v2, v3}, {q1, q2, q3}, {u1, u2, u3}, {s1, s2, s3}}) {
+      CHECK(diff(b, a) < 1e-6);
+      CHECK(diff(c, a) < 1e-6);
+    }
+    CHECK(diff(p1, rnd({300}, 2)) > 1e-3);  // the steps moved the values
   }
-  CHECK(diff(p2, p1) < 1e-6);
-  CHECK(diff(m2, m1) < 1e-6);
-  CHECK(diff(v2, v1) < 1e-6);
-  CHECK(diff(q2, q1) < 1e-6);
-  CHECK(diff(u2, u1) < 1e-6);
-  CHECK(diff(s2, s1) < 1e-6);
 }
 TEST_CASE("kernel bodies: the backward bodies equal finite differences of the forward bodies in double precision") {
   const std::int64_t rows = 4, cols = 7, t = 5;

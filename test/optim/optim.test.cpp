@@ -14,7 +14,8 @@ struct Param1 {
   template <class V> void visit(V&& v) { v("w", w); }
 };
 template <class O>
-std::vector<double> run(O opt, const std::vector<std::vector<double>>& grads, std::int64_t groups = 1) {
+std::vector<double> run(O opt, const std::vector<std::vector<double>>& grads, std::int64_t groups = 1, double grad_scale = 1,
+                        std::vector<double>* grad_after = nullptr) {
   Param1 m;
   auto arena = param::materialize(m, test::cpu64(), {.dtype = DType::kF64});
   double init[] = {1.0, -0.5, 2.0};
@@ -22,11 +23,47 @@ std::vector<double> run(O opt, const std::vector<std::vector<double>>& grads, st
   optim::Updater<O> u(opt);
   for (const auto& g : grads) {
     test::cpu64().upload(g.data(), m.w.grad);
-    u.step(test::cpu64(), arena.values(), arena.grads(), groups);
+    u.step(test::cpu64(), arena.values(), arena.grads(), groups, grad_scale);
   }
+  if (grad_after) *grad_after = test::values<double>(m.w.grad);
   return test::values<double>(m.w.value);
 }
 const std::vector<std::vector<double>> kGrads = {{0.1, -0.2, 0.3}, {0.05, 0.1, -0.4}, {-0.3, 0.2, 0.1}};
+std::vector<std::vector<double>> scaled(double f) {
+  auto g = kGrads;
+  for (auto& row : g)
+    for (auto& x : row) x *= f;
+  return g;
+}
+// A program's own optimizer that knows no gradient factor: plain SGD without decay.
+struct PlainSgd {
+  struct Options {
+    double lr = 0.1;
+  };
+  static constexpr int kStateSlots = 0;
+  template <class D>
+  void update(const D& d, const Tensor& value, const Tensor& grad, std::span<const Tensor>, std::int64_t) const {
+    d.sgd_update(value, grad, opt.lr, 0.0, 1.0);
+  }
+  [[nodiscard]] const Options& options() const noexcept { return opt; }
+  Options opt;
+};
+// The same rule reading the factor, its sixth argument without a default (an optimizer may offer
+// only that form).
+struct FactorSgd {
+  struct Options {
+    double lr = 0.1;
+  };
+  static constexpr int kStateSlots = 0;
+  template <class D>
+  void update(const D& d, const Tensor& value, const Tensor& grad, std::span<const Tensor>, std::int64_t, double grad_scale) const {
+    d.sgd_update(value, grad, opt.lr, 0.0, grad_scale);
+  }
+  [[nodiscard]] const Options& options() const noexcept { return opt; }
+  Options opt;
+};
+static_assert(optim::optimizer<FactorSgd> && optim::reads_grad_scale<FactorSgd>);
+static_assert(optim::optimizer<PlainSgd> && !optim::reads_grad_scale<PlainSgd>);
 }  // namespace
 
 TEST_SUITE("cpu") {
@@ -67,6 +104,36 @@ TEST_CASE("AdamW with bias correction and decoupled decay, in one range and in a
     }
   }
   CHECK(test::max_rel_diff(got, p) < 1e-13);
+}
+TEST_CASE("the gradient factor: each optimizer reads grad_scale g and leaves the gradients as they are; a program's own optimizer gets them scaled") {
+  const double f = 0.125 / 3;  // AMP's unscale (row shares / loss scale) times a clip coefficient
+  std::vector<double> left;
+  CHECK(test::max_rel_diff(run(optim::SGD({.lr = 0.1, .weight_decay = 0.01}), kGrads, 1, f, &left),
+                           run(optim::SGD({.lr = 0.1, .weight_decay = 0.01}), scaled(f))) < 1e-15);
+  CHECK(left == kGrads.back());  // read with the factor, not rewritten
+  CHECK(test::max_rel_diff(run(optim::Momentum({.lr = 0.1, .momentum = 0.9, .nesterov = true}), kGrads, 1, f),
+                           run(optim::Momentum({.lr = 0.1, .momentum = 0.9, .nesterov = true}), scaled(f))) < 1e-15);
+  // eps near the scaled gradients' size, so the factor changes AdamW's step (it would not for eps << |g|)
+  const optim::AdamW adamw({.lr = 0.01, .beta1 = 0.9, .beta2 = 0.99, .eps = 1e-2, .weight_decay = 0.1});
+  const auto fused = run(adamw, kGrads, 2, f, &left);
+  CHECK(test::max_rel_diff(fused, run(adamw, scaled(f))) < 1e-13);
+  CHECK(test::max_rel_diff(fused, run(adamw, kGrads)) > 1e-3);
+  CHECK(left == kGrads.back());
+  // an optimizer with the sixth argument only reads it too
+  CHECK(test::max_rel_diff(run(FactorSgd{}, kGrads, 1, f, &left), run(PlainSgd{}, scaled(f))) < 1e-15);
+  CHECK(left == kGrads.back());
+  // an optimizer without the sixth argument: the Updater scales the gradients in place first
+  CHECK(test::max_rel_diff(run(PlainSgd{}, kGrads, 1, f, &left), run(PlainSgd{}, scaled(f))) < 1e-15);
+  CHECK(test::max_rel_diff(left, scaled(f).back()) < 1e-15);
+  // a factor that is not a finite, non-negative number is refused before anything changes
+  for (const double bad : {std::nan(""), std::numeric_limits<double>::infinity(), -1.0}) {
+    CAPTURE(bad);
+    CHECK_THROWS_WITH_AS(run(optim::SGD({.lr = 0.1}), kGrads, 1, bad), doctest::Contains("must be finite and not negative"), Error);
+  }
+  // a schedule on an optimizer whose options() is const says what it needs
+  optim::Updater<PlainSgd> u(PlainSgd{});
+  CHECK_THROWS_WITH_AS(u.set_schedule(optim::LrSchedule{.decay = optim::LrSchedule::Decay::kLinear, .decay_steps = 10}),
+                       doctest::Contains("non-const `Options& options()`"), Error);
 }
 TEST_CASE("optimizer state is accounted as optimizer state, one buffer per slot over the range") {
   device::Cpu dev(30);

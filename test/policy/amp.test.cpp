@@ -41,12 +41,13 @@ Config config(const char* amp, std::int64_t micro = 1, const char* zero = nullpt
   return c;
 }
 
-template <class Policy>
-std::vector<Run> train(int n, const Config& cfg, int first_index, int steps, TrainerOptions opt = {.seed = 5, .clip_norm = 0.5}) {
+template <class Policy, class O = optim::AdamW>
+std::vector<Run> train(int n, const Config& cfg, int first_index, int steps, TrainerOptions opt = {.seed = 5, .clip_norm = 0.5},
+                       O optimizer = optim::AdamW({.lr = 0.01, .eps = 1e-3})) {
   std::vector<Run> runs(static_cast<std::size_t>(n));
   comm::run_threads(n, [&](comm::ThreadCommunicator& c) {
     Context ctx(c, first_index + c.rank());
-    Trainer<gpt::Gpt, optim::AdamW, Policy> t(ctx, cfg, gpt::make_gpt(tiny()), optim::AdamW({.lr = 0.01, .eps = 1e-3}), opt);
+    Trainer<gpt::Gpt, O, Policy> t(ctx, cfg, gpt::make_gpt(tiny()), optimizer, opt);
     auto ds = test::token_corpus(4000);
     data::WindowLoader loader(ds, 8, 8, 17, t.data_shard());
     Run& r = runs[static_cast<std::size_t>(c.rank())];
@@ -155,6 +156,25 @@ TEST_CASE("amp: bf16 and f16 O1 train within 2% of f32 over 40 steps with f32 ma
     CHECK(r->memory.current_of(MemoryCategory::kWorkspace) == f32[0].memory.current_of(MemoryCategory::kWorkspace));
   }
   CHECK(f32[0].scales.back() == 1);  // off: no loss scale
+}
+
+// SGD's step is proportional to the gradient it reads: a loss scale left on it, or a clip
+// coefficient of a norm that still carries the scale, moves the parameters far from f32's.
+TEST_CASE("amp: under SGD, with clipping that bites and without, the update reads the gradients at the loss's own scale") {
+  std::vector<std::vector<double>> f32_params;
+  for (const double clip : {0.0, 0.05}) {
+    CAPTURE(clip);
+    const TrainerOptions opt{.seed = 5, .clip_norm = clip};
+    const optim::SGD sgd({.lr = 0.5});
+    const auto f32 = train<Policies<Amp<amp::BF16>>>(1, config(""), 610, 6, opt, sgd);
+    const auto bf16 = train<Policies<Amp<amp::BF16>>>(1, config("O1"), 611, 6, opt, sgd);
+    CHECK(bf16[0].scales.back() == 65536);
+    CHECK(test::max_rel_diff(bf16[0].losses, f32[0].losses) < 1e-2);
+    CHECK(test::max_rel_diff(bf16[0].params, f32[0].params) < 2e-2);
+    CHECK(f32[0].losses.back() < f32[0].losses.front());  // it learns
+    f32_params.push_back(f32[0].params);
+  }
+  CHECK(test::max_rel_diff(f32_params[0], f32_params[1]) > 1e-2);  // the clip bit
 }
 
 // With clipping (train's clip_norm 0.5), so a norm that reads gradients the loss scale was not

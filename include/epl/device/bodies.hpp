@@ -541,15 +541,18 @@ struct Dropout {
     y[i] = uniform01(key, static_cast<std::uint64_t>(at)) >= p ? x[i] * T(1.0 / (1.0 - p)) : T(0);
   }
 };
-/// p -= lr (g + wd p)
+// The updates read the gradient as gs g: gs is the step's factor (AMP's unscale times the clip
+// coefficient), applied as the gradient is read instead of in passes of its own over it.
+
+/// p -= lr (gs g + wd p)
 template <class T>
 struct SgdStep {
   T *p;
   const T* g;
-  T lr, wd;
-  EPL_HOST_DEVICE void operator()(index_t i) const { p[i] -= lr * (g[i] + wd * p[i]); }
+  T lr, wd, gs;
+  EPL_HOST_DEVICE void operator()(index_t i) const { p[i] -= lr * (g[i] * gs + wd * p[i]); }
 };
-/// d = g + wd p; v = mu v + d; p -= lr (nesterov ? d + mu v : v)
+/// d = gs g + wd p; v = mu v + d; p -= lr (nesterov ? d + mu v : v)
 template <class T>
 struct MomentumStep {
   T *p;
@@ -557,33 +560,35 @@ struct MomentumStep {
   T* v;
   T lr, mu, wd;
   bool nesterov;
+  T gs;
   EPL_HOST_DEVICE void operator()(index_t i) const {
-    const T d = g[i] + wd * p[i];
+    const T d = g[i] * gs + wd * p[i];
     v[i] = mu * v[i] + d;
     p[i] -= lr * (nesterov ? d + mu * v[i] : v[i]);
   }
 };
-/// AdamW (decoupled decay): p *= 1 - lr wd; the moments; p -= step_size m / (sqrt(v) rbc2 + eps),
+/// AdamW (decoupled decay): p *= 1 - lr wd; the moments of gs g; p -= step_size m / (sqrt(v) rbc2 + eps),
 /// step_size = lr / (1 - beta1^step), rbc2 = 1 / sqrt(1 - beta2^step) (adamw_constants).
 template <class T>
 struct AdamWStep {
   T *p;
   const T* g;
   T *m, *v;
-  T lr, beta1, beta2, eps, wd, step_size, rbc2;
+  T lr, beta1, beta2, eps, wd, step_size, rbc2, gs;
   EPL_HOST_DEVICE void operator()(index_t i) const {
     using std::sqrt;
+    const T gi = g[i] * gs;
     p[i] *= T(1) - lr * wd;
-    m[i] = beta1 * m[i] + (T(1) - beta1) * g[i];
-    v[i] = beta2 * v[i] + (T(1) - beta2) * g[i] * g[i];
+    m[i] = beta1 * m[i] + (T(1) - beta1) * gi;
+    v[i] = beta2 * v[i] + (T(1) - beta2) * gi * gi;
     p[i] -= step_size * m[i] / (sqrt(v[i]) * rbc2 + eps);
   }
 };
 /// The step's constants of AdamWStep, as device::Cpu computes them.
 template <class T>
-AdamWStep<T> adamw_step(T* p, const T* g, T* m, T* v, T lr, T beta1, T beta2, T eps, T wd, std::int64_t step) {
+AdamWStep<T> adamw_step(T* p, const T* g, T* m, T* v, T lr, T beta1, T beta2, T eps, T wd, std::int64_t step, T gs) {
   const T bc1 = T(1) - std::pow(beta1, T(step)), bc2 = T(1) - std::pow(beta2, T(step));
-  return {p, g, m, v, lr, beta1, beta2, eps, wd, lr / bc1, T(1) / std::sqrt(bc2)};
+  return {p, g, m, v, lr, beta1, beta2, eps, wd, lr / bc1, T(1) / std::sqrt(bc2), gs};
 }
 
 }  // namespace kernels

@@ -79,9 +79,9 @@ concept device_for_layers = device_math<D> && requires(const D& d, const Tensor&
   d.cross_entropy_backward(t, t, t, 1.0);
   d.dropout(t, t, 0.1, std::uint64_t{1}, std::int64_t{0});
   d.permute_heads(t, t, std::int64_t{0}, true);
-  d.sgd_update(t, t, 0.1, 0.0);
-  d.momentum_update(t, t, t, 0.1, 0.9, 0.0, false);
-  d.adamw_update(t, t, t, t, 1e-3, 0.9, 0.999, 1e-8, 0.0, std::int64_t{1});
+  d.sgd_update(t, t, 0.1, 0.0, 1.0);  // the last: the factor the gradient is read with
+  d.momentum_update(t, t, t, 0.1, 0.9, 0.0, false, 1.0);
+  d.adamw_update(t, t, t, t, 1e-3, 0.9, 0.999, 1e-8, 0.0, std::int64_t{1}, 1.0);
 };
 
 namespace device {

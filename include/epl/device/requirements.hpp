@@ -69,9 +69,9 @@ template <class D>
 concept has_dropout = requires(const D& d, const Tensor& t) { d.dropout(t, t, 0.1, std::uint64_t{1}, std::int64_t{0}); };
 template <class D>
 concept has_updates = requires(const D& d, const Tensor& t) {
-  d.sgd_update(t, t, 0.1, 0.0);
-  d.momentum_update(t, t, t, 0.1, 0.9, 0.0, false);
-  d.adamw_update(t, t, t, t, 1e-3, 0.9, 0.999, 1e-8, 0.0, std::int64_t{1});
+  d.sgd_update(t, t, 0.1, 0.0, 1.0);  // the last: the factor the gradient is read with
+  d.momentum_update(t, t, t, 0.1, 0.9, 0.0, false, 1.0);
+  d.adamw_update(t, t, t, t, 1e-3, 0.9, 0.999, 1e-8, 0.0, std::int64_t{1}, 1.0);
 };
 }  // namespace detail
 
@@ -116,7 +116,7 @@ consteval void require_trainable() {
     static_assert(detail::dependent_false<D>, "epl: this device type cannot train: it lacks the dropout kernel");
   else if constexpr (!detail::has_updates<D>)
     static_assert(detail::dependent_false<D>, "epl: this device type cannot train: it lacks the optimizer updates "
-                                              "(sgd_update, momentum_update, adamw_update)");
+                                              "(sgd_update, momentum_update, adamw_update, each with the gradient's factor last)");
 }
 
 }  // namespace device

@@ -28,9 +28,11 @@ class AdamW {
     EPL_CHECK(std::isfinite(o.weight_decay) && o.weight_decay >= 0, "AdamW: weight_decay ", o.weight_decay, " must be finite and not negative");
   }
 
+  /// \brief Step `step` on a range, reading the gradient as grad_scale g.
   template <class D>
-  void update(const D& d, const Tensor& value, const Tensor& grad, std::span<const Tensor> state, std::int64_t step) const {
-    d.adamw_update(value, grad, state[0], state[1], opt_.lr, opt_.beta1, opt_.beta2, opt_.eps, opt_.weight_decay, step);
+  void update(const D& d, const Tensor& value, const Tensor& grad, std::span<const Tensor> state, std::int64_t step,
+              double grad_scale = 1) const {
+    d.adamw_update(value, grad, state[0], state[1], opt_.lr, opt_.beta1, opt_.beta2, opt_.eps, opt_.weight_decay, step, grad_scale);
   }
   [[nodiscard]] const Options& options() const noexcept { return opt_; }
   [[nodiscard]] Options& options() noexcept { return opt_; }

@@ -20,22 +20,49 @@ namespace epl {
 inline namespace v0 {
 namespace optim {
 
+namespace detail {
+// Converts to double and to nothing else: a sixth argument of another type (an integer would
+// truncate the factor to 0) does not take it.
+struct ExactlyDouble {
+  template <class T>
+    requires std::same_as<T, double>
+  operator T() const;  // NOLINT: the conversion is the point
+};
+}  // namespace detail
+
+/// \brief O reads the gradient's factor: o.update(device, value, grad, state, step, grad_scale)
+/// with a double grad_scale, by which it multiplies each gradient as it reads it.
+template <class O>
+concept reads_grad_scale = requires(const O& o, const device::Archetype& d, const Tensor& t, std::span<const Tensor> state) {
+  o.update(d, t, t, state, std::int64_t{1}, detail::ExactlyDouble{});
+};
+
 /// \brief O satisfies optimizer if 1. O::kStateSlots names how many state values it keeps per
 /// parameter element (0 for SGD, 1 for Momentum, 2 for AdamW), 2. o.update(device, value, grad,
 /// state, step) applies step number `step` (from 1) to a flat range of values from the same
-/// range of gradients and of each state buffer, and 3. o.options() returns its hyper-parameters.
+/// range of gradients and of each state buffer, or o.update(device, value, grad, state, step,
+/// grad_scale) does so reading each gradient as grad_scale g (a double; the step's AMP unscale
+/// times its clip coefficient, and the gradients are not rewritten; to an optimizer without it
+/// the Updater passes gradients it scaled in place), and 3. o.options() returns its
+/// hyper-parameters (a non-const options() with a member lr lets a schedule set the rate).
 template <class O>
 concept optimizer = requires(const O& o, const device::Archetype& d, const Tensor& t, std::span<const Tensor> state) {
   { O::kStateSlots } -> std::convertible_to<int>;
-  o.update(d, t, t, state, std::int64_t{1});
   o.options();
-};
+} && (reads_grad_scale<O> || requires(const O& o, const device::Archetype& d, const Tensor& t, std::span<const Tensor> state) {
+  o.update(d, t, t, state, std::int64_t{1});
+});
 
 /// \brief An optimizer over flat ranges: its state buffers (MemoryCategory::kOptimizerState,
 /// zero at the first step, as long as the range given) and its step count.
 /// \tparam O models optimizer
 template <optimizer O>
 class Updater {
+  static_assert(reads_grad_scale<O> || !requires(const O& o, const device::Archetype& d, const Tensor& t, std::span<const Tensor> st) {
+    o.update(d, t, t, st, std::int64_t{1}, 1.0);
+  }, "epl: this optimizer's update takes a sixth argument that is not a double; the sixth argument is the gradient's factor "
+     "(grad_scale, a double the update multiplies each gradient by): declare it `double grad_scale = 1`, or drop it");
+
  public:
   explicit Updater(O opt) : opt_(std::move(opt)) {}
 
@@ -46,8 +73,9 @@ class Updater {
     if constexpr (requires { opt_.options().lr = 1.0; }) {
       if (schedule.base == 0) schedule.base = static_cast<double>(opt_.options().lr);
     } else {
-      EPL_CHECK(!schedule.active(), "a learning-rate schedule (", schedule.name(), ") was asked for, but this optimizer's options() "
-                "have no lr member to set; give the optimizer an options().lr, or drop the lr.* keys");
+      EPL_CHECK(!schedule.active(), "a learning-rate schedule (", schedule.name(), ") was asked for, but this optimizer has no lr to "
+                "set: it needs a non-const `Options& options()` whose Options has a member `lr` (a const options() alone can only be "
+                "read); add one, or drop the lr.* keys");
     }
     schedule.check();
     schedule_ = std::move(schedule);
@@ -67,16 +95,18 @@ class Updater {
 
   /// \brief One step on values and grads, 1-D ranges of equal length (the same length every
   /// step). With groups > 1 the range is updated in that many consecutive parts, so the
-  /// update's temporaries peak at about 1 / groups (optimizer.num_apply_group).
+  /// update's temporaries peak at about 1 / groups (optimizer.num_apply_group). The update reads
+  /// each gradient as grad_scale g.
   template <class D>
-  void step(const D& d, const Tensor& values, const Tensor& grads, std::int64_t groups = 1) {
-    step(d, std::span<const Tensor>(&values, 1), std::span<const Tensor>(&grads, 1), groups);
+  void step(const D& d, const Tensor& values, const Tensor& grads, std::int64_t groups = 1, double grad_scale = 1) {
+    step(d, std::span<const Tensor>(&values, 1), std::span<const Tensor>(&grads, 1), groups, grad_scale);
   }
   /// \brief One step on several ranges at once (a ZeRO rank's slices of each unit): values[i]
   /// and grads[i] are 1-D and of one length; the state is one buffer as long as all of them,
   /// each range its consecutive part. groups splits the whole into parts of about equal length.
   template <class D>
-  void step(const D& d, std::span<const Tensor> values, std::span<const Tensor> grads, std::int64_t groups = 1) {
+  void step(const D& d, std::span<const Tensor> values, std::span<const Tensor> grads, std::int64_t groups = 1,
+            double grad_scale = 1) {
     EPL_CHECK(values.size() == grads.size(), "optimizer step on ", values.size(), " value ranges and ", grads.size(), " gradient ranges");
     std::int64_t n = 0;
     for (std::size_t i = 0; i < values.size(); ++i) {
@@ -92,6 +122,11 @@ class Updater {
     if constexpr (requires { opt_.options().lr = 1.0; })
       if (schedule_.active()) opt_.options().lr = static_cast<decltype(opt_.options().lr)>(schedule_.at(steps_));
     groups = std::max<std::int64_t>(1, std::min(groups, n));
+    EPL_CHECK(std::isfinite(grad_scale) && grad_scale >= 0, "optimizer step with gradient factor ", grad_scale, ": it must be "
+              "finite and not negative (the step's AMP unscale times its clip coefficient; 1 leaves the gradients as they are)");
+    constexpr bool fused = reads_grad_scale<O>;
+    if (!fused && grad_scale != 1)  // an optimizer of the program's own that does not read a factor: the gradients, scaled in place
+      for (const auto& g : grads) d.scale(g, grad_scale);
     std::vector<Tensor> part(state_.size());
     // group g covers [n g / groups, n (g + 1) / groups) of the ranges laid end to end
     std::int64_t first = 0;  // where values[i] starts in that line
@@ -100,7 +135,9 @@ class Updater {
         const std::int64_t b = std::max(first, n * g / groups), e = std::min(first + values[i].numel(), n * (g + 1) / groups);
         if (b >= e) continue;
         for (std::size_t s = 0; s < state_.size(); ++s) part[s] = state_[s].slice(b, e);
-        opt_.update(d, values[i].slice(b - first, e - first), grads[i].slice(b - first, e - first), std::span<const Tensor>(part), steps_);
+        const Tensor value = values[i].slice(b - first, e - first), grad = grads[i].slice(b - first, e - first);
+        if constexpr (fused) opt_.update(d, value, grad, std::span<const Tensor>(part), steps_, grad_scale);
+        else opt_.update(d, value, grad, std::span<const Tensor>(part), steps_);
       }
   }
   [[nodiscard]] std::int64_t steps() const noexcept { return steps_; }
@@ -145,12 +182,18 @@ double global_norm(const D& d, std::span<const Tensor> grads, comm::Communicator
   return std::sqrt(sq);
 }
 
-/// \brief Scales gradients whose global L2 norm is `norm` so it is at most max_norm (no-op when
-/// it is already): PyTorch's clip_grad_norm_ rule, the one every clip in epl applies.
-template <class D>
-void scale_to_norm(const D& d, std::span<const Tensor> grads, double norm, double max_norm) {
+/// \brief What gradients whose global L2 norm is `norm` are multiplied by so it is at most max_norm
+/// (1 when it is already): PyTorch's clip_grad_norm_ rule, the one every clip in epl applies.
+inline double clip_coefficient(double norm, double max_norm) {
   EPL_CHECK(max_norm > 0, "clip_grad_norm: max_norm ", max_norm, " must be positive");
   const double coef = max_norm / (norm + 1e-6);
+  return coef < 1 ? coef : 1.0;
+}
+/// \brief Scales gradients whose global L2 norm is `norm` so it is at most max_norm (no-op when
+/// it is already).
+template <class D>
+void scale_to_norm(const D& d, std::span<const Tensor> grads, double norm, double max_norm) {
+  const double coef = clip_coefficient(norm, max_norm);
   if (coef < 1)
     for (const auto& g : grads) d.scale(g, coef);
 }

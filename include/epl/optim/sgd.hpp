@@ -23,8 +23,8 @@ class SGD {
     EPL_CHECK(std::isfinite(o.weight_decay) && o.weight_decay >= 0, "SGD: weight_decay ", o.weight_decay, " must be finite and not negative");
   }
   template <class D>
-  void update(const D& d, const Tensor& value, const Tensor& grad, std::span<const Tensor>, std::int64_t) const {
-    d.sgd_update(value, grad, opt_.lr, opt_.weight_decay);
+  void update(const D& d, const Tensor& value, const Tensor& grad, std::span<const Tensor>, std::int64_t, double grad_scale = 1) const {
+    d.sgd_update(value, grad, opt_.lr, opt_.weight_decay, grad_scale);
   }
   [[nodiscard]] const Options& options() const noexcept { return opt_; }
   [[nodiscard]] Options& options() noexcept { return opt_; }
@@ -51,8 +51,9 @@ class Momentum {
     EPL_CHECK(std::isfinite(o.weight_decay) && o.weight_decay >= 0, "Momentum: weight_decay ", o.weight_decay, " must be finite and not negative");
   }
   template <class D>
-  void update(const D& d, const Tensor& value, const Tensor& grad, std::span<const Tensor> state, std::int64_t) const {
-    d.momentum_update(value, grad, state[0], opt_.lr, opt_.momentum, opt_.weight_decay, opt_.nesterov);
+  void update(const D& d, const Tensor& value, const Tensor& grad, std::span<const Tensor> state, std::int64_t,
+              double grad_scale = 1) const {
+    d.momentum_update(value, grad, state[0], opt_.lr, opt_.momentum, opt_.weight_decay, opt_.nesterov, grad_scale);
   }
   [[nodiscard]] const Options& options() const noexcept { return opt_; }
   [[nodiscard]] Options& options() noexcept { return opt_; }

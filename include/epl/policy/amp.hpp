@@ -4,8 +4,8 @@
 /// the rule that moves it.
 ///
 /// Backward scales the loss by S, so small gradients stay representable where the GEMMs round
-/// their operands to f16; the Trainer divides the reduced gradients by S before clipping and the
-/// update. A step whose reduced gradients hold a NaN or an infinity (on any rank: the global norm
+/// their operands to f16; the norm that clipping reads and the optimizer's update divide the
+/// reduced gradients by S (MixedPrecision::gradient_factor). A step whose reduced gradients hold a NaN or an infinity (on any rank: the global norm
 /// says) is skipped: no update, the optimizer's step count does not move.
 ///
 /// The rule (amp.loss_scale = "dynamic"), PyTorch's GradScaler's and DeepSpeed's:
@@ -24,6 +24,7 @@
 
 #include "epl/core/error.hpp"
 #include "epl/core/tensor.hpp"
+#include "epl/policy/setup.hpp"
 
 namespace epl {
 inline namespace v0 {
@@ -113,25 +114,38 @@ class LossScaler {
   int in_a_row_ = 0;
 };
 
-/// \brief Mixed precision in a step (amp.level "O1"): the scale each pass multiplies the loss by,
-/// the gradients brought back to the loss's own scale, and the scaler's verdict. Each rank's loss
-/// is the mean over its rows, 1/R of the global batch (R row shares), so the passes scale by S / R:
-/// every GEMM then sees the magnitudes one device would, and a step overflows alike on any number
-/// of ranks; the reduction's mean leaves S / R, which unscale undoes.
+/// \brief What mixed precision does in a step, as the hooks the Trainer calls whether AMP is on or
+/// not (off, the default: the loss's plain mean, nothing to unscale, every step updates).
+///
+/// On (amp.level "O1"): each rank's loss is the mean over its rows, 1/R of the global batch (R
+/// row shares), so the passes scale by S / R: every GEMM then sees the magnitudes one device
+/// would, and a step overflows alike on any number of ranks; the reduction's mean leaves S / R on
+/// the gradients. They are not rewritten: gradient_factor() is R / S, by which the clip's norm is
+/// brought back to the loss's own scale and with which the optimizer reads each gradient (its
+/// update kernel multiplies by it, with the clip coefficient), so unscaling costs no pass of its
+/// own. The scaler's verdict comes from that norm: a NaN or an infinity on any rank skips the step.
 class MixedPrecision {
  public:
-  MixedPrecision(const LossScaleOptions& o, int row_shares, bool log) : scaler_(o), shares_(row_shares), log_(log) {}
+  MixedPrecision() = default;
+  MixedPrecision(const LossScaleOptions& o, int row_shares, bool log) : scaler_(o), shares_(row_shares), log_(log), on_(true) {}
+  /// \brief What the run's policies decided (amp.*): on or off, over `row_shares` row shares.
+  MixedPrecision(const Setup& s, int row_shares)
+      : MixedPrecision(s.amp() ? MixedPrecision({.dynamic = s.loss_scale_dynamic, .init = s.loss_scale, .growth_interval = s.growth_interval},
+                                                row_shares, s.amp_log)
+                               : MixedPrecision()) {}
 
+  [[nodiscard]] bool on() const noexcept { return on_; }
   /// \brief What a pass of one of `micro_batches` multiplies its loss gradient by.
-  [[nodiscard]] double pass_scale(int micro_batches) const noexcept { return scaler_.scale() / (micro_batches * shares_); }
-  /// \brief The reduced gradients back at the loss's own scale.
-  template <class D>
-  void unscale(const D& d, const std::vector<Tensor>& grads) const {
-    for (const auto& g : grads) d.scale(g, shares_ / scaler_.scale());
+  [[nodiscard]] double pass_scale(int micro_batches) const noexcept {
+    return on_ ? scaler_.scale() / (micro_batches * shares_) : 1.0 / micro_batches;
   }
+  /// \brief What the reduced gradients are multiplied by to be at the loss's own scale (1 off).
+  [[nodiscard]] double gradient_factor() const noexcept { return on_ ? shares_ / scaler_.scale() : 1.0; }
   /// \brief The step's verdict (finite: the global gradient norm is, so every rank agrees); returns
-  /// whether to update. With `log` (amp.debug_log) each change is printed (by the caller's rank 0).
+  /// whether to update (always, off). With `log` (amp.debug_log) each change is printed (by the
+  /// caller's rank 0).
   bool accept(bool finite, std::int64_t step, bool print) {
+    if (!on_) return true;
     const auto c = scaler_.update(finite);
     if (log_ && print && (c.skipped || c.after != c.before)) {
       if (c.skipped)
@@ -145,13 +159,18 @@ class MixedPrecision {
     }
     return !c.skipped;
   }
-  [[nodiscard]] LossScaler& scaler() noexcept { return scaler_; }
-  [[nodiscard]] const LossScaler& scaler() const noexcept { return scaler_; }
+  /// \brief The loss scale of the next step (1 off).
+  [[nodiscard]] double loss_scale() const noexcept { return on_ ? scaler_.scale() : 1.0; }
+  /// \brief Steps whose update was skipped for an overflow (0 off).
+  [[nodiscard]] std::int64_t skipped() const noexcept { return on_ ? scaler_.skipped() : 0; }
+  /// \brief The scaler, for a checkpoint (null off).
+  [[nodiscard]] LossScaler* scaler() noexcept { return on_ ? &scaler_ : nullptr; }
 
  private:
   LossScaler scaler_;
-  double shares_;
-  bool log_;
+  double shares_ = 1;
+  bool log_ = false;
+  bool on_ = false;
 };
 
 }  // namespace policy

@@ -63,6 +63,14 @@ struct SyncOptions {
   bool tensor_parallel = false;  ///< the arena holds parts of split parameters
   int zero_stage = 0;            ///< ZeroSync: the stage this run uses, up to the compiled one
   bool offload = false;          ///< ZeroSync: the shards in the host pool (stage 3)
+
+  /// \brief What the run's policies ask of the sync; replicated_from and tensor_parallel come
+  /// from the strategy's plan.
+  static SyncOptions of(const Setup& s, std::int64_t replicated_from, bool tensor_parallel) {
+    const BucketOptions buckets{.max_splits = s.max_splits, .fp16 = s.fp16, .fp16_scale = s.fp16_scale,
+                                .op = s.mean ? comm::ReduceOp::kMean : comm::ReduceOp::kSum};
+    return {buckets, s.clip_after_reduce, replicated_from, tensor_parallel, s.zero_stage, s.offload};
+  }
 };
 
 namespace detail {

@@ -166,5 +166,17 @@ inline void add_trainer_facts(RunFacts& facts, const TrainerOptions& o) {
       facts.add_number("TrainerOptions::lr_schedule(" + std::to_string(step) + ")", o.lr_schedule(step));
 }
 
+/// \brief Everything the ranks of a run must agree on: the model, the configuration keys, the
+/// optimizer and the trainer's options.
+template <class M, class O>
+RunFacts run_facts(M& model, const Config& cfg, const O& optimizer, const TrainerOptions& o) {
+  RunFacts facts;
+  add_model_facts(facts, model);
+  add_config_facts(facts, cfg);
+  add_optimizer_facts(facts, optimizer);
+  add_trainer_facts(facts, o);
+  return facts;
+}
+
 }  // namespace v0
 }  // namespace epl

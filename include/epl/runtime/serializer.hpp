@@ -31,6 +31,7 @@
 #include "epl/optim/schedule.hpp"
 #include "epl/param/arena.hpp"
 #include "epl/policy/amp.hpp"
+#include "epl/reflect/type_name.hpp"
 #include "epl/runtime/safetensors.hpp"
 #include "epl/runtime/config.hpp"
 #include "epl/runtime/data.hpp"
@@ -110,6 +111,26 @@ std::map<const nn::Parameter*, std::string> index_names(Model& model) {
   std::string path;
   detail::index_walk(model, path, out);
   return out;
+}
+
+/// \brief What a model and its optimizer lend a TrainerState: every parameter's name (today's and
+/// the index names), the optimizer's type, step count, state and schedule, and how to restart it
+/// on device d at a saved step.
+template <class Model, class U, class D>
+void describe(TrainerState& s, Model& model, U& updater, const D& d) {
+  nn::visit_parameters(model, [&](std::string_view path, nn::Parameter& p) { s.names[&p] = std::string(path); });
+  s.index_names = index_names(model);
+  using O = std::remove_cvref_t<decltype(updater.optimizer())>;
+  s.optimizer = std::string(reflect::type_name<O>());
+  s.optimizer_steps = updater.steps();
+  s.optimizer_state = &updater.state();
+  s.optimizer_slots = O::kStateSlots;
+  s.schedule = &updater.schedule();
+  s.restore_optimizer = [&updater, &d](std::int64_t steps, std::int64_t n, DType t) -> const std::vector<Tensor>& {
+    return updater.restore(d, steps, n, t);
+  };
+  s.download = [&d](const Tensor& t, void* h) { d.download(t, h); };
+  s.upload = [&d](const void* host, const Tensor& t) { d.upload(host, t); };
 }
 
 /// \brief Fails unless every parameter has a name of its own that a checkpoint can hold: not

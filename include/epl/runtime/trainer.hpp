@@ -102,15 +102,17 @@ class Trainer {
       const double loss = groups_->loss(mine);
       if (compare) recompute_difference_ = check_.compare(*device_, sync_->owned_grads(), *world_);
       if (opt_.check_finite) detail::check_finite_loss(*world_, loss, mine, steps_ + 1, plan_.policies);
-      if (amp_) amp_->unscale(*device_, sync_->owned_grads());
-      if (plan_.policies.clip_after_reduce) last_grad_norm_ = clip();
+      // AMP's factor and the clip coefficient are read with the gradients by the update, not applied in passes of their own
+      const double unscale = amp_.gradient_factor();
+      if (plan_.policies.clip_after_reduce) last_grad_norm_ = groups_->norm(sync_->sum_squares()) * unscale;
       const bool finite = std::isfinite(last_grad_norm_);
-      if (!amp_ || amp_->accept(finite, steps_ + 1, world_->rank() == 0)) {  // AMP: an overflow skips the update
+      if (amp_.accept(finite, steps_ + 1, world_->rank() == 0)) {  // AMP: an overflow skips the update
         if (opt_.check_finite && !finite)
           detail::fail_non_finite_gradient(model_, arena_, [&](const nn::Parameter& p) { return sync_->grad_of(p); }, *device_,
                                            last_grad_norm_, steps_ + 1, plan_.policies, world_->size());
+        const bool clips = plan_.policies.clip_after_reduce && opt_.clip_norm > 0;
         updater_.step(*device_, std::span<const Tensor>(sync_->owned_values()), std::span<const Tensor>(sync_->owned_grads()),
-                      plan_.policies.apply_groups);
+                      plan_.policies.apply_groups, unscale * (clips ? optim::clip_coefficient(last_grad_norm_, opt_.clip_norm) : 1.0));
       }
       sync_->after_update();  // ZeRO: the updated slices meet again
       ++steps_;
@@ -225,9 +227,9 @@ class Trainer {
   /// \brief The dtype this run's GEMMs round their operands to: bf16 or f16 under AMP, else f32.
   [[nodiscard]] DType amp() const noexcept { return plan_.policies.matmul; }
   /// \brief Under AMP, the loss scale of the next step (policy::LossScaler's rule); 1 without.
-  [[nodiscard]] double loss_scale() const noexcept { return amp_ ? amp_->scaler().scale() : 1.0; }
+  [[nodiscard]] double loss_scale() const noexcept { return amp_.loss_scale(); }
   /// \brief Steps whose update AMP skipped because a gradient overflowed (0 without AMP).
-  [[nodiscard]] std::int64_t skipped_steps() const noexcept { return amp_ ? amp_->scaler().skipped() : 0; }
+  [[nodiscard]] std::int64_t skipped_steps() const noexcept { return amp_.skipped(); }
   /// \brief Whether this run keeps weights, gradients and optimizer state in the host pool.
   [[nodiscard]] bool offloaded() const noexcept { return plan_.policies.offload; }
   /// \brief The ZeRO stage this run uses (0: none): zero.level, or the compiled epl::Zero<k>.
@@ -267,12 +269,7 @@ class Trainer {
     // This rank's chunks' parameters materialized (every parameter is numbered), in ZeRO's blocks.
     const auto mo = plan::arena_options(chunks, plan_.chunks_of(stage), plan_, mesh.data_size(), opt_.seed);
     arena_ = param::materialize(model_, *device_, mo);
-    RunFacts facts;
-    add_model_facts(facts, model_);
-    add_config_facts(facts, cfg);
-    add_optimizer_facts(facts, updater_.optimizer());
-    add_trainer_facts(facts, opt_);
-    check_agreement(*world_, facts, world_->size() == mesh.data_size() ? "data-parallel" : "the");
+    check_agreement(*world_, run_facts(model_, cfg, updater_.optimizer(), opt_), world_->size() == mesh.data_size() ? "data-parallel" : "the");
     // Gradients meet over the data axis; a colocated split's replicated part (the parameters
     // before its first Split, at the end of the backward-ordered arena) over data and tensor.
     std::int64_t replicated_from = arena_.size();
@@ -283,17 +280,11 @@ class Trainer {
     // Replicas start from one copy: rank 0's.
     if (mesh.data_size() > 1) mesh.data().broadcast(arena_.values().slice(0, replicated_from), 0);
     if (auto* g = groups_->stage_group()) g->broadcast(arena_.values().slice(replicated_from, arena_.size()), 0);
-    policy::BucketOptions buckets{.max_splits = policies.max_splits, .fp16 = policies.fp16, .fp16_scale = policies.fp16_scale,
-                                  .op = policies.mean ? comm::ReduceOp::kMean : comm::ReduceOp::kSum};
     sync_ = std::make_unique<Sync>(*device_, mesh.data(), groups_->stage_group(), arena_,
-                                   policy::SyncOptions{buckets, policies.clip_after_reduce, plan_.rows_over_tensor() ? replicated_from : -1,
-                                                       mesh.tensor_size() > 1, policies.zero_stage, policies.offload});
+                                   policy::SyncOptions::of(policies, plan_.rows_over_tensor() ? replicated_from : -1, mesh.tensor_size() > 1));
     updater_.keep_state_in_host_pool(policies.offload);
     updater_.set_schedule(lr_schedule(cfg, opt_));
-    if (policies.amp())
-      amp_.emplace(policy::LossScaleOptions{.dynamic = policies.loss_scale_dynamic, .init = policies.loss_scale,
-                                            .growth_interval = policies.growth_interval},
-                   groups_->rows().ranks, policies.amp_log);
+    amp_ = policy::MixedPrecision(policies, groups_->rows().ranks);
     actions_ = plan_.actions(stage);
     executor_.emplace(*device_, std::move(chunks), plan_.chunks, plan_.pipeline, stage, mesh.pipeline());
     if (vocab_parallel) executor_->loss().parallelize(part);
@@ -311,7 +302,7 @@ class Trainer {
   // first sample, the scale of its loss gradient, what it recomputes and AMP's GEMM precision.
   Pass pass(int m, int count, bool training, nn::RecomputeMode recompute, std::int64_t first = 0) {
     // this rank's share of the mean: 1 / M of its rows' mean, times its weight among uneven shares
-    const double scale = (amp_ ? amp_->pass_scale(count) : 1.0 / count) * (training ? place_.weight : 1.0);
+    const double scale = amp_.pass_scale(count) * (training ? place_.weight : 1.0);
     return Pass(*device_, nn::PassOptions{training, opt_.seed, static_cast<std::uint64_t>(steps_), static_cast<std::uint64_t>(m), first,
                                           scale, recompute, plan_.policies.matmul},
                 sync_.get(), groups_->layer_groups());
@@ -328,16 +319,12 @@ class Trainer {
                                          return pass(m, count, true, end < 0 || c <= end ? recompute : nn::RecomputeMode::kNone, first + m * per);
                                        },
                                        [&](int m) { sync_->backward_of(m, count); });
-    if (!plan_.policies.clip_after_reduce) last_grad_norm_ = clip();  // EPL's per-replica clipping, before the reduction
+    if (!plan_.policies.clip_after_reduce) {  // EPL's per-replica clipping, of each replica's gradients before the reduction
+      last_grad_norm_ = groups_->norm(sync_->sum_squares());
+      if (opt_.clip_norm > 0) optim::scale_to_norm(*device_, std::span<const Tensor>(sync_->owned_grads()), last_grad_norm_, opt_.clip_norm);
+    }
     sync_->finish();
     return loss;
-  }
-  // The global L2 norm of the reduced gradients, clipped to TrainerOptions::clip_norm (when
-  // positive) by optim::clip's rule; returns the norm before clipping.
-  double clip() {
-    const double norm = groups_->norm(sync_->sum_squares());
-    if (opt_.clip_norm > 0) optim::scale_to_norm(*device_, std::span<const Tensor>(sync_->owned_grads()), norm, opt_.clip_norm);
-    return norm;
   }
 
   void check_batch(const Batch& batch) const {
@@ -366,24 +353,13 @@ class Trainer {
     const auto& c = groups_->mesh().coord();
     const bool zero = sync_->stage() > 0;  // one copy of what replicas share: data rank 0, or under ZeRO each its slices
     s.writes = [zero, c](const nn::Parameter& p) { return (zero || c.data == 0) && (!p.shard.whole() || c.tensor == 0); };
-    nn::visit_parameters(model_, [&](std::string_view path, nn::Parameter& p) { s.names[&p] = std::string(path); });
-    s.index_names = checkpoint::index_names(model_);
-    s.optimizer = std::string(reflect::type_name<Optimizer>());
-    s.optimizer_steps = updater_.steps();
-    s.optimizer_state = &updater_.state();
-    s.optimizer_slots = Optimizer::kStateSlots;
-    s.schedule = &updater_.schedule();
-    s.restore_optimizer = [this](std::int64_t steps, std::int64_t n, DType t) -> const std::vector<Tensor>& {
-      return updater_.restore(*device_, steps, n, t);
-    };
-    s.scaler = amp_ ? &amp_->scaler() : nullptr;
+    checkpoint::describe(s, model_, updater_, *device_);
+    s.scaler = amp_.scaler();
     s.seed = opt_.seed;
     s.data = groups_->mesh().data_size();
     s.tensor = groups_->mesh().tensor_size();
     s.pipeline = groups_->mesh().pipeline_size();
     s.zero = sync_->stage();
-    s.download = reader();
-    s.upload = [d = device_](const void* host, const Tensor& t) { d->upload(host, t); };
     return s;
   }
 
@@ -399,7 +375,7 @@ class Trainer {
   std::optional<strategy::StepGroups> groups_;
   param::Arena arena_;
   std::unique_ptr<Sync> sync_;
-  std::optional<policy::MixedPrecision> amp_;
+  policy::MixedPrecision amp_;  // its hooks: the loss scale of the passes, the gradients' factor, the verdict
   std::vector<strategy::Action> actions_;
   std::optional<strategy::Executor<Pass, Loss>> executor_;
   Tracer tracer_;

@@ -199,10 +199,13 @@ class BasicCpu {
   void permute_heads(const Tensor& tokens, const Tensor& heads, std::int64_t offset, bool to_heads) const;
 
   // ---- optimizer updates -------------------------------------------------------------
-  void sgd_update(const Tensor& p, const Tensor& g, double lr, double wd) const;
-  void momentum_update(const Tensor& p, const Tensor& g, const Tensor& v, double lr, double mu, double wd, bool nesterov) const;
+  // Each reads the gradient as grad_scale g (AMP's unscale times the clip coefficient: no pass of
+  // their own over the gradients).
+  void sgd_update(const Tensor& p, const Tensor& g, double lr, double wd, double grad_scale = 1) const;
+  void momentum_update(const Tensor& p, const Tensor& g, const Tensor& v, double lr, double mu, double wd, bool nesterov,
+                       double grad_scale = 1) const;
   void adamw_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, double lr, double beta1,
-                    double beta2, double eps, double wd, std::int64_t step) const;
+                    double beta2, double eps, double wd, std::int64_t step, double grad_scale = 1) const;
 
  private:
   // Whether the GEMM kernel rounds the operands to `inputs` itself as it packs them.

@@ -327,29 +327,30 @@ void BasicCpu<Compute...>::permute_heads(const Tensor& tokens, const Tensor& hea
 }
 
 template <class... Compute>
-void BasicCpu<Compute...>::sgd_update(const Tensor& p, const Tensor& g, double lr, double wd) const {
+void BasicCpu<Compute...>::sgd_update(const Tensor& p, const Tensor& g, double lr, double wd, double grad_scale) const {
   detail::same(p, g, "sgd_update");
-  visit(p.dtype(), [&]<class T>() { epl::detail::cpu::sgd_update(p.data<T>(), g.data<T>(), p.numel(), T(lr), T(wd)); });
+  visit(p.dtype(), [&]<class T>() { epl::detail::cpu::sgd_update(p.data<T>(), g.data<T>(), p.numel(), T(lr), T(wd), T(grad_scale)); });
 }
 
 template <class... Compute>
-void BasicCpu<Compute...>::momentum_update(const Tensor& p, const Tensor& g, const Tensor& v, double lr, double mu, double wd, bool nesterov) const {
+void BasicCpu<Compute...>::momentum_update(const Tensor& p, const Tensor& g, const Tensor& v, double lr, double mu, double wd, bool nesterov,
+                                              double grad_scale) const {
   detail::same(p, g, "momentum_update");
   detail::same(p, v, "momentum_update");
   visit(p.dtype(), [&]<class T>() {
-    epl::detail::cpu::momentum_update(p.data<T>(), g.data<T>(), v.data<T>(), p.numel(), T(lr), T(mu), T(wd), nesterov);
+    epl::detail::cpu::momentum_update(p.data<T>(), g.data<T>(), v.data<T>(), p.numel(), T(lr), T(mu), T(wd), nesterov, T(grad_scale));
   });
 }
 
 template <class... Compute>
 void BasicCpu<Compute...>::adamw_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, double lr, double beta1,
-    double beta2, double eps, double wd, std::int64_t step) const {
+    double beta2, double eps, double wd, std::int64_t step, double grad_scale) const {
   detail::same(p, g, "adamw_update");
   detail::same(p, m, "adamw_update");
   detail::same(p, v, "adamw_update");
   visit(p.dtype(), [&]<class T>() {
     epl::detail::cpu::adamw_update(p.data<T>(), g.data<T>(), m.data<T>(), v.data<T>(), p.numel(), T(lr), T(beta1),
-                              T(beta2), T(eps), T(wd), step);
+                              T(beta2), T(eps), T(wd), step, T(grad_scale));
   });
 }
 

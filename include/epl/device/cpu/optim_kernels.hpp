@@ -10,31 +10,34 @@ namespace epl {
 inline namespace v0 {
 namespace detail::cpu {
 
-/// p -= lr (g + wd p)
-template <class T> void sgd_update(T* p, const T* g, std::int64_t n, T lr, T wd) {
+// Every update reads the gradient as gs g: gs is the step's factor (AMP's unscale times the clip
+// coefficient), applied as the gradient is read instead of in passes of its own over it.
+
+/// p -= lr (gs g + wd p)
+template <class T> void sgd_update(T* p, const T* g, std::int64_t n, T lr, T wd, T gs) {
   chunked(n, [&](std::int64_t o, std::int64_t len) {
     ArrayMap<T> P(p + o, len);
-    P -= lr * (ConstArrayMap<T>(g + o, len) + wd * P);
+    P -= lr * (ConstArrayMap<T>(g + o, len) * gs + wd * P);
   });
 }
-/// d = g + wd p; v = mu v + d; p -= lr (nesterov ? d + mu v : v)
-template <class T> void momentum_update(T* p, const T* g, T* v, std::int64_t n, T lr, T mu, T wd, bool nesterov) {
+/// d = gs g + wd p; v = mu v + d; p -= lr (nesterov ? d + mu v : v)
+template <class T> void momentum_update(T* p, const T* g, T* v, std::int64_t n, T lr, T mu, T wd, bool nesterov, T gs) {
   chunked(n, [&](std::int64_t o, std::int64_t len) {
     ArrayMap<T> P(p + o, len), V(v + o, len);
-    auto d = (ConstArrayMap<T>(g + o, len) + wd * P).eval();
+    auto d = (ConstArrayMap<T>(g + o, len) * gs + wd * P).eval();
     V = mu * V + d;
     if (nesterov) P -= lr * (d + mu * V); else P -= lr * V;
   });
 }
-/// AdamW (decoupled decay): p *= 1 - lr wd; m, v moments; p -= lr mhat / (sqrt(vhat) + eps).
+/// AdamW (decoupled decay): p *= 1 - lr wd; m, v moments of gs g; p -= lr mhat / (sqrt(vhat) + eps).
 template <class T>
 void adamw_update(T* p, const T* g, T* m, T* v, std::int64_t n, T lr, T beta1, T beta2, T eps, T wd,
-                  std::int64_t step) {
+                  std::int64_t step, T gs) {
   const T bc1 = T(1) - std::pow(beta1, T(step)), bc2 = T(1) - std::pow(beta2, T(step));
   const T step_size = lr / bc1, rbc2 = T(1) / std::sqrt(bc2);
   chunked(n, [&](std::int64_t o, std::int64_t len) {
     ArrayMap<T> P(p + o, len), M(m + o, len), V(v + o, len);
-    ConstArrayMap<T> G(g + o, len);
+    const auto G = (ConstArrayMap<T>(g + o, len) * gs).eval();
     P *= T(1) - lr * wd;
     M = beta1 * M + (T(1) - beta1) * G;
     V = beta2 * V + (T(1) - beta2) * G.square();

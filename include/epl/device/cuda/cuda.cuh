@@ -528,24 +528,30 @@ class Cuda {
   }
 
   // ---- optimizer updates (over any range of the parameter arena) ---------------------
-  void sgd_update(const Tensor& p, const Tensor& g, double lr, double wd) const {
+  // Each reads the gradient as grad_scale g (AMP's unscale times the clip coefficient).
+  void sgd_update(const Tensor& p, const Tensor& g, double lr, double wd, double grad_scale = 1) const {
     same(p, g, "sgd_update");
-    visit_compute(p.dtype(), [&]<class T>() { elements(kernels::SgdStep<T>{p.data<T>(), g.data<T>(), T(lr), T(wd)}, p.numel()); });
+    visit_compute(p.dtype(), [&]<class T>() {
+      elements(kernels::SgdStep<T>{p.data<T>(), g.data<T>(), T(lr), T(wd), T(grad_scale)}, p.numel());
+    });
   }
-  void momentum_update(const Tensor& p, const Tensor& g, const Tensor& v, double lr, double mu, double wd, bool nesterov) const {
+  void momentum_update(const Tensor& p, const Tensor& g, const Tensor& v, double lr, double mu, double wd, bool nesterov,
+                       double grad_scale = 1) const {
     same(p, g, "momentum_update");
     same(p, v, "momentum_update");
     visit_compute(p.dtype(), [&]<class T>() {
-      elements(kernels::MomentumStep<T>{p.data<T>(), g.data<T>(), v.data<T>(), T(lr), T(mu), T(wd), nesterov}, p.numel());
+      elements(kernels::MomentumStep<T>{p.data<T>(), g.data<T>(), v.data<T>(), T(lr), T(mu), T(wd), nesterov, T(grad_scale)},
+               p.numel());
     });
   }
   void adamw_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, double lr, double beta1, double beta2,
-                    double eps, double wd, std::int64_t step) const {
+                    double eps, double wd, std::int64_t step, double grad_scale = 1) const {
     same(p, g, "adamw_update");
     same(p, m, "adamw_update");
     same(p, v, "adamw_update");
     visit_compute(p.dtype(), [&]<class T>() {
-      elements(kernels::adamw_step<T>(p.data<T>(), g.data<T>(), m.data<T>(), v.data<T>(), T(lr), T(beta1), T(beta2), T(eps), T(wd), step),
+      elements(kernels::adamw_step<T>(p.data<T>(), g.data<T>(), m.data<T>(), v.data<T>(), T(lr), T(beta1), T(beta2), T(eps), T(wd), step,
+                                         T(grad_scale)),
                p.numel());
     });
   }
