@@ -5,8 +5,11 @@
 // says by how much nothing fits.
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <set>
+#include <sstream>
 
 #include "../../examples/gpt/gpt.hpp"
 #include "../helpers.hpp"
@@ -254,9 +257,96 @@ TEST_CASE("cost: a profile file with impossible figures, or cut short, is refuse
   bad.replace(unit, line_end - unit, "model.0.0 0 1 -5 -7 -1 -1 -1 -1");
   write(bad);
   CHECK_THROWS_WITH_AS((void)plan::load_profile(file, "k"), doctest::Contains("impossible figures for unit model.0.0"), Error);
-  write("epl-profile 3\n");
+  write("epl-profile 4\n");
   CHECK_THROWS_WITH_AS((void)plan::load_profile(file, "k"), doctest::Contains("no key line"), Error);
+  // an older probe's file (no repeats, no spread) is measured again, not misread
+  write("epl-profile 3\nk\n2 8 32 1 1\nloss 0 0 0 0 0 0 0 0\n");
+  CHECK(!plan::load_profile(file, "k").has_value());
+  // a spread that cannot be is refused
+  auto negative = text;
+  const auto counts = negative.find('\n', negative.find('\n') + 1) + 1;  // the line after the key
+  const auto counts_end = negative.find('\n', counts);
+  std::istringstream fields(negative.substr(counts, counts_end - counts));
+  std::int64_t rows = 0, tokens = 0, bytes = 0, tensor = 0, repeats = 0, units = 0;
+  double spread = 0;
+  fields >> rows >> tokens >> bytes >> tensor >> repeats >> spread >> units;
+  negative.replace(counts, counts_end - counts, std::to_string(rows) + " " + std::to_string(tokens) + " " + std::to_string(bytes) + " " +
+                                                    std::to_string(tensor) + " " + std::to_string(repeats) + " -0.5 " + std::to_string(units));
+  write(negative);
+  CHECK_THROWS_WITH_AS((void)plan::load_profile(file, "k"), doctest::Contains("truncated or corrupt"), Error);
   std::filesystem::remove_all(dir);
+}
+
+namespace {
+// device::Cpu whose GEMMs are 20 times slower in some of the probe's runs: GEMM calls are counted,
+// and the runs are told apart by `period`, the GEMMs of one repeat (the whole batch and one row).
+struct Bursty : device::Cpu {
+  explicit Bursty(std::int64_t period) : device::Cpu(350, 1), period(period) {}
+  void gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& c, double alpha = 1, double beta = 0,
+            DType inputs = DType::kF32) const {
+    const auto t0 = std::chrono::steady_clock::now();
+    device::Cpu::gemm(a, ta, b, tb, c, alpha, beta, inputs);
+    hold(t0);
+  }
+  void gemm_batched(const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& c, double alpha = 1, double beta = 0,
+                    DType inputs = DType::kF32) const {
+    const auto t0 = std::chrono::steady_clock::now();
+    device::Cpu::gemm_batched(a, ta, b, tb, c, alpha, beta, inputs);
+    hold(t0);
+  }
+  // repeats 0, 1, 3 and 4 of five are slow, repeat 2 fast: the median run is slow, the fastest not
+  // the first (period 0: never slow; negative: always)
+  void hold(std::chrono::steady_clock::time_point t0) const {
+    const std::int64_t call = calls++;
+    const bool slow = period < 0 || (period > 0 && (call / period) % 5 != 2);
+    if (!slow) return;
+    const auto until = t0 + (std::chrono::steady_clock::now() - t0) * 20 + std::chrono::microseconds(200);
+    while (std::chrono::steady_clock::now() < until) {
+    }
+  }
+  std::int64_t period;
+  mutable std::int64_t calls = 0;
+};
+}  // namespace
+
+TEST_CASE("cost: the probe interleaves its repeats, keeps each unit's fastest and reports the spread of a bursty machine") {
+  const auto model = gpt::make_gpt(tiny());
+  const auto sample = test::ids({2, 8}, 32, 3), targets = test::ids({2, 8}, 32, 4);
+  Bursty counting(0);  // never slow: counts the GEMMs of one repeat
+  (void)plan::profile(model, counting, sample, targets, 1);
+  REQUIRE(counting.calls > 0);
+  Bursty bursty(counting.calls);
+  const auto prof = plan::profile(model, bursty, sample, targets, 5);
+  CHECK(bursty.calls == 5 * counting.calls);
+  CHECK(prof.repeats == 5);
+  CHECK(prof.spread > 1);  // the median run's GEMMs took 20 times as long: the step far more than twice
+  // each unit's time is from the fast run: the whole probe step no longer than a third of the slow runs'
+  // (the GEMMs are most of this model's time; a slow run is several times a fast one)
+  double step = 0;
+  for (const auto& u : prof.units) step += u.fixed_seconds + 2 * (u.forward_seconds + u.backward_seconds);
+  const auto slow = plan::profile(model, Bursty(-1), sample, targets, 1);  // period -1: every call slow
+  double slow_step = 0;
+  for (const auto& u : slow.units) slow_step += u.fixed_seconds + 2 * (u.forward_seconds + u.backward_seconds);
+  CHECK(step < slow_step / 3);
+  // the search carries the spread, and its report says when the probe cannot rank the first two plans
+  const plan::Cluster cluster{.ranks = 2};
+  auto r = plan::search<gpt::Gpt, All>(model, prof, cluster, 16, optim::AdamW::kStateSlots);
+  CHECK(r.spread == prof.spread);
+  REQUIRE(r.plans.size() > 1);
+  if (r.plans[1].seconds < 2 * r.plans[0].seconds) {  // closer than the spread (> 1) allows to rank
+    CHECK(!r.ranked());
+    CHECK(plan::report(r, 3).find("the probe cannot rank them") != std::string::npos);
+  }
+  r.spread = 0;
+  CHECK(r.ranked() == (r.plans[1].seconds > r.plans[0].seconds));
+  // the file keeps repeats and spread
+  const auto file = std::filesystem::temp_directory_path() / ("epl_spread_" + std::to_string(::getpid()));
+  plan::save_profile(prof, file, "k");
+  const auto back = plan::load_profile(file, "k");
+  REQUIRE(back.has_value());
+  CHECK(back->repeats == 5);
+  CHECK(back->spread == prof.spread);
+  std::filesystem::remove(file);
 }
 
 TEST_CASE("cost: search returns only plans the plan accepts, fastest first, and says by how much nothing fits") {
@@ -287,6 +377,18 @@ TEST_CASE("cost: search returns only plans the plan accepts, fastest first, and 
   };
   CHECK(find(4, 3).state.device() * 3 < find(4, 0).state.device());
   CHECK(plan::report(r, 3).find("fastest first") != std::string::npos);
+  // what auto_plan measures: the fastest predicted first, then the fastest of each other layout
+  CHECK(plan::shortlist(r, 1) == std::vector<std::size_t>{0});
+  CHECK(plan::shortlist(r, 100000).size() == r.plans.size());
+  const auto listed = plan::shortlist(r, 3);
+  REQUIRE(listed.size() == 3);
+  CHECK(listed.front() == 0);
+  std::set<std::pair<int, int>> layouts;
+  for (const auto i : listed) layouts.emplace(r.plans[i].candidate.data, r.plans[i].candidate.pipeline);
+  CHECK(layouts.size() == 3);  // dp4, dp2 pp2 and pp4: each layout's fastest, not three of one
+  for (const auto i : listed)
+    for (std::size_t j = 0; j < i; ++j)  // no faster plan of the same layout was passed over
+      CHECK(!(r.plans[j].candidate.data == r.plans[i].candidate.data && r.plans[j].candidate.pipeline == r.plans[i].candidate.pipeline));
   // a budget below every plan: the error says which comes closest and by how much
   const auto smallest = std::min_element(r.plans.begin(), r.plans.end(), [](const auto& a, const auto& b) {
                           return a.device_bytes() < b.device_bytes();

@@ -6,6 +6,9 @@
 #include "epl/comm/threads/run_threads.hpp"
 #include "epl/runtime/auto_plan.hpp"
 
+#include <algorithm>
+#include <sstream>
+
 using namespace epl;
 
 namespace {
@@ -53,6 +56,78 @@ TEST_CASE("auto_plan: every rank runs the plan rank 0 chose, and trains as one d
     CHECK(run.second == runs[0].second);
     CHECK(test::max_rel_diff(run.first, ref) <= 2e-5);
   }
+}
+
+TEST_CASE("auto_plan: the top plans are measured in alternating rounds and the fastest measured is chosen, on every rank alike") {
+  Config cfg;
+  cfg.set(keys::auto_parallel, true);
+  std::vector<std::string> logs(2), chosen(2);
+  comm::run_threads(2, [&](comm::ThreadCommunicator& c) {
+    Context ctx(c, 420 + c.rank());
+    auto ds = test::token_corpus(4000);
+    data::WindowLoader probe(ds, 8, 4, 99);
+    const Config planned = auto_plan<gpt::Gpt, optim::AdamW, All>(
+        ctx, cfg, gpt::make_gpt(tiny()), probe.next(ctx.cpu()), kBatch,
+        {.repeats = 2, .measure = 3, .rounds = 2, .steps = 1, .print = false, .log = &logs[static_cast<std::size_t>(c.rank())]});
+    for (const char* k : {"pipeline.num_stages", "pipeline.num_micro_batch", "zero.level", "gradient_checkpoint.type", "amp.level"})
+      chosen[static_cast<std::size_t>(c.rank())] += std::string(k) + "=" + planned.value_text(k) + " ";
+  });
+  CHECK(chosen[0] == chosen[1]);
+  CHECK(logs[1].empty());  // rank 0 gives the account
+  const std::string& log = logs[0];
+  CAPTURE(log);
+  REQUIRE(log.find("measured before choosing (2 rounds of 1 steps, alternating") != std::string::npos);
+  CHECK(log.find("chosen as the fastest measured of 3 (the fastest predicted of each layout)") != std::string::npos);
+  // the chosen line has the least measured time of the three, or fewer pipeline stages within the noise (at most 10%) of it
+  struct Line {
+    double ms, spread;
+    bool chosen;
+  };
+  std::vector<Line> measured;
+  std::istringstream lines(log);
+  for (std::string line; std::getline(lines, line);) {
+    const auto at = line.find(" ms  measured ");  // a plan's line: "  <plan>  predicted <ms> ms  measured <ms> ms  (spread <s>%)"
+    if (at == std::string::npos) continue;
+    measured.push_back({std::stod(line.substr(at + 14)), std::stod(line.substr(line.find("(spread ") + 8)) / 100,
+                        line.find("<- chosen") != std::string::npos});
+  }
+  REQUIRE(measured.size() == 3);
+  CHECK(std::count_if(measured.begin(), measured.end(), [](const Line& m) { return m.chosen; }) == 1);
+  const auto least = std::min_element(measured.begin(), measured.end(), [](const Line& a, const Line& b) { return a.ms < b.ms; });
+  for (const auto& m : measured)
+    if (m.chosen) CHECK(m.ms <= least->ms * 1.1 + 0.001);  // at most 10% behind (printed to the microsecond)
+  // bad measuring options are named
+  comm::run_threads(1, [&](comm::ThreadCommunicator& c) {
+    Context ctx(c, 425);
+    auto ds = test::token_corpus(4000);
+    data::WindowLoader probe(ds, 8, 4, 99);
+    auto plan_with_no_rounds = [&] {
+      return auto_plan<gpt::Gpt, optim::AdamW, All>(ctx, cfg, gpt::make_gpt(tiny()), probe.next(ctx.cpu()), kBatch,
+                                                    {.rounds = 0, .print = false});
+    };
+    CHECK_THROWS_WITH_AS(plan_with_no_rounds(), doctest::Contains("rounds = 0"), Error);
+  });
+}
+
+TEST_CASE("bench::choose: the fastest measured, unless fewer pipeline stages measured within the noise of it") {
+  auto plan = [](int data, int pipeline, double seconds, double fastest) {
+    bench::Measured m;
+    m.predicted.candidate = {.data = data, .pipeline = pipeline};
+    m.seconds = seconds;
+    m.fastest = fastest;
+    return m;
+  };
+  // a pipeline 3% ahead with steady timings: within 5%, the replicas
+  CHECK(bench::choose({plan(1, 4, 0.97, 0.96), plan(4, 1, 1.00, 0.99), plan(2, 2, 0.98, 0.97)}) == 1);
+  // a pipeline 20% ahead: it wins
+  CHECK(bench::choose({plan(1, 4, 0.80, 0.79), plan(4, 1, 1.00, 0.99)}) == 0);
+  // 8% ahead but its timings spread 30%: within the noise, the replicas; 20% ahead with that spread: past 10%, it wins
+  CHECK(bench::choose({plan(1, 4, 0.92, 0.92 / 1.3), plan(4, 1, 1.00, 0.99)}) == 1);
+  CHECK(bench::choose({plan(1, 4, 0.80, 0.80 / 1.3), plan(4, 1, 1.00, 0.99)}) == 0);
+  // among plans within the noise, the fewest stages, then the fastest of them
+  CHECK(bench::choose({plan(1, 4, 0.97, 0.96), plan(2, 2, 0.98, 0.97), plan(4, 1, 1.10, 1.09), plan(2, 2, 0.975, 0.97)}) == 3);
+  CHECK(bench::fastest({plan(4, 1, 1.0, 1.0), plan(1, 4, 0.5, 0.5)}) == 1);
+  CHECK_THROWS_WITH_AS((void)bench::fastest({}), doctest::Contains("no plan was measured"), Error);
 }
 
 TEST_CASE("auto_plan: a budget nothing fits says by how much; without the key nothing changes") {

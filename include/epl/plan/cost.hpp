@@ -126,6 +126,12 @@ struct Profile {
   std::int64_t tokens_per_row = 0;   ///< elements of one input row
   std::int64_t input_bytes = 0;      ///< of one input row
   int tensor = 1;                    ///< the split degree it was probed at: one rank's part of each split layer
+  int repeats = 1;                   ///< probe runs of each batch size, interleaved
+  /// How far the probe's runs disagreed: the median run's whole step (forward, loss and backward of
+  /// the probe batch) over the fastest run's, less 1 (0: as steady as one run can tell). The times
+  /// above are each unit's fastest; a spread near or above the gap between two plans' predicted
+  /// times means the probe cannot rank them (plan::SearchResult::spread, auto_plan's log).
+  double spread = 0;
   [[nodiscard]] std::int64_t parameters() const {
     std::int64_t n = 0;
     for (const auto& u : units) n += u.parameters;
@@ -207,7 +213,8 @@ class ProbeGroup {
 
 /// \brief Measures model's units on device d with the batch (inputs, targets) of `rows` rows: each
 /// unit's activation bytes (from the allocator's accounting) and its forward and backward times
-/// (the fastest of `repeats` runs), and its parameters; `matmul` bf16 or f16 times AMP's GEMMs. The model is copied and drawn once, whole,
+/// (each the fastest of `repeats` runs, the whole batch's and one row's interleaved; Profile::spread
+/// says how far the runs disagreed), and its parameters; `matmul` bf16 or f16 times AMP's GEMMs. The model is copied and drawn once, whole,
 /// on d (a model too large for one device is profiled on its parts by the caller). Run it on a
 /// device whose account nothing else charges meanwhile (before starting thread ranks).
 template <class Model, class Loss = nn::SoftmaxCrossEntropy, class D>
@@ -245,58 +252,76 @@ Profile profile(const Model& model, const D& d, const Tensor& inputs, const Tens
   p.units.back().name = "loss";
   const DeviceId id = d.id();
   auto& account = memory_account(id);
-  // Forward, loss and backward of the rows of x, `repeats` times: each unit's fastest forward and
-  // backward, in seconds per call; on the first run, with `record`, the bytes.
+  // One run of forward, loss and backward of the rows of x: each unit's forward and backward, in
+  // seconds per call; with `record`, the bytes.
   auto measure = [&](const Tensor& x, const Tensor& y, bool record) {
     std::vector<std::pair<double, double>> t(p.units.size());
     const auto rows = x.dim(0);
-    for (int r = 0; r < repeats; ++r) {
-      const bool first = r == 0;
-      auto keep_fastest = [&](double& slot, double seconds) { slot = first ? seconds : std::min(slot, seconds); };
-      Pass pass(d, nn::PassOptions{.training = true, .seed = 1, .recompute = nn::RecomputeMode::kNone, .matmul = matmul}, nullptr,
-                nn::Groups{.tensor = parts > 1 ? &group : nullptr});
-      Tensor h = x;
-      for (std::size_t i = 0; i < units.size(); ++i) {
-        const std::int64_t before = detail::activations_now(id);
-        const auto t0 = std::chrono::steady_clock::now();
-        Tensor out = units[i].forward(units[i].layer, pass, h);
-        keep_fastest(t[i].first, detail::since(t0));
-        h = std::move(out);  // the input goes unless the unit saved it
-        if (first && record) {
-          // what the unit added: its output and what it saved, less its input when it did not save
-          // it (the batch is the caller's: never freed here)
-          p.units[i].activation_bytes = (detail::activations_now(id) - before) / rows;
-          p.units[i].output_bytes = static_cast<std::int64_t>(h.bytes()) / rows;
-        }
+    Pass pass(d, nn::PassOptions{.training = true, .seed = 1, .recompute = nn::RecomputeMode::kNone, .matmul = matmul}, nullptr,
+              nn::Groups{.tensor = parts > 1 ? &group : nullptr});
+    Tensor h = x;
+    for (std::size_t i = 0; i < units.size(); ++i) {
+      const std::int64_t before = detail::activations_now(id);
+      const auto t0 = std::chrono::steady_clock::now();
+      Tensor out = units[i].forward(units[i].layer, pass, h);
+      t[i].first = detail::since(t0);
+      h = std::move(out);  // the input goes unless the unit saved it
+      if (record) {
+        // what the unit added: its output and what it saved, less its input when it did not save
+        // it (the batch is the caller's: never freed here)
+        p.units[i].activation_bytes = (detail::activations_now(id) - before) / rows;
+        p.units[i].output_bytes = static_cast<std::int64_t>(h.bytes()) / rows;
       }
-      auto& lp = p.units.back();
-      std::int64_t before = detail::activations_now(id);
-      auto t0 = std::chrono::steady_clock::now();
-      (void)loss.forward(pass, h, y);
-      keep_fastest(t.back().first, detail::since(t0));
-      if (first && record) lp.activation_bytes = (detail::activations_now(id) - before) / rows;
+    }
+    auto& lp = p.units.back();
+    std::int64_t before = detail::activations_now(id);
+    auto t0 = std::chrono::steady_clock::now();
+    (void)loss.forward(pass, h, y);
+    t.back().first = detail::since(t0);
+    if (record) lp.activation_bytes = (detail::activations_now(id) - before) / rows;
+    before = detail::activations_now(id);
+    account.reset_peaks();
+    t0 = std::chrono::steady_clock::now();
+    Tensor g = loss.backward(pass, 1.0 / static_cast<double>(rows));
+    t.back().second = detail::since(t0);
+    if (record) lp.backward_bytes = (memory_stats(id).peak_of(MemoryCategory::kActivations) - before) / rows;
+    h = {};  // the logits: the loss saved them
+    for (std::size_t i = units.size(); i-- > 0;) {
       before = detail::activations_now(id);
       account.reset_peaks();
       t0 = std::chrono::steady_clock::now();
-      Tensor g = loss.backward(pass, 1.0 / static_cast<double>(rows));
-      keep_fastest(t.back().second, detail::since(t0));
-      if (first && record) lp.backward_bytes = (memory_stats(id).peak_of(MemoryCategory::kActivations) - before) / rows;
-      h = {};  // the logits: the loss saved them
-      for (std::size_t i = units.size(); i-- > 0;) {
-        before = detail::activations_now(id);
-        account.reset_peaks();
-        t0 = std::chrono::steady_clock::now();
-        g = units[i].backward(units[i].layer, pass, g);
-        keep_fastest(t[i].second, detail::since(t0));
-        if (first && record) p.units[i].backward_bytes = (memory_stats(id).peak_of(MemoryCategory::kActivations) - before) / rows;
-      }
+      g = units[i].backward(units[i].layer, pass, g);
+      t[i].second = detail::since(t0);
+      if (record) p.units[i].backward_bytes = (memory_stats(id).peak_of(MemoryCategory::kActivations) - before) / rows;
     }
     return t;
   };
+  // The whole batch and its first row in turns, `repeats` times, so a burst of load on the machine
+  // falls on both sizes and on every unit alike; each unit keeps its fastest of each size.
+  using Run = std::vector<std::pair<double, double>>;
+  std::vector<Run> alls, ones;
+  for (int r = 0; r < repeats; ++r) {
+    alls.push_back(measure(inputs, targets, r == 0));
+    if (p.rows > 1) ones.push_back(measure(inputs.slice(0, 1), targets.slice(0, 1), false));
+  }
+  auto fastest = [&](const std::vector<Run>& runs) {
+    Run f = runs.front();
+    for (const auto& run : runs)
+      for (std::size_t i = 0; i < f.size(); ++i) f[i] = {std::min(f[i].first, run[i].first), std::min(f[i].second, run[i].second)};
+    return f;
+  };
+  const Run all = fastest(alls), one = p.rows > 1 ? fastest(ones) : all;
+  std::vector<double> steps;
+  for (const auto& run : alls) {
+    double total = 0;
+    for (const auto& [f, b] : run) total += f + b;
+    steps.push_back(total);
+  }
+  std::sort(steps.begin(), steps.end());
+  p.repeats = repeats;
+  p.spread = steps.front() > 0 ? steps[steps.size() / 2] / steps.front() - 1 : 0;
   // Times are affine in the rows: a fixed part per call (what a small micro-batch pays) and a part
   // per row, from the whole batch and its first row.
-  const auto all = measure(inputs, targets, true);
-  const auto one = p.rows > 1 ? measure(inputs.slice(0, 1), targets.slice(0, 1), false) : all;
   const double extra = static_cast<double>(std::max<std::int64_t>(p.rows - 1, 1));
   for (std::size_t i = 0; i < p.units.size(); ++i) {
     auto& u = p.units[i];
@@ -317,8 +342,8 @@ Profile profile(const Model& model, const D& d, const Tensor& inputs, const Tens
 inline void save_profile(const Profile& p, const std::filesystem::path& path, const std::string& key) {
   std::ostringstream f;
   f.precision(17);
-  f << "epl-profile 3\n" << key << "\n" << p.rows << ' ' << p.tokens_per_row << ' ' << p.input_bytes << ' ' << p.tensor << ' ' << p.units.size()
-    << '\n';
+  f << "epl-profile 4\n" << key << "\n" << p.rows << ' ' << p.tokens_per_row << ' ' << p.input_bytes << ' ' << p.tensor << ' ' << p.repeats
+    << ' ' << p.spread << ' ' << p.units.size() << '\n';
   for (const auto& u : p.units)
     f << u.name << ' ' << u.parameters << ' ' << u.macs_per_token << ' ' << u.activation_bytes << ' ' << u.output_bytes << ' '
       << u.backward_bytes << ' ' << u.forward_seconds << ' ' << u.backward_seconds << ' ' << u.fixed_seconds << '\n';
@@ -332,16 +357,17 @@ inline std::optional<Profile> load_profile(const std::filesystem::path& path, co
   if (!f) return std::nullopt;
   std::string magic, saved;
   std::getline(f, magic);
-  EPL_CHECK(magic == "epl-profile 3" || magic == "epl-profile 2", "the planner's calibration file ", path, " is not one (its first line is \"",
-            magic.substr(0, 40), "\"); delete it to measure again");
-  if (magic != "epl-profile 3") return std::nullopt;  // an older probe's (split layers measured whole): measure again
+  EPL_CHECK(magic == "epl-profile 4" || magic == "epl-profile 3" || magic == "epl-profile 2", "the planner's calibration file ", path,
+            " is not one (its first line is \"", magic.substr(0, 40), "\"); delete it to measure again");
+  if (magic != "epl-profile 4") return std::nullopt;  // an older probe's (split layers measured whole; no spread): measure again
   EPL_CHECK(static_cast<bool>(std::getline(f, saved)), "the planner's calibration file ", path,
             " is truncated or corrupt (no key line); delete it to measure again");
   if (saved != key) return std::nullopt;
   Profile p;
   std::size_t n = 0;
-  f >> p.rows >> p.tokens_per_row >> p.input_bytes >> p.tensor >> n;
-  EPL_CHECK(f.good() && n > 0 && n < (1u << 24) && p.tensor >= 1, "the planner's calibration file ", path, " is truncated or corrupt; delete it to measure again");
+  f >> p.rows >> p.tokens_per_row >> p.input_bytes >> p.tensor >> p.repeats >> p.spread >> n;
+  EPL_CHECK(f.good() && n > 0 && n < (1u << 24) && p.tensor >= 1 && p.repeats >= 1 && p.spread >= 0 && std::isfinite(p.spread),
+            "the planner's calibration file ", path, " is truncated or corrupt; delete it to measure again");
   p.units.resize(n);
   for (auto& u : p.units)
     f >> u.name >> u.parameters >> u.macs_per_token >> u.activation_bytes >> u.output_bytes >> u.backward_bytes >> u.forward_seconds >>

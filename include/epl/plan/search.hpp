@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "epl/plan/cost.hpp"
@@ -33,6 +34,14 @@ struct SearchOptions {
 struct SearchResult {
   std::vector<Estimate> plans;
   int tried = 0, refused = 0, too_big = 0;
+  /// The probe's spread (Profile::spread, the larger of the f32 and AMP probes'): how far its runs
+  /// disagreed. Predicted times closer than it cannot be ranked from the probe alone.
+  double spread = 0;
+  /// \brief Whether the first two plans are predicted further apart than the probe's spread (one
+  /// plan: yes). When not, measure them before choosing (auto_plan does; bench::combinations).
+  [[nodiscard]] bool ranked() const noexcept {
+    return plans.size() < 2 || plans[1].seconds > plans[0].seconds * (1 + spread);
+  }
   [[nodiscard]] const Estimate& best() const {
     EPL_CHECK(!plans.empty(), "plan::search found no plan");
     return plans.front();
@@ -135,7 +144,27 @@ SearchResult search(const Model& model, const Profile& prof, const Cluster& clus
                            "epl::Offload, gradient_checkpoint)"
                      : std::string());
   std::stable_sort(r.plans.begin(), r.plans.end(), [](const Estimate& a, const Estimate& b) { return a.seconds < b.seconds; });
+  r.spread = std::max(prof.spread, o.amp_profile ? o.amp_profile->spread : 0.0);
   return r;
+}
+
+/// \brief The plans worth measuring before choosing, at most k of r.plans (fastest predicted
+/// first): the fastest of each layout (data-parallel degree, pipeline stages, split degree) in the
+/// order of their best, then the next fastest of any. A cost model's largest errors are between
+/// layouts (a tiny model's pipeline against its replicas), not between a layout's variants, so
+/// the measured few span the layouts rather than being one layout's siblings.
+inline std::vector<std::size_t> shortlist(const SearchResult& r, std::size_t k) {
+  std::vector<std::size_t> out;
+  auto layout = [&](std::size_t i) {
+    const auto& c = r.plans[i].candidate;
+    return std::tuple{c.data, c.pipeline, c.tensor};
+  };
+  for (std::size_t i = 0; i < r.plans.size() && out.size() < k; ++i)
+    if (std::none_of(out.begin(), out.end(), [&](std::size_t j) { return layout(j) == layout(i); })) out.push_back(i);
+  for (std::size_t i = 0; i < r.plans.size() && out.size() < k; ++i)
+    if (std::find(out.begin(), out.end(), i) == out.end()) out.push_back(i);
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 /// \brief The plans of several searches (one a model type: its epl::Split degree is its type's,
@@ -147,6 +176,7 @@ inline SearchResult merge(std::vector<SearchResult> results) {
     all.tried += r.tried;
     all.refused += r.refused;
     all.too_big += r.too_big;
+    all.spread = std::max(all.spread, r.spread);
     for (auto& e : r.plans) all.plans.push_back(std::move(e));
   }
   EPL_CHECK(!all.plans.empty(), "plan::merge: none of the ", results.size(), " searches found a plan");
@@ -172,6 +202,13 @@ inline std::string report(const SearchResult& r, std::size_t n = 5) {
   std::snprintf(line, sizeof line, "(%d combinations tried: %zu fit, %d over the budget, %d refused by the plan's checks)\n", r.tried,
                 r.plans.size(), r.too_big, r.refused);
   out += line;
+  if (!r.ranked()) {
+    std::snprintf(line, sizeof line,
+                  "the probe's runs disagreed by %.0f%%, more than the %.0f%% between the first two plans: the probe cannot rank them; "
+                  "measure them (auto_plan does)\n",
+                  100 * r.spread, 100 * (r.plans[1].seconds / r.plans[0].seconds - 1));
+    out += line;
+  }
   return out;
 }
 

@@ -3,13 +3,19 @@
 /// \brief epl::auto_plan — auto.auto_parallel = true without pipeline.num_stages: the planner
 /// chooses the run's data-parallel degree, pipeline stages, micro-batches, schedule, ZeRO stage,
 /// offload, recompute and AMP (plan::search over the compiled policies), and rank 0 prints why
-/// (the top plans with their predicted memory and time). Call it before building the Trainer:
+/// (the top plans with their predicted memory and time). The probe repeats its runs, interleaved,
+/// and keeps each unit's fastest; then AutoPlanOptions::measure plans (the fastest predicted of each
+/// layout first: plan::shortlist) are trained a few steps each in alternating rounds and the
+/// fastest measured is chosen (the log shows predicted against measured), because one probe on a
+/// busy machine, or a cost model blind to a tiny model's overheads, can be far off. Call it
+/// before building the Trainer:
 ///
 ///     cfg = epl::auto_plan<Model, Optimizer, Policies>(ctx, cfg, model, sample, global_batch);
 ///     epl::Trainer<Model, Optimizer, Policies> trainer(ctx, cfg, std::move(model), ...);
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <thread>
 #include <vector>
 
@@ -19,6 +25,7 @@
 #include "epl/runtime/config.hpp"
 #include "epl/runtime/context.hpp"
 #include "epl/runtime/data.hpp"
+#include "epl/runtime/combinations.hpp"
 #include "epl/runtime/run_options.hpp"
 
 namespace epl {
@@ -28,9 +35,55 @@ inline namespace v0 {
 struct AutoPlanOptions {
   std::int64_t budget = 0;          ///< device bytes a rank may use (0: no limit)
   std::filesystem::path cache = {}; ///< where the probe's profile is kept between runs (empty: measured each run)
-  int repeats = 3;                  ///< probe runs (the fastest counts)
-  bool print = true;                ///< rank 0 prints the top plans
+  int repeats = 5;                  ///< probe runs of each batch size, interleaved (each unit's fastest counts)
+  /// How many plans are trained for a few steps each, in alternating rounds, before choosing the
+  /// fastest measured: plan::shortlist's, the fastest predicted of each layout first (0 or 1: the
+  /// first predicted, unmeasured).
+  int measure = 5;
+  int rounds = 3;                   ///< rounds over the measured plans (A B C A B C ...)
+  int steps = 3;                    ///< timed steps of a plan a round, after one untimed
+  bool print = true;                ///< rank 0 prints the top plans, and predicted against measured
+  std::string* log = nullptr;       ///< where rank 0's account of the choice also goes (what it prints)
+  plan::Candidate* chosen = nullptr; ///< where the chosen plan goes (every rank)
 };
+
+namespace detail {
+// A candidate as 9 integers (the schedule by its place in strategy::kSchedules), to broadcast.
+inline void encode(const plan::Candidate& c, std::int64_t* out) {
+  std::int64_t schedule = 0;
+  for (std::size_t i = 0; i < std::size(strategy::kSchedules); ++i)
+    if (strategy::kSchedules[i].name == c.schedule) schedule = static_cast<std::int64_t>(i);
+  const std::int64_t v[] = {c.data, c.pipeline, c.micro_batches, schedule, c.virtual_stages, c.zero, c.recompute, c.offload, c.amp};
+  std::copy(std::begin(v), std::end(v), out);
+}
+inline plan::Candidate decode(const std::int64_t* v, int tensor) {
+  return {.data = static_cast<int>(v[0]), .pipeline = static_cast<int>(v[1]), .micro_batches = static_cast<int>(v[2]), .tensor = tensor,
+          .schedule = std::string(strategy::kSchedules[static_cast<std::size_t>(v[3])].name), .virtual_stages = static_cast<int>(v[4]),
+          .zero = static_cast<int>(v[5]), .recompute = v[6] != 0, .offload = v[7] != 0, .amp = v[8] != 0};
+}
+// A batch of `rows` rows on the CPU, the sample's rows over and over (the measured steps' data: a
+// step's time does not depend on which rows it reads).
+inline Batch tiled(const device::Cpu& cpu, const Batch& sample, std::int64_t rows) {
+  auto tile = [&](const Tensor& t) {
+    Shape shape = t.shape();
+    shape[0] = rows;
+    Tensor out = cpu.empty(shape, t.dtype());
+    const std::size_t row = t.bytes() / static_cast<std::size_t>(t.dim(0));
+    for (std::int64_t r = 0; r < rows; ++r)
+      std::memcpy(static_cast<char*>(out.raw()) + r * row, static_cast<const char*>(t.raw()) + (r % t.dim(0)) * row, row);
+    return out;
+  };
+  return {tile(sample.inputs), tile(sample.targets)};
+}
+// An optimizer to time the plans with: its default options (the update's cost does not depend on them).
+template <class O>
+O stand_in() {
+  if constexpr (requires { O(typename O::Options{}); }) return O(typename O::Options{});
+  else return O();
+}
+template <class O>
+inline constexpr bool has_stand_in = requires { O(typename O::Options{}); } || std::is_default_constructible_v<O>;
+}  // namespace detail
 
 /// \brief The α and β of `world`'s all-reduce (a collective): the median time of 9 small and 9
 /// large messages, the slowest rank's, read as a ring's 2 (n - 1) messages of 2 (n - 1) / n of
@@ -69,6 +122,9 @@ inline plan::Link measure_all_reduce(comm::Communicator& world) {
 template <class Model, optim::optimizer Optimizer, class Policy = Policies<>, class Loss = nn::SoftmaxCrossEntropy>
 Config auto_plan(Context& ctx, const Config& cfg, const Model& model, const Batch& sample, std::int64_t global_rows,
                  AutoPlanOptions o = {}) {
+  EPL_CHECK(o.repeats >= 1 && o.measure >= 0 && o.rounds >= 1 && o.steps >= 1, "auto_plan: repeats = ", o.repeats, ", measure = ",
+            o.measure, ", rounds = ", o.rounds, ", steps = ", o.steps, "; repeats, rounds and steps must be at least 1 and measure at "
+            "least 0 (0 or 1: choose by prediction alone)");
   if (!cfg.get(keys::auto_parallel) || cfg.source(keys::num_stages) != Config::Source::kDefault) return cfg;
   auto& world = ctx.world();
   const int n = world.size();
@@ -103,21 +159,58 @@ Config auto_plan(Context& ctx, const Config& cfg, const Model& model, const Batc
   base.rank_speeds = rank_speeds(cfg, ctx.cpu(), world);
   const auto found = plan::search<Model, Policy>(model, *prof, cluster, global_rows, Optimizer::kStateSlots,
                                                  {.budget = o.budget, .amp_profile = amp ? &*amp : nullptr, .base = base});
-  // rank 0's choice, on every rank
-  const auto& b = found.best().candidate;
-  std::int64_t chosen[] = {b.data, b.pipeline, b.micro_batches, 0, b.virtual_stages, b.zero, b.recompute, b.offload, b.amp};
-  for (std::size_t i = 0; i < std::size(strategy::kSchedules); ++i)
-    if (strategy::kSchedules[i].name == b.schedule) chosen[3] = static_cast<std::int64_t>(i);
-  world.broadcast(comm::Buffer(chosen, 9, DType::kI64), 0);
-  const plan::Candidate c{.data = static_cast<int>(chosen[0]), .pipeline = static_cast<int>(chosen[1]),
-                          .micro_batches = static_cast<int>(chosen[2]), .tensor = plan::tensor_degree_v<Model>,
-                          .schedule = std::string(strategy::kSchedules[static_cast<std::size_t>(chosen[3])].name),
-                          .virtual_stages = static_cast<int>(chosen[4]), .zero = static_cast<int>(chosen[5]),
-                          .recompute = chosen[6] != 0, .offload = chosen[7] != 0, .amp = chosen[8] != 0};
-  if (o.print && ctx.rank() == 0) {
-    std::printf("auto.auto_parallel: %s on %d rank%s, chosen as the fastest of the plans that fit (predicted):\n%s", c.str().c_str(), n,
-                n == 1 ? "" : "s", plan::report(found, 5).c_str());
+  // rank 0's top plans, on every rank (each rank probed for itself: their rankings may differ).
+  // They are measured when the optimizer can stand in for the run's (built from its default options).
+  const bool can_measure = detail::has_stand_in<Optimizer> && o.measure > 1;
+  const auto listed = plan::shortlist(found, can_measure ? static_cast<std::size_t>(o.measure) : 1);
+  std::int64_t k = static_cast<std::int64_t>(listed.size());
+  world.broadcast(comm::Buffer(&k, 1, DType::kI64), 0);
+  std::vector<std::int64_t> top(static_cast<std::size_t>(9 * k));
+  if (ctx.rank() == 0)
+    for (std::int64_t i = 0; i < k; ++i) detail::encode(found.plans[listed[static_cast<std::size_t>(i)]].candidate, top.data() + 9 * i);
+  world.broadcast(comm::Buffer(top.data(), 9 * k, DType::kI64), 0);
+  std::vector<plan::Estimate> plans(static_cast<std::size_t>(k));  // rank 0's predictions (what it prints), with its candidates
+  for (std::size_t i = 0; i < plans.size(); ++i) {
+    if (i < listed.size()) plans[i] = found.plans[listed[i]];
+    plans[i].candidate = detail::decode(top.data() + 9 * i, plan::tensor_degree_v<Model>);
+  }
+  std::size_t chosen = 0;
+  std::string account;  // rank 0's, printed and kept in o.log
+  std::string why = "chosen as the fastest of the plans that fit (predicted";
+  why += o.measure > 1 && !detail::has_stand_in<Optimizer> ? "; not measured: the optimizer cannot be built from default options)" : ")";
+  if constexpr (detail::has_stand_in<Optimizer>) if (k > 1) {
+    // Measured before choosing: the top plans trained in turns on tiles of the sample, with no
+    // checkpoint or trace of the run's (it has not begun).
+    Config trial = cfg;
+    trial.set(keys::checkpoint_dir, std::string());
+    trial.set(keys::trace, std::string());
+    const auto measured = bench::combinations<Model, Optimizer, Policy>(
+        ctx, trial, plans, [&] { return model; }, detail::stand_in<Optimizer>(),
+        [&](const data::Shard& shard) { return [b = detail::tiled(ctx.cpu(), sample, shard.rows_of(global_rows))] { return b; }; },
+        {.warmup = 1, .steps = o.steps, .rounds = o.rounds});
+    chosen = bench::choose(measured);  // the fastest, or fewer stages within the noise of it
+    why = "chosen as the fastest measured of " + std::to_string(k) + " (the fastest predicted of each layout)";
+    if (ctx.rank() == 0) {
+      std::string table = "measured before choosing (" + std::to_string(o.rounds) + " rounds of " + std::to_string(o.steps) +
+                          " steps, alternating; the slowest rank's median step):\n";
+      char line[256];
+      for (std::size_t i = 0; i < plans.size(); ++i) {
+        std::snprintf(line, sizeof line, "  %-34s predicted %9.3f ms  measured %9.3f ms  (spread %3.0f%%)%s\n",
+                      plans[i].candidate.str().c_str(), 1e3 * plans[i].seconds, 1e3 * measured[i].seconds, 100 * measured[i].spread(),
+                      i == chosen ? "  <- chosen" : "");
+        table += line;
+      }
+      account = table;
+    }
+  }
+  const plan::Candidate& c = plans[chosen].candidate;
+  if (o.chosen) *o.chosen = c;
+  if (ctx.rank() == 0) {
+    account += "auto.auto_parallel: " + c.str() + " on " + std::to_string(n) + (n == 1 ? " rank, " : " ranks, ") + why + ":\n" +
+               plan::report(found, 5);
+    if (o.print) std::printf("%s", account.c_str());
     std::fflush(stdout);
+    if (o.log) *o.log = account;
   }
   Config out = cfg;
   for (const auto& [k, v] : c.keys()) out.set_text(k, v);

@@ -27,28 +27,34 @@ struct Measured {
   plan::StateBytes state;        ///< after a step, the allocator's
   std::int64_t activations = 0;  ///< the peak of a step over what was held before it
   double seconds = 0;            ///< the median step, the slowest rank's
+  double fastest = 0;            ///< the fastest step, the slowest rank's
   double loss = 0;               ///< the last step's
+  /// How far its timed steps disagreed: the median over the fastest, less 1.
+  [[nodiscard]] double spread() const noexcept { return fastest > 0 ? seconds / fastest - 1 : 0; }
 };
 
 /// \brief How combinations measures.
 struct CombinationOptions {
-  int warmup = 1;  ///< steps before the timed ones
-  int steps = 3;   ///< timed steps (their median)
+  int warmup = 1;  ///< steps before the timed ones, each time a plan is built
+  int steps = 3;   ///< timed steps a round (the median of every round's)
+  /// Rounds over the plans, in turn (A B C A B C ...): a burst of load on the machine then falls
+  /// on every plan alike instead of on whichever ran during it.
+  int rounds = 1;
   TrainerOptions trainer = {};
 };
 
 /// \brief Trains Model (made by make()) with a copy of `optimizer` under each of `plans` in turn,
-/// from cfg with the plan's keys set, and measures it. `batches(shard)` gives a callable that
+/// from cfg with the plan's keys set, and measures it; with o.rounds > 1 it goes round the plans
+/// that many times, building each again, and the median is over every round's timed steps. `batches(shard)` gives a callable that
 /// returns this rank's next Batch for that data shard. A collective: every rank of ctx calls it
 /// with the same plans.
 template <class Model, optim::optimizer Optimizer, class Policy = Policies<>, class Make, class Batches>
 std::vector<Measured> combinations(Context& ctx, const Config& cfg, const std::vector<plan::Estimate>& plans, Make&& make,
                                    const Optimizer& optimizer, Batches&& batches, CombinationOptions o = {}) {
-  EPL_CHECK(o.steps >= 1 && o.warmup >= 0, "bench::combinations: steps = ", o.steps, " must be at least 1 and warmup = ", o.warmup,
-            " at least 0");
+  EPL_CHECK(o.steps >= 1 && o.warmup >= 0 && o.rounds >= 1, "bench::combinations: steps = ", o.steps, " must be at least 1, warmup = ",
+            o.warmup, " at least 0 and rounds = ", o.rounds, " at least 1");
   auto& world = ctx.world();
   const DeviceId id = ctx.cpu().id(), host{DeviceKind::kHost, id.index};
-  std::vector<Measured> out;
   for (const auto& e : plans) {
     EPL_CHECK(e.candidate.tensor == plan::tensor_degree_v<Model>, "bench::combinations: plan ", e.candidate.str(), " is for a model split ",
               e.candidate.tensor, " ways (epl::Split), but this model type's degree is ", plan::tensor_degree_v<Model>,
@@ -56,12 +62,16 @@ std::vector<Measured> combinations(Context& ctx, const Config& cfg, const std::v
     const int ranks = e.candidate.data * e.candidate.pipeline * plan::tensor_degree_v<Model>;
     EPL_CHECK(ranks == world.size(), "bench::combinations: plan ", e.candidate.str(), " was made for ", ranks, " ranks, but this run has ",
               world.size(), "; search with a cluster of ", world.size(), " ranks");
-    Config c = cfg;
-    for (const auto& [key, value] : e.candidate.keys()) c.set_text(key, value);
-    Measured m;
-    m.predicted = e;
-    std::vector<double> secs;
-    {
+  }
+  std::vector<Measured> out(plans.size());
+  std::vector<std::vector<double>> secs(plans.size());
+  for (int round = 0; round < o.rounds; ++round)
+    for (std::size_t i = 0; i < plans.size(); ++i) {
+      const auto& e = plans[i];
+      Config c = cfg;
+      for (const auto& [key, value] : e.candidate.keys()) c.set_text(key, value);
+      Measured& m = out[i];
+      m.predicted = e;
       Trainer<Model, Optimizer, Policy> trainer(ctx, c, make(), optimizer, o.trainer);
       auto next = batches(trainer.data_shard());
       for (int s = 0; s < o.warmup + o.steps; ++s) {
@@ -73,7 +83,7 @@ std::vector<Measured> combinations(Context& ctx, const Config& cfg, const std::v
         m.loss = trainer.step(b);
         world.barrier();  // the step of the slowest rank
         if (s < o.warmup) continue;
-        secs.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        secs[i].push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
         m.activations = std::max(m.activations, memory_stats(id).peak_of(MemoryCategory::kActivations) - before);
       }
       const auto d = memory_stats(id), h = memory_stats(host);
@@ -81,19 +91,46 @@ std::vector<Measured> combinations(Context& ctx, const Config& cfg, const std::v
                  d.current_of(MemoryCategory::kOptimizerState), h.current_of(MemoryCategory::kParameters),
                  h.current_of(MemoryCategory::kGradients), h.current_of(MemoryCategory::kOptimizerState)};
     }
-    std::sort(secs.begin(), secs.end());
-    m.seconds = secs[secs.size() / 2];
+  for (std::size_t i = 0; i < plans.size(); ++i) {
+    Measured& m = out[i];
+    std::sort(secs[i].begin(), secs[i].end());
     // the largest over the ranks
     std::int64_t v[] = {m.state.parameters, m.state.gradients, m.state.optimizer_state, m.state.host_parameters,
                         m.state.host_gradients, m.state.host_optimizer_state, m.activations,
-                        static_cast<std::int64_t>(m.seconds * 1e9)};
-    world.all_reduce(comm::Buffer(v, 8, DType::kI64), comm::Buffer(v, 8, DType::kI64), comm::ReduceOp::kMax);
+                        static_cast<std::int64_t>(secs[i][secs[i].size() / 2] * 1e9), static_cast<std::int64_t>(secs[i].front() * 1e9)};
+    world.all_reduce(comm::Buffer(v, 9, DType::kI64), comm::Buffer(v, 9, DType::kI64), comm::ReduceOp::kMax);
     m.state = {v[0], v[1], v[2], v[3], v[4], v[5]};
     m.activations = v[6];
     m.seconds = static_cast<double>(v[7]) * 1e-9;
-    out.push_back(std::move(m));
+    m.fastest = static_cast<double>(v[8]) * 1e-9;
   }
   return out;
+}
+
+/// \brief The measured plan with the shortest median step (the first of equals); `measured` must not be empty.
+inline std::size_t fastest(const std::vector<Measured>& measured) {
+  EPL_CHECK(!measured.empty(), "bench::fastest: no plan was measured");
+  std::size_t best = 0;
+  for (std::size_t i = 1; i < measured.size(); ++i)
+    if (measured[i].seconds < measured[best].seconds) best = i;
+  return best;
+}
+
+/// \brief The plan to run from measured ones: the fastest, unless a plan of fewer pipeline stages
+/// measured within the noise of it (its spread or the fastest's, from 5% to at most 10%): then the
+/// fewest stages among those, the fastest of them. A pipeline must win clearly to be chosen: within
+/// the noise it only adds a bubble's risk and a schedule's machinery; past 10% it has won.
+inline std::size_t choose(const std::vector<Measured>& measured) {
+  const std::size_t best = fastest(measured);
+  std::size_t pick = best;
+  for (std::size_t i = 0; i < measured.size(); ++i) {
+    const auto& m = measured[i];
+    const double noise = std::clamp(std::max(m.spread(), measured[best].spread()), 0.05, 0.10);
+    if (m.seconds > measured[best].seconds * (1 + noise)) continue;
+    const int stages = m.predicted.candidate.pipeline, now = measured[pick].predicted.candidate.pipeline;
+    if (stages < now || (stages == now && m.seconds < measured[pick].seconds)) pick = i;
+  }
+  return pick;
 }
 
 }  // namespace bench
