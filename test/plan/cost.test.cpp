@@ -259,6 +259,16 @@ TEST_CASE("cost: a profile file with impossible figures, or cut short, is refuse
   CHECK_THROWS_WITH_AS((void)plan::load_profile(file, "k"), doctest::Contains("impossible figures for unit model.0.0"), Error);
   write("epl-profile 4\n");
   CHECK_THROWS_WITH_AS((void)plan::load_profile(file, "k"), doctest::Contains("no key line"), Error);
+  // a time no measurement gives (finite, but past 10^4 s), a folder at the path, and bytes that are not text
+  auto huge = text;
+  const auto at = huge.find("model.0.0 ");
+  huge.replace(at, huge.find('\n', at) - at, "model.0.0 0 1 0 0 0 1e300 0 0");
+  write(huge);
+  CHECK_THROWS_WITH_AS((void)plan::load_profile(file, "k"), doctest::Contains("a time over 10000 s"), Error);
+  CHECK_THROWS_WITH_AS((void)plan::load_profile(dir, "k"), doctest::Contains("is a folder"), Error);
+  CHECK_THROWS_WITH_AS((void)plan::load_cluster(dir, "k", {}), doctest::Contains("is a folder"), Error);
+  write(std::string("\x01\xff\x7f binary\n", 11));
+  CHECK_THROWS_WITH_AS((void)plan::load_profile(file, "k"), doctest::Contains("(its first line is \"??? binary\")"), Error);
   // an older probe's file (no repeats, no spread) is measured again, not misread
   write("epl-profile 3\nk\n2 8 32 1 1\nloss 0 0 0 0 0 0 0 0\n");
   CHECK(!plan::load_profile(file, "k").has_value());

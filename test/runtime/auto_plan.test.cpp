@@ -6,7 +6,10 @@
 #include "epl/comm/threads/run_threads.hpp"
 #include "epl/runtime/auto_plan.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <filesystem>
 #include <sstream>
 
 using namespace epl;
@@ -96,7 +99,23 @@ TEST_CASE("auto_plan: the top plans are measured in alternating rounds and the f
   const auto least = std::min_element(measured.begin(), measured.end(), [](const Line& a, const Line& b) { return a.ms < b.ms; });
   for (const auto& m : measured)
     if (m.chosen) CHECK(m.ms <= least->ms * 1.1 + 0.001);  // at most 10% behind (printed to the microsecond)
-  // bad measuring options are named
+  // the run's checkpoint and trace keys do not reach the trials: nothing is written, and checkpoint.every is no error
+  const auto dir = std::filesystem::temp_directory_path() / ("epl_auto_plan_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  Config saving = cfg;
+  saving.set(keys::checkpoint_dir, (dir / "ck").string());
+  saving.set(keys::checkpoint_every, std::int64_t{1});
+  saving.set(keys::trace, (dir / "trace.json").string());
+  comm::run_threads(2, [&](comm::ThreadCommunicator& c) {
+    Context ctx(c, 426 + c.rank());
+    auto ds = test::token_corpus(4000);
+    data::WindowLoader probe(ds, 8, 4, 99);
+    const Config planned = auto_plan<gpt::Gpt, optim::AdamW, All>(ctx, saving, gpt::make_gpt(tiny()), probe.next(ctx.cpu()), kBatch,
+                                                                  {.repeats = 1, .measure = 2, .rounds = 1, .steps = 1, .print = false});
+    CHECK(planned.get(keys::checkpoint_every) == 1);  // the run's own keys are the run's
+  });
+  CHECK(!std::filesystem::exists(dir));
+  // bad measuring options, and a sample of one row, are named
   comm::run_threads(1, [&](comm::ThreadCommunicator& c) {
     Context ctx(c, 425);
     auto ds = test::token_corpus(4000);
@@ -106,6 +125,11 @@ TEST_CASE("auto_plan: the top plans are measured in alternating rounds and the f
                                                     {.rounds = 0, .print = false});
     };
     CHECK_THROWS_WITH_AS(plan_with_no_rounds(), doctest::Contains("rounds = 0"), Error);
+    auto plan_from_one_row = [&] {
+      const Batch b = probe.next(ctx.cpu());
+      return auto_plan<gpt::Gpt, optim::AdamW, All>(ctx, cfg, gpt::make_gpt(tiny()), {b.inputs.slice(0, 1), b.targets.slice(0, 1)}, kBatch);
+    };
+    CHECK_THROWS_WITH_AS(plan_from_one_row(), doctest::Contains("the sample batch has 1 row; give 2 or more"), Error);
   });
 }
 

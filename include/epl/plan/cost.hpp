@@ -350,15 +350,42 @@ inline void save_profile(const Profile& p, const std::filesystem::path& path, co
   files::write_file(path, f.str(), "planner's calibration file");  // whole or not at all: a reader sees the old or the new
 }
 
+namespace detail {
+// A calibration file's first line as a message may show it: at most 40 characters, each byte that
+// is not printable ASCII as '?'.
+inline std::string shown(const std::string& line) {
+  std::string out = line.substr(0, 40);
+  for (char& c : out)
+    if (c < 0x20 || c > 0x7e) c = '?';
+  return out;
+}
+// Opens a calibration file to read; nullopt when there is none. A folder or other non-file at the
+// path is an error naming it.
+inline std::optional<std::ifstream> open_calibration(const std::filesystem::path& path) {
+  std::error_code ec;
+  const auto st = std::filesystem::status(path, ec);
+  if (!std::filesystem::exists(st)) return std::nullopt;
+  EPL_CHECK(std::filesystem::is_regular_file(st), "the planner's calibration file ", path, " is ",
+            std::filesystem::is_directory(st) ? "a folder" : "not a regular file", "; give the path of a file (it is written there)");
+  std::ifstream f(path);
+  EPL_CHECK(static_cast<bool>(f), "the planner's calibration file ", path, " cannot be read; check its permissions or delete it");
+  return f;
+}
+// The most a unit's time may be, in seconds per row or per call, in a calibration file: past it the
+// file is not a measurement.
+inline constexpr double kMostSeconds = 1e4;
+}  // namespace detail
+
 /// \brief The profile save_profile wrote to `path` under `key`; nullopt when there is no file or it
 /// was measured for another key. A file that is not a profile is an error naming it.
 inline std::optional<Profile> load_profile(const std::filesystem::path& path, const std::string& key) {
-  std::ifstream f(path);
-  if (!f) return std::nullopt;
+  auto opened = detail::open_calibration(path);
+  if (!opened) return std::nullopt;
+  auto& f = *opened;
   std::string magic, saved;
   std::getline(f, magic);
   EPL_CHECK(magic == "epl-profile 4" || magic == "epl-profile 3" || magic == "epl-profile 2", "the planner's calibration file ", path,
-            " is not one (its first line is \"", magic.substr(0, 40), "\"); delete it to measure again");
+            " is not one (its first line is \"", detail::shown(magic), "\"); delete it to measure again");
   if (magic != "epl-profile 4") return std::nullopt;  // an older probe's (split layers measured whole; no spread): measure again
   EPL_CHECK(static_cast<bool>(std::getline(f, saved)), "the planner's calibration file ", path,
             " is truncated or corrupt (no key line); delete it to measure again");
@@ -377,9 +404,10 @@ inline std::optional<Profile> load_profile(const std::filesystem::path& path, co
   for (const auto& u : p.units) {
     const bool sane = u.parameters >= 0 && u.macs_per_token >= 0 && u.output_bytes >= 0 && u.backward_bytes >= 0 &&
                       std::isfinite(u.macs_per_token) && u.forward_seconds >= 0 && u.backward_seconds >= 0 && u.fixed_seconds >= 0 &&
-                      std::isfinite(u.forward_seconds + u.backward_seconds + u.fixed_seconds);
+                      u.forward_seconds <= detail::kMostSeconds && u.backward_seconds <= detail::kMostSeconds &&
+                      u.fixed_seconds <= detail::kMostSeconds;
     EPL_CHECK(sane, "the planner's calibration file ", path, " holds impossible figures for unit ", u.name,
-              " (negative or not finite); delete it to measure again");
+              " (negative, not finite, or a time over ", detail::kMostSeconds, " s); delete it to measure again");
   }
   return p;
 }
@@ -589,12 +617,13 @@ inline void save_cluster(const Cluster& c, const std::filesystem::path& path, co
 /// \brief `base` with the speed and links save_cluster wrote under `key`; nullopt when there is no
 /// file or it was measured for another key. A file that is not one is an error naming it.
 inline std::optional<Cluster> load_cluster(const std::filesystem::path& path, const std::string& key, Cluster base) {
-  std::ifstream f(path);
-  if (!f) return std::nullopt;
+  auto opened = detail::open_calibration(path);
+  if (!opened) return std::nullopt;
+  auto& f = *opened;
   std::string magic, saved;
   std::getline(f, magic);
   EPL_CHECK(magic == "epl-cluster 1" || magic == "epl-cluster 2", "the planner's calibration file ", path, " is not one (its first line is \"",
-            magic.substr(0, 40), "\"); delete it to measure again");
+            detail::shown(magic), "\"); delete it to measure again");
   std::getline(f, saved);
   if (saved != key) return std::nullopt;
   f >> base.speed >> base.data.alpha >> base.data.beta >> base.pipeline.alpha >> base.pipeline.beta;

@@ -204,8 +204,8 @@ inline std::string report(const SearchResult& r, std::size_t n = 5) {
   out += line;
   if (!r.ranked()) {
     std::snprintf(line, sizeof line,
-                  "the probe's runs disagreed by %.0f%%, more than the %.0f%% between the first two plans: the probe cannot rank them; "
-                  "measure them (auto_plan does)\n",
+                  "the probe's runs disagreed by %.1f%%, more than the %.1f%% between the first two plans: the probe cannot rank them; "
+                  "measure them (auto_plan with AutoPlanOptions::measure above 1, or bench::combinations)\n",
                   100 * r.spread, 100 * (r.plans[1].seconds / r.plans[0].seconds - 1));
     out += line;
   }

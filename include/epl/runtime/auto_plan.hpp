@@ -14,6 +14,7 @@
 ///     epl::Trainer<Model, Optimizer, Policies> trainer(ctx, cfg, std::move(model), ...);
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <thread>
@@ -38,7 +39,7 @@ struct AutoPlanOptions {
   int repeats = 5;                  ///< probe runs of each batch size, interleaved (each unit's fastest counts)
   /// How many plans are trained for a few steps each, in alternating rounds, before choosing the
   /// fastest measured: plan::shortlist's, the fastest predicted of each layout first (0 or 1: the
-  /// first predicted, unmeasured).
+  /// first predicted, unmeasured; more than the plans that fit: all of them).
   int measure = 5;
   int rounds = 3;                   ///< rounds over the measured plans (A B C A B C ...)
   int steps = 3;                    ///< timed steps of a plan a round, after one untimed
@@ -129,6 +130,11 @@ Config auto_plan(Context& ctx, const Config& cfg, const Model& model, const Batc
   auto& world = ctx.world();
   const int n = world.size();
   // the probe: at most 4 rows of the sample
+  EPL_CHECK(sample.inputs.defined() && sample.inputs.rank() > 0 && sample.inputs.dim(0) >= 2, "auto_plan: the sample batch has ",
+            sample.inputs.defined() && sample.inputs.rank() > 0 ? sample.inputs.dim(0) : 0, " row",
+            sample.inputs.defined() && sample.inputs.rank() > 0 && sample.inputs.dim(0) == 1 ? "" : "s", "; give 2 or more (4 is "
+            "what the probe uses): with one row it cannot tell a unit's fixed cost a call from its cost a row, and every micro-batch "
+            "count would be priced alike");
   const std::int64_t rows = std::min<std::int64_t>(sample.inputs.dim(0), 4);
   Model counted = model;
   const std::string key = std::string(reflect::type_name<Model>()) + " rows " + std::to_string(rows) + " of " +
@@ -183,17 +189,23 @@ Config auto_plan(Context& ctx, const Config& cfg, const Model& model, const Batc
     // checkpoint or trace of the run's (it has not begun).
     Config trial = cfg;
     trial.set(keys::checkpoint_dir, std::string());
+    trial.set(keys::checkpoint_every, std::int64_t{0});
     trial.set(keys::trace, std::string());
     const auto measured = bench::combinations<Model, Optimizer, Policy>(
         ctx, trial, plans, [&] { return model; }, detail::stand_in<Optimizer>(),
         [&](const data::Shard& shard) { return [b = detail::tiled(ctx.cpu(), sample, shard.rows_of(global_rows))] { return b; }; },
         {.warmup = 1, .steps = o.steps, .rounds = o.rounds});
     chosen = bench::choose(measured);  // the fastest, or fewer stages within the noise of it
-    why = "chosen as the fastest measured of " + std::to_string(k) + " (the fastest predicted of each layout)";
+    const std::size_t first = bench::fastest(measured);
+    why = chosen == first ? "chosen as the fastest measured of " + std::to_string(k) + " (the fastest predicted of each layout)"
+                          : "chosen over the fastest measured (" + plans[first].candidate.str() + ", " +
+                                std::to_string(static_cast<int>(std::lround(100 * (measured[chosen].seconds / measured[first].seconds - 1)))) +
+                                "% faster) for fewer pipeline stages within the measurement's noise, of " + std::to_string(k) +
+                                " measured (the fastest predicted of each layout)";
     if (ctx.rank() == 0) {
       std::string table = "measured before choosing (" + std::to_string(o.rounds) + " rounds of " + std::to_string(o.steps) +
                           " steps, alternating; the slowest rank's median step):\n";
-      char line[256];
+      char line[512];
       for (std::size_t i = 0; i < plans.size(); ++i) {
         std::snprintf(line, sizeof line, "  %-34s predicted %9.3f ms  measured %9.3f ms  (spread %3.0f%%)%s\n",
                       plans[i].candidate.str().c_str(), 1e3 * plans[i].seconds, 1e3 * measured[i].seconds, 100 * measured[i].spread(),
@@ -208,6 +220,13 @@ Config auto_plan(Context& ctx, const Config& cfg, const Model& model, const Batc
   if (ctx.rank() == 0) {
     account += "auto.auto_parallel: " + c.str() + " on " + std::to_string(n) + (n == 1 ? " rank, " : " ranks, ") + why + ":\n" +
                plan::report(found, 5);
+    const auto place = std::find_if(found.plans.begin(), found.plans.end(), [&](const plan::Estimate& e) { return e.candidate.str() == c.str(); });
+    if (place != found.plans.end() && place - found.plans.begin() >= 5) {
+      char line[512];
+      std::snprintf(line, sizeof line, "the chosen plan, predicted %zd%s: %.2f MiB, %.3f ms, bubble %.1f%%\n", place - found.plans.begin() + 1,
+                    "th fastest", static_cast<double>(place->device_bytes()) / (1024.0 * 1024.0), 1e3 * place->seconds, 100 * place->bubble);
+      account += line;
+    }
     if (o.print) std::printf("%s", account.c_str());
     std::fflush(stdout);
     if (o.log) *o.log = account;
