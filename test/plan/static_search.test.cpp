@@ -3,6 +3,7 @@
 // predicts, the cluster's links and GEMM rate deciding between replicas, stages and splits — and
 // a clear error when nothing fits.
 #include "../helpers.hpp"
+#include "epl/plan/search.hpp"
 #include "epl/plan/static_search.hpp"
 
 using namespace epl;
@@ -180,5 +181,47 @@ TEST_CASE("static_search: at run time, nothing that fits and nonsense are errors
   CHECK(c.str().find("dp") == 0);
   const auto keys = c.keys();
   CHECK(std::any_of(keys.begin(), keys.end(), [](const auto& kv) { return kv.first == "zero.level"; }));
+}
+
+namespace {
+// A model of built-in layers, and twins of it: the right one, one whose sum is off, one whose sum
+// is right but split differently, and one with a unit too many.
+struct Net {
+  nn::Linear a{8, 16};
+  nn::ReLU r;
+  nn::Linear b{16, 4};
+};
+using Free = Layer<0, 0>;  // a layer of no parameters (the ReLU's stand-in)
+struct NetTwin {
+  Layer<8 * 16 + 16, 64> a;
+  Free r;
+  Layer<16 * 4 + 4, 16> b;
+};
+struct OffByBias {
+  Layer<8 * 16, 64> a;
+  Free r;
+  Layer<16 * 4 + 4, 16> b;
+};
+struct Shifted {
+  Layer<8 * 16 + 16 + 4, 64> a;
+  Free r;
+  Layer<16 * 4, 16> b;
+};
+struct Three {
+  Layer<100, 64> a;
+  Layer<44, 64> m;
+  Layer<16 * 4 + 4, 16> b;
+};
+}  // namespace
+
+TEST_CASE("check_twin: a twin that describes the model passes; one whose parameters differ, in all or by unit, is named") {
+  const Net net;
+  CHECK_NOTHROW(plan::check_twin(net, NetTwin{}));
+  CHECK_THROWS_WITH_AS(plan::check_twin(net, OffByBias{}), doctest::Contains("states 196 parameters, but the model"), Error);
+  CHECK_THROWS_WITH_AS(plan::check_twin(net, OffByBias{}), doctest::Contains("has 212"), Error);
+  CHECK_THROWS_WITH_AS(plan::check_twin(net, Shifted{}), doctest::Contains("unit 0 of the model"), Error);
+  CHECK_THROWS_WITH_AS(plan::check_twin(net, Shifted{}), doctest::Contains("(model.0) has 144 parameters, but the twin's unit 0 states 148"),
+                       Error);
+  CHECK_THROWS_WITH_AS(plan::check_twin(net, Three{}), doctest::Contains("has 3 units that hold parameters, but the model"), Error);
 }
 }

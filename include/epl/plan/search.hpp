@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "epl/plan/cost.hpp"
+#include "epl/reflect/type_name.hpp"
 
 namespace epl {
 inline namespace v0 {
@@ -165,6 +166,60 @@ inline std::vector<std::size_t> shortlist(const SearchResult& r, std::size_t k) 
     if (std::find(out.begin(), out.end(), i) == out.end()) out.push_back(i);
   std::sort(out.begin(), out.end());
   return out;
+}
+
+namespace detail {
+// The parameters a twin's cost-bearing layers state, in model order (its units, as
+// static_search counts them).
+template <class M>
+void twin_parameters(std::vector<std::int64_t>& out) {
+  using T = nn::node_traits<M>;
+  if constexpr (nn::is_structural_v<M>) {
+    return;
+  } else if constexpr (strategy::has_static_cost<M>) {
+    out.push_back(strategy::static_cost_of<M>().parameters);
+  } else if constexpr (T::kind == nn::NodeKind::kSequence || T::kind == nn::NodeKind::kPipeline || T::kind == nn::NodeKind::kSplit ||
+                       T::kind == nn::NodeKind::kReplicate) {
+    [&]<class... C>(nn::type_list<C...>) { (twin_parameters<C>(out), ...); }(typename T::children{});
+  } else {
+    static_assert(strategy::has_static_cost<M>, "epl: plan::check_twin: a layer of the twin states no cost: specialise "
+                                                "epl::strategy::static_cost<Layer> with a strategy::Cost (the layer is M here)");
+  }
+}
+}  // namespace detail
+
+/// \brief Fails unless Twin (a model type whose layers state their costs, planned at compile time
+/// by plan::fits and plan::static_search) describes `model`: the same parameters in all, and unit
+/// by unit in model order (the units that hold parameters, as the partitioner cuts them). A twin
+/// that has drifted from the model it stands for would plan another model; the error names the
+/// first unit that differs.
+template <class Twin, class Model, class D = device::Cpu>
+void check_twin(const Model& model, const Twin& = Twin{}) {
+  std::vector<std::int64_t> twin;
+  detail::twin_parameters<Twin>(twin);
+  Model copy = model;
+  using Pass = nn::Pass<D, policy::gradient_sync_t<Policies<>, D>>;  // search's: no other instantiation
+  std::vector<strategy::Unit<Pass>> units;
+  strategy::flatten<Pass>(copy, units);
+  std::vector<std::pair<std::string, std::int64_t>> real;  // the units that hold parameters
+  std::int64_t real_total = 0, twin_total = 0;
+  for (auto& u : units) {
+    std::int64_t n = 0;
+    u.parameters(u.layer, [&](nn::Parameter& q) { n += q.global_shape().numel(); });
+    real_total += n;
+    if (n > 0) real.emplace_back(u.name, n);
+  }
+  for (const auto n : twin) twin_total += n;
+  std::erase(twin, 0);
+  const auto twin_name = std::string(reflect::type_name<Twin>()), model_name = std::string(reflect::type_name<Model>());
+  EPL_CHECK(twin_total == real_total, "plan::check_twin: the twin ", twin_name, " states ", twin_total, " parameters, but the model ",
+            model_name, " has ", real_total, "; make its layers' static_cost parameters the model's (nn::parameter_count counts them)");
+  EPL_CHECK(twin.size() == real.size(), "plan::check_twin: the twin ", twin_name, " has ", twin.size(), " units that hold parameters, but the "
+            "model ", model_name, " has ", real.size(), " (as the partitioner cuts it: each field of a sequence, each Residual or "
+            "leaf a unit); give the twin one cost-bearing layer for each");
+  for (std::size_t i = 0; i < twin.size(); ++i)
+    EPL_CHECK(twin[i] == real[i].second, "plan::check_twin: unit ", i, " of the model ", model_name, " (", real[i].first, ") has ",
+              real[i].second, " parameters, but the twin's unit ", i, " states ", twin[i], "; fix that layer's static_cost");
 }
 
 /// \brief The plans of several searches (one a model type: its epl::Split degree is its type's,
