@@ -93,6 +93,9 @@ static_assert(split.best().tensor == 2 && split.best().data * split.best().pipel
 static_assert(split.best().tensor_seconds > 0);
 constexpr plan::Cluster slow_tensor{.ranks = 4, .macs_per_second = 1e12, .data = {1e-6, 1e12}, .pipeline = {1e-6, 1e12}, .tensor = {1e-3, 1e7}};
 constexpr plan::Budget roomy_budget{.bytes = std::int64_t{1} << 40, .rows = 64, .tokens_per_row = 16};
+// fits_v: the same answer as fits, from constants of static storage (a misfit's compile error, with
+// its bytes, is compile_fail.does_not_fit_figures)
+static_assert(plan::fits_v<Four, Adam, fast, roomy_budget> && plan::fits<Four, Adam>(fast, roomy_budget));
 static_assert(plan::merge(plan::static_search<SplitFour, Adam>(slow_tensor, roomy_budget),
                           plan::static_search<Four, Adam>(slow_tensor, roomy_budget)).best().tensor == 1);
 // a slow data link and a fast split group: tp2 x pp2 has half the bubble of four stages

@@ -177,14 +177,11 @@ constexpr StaticFootprint static_footprint(const Cluster& cluster, const Budget&
   return f;
 }
 
-/// \brief True when Model with Policy fits `budget` on `cluster`; otherwise, in a constant
-/// expression, a compile error at the call that names the largest part and the policy that
-/// shrinks it, and at run time an epl::Error that says so with the bytes.
-template <class Model, class Policy = Policies<>>
-constexpr bool fits(const Cluster& cluster, const Budget& budget) {
-  const auto f = static_footprint<Model, Policy>(cluster, budget);
-  const std::int64_t need = f.total(), limit = detail::limit_of(cluster, budget);
-  if (need <= limit) return true;
+namespace detail {
+// Why a footprint does not fit: its largest part, and what shrinks it.
+enum class Misfit { kActivations, kOneReplica, kOptimizerState, kGradients, kParameters, kOffload, kEverything };
+template <class Model, class Policy>
+constexpr Misfit misfit_of(const StaticFootprint& f, const Cluster& cluster) {
   constexpr policy::Compiled c = policy::compiled<Policy>(false);
   const auto& s = f.state;
   constexpr int p = [] {
@@ -192,22 +189,95 @@ constexpr bool fits(const Cluster& cluster, const Budget& budget) {
     else return 1;
   }();
   const bool replicas = cluster.ranks / (p * tensor_degree_v<Model>) > 1;  // ZeRO shards over them: none, nothing to shard
-  if (f.activations >= s.parameters && f.activations >= s.gradients && f.activations >= s.optimizer_state)
-    detail::activations_are_largest__mark_epl_Recompute_or_raise_micro_batches(need, limit);
-  else if (!replicas)
-    detail::one_replica_has_nothing_to_shard_over__add_ranks_or_split_the_model(need, limit);
-  else if (s.optimizer_state >= s.parameters && s.optimizer_state >= s.gradients && c.zero < 1)
-    detail::optimizer_state_is_largest__add_epl_Zero_1(need, limit);
-  else if (s.gradients >= s.parameters && c.zero < 2)
-    detail::gradients_are_largest__add_epl_Zero_2(need, limit);
-  else if (c.zero < 3)
-    detail::parameters_are_largest__add_epl_Zero_3(need, limit);
-  else if (!c.offload)
-    detail::state_is_sharded__add_epl_Offload(need, limit);
-  else
-    detail::state_is_sharded_already__add_ranks_or_split_the_model(need, limit);
+  if (f.activations >= s.parameters && f.activations >= s.gradients && f.activations >= s.optimizer_state) return Misfit::kActivations;
+  if (!replicas) return Misfit::kOneReplica;
+  if (s.optimizer_state >= s.parameters && s.optimizer_state >= s.gradients && c.zero < 1) return Misfit::kOptimizerState;
+  if (s.gradients >= s.parameters && c.zero < 2) return Misfit::kGradients;
+  if (c.zero < 3) return Misfit::kParameters;
+  if (!c.offload) return Misfit::kOffload;
+  return Misfit::kEverything;
+}
+}  // namespace detail
+
+/// \brief True when Model with Policy fits `budget` on `cluster`; otherwise, in a constant
+/// expression, a compile error at the call that names the largest part and the policy that
+/// shrinks it, and at run time an epl::Error that says so with the bytes. (For the bytes in the
+/// compile error too, use fits_v.)
+template <class Model, class Policy = Policies<>>
+constexpr bool fits(const Cluster& cluster, const Budget& budget) {
+  const auto f = static_footprint<Model, Policy>(cluster, budget);
+  const std::int64_t need = f.total(), limit = detail::limit_of(cluster, budget);
+  if (need <= limit) return true;
+  using detail::Misfit;
+  switch (detail::misfit_of<Model, Policy>(f, cluster)) {
+    case Misfit::kActivations: detail::activations_are_largest__mark_epl_Recompute_or_raise_micro_batches(need, limit); break;
+    case Misfit::kOneReplica: detail::one_replica_has_nothing_to_shard_over__add_ranks_or_split_the_model(need, limit); break;
+    case Misfit::kOptimizerState: detail::optimizer_state_is_largest__add_epl_Zero_1(need, limit); break;
+    case Misfit::kGradients: detail::gradients_are_largest__add_epl_Zero_2(need, limit); break;
+    case Misfit::kParameters: detail::parameters_are_largest__add_epl_Zero_3(need, limit); break;
+    case Misfit::kOffload: detail::state_is_sharded__add_epl_Offload(need, limit); break;
+    case Misfit::kEverything: detail::state_is_sharded_already__add_ranks_or_split_the_model(need, limit); break;
+  }
   return false;
 }
+
+/// \brief The reasons a model does not fit, as types: a compile error names one among the
+/// template arguments of does_not_fit, with the bytes.
+namespace does_not_fit_because {
+struct activations_are_largest__mark_epl_Recompute_or_raise_micro_batches {};
+struct one_replica_has_nothing_to_shard_over__add_ranks_or_split_the_model {};
+struct optimizer_state_is_largest__add_epl_Zero_1 {};
+struct gradients_are_largest__add_epl_Zero_2 {};
+struct parameters_are_largest__add_epl_Zero_3 {};
+struct state_is_sharded__add_epl_Offload {};
+struct state_is_sharded_already__add_ranks_or_split_the_model {};
+}  // namespace does_not_fit_because
+
+/// \brief Instantiated where a model does not fit: its arguments are the reason, the bytes a rank
+/// needs and the bytes it may use, so the compiler's "required from" line shows them, as
+/// `does_not_fit<...::optimizer_state_is_largest__add_epl_Zero_1, 17179869184, 8589934592>`.
+template <class Reason, std::int64_t NeedBytes, std::int64_t BudgetBytes>
+struct does_not_fit {
+  static_assert(NeedBytes <= BudgetBytes, "epl: the model does not fit its budget; this template's arguments say why (the largest "
+                                          "part and the policy that shrinks it), the bytes a rank needs, and the bytes it may use");
+  static constexpr bool value = true;  // the static_assert above is the one error
+};
+
+namespace detail {
+template <Misfit M>
+constexpr auto reason_type() {
+  namespace why = does_not_fit_because;
+  if constexpr (M == Misfit::kActivations) return why::activations_are_largest__mark_epl_Recompute_or_raise_micro_batches{};
+  else if constexpr (M == Misfit::kOneReplica) return why::one_replica_has_nothing_to_shard_over__add_ranks_or_split_the_model{};
+  else if constexpr (M == Misfit::kOptimizerState) return why::optimizer_state_is_largest__add_epl_Zero_1{};
+  else if constexpr (M == Misfit::kGradients) return why::gradients_are_largest__add_epl_Zero_2{};
+  else if constexpr (M == Misfit::kParameters) return why::parameters_are_largest__add_epl_Zero_3{};
+  else if constexpr (M == Misfit::kOffload) return why::state_is_sharded__add_epl_Offload{};
+  else return why::state_is_sharded_already__add_ranks_or_split_the_model{};
+}
+template <class Model, class Policy, const Cluster& C, const Budget& B>
+constexpr bool fits_with_figures() {
+  constexpr auto f = static_footprint<Model, Policy>(C, B);
+  constexpr std::int64_t need = f.total(), limit = limit_of(C, B);
+  if constexpr (need <= limit) {
+    return true;
+  } else {
+    using Reason = decltype(reason_type<misfit_of<Model, Policy>(f, C)>());
+    return ::epl::plan::does_not_fit<Reason, need, limit>::value;
+  }
+}
+}  // namespace detail
+
+/// \brief fits<Model, Policy>(cluster, budget) for a cluster and budget that are constants of
+/// static storage (`constexpr plan::Cluster cluster{...};` at namespace scope, or `static
+/// constexpr`): true when it fits, else a compile error whose does_not_fit<Reason, NeedBytes,
+/// BudgetBytes> shows the reason and the bytes:
+///
+///     constexpr epl::plan::Cluster kCluster{.ranks = 8};
+///     constexpr epl::plan::Budget kBudget{.bytes = 16ll << 30, .rows = 64};
+///     static_assert(epl::plan::fits_v<MyModel, MyPolicies, kCluster, kBudget>);
+template <class Model, class Policy, const Cluster& C, const Budget& B>
+inline constexpr bool fits_v = detail::fits_with_figures<Model, Policy, C, B>();
 
 }  // namespace plan
 }  // namespace v0
