@@ -3,6 +3,7 @@
 // predicts, the cluster's links and GEMM rate deciding between replicas, stages and splits — and
 // a clear error when nothing fits.
 #include "../helpers.hpp"
+#include "epl/comm/threads/run_threads.hpp"
 #include "epl/plan/search.hpp"
 #include "epl/plan/static_search.hpp"
 
@@ -216,6 +217,86 @@ struct Three {
   Layer<16 * 4 + 4, 16> b;
 };
 }  // namespace
+
+namespace {
+// A model of built-in layers whose sizes are in their types: planned at compile time as it is.
+struct SizedNet {
+  nn::SizedLinear<32, 64> in;
+  nn::SizedReLU<64> a;
+  nn::SizedLinear<64, 64> hidden;
+  nn::SizedGELU<64> b;
+  nn::SizedLinear<64, 10> out;
+};
+struct Plain {  // SizedNet by plain layers
+  nn::Linear in{32, 64};
+  nn::ReLU a;
+  nn::Linear hidden{64, 64};
+  nn::GELU b;
+  nn::Linear out{64, 10};
+};
+constexpr std::int64_t kSizedParameters = 32 * 64 + 64 + 64 * 64 + 64 + 64 * 10 + 10;
+constexpr plan::Cluster kFour{.ranks = 4};
+constexpr plan::Budget kSizedBudget{.bytes = 1 << 20, .rows = 64};
+// fits: the state is AdamW's 16 bytes an element on each replica; the activations each layer's output, 16 rows a replica
+static_assert(plan::static_footprint<SizedNet>(kFour, kSizedBudget).state.device() == 16 * kSizedParameters);
+static_assert(plan::static_footprint<SizedNet>(kFour, kSizedBudget).activations == 4 * (64 + 64 + 64 + 64 + 10) * 16);
+static_assert(plan::fits_v<SizedNet, Policies<>, kFour, kSizedBudget>);
+// and the whole search
+constexpr auto sized = plan::static_search<SizedNet>(kFour, {.bytes = 1 << 20, .rows = 64});
+static_assert(sized.count > 0 && sized.best().data * sized.best().pipeline == 4);
+}  // namespace
+
+TEST_CASE("nn::SizedLinear: the model plans at compile time with no twin, is its own twin, and trains as nn::Linear does") {
+  const SizedNet sized_net;
+  SizedNet counted;
+  CHECK(nn::parameter_count(counted) == kSizedParameters);
+  CHECK_NOTHROW(plan::check_twin(sized_net, SizedNet{}));
+  CHECK_NOTHROW(plan::check_twin(Plain{}, SizedNet{}));  // the same model, by its plain layers
+  // one step each from the same seed: the same losses and parameters
+  Tensor x = test::cpu().empty({8, 32}, DType::kF32), y = test::cpu().empty({8}, DType::kI32);
+  for (std::int64_t i = 0; i < x.numel(); ++i) x.span<float>()[i] = static_cast<float>(uniform01(3, i) - 0.5);
+  for (std::int64_t i = 0; i < 8; ++i) y.span<std::int32_t>()[i] = static_cast<std::int32_t>(i % 10);
+  Trainer<SizedNet, optim::AdamW> a(test::cpu(), Config{}, SizedNet{}, optim::AdamW({.lr = 0.01}), {.seed = 7});
+  Trainer<Plain, optim::AdamW> b(test::cpu(), Config{}, Plain{}, optim::AdamW({.lr = 0.01}), {.seed = 7});
+  for (int s = 0; s < 3; ++s) CHECK(a.step({x, y}) == b.step({x, y}));
+  CHECK(test::flat_params(a.model()) == test::flat_params(b.model()));
+}
+
+namespace {
+// Megatron's MLP of sized layers inside a split: column- then row-parallel, as nn::Linear splits
+struct SplitSized {
+  nn::SizedLinear<16, 16> in;
+  Split<2, nn::SizedLinear<16, 32>, nn::SizedGELU<32>, nn::SizedLinear<32, 16>> mlp;
+  nn::SizedLinear<16, 5> out;
+};
+struct FlatSized {  // the same layers, unsplit: the one device's model
+  nn::SizedLinear<16, 16> in;
+  nn::SizedLinear<16, 32> fc;
+  nn::SizedGELU<32> act;
+  nn::SizedLinear<32, 16> proj;
+  nn::SizedLinear<16, 5> out;
+};
+}  // namespace
+
+TEST_CASE("nn::SizedLinear in an epl::Split shards as nn::Linear does: 2 ranks train as one device") {
+  Tensor x = test::cpu().empty({8, 16}, DType::kF32), y = test::cpu().empty({8}, DType::kI32);
+  for (std::int64_t i = 0; i < x.numel(); ++i) x.span<float>()[i] = static_cast<float>(uniform01(5, i) - 0.5);
+  for (std::int64_t i = 0; i < 8; ++i) y.span<std::int32_t>()[i] = static_cast<std::int32_t>(i % 5);
+  std::vector<double> one;
+  {
+    Trainer<FlatSized, optim::AdamW> t(test::cpu(), Config{}, FlatSized{}, optim::AdamW({.lr = 0.01}), {.seed = 9});
+    for (int s = 0; s < 3; ++s) one.push_back(t.step({x, y}));
+  }
+  std::vector<std::vector<double>> two(2);
+  comm::run_threads(2, [&](comm::ThreadCommunicator& c) {
+    Context ctx(c, 450 + c.rank());
+    Trainer<SplitSized, optim::AdamW> t(ctx, Config{}, SplitSized{}, optim::AdamW({.lr = 0.01}), {.seed = 9});
+    CHECK(t.mesh().tensor_size() == 2);
+    for (int s = 0; s < 3; ++s) two[static_cast<std::size_t>(c.rank())].push_back(t.step({x, y}));
+  });
+  for (const auto& losses : two) CHECK(test::max_rel_diff(losses, one) < 1e-5);
+  CHECK(one.back() < one.front());
+}
 
 TEST_CASE("check_twin: a twin that describes the model passes; one whose parameters differ, in all or by unit, is named") {
   const Net net;

@@ -42,6 +42,20 @@ using GELU = detail::Pointwise<detail::GeluKernel>;
 /// \brief max(x, 0).
 using ReLU = detail::Pointwise<detail::ReluKernel>;
 
+/// \brief A pointwise layer whose width is in its type (the features of a row, times its tokens),
+/// so its costs are known at compile time (strategy::static_cost: no parameters, the output it
+/// keeps): beside nn::SizedLinear, a model planned by plan::fits and plan::static_search as it is.
+template <class Kernel, std::int64_t Width>
+struct SizedPointwise : detail::Pointwise<Kernel> {
+  static_assert(Width > 0, "epl: a sized pointwise layer's Width must be positive");
+  static constexpr std::int64_t kWidth = Width;
+  template <class V> void visit(V&&) {}  // nothing to visit (and no fields to reflect: it is a derived type)
+};
+template <std::int64_t Width>
+using SizedReLU = SizedPointwise<detail::ReluKernel, Width>;
+template <std::int64_t Width>
+using SizedGELU = SizedPointwise<detail::GeluKernel, Width>;
+
 /// \brief Inverted dropout with probability p while training, identity otherwise. Its mask comes
 /// from the layer's own random stream at the global position of each element (see
 /// Context::random_key), so a run is reproducible, every strategy and a recomputed forward draw

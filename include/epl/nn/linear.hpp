@@ -150,6 +150,21 @@ class Linear {
   bool gather_ = false, defer_dx_ = false, seq_in_ = false, seq_out_ = false;
 };
 
+/// \brief A Linear whose sizes are in its type: `nn::SizedLinear<784, 256>` is `nn::Linear(784, 256)`
+/// built by its default constructor, so an aggregate of them is the model with no factory, and
+/// its costs are known at compile time (strategy::static_cost): plan::fits, plan::fits_v and
+/// plan::static_search plan the model itself, with no hand-written twin. TokensPerRow states
+/// how many tokens a row (a sample) holds, for the activation bytes a row (1: a row is one vector).
+template <std::int64_t In, std::int64_t Out, bool Bias = true, std::int64_t TokensPerRow = 1>
+class SizedLinear : public Linear {
+  static_assert(In > 0 && Out > 0 && TokensPerRow > 0, "epl: nn::SizedLinear<In, Out>: both sizes (and TokensPerRow) must be positive");
+
+ public:
+  static constexpr std::int64_t kIn = In, kOut = Out, kTokensPerRow = TokensPerRow;
+  static constexpr bool kBias = Bias;
+  SizedLinear() : Linear(In, Out, Bias) {}
+};
+
 }  // namespace nn
 }  // namespace v0
 }  // namespace epl

@@ -128,6 +128,23 @@ struct Cost {
 template <class L>
 struct static_cost;
 
+/// nn::SizedLinear's costs from its sizes: In x Out multiply-adds a token, its weight and bias,
+/// the output it keeps a row (f32; its input is the layer before's), that output's bytes sent on.
+template <std::int64_t In, std::int64_t Out, bool Bias, std::int64_t T>
+struct static_cost<nn::SizedLinear<In, Out, Bias, T>> {
+  static constexpr Cost value{.macs_per_token = static_cast<double>(In) * static_cast<double>(Out),
+                              .parameters = In * Out + (Bias ? Out : 0),
+                              .activation_bytes = 4 * Out * T,
+                              .output_bytes = 4 * Out * T};
+};
+
+/// A sized pointwise layer's: no parameters, a multiply-add an element, the output it keeps.
+template <class K, std::int64_t Width>
+struct static_cost<nn::SizedPointwise<K, Width>> {
+  static constexpr Cost value{.macs_per_token = static_cast<double>(Width), .parameters = 0, .activation_bytes = 4 * Width,
+                              .output_bytes = 4 * Width};
+};
+
 namespace detail {
 constexpr Cost as_cost(double macs) { return {macs, 0, 0}; }
 constexpr Cost as_cost(const Cost& c) { return c; }
@@ -179,7 +196,7 @@ TensorTraffic tensor_traffic(L& l) {
   bool deferred = false;  // column-parallel Linears that leave their input gradient to the split's entry
   nn::visit_nodes(l, [&](std::string_view, auto& node) {
     using N = std::remove_cvref_t<decltype(node)>;
-    if constexpr (std::is_same_v<N, nn::Linear>) {
+    if constexpr (std::is_base_of_v<nn::Linear, N>) {  // nn::SizedLinear too
       const auto& shape = node.weight.global_shape();  // [out, in]
       if (node.parallel() == nn::Linear::Parallel::kRow) {
         t.elements += shape[0];

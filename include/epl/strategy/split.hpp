@@ -308,6 +308,11 @@ struct split_rule<nn::detail::Pointwise<K>> {
     return in;
   }
 };
+/// nn::SizedLinear and the sized pointwise layers shard as the layers they are.
+template <std::int64_t In, std::int64_t Out, bool Bias, std::int64_t T>
+struct split_rule<nn::SizedLinear<In, Out, Bias, T>> : split_rule<nn::Linear> {};
+template <class K, std::int64_t Width>
+struct split_rule<nn::SizedPointwise<K, Width>> : split_rule<nn::detail::Pointwise<K>> {};
 template <>
 struct split_rule<nn::Dropout> {
   static constexpr bool kSequenceParts = true;
