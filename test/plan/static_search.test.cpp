@@ -298,6 +298,27 @@ TEST_CASE("nn::SizedLinear in an epl::Split shards as nn::Linear does: 2 ranks t
   CHECK(one.back() < one.front());
 }
 
+namespace {
+// A Residual and a Recompute boundary of sized layers: each one unit, its parts' costs summed
+struct Composite {
+  nn::SizedLinear<32, 64> in;
+  nn::Residual<nn::SizedLinear<64, 64>, nn::SizedGELU<64>> res;
+  Recompute<nn::SizedLinear<64, 64>, nn::SizedReLU<64>> again;
+  nn::SizedLinear<64, 10> out;
+};
+static_assert(strategy::static_cost_of<nn::Residual<nn::SizedLinear<64, 64>, nn::SizedGELU<64>>>().parameters == 64 * 64 + 64);
+static_assert(plan::static_search<Composite>(kFour, {.bytes = 1 << 20, .rows = 64}).count > 0);
+static_assert(plan::fits_v<Composite, Policies<>, kFour, kSizedBudget>);
+}  // namespace
+
+TEST_CASE("nn::Sized layers in a Residual or a Recompute plan as one unit; check_twin compares the strategies too") {
+  CHECK_NOTHROW(plan::check_twin(Composite{}, Composite{}));
+  // a twin without the model's split, or with a split the model lacks, plans other plans: named
+  CHECK_THROWS_WITH_AS(plan::check_twin(SplitSized{}, FlatSized{}), doctest::Contains("is split 1 way over 1 pipeline stage, but the model"),
+                       Error);
+  CHECK_THROWS_WITH_AS(plan::check_twin(FlatSized{}, SplitSized{}), doctest::Contains("give the twin the model's epl::Split"), Error);
+}
+
 TEST_CASE("check_twin: a twin that describes the model passes; one whose parameters differ, in all or by unit, is named") {
   const Net net;
   CHECK_NOTHROW(plan::check_twin(net, NetTwin{}));

@@ -47,7 +47,8 @@ using ReLU = detail::Pointwise<detail::ReluKernel>;
 /// keeps): beside nn::SizedLinear, a model planned by plan::fits and plan::static_search as it is.
 template <class Kernel, std::int64_t Width>
 struct SizedPointwise : detail::Pointwise<Kernel> {
-  static_assert(Width > 0, "epl: a sized pointwise layer's Width must be positive");
+  static_assert(Width > 0 && Width <= (std::int64_t{1} << 59), "epl: a sized pointwise layer's Width must be positive (and at most "
+                                                               "2^59, so that its bytes count in 64 bits)");
   static constexpr std::int64_t kWidth = Width;
   template <class V> void visit(V&&) {}  // nothing to visit (and no fields to reflect: it is a derived type)
 };

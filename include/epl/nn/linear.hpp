@@ -158,6 +158,9 @@ class Linear {
 template <std::int64_t In, std::int64_t Out, bool Bias = true, std::int64_t TokensPerRow = 1>
 class SizedLinear : public Linear {
   static_assert(In > 0 && Out > 0 && TokensPerRow > 0, "epl: nn::SizedLinear<In, Out>: both sizes (and TokensPerRow) must be positive");
+  static_assert(In <= (std::int64_t{1} << 31) && Out <= (std::int64_t{1} << 31) && TokensPerRow <= (std::int64_t{1} << 28),
+                "epl: nn::SizedLinear<In, Out>: In and Out at most 2^31 and TokensPerRow at most 2^28, so that its costs count in "
+                "64 bits");
 
  public:
   static constexpr std::int64_t kIn = In, kOut = Out, kTokensPerRow = TokensPerRow;

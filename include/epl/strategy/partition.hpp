@@ -151,13 +151,62 @@ constexpr Cost as_cost(const Cost& c) { return c; }
 }  // namespace detail
 
 template <class L>
-concept has_static_cost = requires { detail::as_cost(static_cost<L>::value); };
+concept has_own_static_cost = requires { detail::as_cost(static_cost<L>::value); };
 
-/// \brief L's static cost as a Cost (a plain number is its multiply-adds).
+namespace detail {
+template <class L>
+constexpr bool costed_part();
+template <class... C>
+constexpr bool all_costed(nn::type_list<C...>) {
+  return (costed_part<C>() && ...);
+}
+// A Residual or a Recompute boundary is one unit (as strategy::flatten cuts it): its cost is its
+// body's, when every part of the body (sequences of parts included) states one.
+template <class L>
+constexpr bool summable() {
+  using N = nn::node_traits<L>;
+  if constexpr (N::kind == nn::NodeKind::kResidual || N::kind == nn::NodeKind::kRecompute) return all_costed(typename N::children{});
+  else return false;
+}
+template <class L>
+constexpr bool costed_part() {
+  if constexpr (has_own_static_cost<L> || summable<L>()) return true;
+  else if constexpr (nn::node_traits<L>::kind == nn::NodeKind::kSequence) return all_costed(typename nn::node_traits<L>::children{});
+  else return false;
+}
+}  // namespace detail
+
+/// \brief L states its costs at compile time: static_cost<L>, or a Residual or Recompute whose parts do.
+template <class L>
+concept has_static_cost = has_own_static_cost<L> || detail::summable<L>();
+
+/// \brief L's static cost as a Cost (a plain number is its multiply-adds); a Residual's or a
+/// Recompute's, its parts' summed (its output the last part's).
+template <class L>
+  requires has_static_cost<L>
+constexpr Cost static_cost_of();
+namespace detail {
+template <class L>
+constexpr Cost part_cost();
+template <class... C>
+constexpr Cost summed(nn::type_list<C...>) {
+  Cost total;
+  ((total.macs_per_token += part_cost<C>().macs_per_token, total.parameters += part_cost<C>().parameters,
+    total.activation_bytes += part_cost<C>().activation_bytes, total.output_bytes = part_cost<C>().output_bytes,
+    total.tensor_bytes += part_cost<C>().tensor_bytes, total.tensor_collectives += part_cost<C>().tensor_collectives),
+   ...);
+  return total;
+}
+template <class L>
+constexpr Cost part_cost() {
+  if constexpr (has_own_static_cost<L>) return as_cost(static_cost<L>::value);
+  else return summed(typename nn::node_traits<L>::children{});
+}
+}  // namespace detail
 template <class L>
   requires has_static_cost<L>
 constexpr Cost static_cost_of() {
-  return detail::as_cost(static_cost<L>::value);
+  return detail::part_cost<L>();
 }
 
 /// \brief The cost of layer l (its static_cost if it has one, else the estimate from parameters).
