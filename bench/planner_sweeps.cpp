@@ -70,40 +70,34 @@ Sweep sweep(epl::Context& ctx, Make make, const epl::Batch& sample, Batches batc
   // The sweep's fastest is a minimum over many noisy timings, so it flatters itself: it, the chosen
   // plan and (when the chosen is a pipeline) the fastest plan of one stage are timed again, head to
   // head, in `confirm` alternating rounds, and those medians compared.
-  const std::size_t best = epl::bench::fastest(measured);
-  std::vector<epl::plan::Estimate> finalists{measured[best].predicted};
   const std::string chosen_name = chosen.str();
-  std::size_t at_chosen = 0;
-  bool seen = false;
-  for (const auto& e : found.plans)
-    if (e.candidate.str() == chosen_name) seen = true;
-  EPL_CHECK(seen, "bench_planner_sweeps: auto_plan chose ", chosen_name, ", which the search's list does not hold");
-  if (chosen_name != finalists[0].candidate.str()) {
-    for (const auto& e : found.plans)
-      if (e.candidate.str() == chosen_name) finalists.push_back(e);
-    at_chosen = 1;
-  }
-  std::size_t at_flat = finalists.size();
+  const auto in_list = std::find_if(found.plans.begin(), found.plans.end(), [&](const auto& e) { return e.candidate.str() == chosen_name; });
+  EPL_CHECK(in_list != found.plans.end(), "bench_planner_sweeps: auto_plan chose ", chosen_name, ", which the search's list does not hold");
+  std::vector<epl::plan::Estimate> finalists;
+  auto add = [&](const epl::plan::Estimate& e) {  // its place among the finalists, added once
+    for (std::size_t i = 0; i < finalists.size(); ++i)
+      if (finalists[i].candidate.str() == e.candidate.str()) return i;
+    finalists.push_back(e);
+    return finalists.size() - 1;
+  };
+  add(measured[epl::bench::fastest(measured)].predicted);
+  const std::size_t at_chosen = add(*in_list);
+  std::size_t at_flat = static_cast<std::size_t>(-1);  // none: the chosen is one stage, or no plan of one stage fits
   if (chosen.pipeline > 1) {
     std::size_t flat = measured.size();
     for (std::size_t i = 0; i < measured.size(); ++i)
       if (measured[i].predicted.candidate.pipeline == 1 && (flat == measured.size() || measured[i].seconds < measured[flat].seconds)) flat = i;
-    if (flat < measured.size()) {
-      at_flat = finalists.size();
-      for (std::size_t i = 0; i < finalists.size(); ++i)
-        if (finalists[i].candidate.str() == measured[flat].predicted.candidate.str()) at_flat = i;
-      if (at_flat == finalists.size()) finalists.push_back(measured[flat].predicted);
-    }
+    if (flat < measured.size()) at_flat = add(measured[flat].predicted);
   }
   const auto head = epl::bench::combinations<Model, epl::optim::AdamW, Policy>(
       ctx, epl::Config{}, finalists, make, epl::optim::AdamW({.lr = 1e-3}), batches,
       {.warmup = 1, .steps = o.steps, .rounds = confirm});
   Sweep s;
-  s.fastest = finalists[0].candidate.str();
+  const std::size_t fastest = epl::bench::fastest(head);
   s.chosen = chosen_name;
   s.chosen_ms = 1e3 * head[at_chosen].seconds;
-  s.fastest_ms = 1e3 * head[epl::bench::fastest(head)].seconds;
-  s.fastest = head[epl::bench::fastest(head)].predicted.candidate.str();
+  s.fastest_ms = 1e3 * head[fastest].seconds;
+  s.fastest = head[fastest].predicted.candidate.str();
   s.pipeline_over_faster_dp = at_flat < head.size() && head[at_flat].seconds < head[at_chosen].seconds;
   return s;
 }

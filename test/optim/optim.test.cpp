@@ -130,6 +130,13 @@ TEST_CASE("the gradient factor: each optimizer reads grad_scale g and leaves the
     CAPTURE(bad);
     CHECK_THROWS_WITH_AS(run(optim::SGD({.lr = 0.1}), kGrads, 1, bad), doctest::Contains("must be finite and not negative"), Error);
   }
+  {  // and the refused step did not count
+    Param1 m;
+    auto arena = param::materialize(m, test::cpu64(), {.dtype = DType::kF64});
+    optim::Updater<optim::SGD> u(optim::SGD({.lr = 0.1}));
+    CHECK_THROWS_AS(u.step(test::cpu64(), arena.values(), arena.grads(), 1, -1.0), Error);
+    CHECK(u.steps() == 0);
+  }
   // a schedule on an optimizer whose options() is const says what it needs
   optim::Updater<PlainSgd> u(PlainSgd{});
   CHECK_THROWS_WITH_AS(u.set_schedule(optim::LrSchedule{.decay = optim::LrSchedule::Decay::kLinear, .decay_steps = 10}),

@@ -108,6 +108,9 @@ class Updater {
   void step(const D& d, std::span<const Tensor> values, std::span<const Tensor> grads, std::int64_t groups = 1,
             double grad_scale = 1) {
     EPL_CHECK(values.size() == grads.size(), "optimizer step on ", values.size(), " value ranges and ", grads.size(), " gradient ranges");
+    // checked before anything moves: a refused step changes nothing
+    EPL_CHECK(std::isfinite(grad_scale) && grad_scale >= 0, "optimizer step with gradient factor ", grad_scale, ": it must be "
+              "finite and not negative (the step's AMP unscale times its clip coefficient; 1 leaves the gradients as they are)");
     std::int64_t n = 0;
     for (std::size_t i = 0; i < values.size(); ++i) {
       EPL_CHECK(values[i].rank() == 1 && grads[i].rank() == 1 && values[i].numel() == grads[i].numel(), "optimizer step on values ",
@@ -122,8 +125,6 @@ class Updater {
     if constexpr (requires { opt_.options().lr = 1.0; })
       if (schedule_.active()) opt_.options().lr = static_cast<decltype(opt_.options().lr)>(schedule_.at(steps_));
     groups = std::max<std::int64_t>(1, std::min(groups, n));
-    EPL_CHECK(std::isfinite(grad_scale) && grad_scale >= 0, "optimizer step with gradient factor ", grad_scale, ": it must be "
-              "finite and not negative (the step's AMP unscale times its clip coefficient; 1 leaves the gradients as they are)");
     constexpr bool fused = reads_grad_scale<O>;
     if (!fused && grad_scale != 1)  // an optimizer of the program's own that does not read a factor: the gradients, scaled in place
       for (const auto& g : grads) d.scale(g, grad_scale);

@@ -155,10 +155,7 @@ constexpr std::int64_t limit_of(const Cluster& c, const Budget& b) {
 template <class Model, class Policy = Policies<>>
 constexpr StaticFootprint static_footprint(const Cluster& cluster, const Budget& budget) {
   constexpr int t = tensor_degree_v<Model>;
-  constexpr int p = [] {
-    if constexpr (is_pipeline_v<Model>) return Model::kStages;
-    else return 1;
-  }();
+  constexpr int p = declared_stages_v<Model>;
   detail::check_cluster(cluster, "plan::fits");
   detail::check_budget(budget, "plan::fits");
   if (cluster.ranks % (p * t) != 0) detail::world_size_does_not_hold_a_replica__use_a_multiple("plan::fits", cluster.ranks, p * t);
@@ -184,10 +181,7 @@ template <class Model, class Policy>
 constexpr Misfit misfit_of(const StaticFootprint& f, const Cluster& cluster) {
   constexpr policy::Compiled c = policy::compiled<Policy>(false);
   const auto& s = f.state;
-  constexpr int p = [] {
-    if constexpr (is_pipeline_v<Model>) return Model::kStages;
-    else return 1;
-  }();
+  constexpr int p = declared_stages_v<Model>;
   const bool replicas = cluster.ranks / (p * tensor_degree_v<Model>) > 1;  // ZeRO shards over them: none, nothing to shard
   if (f.activations >= s.parameters && f.activations >= s.gradients && f.activations >= s.optimizer_state) return Misfit::kActivations;
   if (!replicas) return Misfit::kOneReplica;

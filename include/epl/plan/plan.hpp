@@ -71,6 +71,12 @@ inline constexpr int tensor_degree_v = [] {
   static_assert(d != -2, "epl: an epl::Split inside an epl::Split; a split group's layers are split once");
   return d;
 }();
+/// \brief The pipeline stages a model type declares: an epl::Pipeline's stage count, else 1.
+template <class Model>
+inline constexpr int declared_stages_v = [] {
+  if constexpr (is_pipeline_v<Model>) return Model::kStages;
+  else return 1;
+}();
 /// \brief The devices of a model type's epl::Replicate<D, ...> parts (1: none, or D = 1).
 template <class Model>
 inline constexpr int replicate_degree_v = [] {

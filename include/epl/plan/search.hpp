@@ -212,14 +212,7 @@ void check_twin(const Model& model, const Twin& = Twin{}) {
   for (const auto n : twin) twin_total += n;
   std::erase(twin, 0);
   const auto twin_name = std::string(reflect::type_name<Twin>()), model_name = std::string(reflect::type_name<Model>());
-  constexpr int stages_of_model = [] {
-    if constexpr (is_pipeline_v<Model>) return Model::kStages;
-    else return 1;
-  }();
-  constexpr int stages_of_twin = [] {
-    if constexpr (is_pipeline_v<Twin>) return Twin::kStages;
-    else return 1;
-  }();
+  constexpr int stages_of_model = declared_stages_v<Model>, stages_of_twin = declared_stages_v<Twin>;
   EPL_CHECK(tensor_degree_v<Model> == tensor_degree_v<Twin> && stages_of_model == stages_of_twin, "plan::check_twin: the twin ",
             twin_name, " is split ", tensor_degree_v<Twin>, " way", tensor_degree_v<Twin> == 1 ? "" : "s", " over ", stages_of_twin,
             " pipeline stage", stages_of_twin == 1 ? "" : "s", ", but the model ", model_name, " ", tensor_degree_v<Model>, " way",

@@ -223,8 +223,9 @@ Config auto_plan(Context& ctx, const Config& cfg, const Model& model, const Batc
     const auto place = std::find_if(found.plans.begin(), found.plans.end(), [&](const plan::Estimate& e) { return e.candidate.str() == c.str(); });
     if (place != found.plans.end() && place - found.plans.begin() >= 5) {
       char line[512];
-      std::snprintf(line, sizeof line, "the chosen plan, predicted %zd%s: %.2f MiB, %.3f ms, bubble %.1f%%\n", place - found.plans.begin() + 1,
-                    "th fastest", static_cast<double>(place->device_bytes()) / (1024.0 * 1024.0), 1e3 * place->seconds, 100 * place->bubble);
+      std::snprintf(line, sizeof line, "the chosen plan, number %zd by prediction: %.2f MiB, %.3f ms, bubble %.1f%%\n",
+                    place - found.plans.begin() + 1, static_cast<double>(place->device_bytes()) / (1024.0 * 1024.0), 1e3 * place->seconds,
+                    100 * place->bubble);
       account += line;
     }
     if (o.print) std::printf("%s", account.c_str());
