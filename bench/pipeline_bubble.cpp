@@ -57,7 +57,7 @@ double theory(const std::string& schedule, int p, int m, int v) {
 }
 
 Row measure(const std::string& schedule, int p, int m, double forward_ms, int steps, const std::string& trace) {
-  const int v = schedule == "Interleaved" ? 2 : 1;
+  const int v = epl::strategy::schedule_named(schedule).virtual_stages ? 2 : 1;
   // 4 layers of equal cost per rank, each 1/4 of a stage's forward time (interleaved: each of
   // the rank's v chunks holds 4 / v of them)
   const int layers = 4 * p;
@@ -111,9 +111,10 @@ int main(int argc, char** argv) try {
   }
   std::vector<Row> rows;
   std::printf("%-15s %2s %3s %2s %10s %9s %9s %9s\n", "schedule", "p", "m", "v", "bubble", "theory", "ratio", "step ms");
-  for (const char* schedule : {"PreferForward", "PreferBackward", "Interleaved", "ZeroBubble"})
+  for (const auto& entry : epl::strategy::kSchedules)
     for (int p : {2, 4})
       for (int m : {4, 8, 16}) {
+        const std::string schedule(entry.name);
         std::string trace;
         if (!cfg.get(trace_dir).empty() && p == 4 && m == 8) trace = cfg.get(trace_dir) + "/pipeline_" + schedule + ".json";
         Row r = measure(schedule, p, m, cfg.get(forward_ms), static_cast<int>(cfg.get(steps)), trace);

@@ -55,7 +55,7 @@ static_assert(one.best().seconds > 3 * 40e6 * 128 / 1e12 * 0.999999 && one.best(
 constexpr plan::Cluster fast{.ranks = 4, .macs_per_second = 1e12, .data = {1e-6, 1e12}, .pipeline = {1e-6, 1e12}, .tensor = {1e-6, 1e12}};
 constexpr auto roomy = plan::static_search<Four, Adam>(fast, {.bytes = std::int64_t{1} << 40, .rows = 64, .tokens_per_row = 16});
 static_assert(roomy.best().data == 4 && roomy.best().pipeline == 1 && roomy.best().zero == 0 && !roomy.best().recompute);
-static_assert(roomy.fit == roomy.tried && roomy.count == 8);
+static_assert(roomy.fit + roomy.refused == roomy.tried && roomy.refused > 0 && roomy.count == 8);  // refused: recompute of a 1-unit stage
 // fastest first
 static_assert([] {
   for (int i = 1; i < roomy.count; ++i)
@@ -328,5 +328,111 @@ TEST_CASE("check_twin: a twin that describes the model passes; one whose paramet
   CHECK_THROWS_WITH_AS(plan::check_twin(net, Shifted{}), doctest::Contains("(model.0) has 144 parameters, but the twin's unit 0 states 148"),
                        Error);
   CHECK_THROWS_WITH_AS(plan::check_twin(net, Three{}), doctest::Contains("has 3 units that hold parameters, but the model"), Error);
+}
+namespace {
+// Eight equal sized blocks: a model both searches price, the run-time one from a profile of its
+// static costs, so both go through one candidate loop and one formula (plan::price)
+struct Eight {
+  nn::SizedLinear<256, 256> a, b, c, d, e, f, g, h;
+};
+// uneven units (a stranger's): Interleaved's slowest chunk is not half a stage
+struct Uneven {
+  nn::SizedLinear<32, 64> a;
+  nn::SizedReLU<64> b;
+  nn::SizedLinear<64, 64> c;
+  nn::SizedReLU<64> d;
+  nn::SizedLinear<64, 10> e;
+};
+template <class Model, int K>
+void same_prices(const plan::Cluster& cluster, bool recompute) {
+  constexpr std::int64_t rows = 64;
+  using Adam = Policies<Zero<3>, Offload<offload::V0>>;
+  const auto compile_time = plan::static_search<Model, Adam, K>(cluster, {.bytes = std::int64_t{1} << 40, .rows = rows},
+                                                                 {.micro_batches = {1, 2, 4, 8}, .recompute = recompute});
+  const auto profile = plan::static_profile(Model{}, cluster, 1);
+  const auto run_time = plan::search<Model, Adam>(Model{}, profile, cluster, rows, 2, {.micro_batches = {1, 2, 4, 8}, .recompute = recompute});
+  // the same combinations tried, the same refused (the run-time search's extra refusals are plan::make's other checks)
+  REQUIRE(compile_time.count == compile_time.fit);
+  CHECK(compile_time.count < K);  // all kept
+  CHECK(run_time.plans.size() == static_cast<std::size_t>(compile_time.count));
+  CHECK(run_time.tried - run_time.refused == compile_time.tried - compile_time.refused);
+  // each plan priced alike: compute, pipeline, data-parallel and offload times
+  for (int i = 0; i < compile_time.count; ++i) {
+    const auto& s = compile_time.plans[static_cast<std::size_t>(i)];
+    const auto key = s.candidate().str();
+    CAPTURE(key);
+    const auto it = std::find_if(run_time.plans.begin(), run_time.plans.end(), [&](const plan::Estimate& e) { return e.candidate.str() == key; });
+    REQUIRE(it != run_time.plans.end());
+    CHECK(it->compute_seconds == doctest::Approx(s.compute_seconds).epsilon(1e-9));
+    CHECK(it->pipeline_seconds == doctest::Approx(s.pipeline_seconds).epsilon(1e-9));
+    CHECK(it->data_seconds == doctest::Approx(s.data_seconds).epsilon(1e-9));
+    CHECK(it->host_seconds == doctest::Approx(s.host_seconds).epsilon(1e-9));
+    CHECK(it->bubble == doctest::Approx(s.bubble).epsilon(1e-12));
+    CHECK(it->seconds == doctest::Approx(s.seconds).epsilon(1e-9));
+  }
+  // so the rankings agree, ties aside: the k-th fastest of each is as fast
+  for (int i = 0; i < compile_time.count; ++i)
+    CHECK(run_time.plans[static_cast<std::size_t>(i)].seconds ==
+          doctest::Approx(compile_time.plans[static_cast<std::size_t>(i)].seconds).epsilon(1e-9));
+  CHECK(run_time.best().seconds == doctest::Approx(compile_time.best().seconds).epsilon(1e-9));
+}
+}  // namespace
+
+TEST_CASE("the run-time and compile-time searches: one candidate loop and one formula, so one ranking on a model both price") {
+  // parameters that fill the arena's alignment: every figure alike, the reduction's too
+  same_prices<Eight, 512>({.ranks = 4, .macs_per_second = 1e9, .data = {1e-4, 1e9}, .pipeline = {1e-5, 1e9}}, false);
+  same_prices<Eight, 512>({.ranks = 8, .macs_per_second = 1e10, .data = {1e-3, 1e8}, .pipeline = {1e-6, 1e10}}, false);
+  // uneven units whose arena pads them (free data and host links: the padding's bytes cost nothing), and
+  // recompute refused where a rank has no chunk of 2 units to cut, as plan::make refuses it
+  same_prices<Uneven, 512>({.ranks = 4, .macs_per_second = 50e9, .data = {0, 1e18}, .pipeline = {0, 1e18}, .host = {0, 1e18}}, false);
+  {
+    const auto found = plan::static_search<Uneven, Policies<Zero<3>, Offload<offload::V0>>, 512>({.ranks = 4}, {.bytes = 1 << 20, .rows = 64});
+    CHECK(found.refused > 0);
+    const auto profile = plan::static_profile(Uneven{}, plan::Cluster{.ranks = 4}, 1);
+    for (int i = 0; i < found.count; ++i)  // every plan it keeps is one the run-time estimate accepts
+      CHECK_NOTHROW((void)plan::estimate<Uneven, Policies<Zero<3>, Offload<offload::V0>>>(
+          Uneven{}, profile, found.plans[static_cast<std::size_t>(i)].candidate(), {.ranks = 4}, 64, 2));
+  }
+  // static_price names what makes a combination one the search never tries
+  const plan::Cluster four{.ranks = 4};
+  const plan::Budget batch{.rows = 64};
+  const auto* zb = strategy::find_schedule("ZeroBubble");
+  const auto* il = strategy::find_schedule("Interleaved");
+  CHECK(plan::static_price<Uneven>(four, batch, {.data = 4}).seconds > 0);
+  CHECK_THROWS_WITH_AS(plan::static_price<Uneven>(four, batch, {.data = 2}), doctest::Contains("is not the cluster's ranks"), Error);
+  CHECK_THROWS_WITH_AS(plan::static_price<Uneven>(four, batch, {.data = 4, .offload = true}), doctest::Contains("give zero = 3"), Error);
+  CHECK_THROWS_WITH_AS(plan::static_price<Uneven>(four, batch, {.data = 2, .pipeline = 2, .micro_batches = 4, .schedule = zb, .zero = 2}),
+                       doctest::Contains("refuses ZeRO 2 and 3"), Error);
+  CHECK_THROWS_WITH_AS(plan::static_price<Uneven>({.ranks = 2}, batch, {.data = 1, .pipeline = 2, .micro_batches = 3, .schedule = il,
+                                                                       .virtual_stages = 2}),
+                       doctest::Contains("does not divide"), Error);
+  CHECK_THROWS_WITH_AS(plan::static_price<Uneven>(four, batch, {.data = 1, .pipeline = 4, .micro_batches = 4, .schedule = il,
+                                                                 .virtual_stages = 2}),
+                       doctest::Contains("fewer units"), Error);
+  CHECK_THROWS_WITH_AS(plan::static_price<Uneven>({.ranks = 1}, batch, {.data = 1, .zero = 1}), doctest::Contains("with one, give zero = 0"),
+                       Error);
+  CHECK_THROWS_WITH_AS(plan::static_price<Uneven>(four, batch, {.data = 2, .pipeline = 2, .schedule = nullptr}),
+                       doctest::Contains("no schedule"), Error);
+  CHECK_THROWS_WITH_AS(plan::static_price<Uneven>(four, batch, {.data = 4, .amp = true}), doctest::Contains("amp = false"), Error);
+  CHECK_THROWS_WITH_AS(plan::static_calibrate<Uneven>(four, batch, {.data = 4}, 1e10), doctest::Contains("below 1e9"), Error);
+  // the shared loop and formula check what they are given
+  const int counts[] = {1, 2};
+  CHECK_THROWS_WITH_AS(plan::for_each_combination({.ranks = 8, .tensor = 3, .rows = 64, .micro_batches = counts, .micro_batch_counts = 2},
+                                                  [](const plan::Combination&) {}),
+                       doctest::Contains("multiple of the split degree"), Error);
+  CHECK_THROWS_WITH_AS(plan::for_each_combination({.ranks = 4, .rows = 0, .micro_batches = counts, .micro_batch_counts = 2},
+                                                  [](const plan::Combination&) {}),
+                       doctest::Contains("the rows 1 or more"), Error);
+  CHECK_THROWS_WITH_AS(plan::for_each_combination({.ranks = 4, .rows = 64, .micro_batch_counts = 4}, [](const plan::Combination&) {}),
+                       doctest::Contains("null pointer"), Error);
+  CHECK_THROWS_WITH_AS(plan::price(four, {.data = 2, .pipeline = 2, .schedule = nullptr}, {}, 5), doctest::Contains("needs a schedule"), Error);
+  CHECK_THROWS_WITH_AS(plan::price(four, {.pipeline = 0}, {}, 5), doctest::Contains("1 or more"), Error);
+  CHECK_THROWS_WITH_AS(plan::price(four, {.data = 4}, {.gradient_bytes = -1e12}, 5), doctest::Contains("finite and 0 or more"), Error);
+  CHECK_THROWS_WITH_AS(plan::price(four, {.data = 4}, {.chunk_seconds = std::nan("")}, 5), doctest::Contains("finite and 0 or more"), Error);
+  CHECK_THROWS_WITH_AS(plan::price({.ranks = 8, .data = {1e-5, 0}}, {.data = 8}, {}, 5), doctest::Contains("links"), Error);
+  CHECK_THROWS_WITH_AS((void)plan::dgx_a100(1, 3.0), doctest::Contains("at most 1"), Error);
+  CHECK_THROWS_WITH_AS((void)plan::dgx_a100(1 << 28), doctest::Contains("1 to 8192"), Error);
+  // a model whose static costs do not describe its run-time units is refused by name
+  CHECK_THROWS_WITH_AS(plan::static_profile(SplitSized{}, plan::Cluster{.ranks = 2}, 1), doctest::Contains("runs as"), Error);
 }
 }

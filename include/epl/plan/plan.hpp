@@ -148,7 +148,7 @@ struct PlanOptions {
   int micro_batches = 1;             ///< pipeline.num_micro_batch
   int stages = 1;                    ///< pipeline.num_stages
   bool stages_given = false;         ///< pipeline.num_stages was set (else a Pipeline type's own count)
-  std::string schedule = "PreferBackward";  ///< pipeline.strategy
+  std::string schedule{strategy::kDefaultSchedule.name};  ///< pipeline.strategy
   int virtual_stages = 2;            ///< pipeline.num_virtual_stages
   bool virtual_stages_given = false; ///< pipeline.num_virtual_stages was set (it must then be what runs)
   bool schedule_given = false;       ///< pipeline.strategy was set (a run without a pipeline then has it to no effect)

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "epl/plan/cost.hpp"
+#include "epl/plan/price.hpp"
 #include "epl/reflect/type_name.hpp"
 
 namespace epl {
@@ -94,42 +95,27 @@ SearchResult search(const Model& model, const Profile& prof, const Cluster& clus
   std::string first_refusal;  // what the plan said of the first it refused
   std::vector<Estimate> over;  // what did not fit, to say by how much
   over.reserve(1024);
-  for (int p = 1; p <= cluster.ranks / t; ++p) {
-    if ((cluster.ranks / t) % p != 0 || (p > 1 && !o.pipelines)) continue;
-    const int data = cluster.ranks / t / p;
-    for (std::size_t mi = 0; mi < o.micro_batches.size(); ++mi) {
-      const int m = o.micro_batches[mi];
-      if (std::find(o.micro_batches.begin(), o.micro_batches.begin() + static_cast<std::ptrdiff_t>(mi), m) !=
-          o.micro_batches.begin() + static_cast<std::ptrdiff_t>(mi))
-        continue;  // listed twice
-      if (rows % (static_cast<std::int64_t>(data) * m) != 0) continue;
-      for (const auto& entry : strategy::kSchedules) {
-        if (p == 1 && entry.name != strategy::kSchedules[0].name) continue;  // one stage: no schedule
-        for (int zero = 0; zero <= c.zero; ++zero) {
-          if (zero > 0 && data == 1) continue;  // nothing to shard over
-          for (int offload = 0; offload <= (c.offload && zero == 3 ? 1 : 0); ++offload)
-            for (int rc = 0; rc <= (o.recompute ? 1 : 0); ++rc)
-              for (int amp = 0; amp <= (c.amp != DType::kF32 && o.amp_profile ? 1 : 0); ++amp) {
-              Candidate cand{.data = data, .pipeline = p, .micro_batches = m, .schedule = std::string(entry.name), .virtual_stages = 2,
-                             .zero = zero, .recompute = rc == 1, .offload = offload == 1, .amp = amp == 1};
-              ++r.tried;
-              try {
-                Estimate e = estimate<Model, Policy, D>(model, amp ? *o.amp_profile : prof, cand, cluster, rows, slots, o.base);
-                if (e.device_bytes() <= budget) {
-                  r.plans.push_back(std::move(e));
-                } else {
-                  ++r.too_big;
-                  over.push_back(std::move(e));
-                }
-              } catch (const Error& err) {
-                ++r.refused;  // the plan's checks refuse it: never a choice
-                if (first_refusal.empty()) first_refusal = err.what();
-              }
-            }
-        }
-      }
-    }
-  }
+  // the loop static_search shares; a declared Pipeline's depth and a cut's units are plan::make's to
+  // check (a declared model also runs on fewer ranks, several of its stages each)
+  const bool amp = c.amp != DType::kF32 && o.amp_profile;
+  r.tried = for_each_combination({.ranks = cluster.ranks, .tensor = t, .rows = rows, .micro_batches = o.micro_batches.data(),
+                                  .micro_batch_counts = o.micro_batches.size(), .pipelines = o.pipelines, .recompute = o.recompute,
+                                  .zero = c.zero, .offload = c.offload, .amp = amp},
+                                 [&](const Combination& combination) {
+                                   try {
+                                     Estimate e = estimate<Model, Policy, D>(model, combination.amp ? *o.amp_profile : prof,
+                                                                             Candidate::of(combination, t), cluster, rows, slots, o.base);
+                                     if (e.device_bytes() <= budget) {
+                                       r.plans.push_back(std::move(e));
+                                     } else {
+                                       ++r.too_big;
+                                       over.push_back(std::move(e));
+                                     }
+                                   } catch (const Error& err) {
+                                     ++r.refused;  // the plan's checks refuse it: never a choice
+                                     if (first_refusal.empty()) first_refusal = err.what();
+                                   }
+                                 });
   for (const auto& e : over)
     if (!smallest || e.device_bytes() < smallest->device_bytes()) smallest = &e;
   EPL_CHECK(r.tried > 0, "plan::search: no combination to try: a global batch of ", rows, " rows divides into none of the ",

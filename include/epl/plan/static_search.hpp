@@ -23,6 +23,8 @@
 #include <limits>
 
 #include "epl/plan/fits.hpp"
+#include "epl/plan/price.hpp"
+#include "epl/reflect/type_name.hpp"
 
 namespace epl {
 inline namespace v0 {
@@ -31,7 +33,7 @@ namespace plan {
 /// \brief One combination as the compile-time search prices it (per step, its busiest rank).
 struct StaticPlan {
   int data = 1, tensor = 1, pipeline = 1, micro_batches = 1;
-  int schedule = 0;        ///< index into strategy::kSchedules (pipeline > 1)
+  const strategy::ScheduleEntry* schedule = &strategy::kDefaultSchedule;  ///< its schedule (pipeline > 1), of strategy::kSchedules
   int virtual_stages = 1;  ///< chunks per rank (Interleaved: 2)
   int zero = 0;
   bool offload = false, recompute = false;
@@ -39,11 +41,12 @@ struct StaticPlan {
   double compute_seconds = 0, tensor_seconds = 0, pipeline_seconds = 0, data_seconds = 0, host_seconds = 0;
   double bubble = 0;
   double seconds = 0;      ///< the step
-  [[nodiscard]] constexpr std::string_view schedule_name() const { return strategy::kSchedules[schedule].name; }
+  bool refused = false;    ///< a combination plan::make would refuse (recompute with no chunk of 2 units): priced, never kept
+  [[nodiscard]] constexpr std::string_view schedule_name() const { return schedule->name; }
   /// \brief The same combination as the run-time search's candidate (its keys, its name).
   [[nodiscard]] Candidate candidate() const {
     return {.data = data, .pipeline = pipeline, .micro_batches = micro_batches, .tensor = tensor, .schedule = std::string(schedule_name()),
-            .virtual_stages = pipeline > 1 && strategy::kSchedules[schedule].virtual_stages ? virtual_stages : 2, .zero = zero,
+            .virtual_stages = pipeline > 1 && schedule->virtual_stages ? virtual_stages : 2, .zero = zero,
             .recompute = recompute, .offload = offload, .amp = false};
   }
 };
@@ -54,6 +57,7 @@ struct StaticSearch {
   std::array<StaticPlan, K> plans{};
   int count = 0;                  ///< plans held (at most K)
   int tried = 0, fit = 0, too_big = 0;
+  int refused = 0;                ///< tried, but refused as plan::make would (recompute with no chunk of 2 units to cut)
   StaticPlan smallest_over{};     ///< the smallest of those over the budget
   [[nodiscard]] constexpr const StaticPlan& best() const { return plans[0]; }
   /// \brief Keeps p when it is among the K fastest.
@@ -77,13 +81,19 @@ constexpr StaticSearch<K> merge(const StaticSearch<K>& a, const StaticSearch<K>&
   m.tried += b.tried;
   m.fit += b.fit;
   m.too_big += b.too_big;
+  m.refused += b.refused;
   if (b.too_big > 0 && (a.too_big == 0 || b.smallest_over.bytes.total() < a.smallest_over.bytes.total())) m.smallest_over = b.smallest_over;
   return m;
 }
 
 /// \brief What the search tries besides the mesh and the policies.
 struct StaticSearchOptions {
-  std::array<int, 5> micro_batches{1, 2, 4, 8, 16};  ///< counts to try (0: an unused entry)
+  std::array<int, 8> micro_batches{1, 2, 4, 8, 16};  ///< counts to try (0: an unused entry)
+  /// Rows a micro-batch to try besides (0: an unused entry): each data-parallel degree's count that
+  /// gives micro-batches of that many rows (a large batch's micro-batches of 1 or 2 rows, as
+  /// Megatron runs them).
+  std::array<int, 4> micro_batch_rows{};
+  int buckets = 5;        ///< communication.max_splits: the reduction's messages a ring pass, all but the last hidden by backward
   bool pipelines = true;  ///< cut an unannotated model into stages, as auto.auto_parallel does
   bool recompute = true;  ///< try gradient_checkpoint.type = "auto"
 };
@@ -155,21 +165,19 @@ struct StageSums {
   double macs = 0;  // per token, this rank's part
   std::int64_t parameters = 0, activation_bytes = 0, kept_recomputed = 0, largest = 0, output_bytes = 0, tensor_bytes = 0;
   int collectives = 0;
+  // the rank's slowest chunk (an Interleaved rank holds v): its multiply-adds a token, its split
+  // group's traffic; and the most units any of its chunks holds (recompute needs 2 to cut one)
+  double chunk_macs = 0;
+  std::int64_t chunk_tensor_bytes = 0;
+  int chunk_collectives = 0;
+  std::size_t chunk_units = 0;
 };
-
-// Micro-batches' activations the busiest rank (the first) keeps in flight, in stage-activations.
-constexpr double in_flight(int schedule, int m, int p, int v) {
-  if (p == 1) return 1;
-  if (schedule == 1) return m;                  // GPipe: every forward before any backward
-  if (v == 1) return m < p ? m : p;             // 1F1B: the warm-up's
-  const int chunks = 2 * (p - 1) + (v - 1) * p + 1;  // Interleaved's warm-up, in chunk-micro-batches
-  return static_cast<double>(chunks < m * v ? chunks : m * v) / v;
-}
 
 [[noreturn]] inline void nothing_to_try__check_the_batch_and_micro_batches(int ranks, std::int64_t rows) {
   EPL_FAIL("plan::static_search: no combination to try on ", ranks, " ranks: a global batch of ", rows, " rows divides into none of "
-           "the data-parallel degrees x micro-batch counts (StaticSearchOptions::micro_batches; 0 entries are unused), or the model "
-           "has fewer units than the stages; use a batch that is a multiple of the ranks");
+           "the data-parallel degrees x micro-batch counts (StaticSearchOptions::micro_batches and micro_batch_rows; 0 entries are "
+           "unused; a count above 65536 is not tried), or the model has fewer units than the stages; list counts that divide the "
+           "batch over the replicas");
 }
 [[noreturn]] inline void no_combination_fits__add_ranks_or_memory(std::int64_t need, std::int64_t budget, int tried) {
   EPL_FAIL("plan::static_search: no combination of the ", tried, " tried fits ", budget, " bytes per rank; the smallest needs ", need,
@@ -177,150 +185,279 @@ constexpr double in_flight(int schedule, int m, int p, int v) {
 }
 }  // namespace detail
 
+namespace detail {
+// Prices combinations of Model from its units' static costs for static_search and static_price:
+// each rank's sums over a cut (rank s holds chunks s, s + p, ...), the cut kept while the
+// combinations of one (p, v) follow each other.
+template <class Model>
+class StaticPricer {
+ public:
+  static constexpr auto units = static_units<Model>();
+  static constexpr std::size_t n = units.size();
+  static constexpr int declared = [] {
+    if constexpr (is_pipeline_v<Model>) return Model::kStages;
+    else return 0;
+  }();
+  constexpr StaticPricer(const Cluster& cluster, const Budget& budget, int buckets) : cluster_(cluster), budget_(budget), buckets_(buckets) {}
+
+  constexpr StaticPlan price(const Combination& k) {
+    const int p = k.pipeline, v = k.virtual_stages, m = k.micro_batches, t = tensor_degree_v<Model>;
+    if (p != cut_p_ || v != cut_v_) sum_cut(p, v);
+    const std::int64_t micro_rows = budget_.rows / k.data / m;
+    StaticPlan plan{.data = k.data, .tensor = t, .pipeline = p, .micro_batches = m, .schedule = k.schedule, .virtual_stages = v,
+                    .zero = k.zero, .offload = k.offload, .recompute = k.recompute};
+    const double flight = p == 1 ? 1.0 : k.schedule->in_flight(m, v, p);
+    const double tokens = static_cast<double>(budget_.tokens_per_row * micro_rows);
+    StepCost cost;
+    for (int s = 0; s < p; ++s) {
+      const auto& sum = rank_[static_cast<std::size_t>(s)];
+      check_countable(static_cast<double>(sum.activation_bytes + sum.kept_recomputed) * static_cast<double>(budget_.rows) *
+                      static_cast<double>(m));
+      StaticFootprint f;
+      f.state = state_bytes(sum.parameters, k.data, k.zero, k.offload, budget_.optimizer_slots);
+      // what each micro-batch in flight keeps, and a recomputed unit's activations once, during its backward
+      const std::int64_t kept = k.recompute ? sum.kept_recomputed : sum.activation_bytes;
+      f.activations = static_cast<std::int64_t>(static_cast<double>(kept * micro_rows) * flight) + (k.recompute ? sum.largest * micro_rows : 0);
+      if (f.total() > plan.bytes.total()) plan.bytes = f;
+      // the slowest chunk's micro-batch: forward, backward twice its work, a recompute's forward again
+      // (the whole chunk: the run-time search's segments keep the model's last piece)
+      if (k.recompute && sum.chunk_units < 2) plan.refused = true;  // nothing to cut, as plan::make refuses
+      const double chunk = sum.chunk_macs * tokens * (k.recompute ? 4.0 : 3.0) / cluster_.macs_per_second;
+      const double talk = cluster_.tensor.all_reduces(t, sum.collectives, static_cast<double>(sum.tensor_bytes * micro_rows));
+      const double chunk_talk =
+          cluster_.tensor.all_reduces(t, sum.chunk_collectives, static_cast<double>(sum.chunk_tensor_bytes * micro_rows));
+      cost.chunk_seconds = chunk > cost.chunk_seconds ? chunk : cost.chunk_seconds;
+      cost.chunk_talk = chunk_talk > cost.chunk_talk ? chunk_talk : cost.chunk_talk;
+      cost.rank_talk = talk > cost.rank_talk ? talk : cost.rank_talk;
+      const double grads = static_cast<double>(f.state.gradients + f.state.host_gradients);
+      cost.gradient_bytes = grads > cost.gradient_bytes ? grads : cost.gradient_bytes;
+      const double sends = static_cast<double>(sum.output_bytes * micro_rows);
+      cost.send_bytes = sends > cost.send_bytes ? sends : cost.send_bytes;
+    }
+    cost.host_bytes = static_cast<double>(plan.bytes.state.host_parameters + plan.bytes.state.host_gradients);
+    const StepPrice priced = plan::price(cluster_, k, cost, buckets_);
+    plan.bubble = priced.bubble;
+    plan.compute_seconds = priced.compute_seconds;
+    plan.tensor_seconds = priced.tensor_seconds;
+    plan.pipeline_seconds = priced.pipeline_seconds;
+    plan.data_seconds = priced.data_seconds;
+    plan.host_seconds = priced.host_seconds;
+    plan.seconds = priced.seconds;
+    return plan;
+  }
+
+ private:
+  constexpr void sum_cut(int p, int v) {
+    const int chunks = p * v;
+    auto& cut = cut_;
+    if (declared) {  // the declared stages
+      std::size_t at = 0;
+      for (int s = 0; s < p; ++s) {
+        cut[static_cast<std::size_t>(s)] = at;
+        while (at < n && units[at].stage == s) ++at;
+      }
+      cut[static_cast<std::size_t>(p)] = n;
+    } else {  // a balanced cut of the units' multiply-adds into p v chunks
+      std::array<double, n> costs{};
+      for (std::size_t i = 0; i < n; ++i) costs[i] = units[i].cost.macs_per_token > 0 ? units[i].cost.macs_per_token : 1.0;
+      strategy::detail::balanced_cut(costs.data(), n, static_cast<std::size_t>(chunks), cut.data());
+    }
+    rank_ = {};
+    for (int ch = 0; ch < chunks; ++ch) {
+      auto& sum = rank_[static_cast<std::size_t>(ch % p)];
+      double macs = 0;
+      std::int64_t bytes = 0;
+      int collectives = 0;
+      const std::size_t first = cut[static_cast<std::size_t>(ch)], end = cut[static_cast<std::size_t>(ch + 1)];
+      for (std::size_t i = first; i < end; ++i) {
+        const auto& u = units[i].cost;
+        macs += u.macs_per_token;
+        if (units[i].split) {
+          bytes += u.tensor_bytes;
+          collectives += u.tensor_collectives;
+        }
+        sum.macs += u.macs_per_token;
+        sum.parameters += u.parameters;
+        sum.activation_bytes += u.activation_bytes;
+        sum.kept_recomputed += u.output_bytes;  // a recomputed unit keeps its boundary
+        sum.largest = u.activation_bytes > sum.largest ? u.activation_bytes : sum.largest;
+        if (units[i].split) {
+          sum.tensor_bytes += u.tensor_bytes;
+          sum.collectives += u.tensor_collectives;
+        }
+      }
+      sum.chunk_macs = macs > sum.chunk_macs ? macs : sum.chunk_macs;
+      sum.chunk_tensor_bytes = bytes > sum.chunk_tensor_bytes ? bytes : sum.chunk_tensor_bytes;
+      sum.chunk_collectives = collectives > sum.chunk_collectives ? collectives : sum.chunk_collectives;
+      sum.chunk_units = end - first > sum.chunk_units ? end - first : sum.chunk_units;
+      // what a chunk sends on: its last unit's output (the model's own output goes to the loss, not a link)
+      const auto& last = units[cut[static_cast<std::size_t>(ch + 1)] - 1].cost;
+      if (ch + 1 < chunks) sum.output_bytes = last.output_bytes > sum.output_bytes ? last.output_bytes : sum.output_bytes;
+    }
+    for (int s = 0; s < p; ++s)  // what the state bytes multiply stays within 64 bits
+      check_countable(static_cast<double>(rank_[static_cast<std::size_t>(s)].parameters) * 4.0 * (2 + budget_.optimizer_slots));
+    cut_p_ = p;
+    cut_v_ = v;
+  }
+
+  Cluster cluster_;
+  Budget budget_;
+  int buckets_ = 1;
+  std::array<std::size_t, n + 1> cut_{};
+  std::array<StageSums, n> rank_{};
+  int cut_p_ = 0, cut_v_ = 0;
+};
+
+// What static_search and static_price check before pricing anything.
+template <class Model>
+constexpr void check_static(const Cluster& cluster, const Budget& budget, const StaticSearchOptions& o, const char* who) {
+  constexpr int t = tensor_degree_v<Model>, declared = StaticPricer<Model>::declared;
+  static_assert(StaticPricer<Model>::n > 0, "epl: plan::static_search: the model has no units");
+  check_cluster(cluster, who);
+  check_budget(budget, who);
+  for (int m : o.micro_batches)
+    if (m < 0 || m > kMostMicroBatches)
+      budget_is_not_valid(who, "StaticSearchOptions::micro_batches must hold counts from 1 to 65536 (0: an unused entry)");
+  for (int rows : o.micro_batch_rows)
+    if (rows < 0) budget_is_not_valid(who, "StaticSearchOptions::micro_batch_rows must hold row counts of 1 or more (0: an unused entry)");
+  if (o.buckets < 1 || o.buckets > kMostMicroBatches)
+    budget_is_not_valid(who, "StaticSearchOptions::buckets (communication.max_splits) must be from 1 to 65536");
+  check_countable(static_cast<double>(budget.tokens_per_row) * static_cast<double>(budget.rows) * 4.0);
+  if (cluster.ranks % (t * (declared ? declared : 1)) != 0)
+    world_size_does_not_hold_a_replica__use_a_multiple(who, cluster.ranks, t * (declared ? declared : 1));
+  for (const auto& u : StaticPricer<Model>::units) check_cost(u.cost);  // the sums stay within 64 bits
+}
+}  // namespace detail
+
 /// \brief The K fastest combinations of Model with Policy's compiled policies that fit `budget` on
 /// `cluster`, priced from the layers' static costs; usable in a constant expression.
 template <class Model, class Policy = Policies<>, std::size_t K = 8>
 constexpr StaticSearch<K> static_search(const Cluster& cluster, const Budget& budget, const StaticSearchOptions& o = {}) {
-  constexpr int t = tensor_degree_v<Model>;
-  constexpr auto units = detail::static_units<Model>();
-  constexpr std::size_t n = units.size();
-  constexpr policy::Compiled c = policy::compiled<Policy>(false);
-  static_assert(n > 0, "epl: plan::static_search: the model has no units");
   static_assert(K > 0, "epl: plan::static_search<Model, Policy, K>: K, the plans kept, must be at least 1");
-  constexpr int declared = [] {
-    if constexpr (is_pipeline_v<Model>) return Model::kStages;
-    else return 0;
-  }();
-  constexpr const char* who = "plan::static_search";
-  detail::check_cluster(cluster, who);
-  detail::check_budget(budget, who);
-  for (int m : o.micro_batches)
-    if (m < 0 || m > detail::kMostMicroBatches)
-      detail::budget_is_not_valid(who, "StaticSearchOptions::micro_batches must hold counts from 1 to 65536 (0: an unused entry)");
-  detail::check_countable(static_cast<double>(budget.tokens_per_row) * static_cast<double>(budget.rows) * 4.0);
-  if (cluster.ranks % (t * (declared ? declared : 1)) != 0)
-    detail::world_size_does_not_hold_a_replica__use_a_multiple(who, cluster.ranks, t * (declared ? declared : 1));
-  for (const auto& u : units) detail::check_cost(u.cost);  // the sums below stay within 64 bits
+  constexpr policy::Compiled c = policy::compiled<Policy>(false);
+  using Pricer = detail::StaticPricer<Model>;
+  detail::check_static<Model>(cluster, budget, o, "plan::static_search");
   const std::int64_t limit = detail::limit_of(cluster, budget);
   StaticSearch<K> r;
-    for (int p = 1; p <= cluster.ranks / t; ++p) {
-    if ((cluster.ranks / t) % p != 0) continue;
-    if (declared ? p != declared : (p > 1 && !o.pipelines)) continue;
-    const int data = cluster.ranks / t / p;
-    for (std::size_t mi = 0; mi < o.micro_batches.size(); ++mi) {
-      const int m = o.micro_batches[mi];
-      bool seen = false;  // a count listed twice is tried once
-      for (std::size_t j = 0; j < mi; ++j) seen = seen || o.micro_batches[j] == m;
-      if (m < 1 || seen || budget.rows % (static_cast<std::int64_t>(data) * m) != 0) continue;
-      const std::int64_t micro_rows = budget.rows / data / m;
-      for (int sched = 0; sched < static_cast<int>(std::size(strategy::kSchedules)); ++sched) {
-        if (p == 1 && sched > 0) continue;  // one stage: no schedule
-        const int v = p > 1 && strategy::kSchedules[sched].virtual_stages ? 2 : 1;
-        if (v > 1 && (declared || m % p != 0)) continue;  // Interleaved: a cut of its own, micro-batches a multiple of p
-        const int chunks = p * v;
-        if (static_cast<std::size_t>(chunks) > n) continue;
-        // the cut: the declared stages, or a balanced cut of the units' multiply-adds into p v chunks
-        std::array<std::size_t, n + 1> cut{};
-        if (declared) {
-          std::size_t at = 0;
-          for (int s = 0; s < p; ++s) {
-            cut[static_cast<std::size_t>(s)] = at;
-            while (at < n && units[at].stage == s) ++at;
-          }
-          cut[static_cast<std::size_t>(p)] = n;
+  Pricer pricer(cluster, budget, o.buckets);
+  r.tried = for_each_combination(
+      {.ranks = cluster.ranks, .tensor = tensor_degree_v<Model>, .stages = Pricer::declared, .units = Pricer::n, .rows = budget.rows,
+       .micro_batches = o.micro_batches.data(), .micro_batch_counts = o.micro_batches.size(), .micro_batch_rows = o.micro_batch_rows.data(),
+       .micro_batch_row_counts = o.micro_batch_rows.size(), .pipelines = o.pipelines, .recompute = o.recompute, .zero = c.zero,
+       .offload = c.offload},
+      [&](const Combination& k) {
+        const StaticPlan plan = pricer.price(k);
+        if (plan.refused) {
+          ++r.refused;
+        } else if (plan.bytes.total() <= limit) {
+          ++r.fit;
+          r.offer(plan);
         } else {
-          std::array<double, n> costs{};
-          for (std::size_t i = 0; i < n; ++i) costs[i] = units[i].cost.macs_per_token > 0 ? units[i].cost.macs_per_token : 1.0;
-          strategy::detail::balanced_cut(costs.data(), n, static_cast<std::size_t>(chunks), cut.data());
+          if (r.too_big == 0 || plan.bytes.total() < r.smallest_over.bytes.total()) r.smallest_over = plan;
+          ++r.too_big;
         }
-        // each rank's sums: its v chunks (rank s holds chunks s, s + p, ...)
-        std::array<detail::StageSums, n> rank{};
-        for (int ch = 0; ch < chunks; ++ch) {
-          auto& sum = rank[static_cast<std::size_t>(ch % p)];
-          for (std::size_t i = cut[static_cast<std::size_t>(ch)]; i < cut[static_cast<std::size_t>(ch + 1)]; ++i) {
-            const auto& u = units[i].cost;
-            sum.macs += u.macs_per_token;
-            sum.parameters += u.parameters;
-            sum.activation_bytes += u.activation_bytes;
-            sum.kept_recomputed += u.output_bytes;  // a recomputed unit keeps its boundary
-            sum.largest = u.activation_bytes > sum.largest ? u.activation_bytes : sum.largest;
-            if (units[i].split) {
-              sum.tensor_bytes += u.tensor_bytes;
-              sum.collectives += u.tensor_collectives;
-            }
-          }
-          // what a chunk sends on: its last unit's output (the model's own output goes to the loss, not a link)
-          const auto& last = units[cut[static_cast<std::size_t>(ch + 1)] - 1].cost;
-          if (ch + 1 < chunks) sum.output_bytes = last.output_bytes > sum.output_bytes ? last.output_bytes : sum.output_bytes;
-        }
-        for (int s = 0; s < p; ++s) {  // what the bytes below multiply stays within 64 bits
-          const auto& sum = rank[static_cast<std::size_t>(s)];
-          detail::check_countable(static_cast<double>(sum.parameters) * 4.0 * (2 + budget.optimizer_slots));
-          detail::check_countable(static_cast<double>(sum.activation_bytes + sum.kept_recomputed) * static_cast<double>(budget.rows) *
-                                  static_cast<double>(m));
-        }
-        for (int zero = 0; zero <= c.zero; ++zero) {
-          if (zero > 0 && data == 1) continue;  // nothing to shard over
-          if (zero >= 2 && p > 1 && strategy::kSchedules[sched].splits_backward) continue;  // as plan::make refuses
-          for (int off = 0; off <= (c.offload && zero == 3 ? 1 : 0); ++off)
-            for (int rc = 0; rc <= (o.recompute ? 1 : 0); ++rc) {
-              ++r.tried;
-              StaticPlan plan{.data = data, .tensor = t, .pipeline = p, .micro_batches = m, .schedule = sched, .virtual_stages = v,
-                              .zero = zero, .offload = off == 1, .recompute = rc == 1};
-              const double flight = detail::in_flight(sched, m, p, v);
-              double chunk = 0, talk = 0, grads = 0;
-              std::int64_t sends = 0;
-              for (int s = 0; s < p; ++s) {
-                const auto& sum = rank[static_cast<std::size_t>(s)];
-                StaticFootprint f;
-                f.state = state_bytes(sum.parameters, data, zero, off == 1, budget.optimizer_slots);
-                const std::int64_t per_row = rc ? sum.kept_recomputed + sum.largest : sum.activation_bytes;
-                f.activations = static_cast<std::int64_t>(static_cast<double>(per_row * micro_rows) * flight);
-                if (f.total() > plan.bytes.total()) plan.bytes = f;
-                // one micro-batch of a chunk: forward, backward twice its work, a recompute's forward again
-                const double tokens = static_cast<double>(budget.tokens_per_row * micro_rows);
-                const double work = sum.macs / v * tokens * (rc ? 4.0 : 3.0) / cluster.macs_per_second;
-                const double all_reduces =
-                    cluster.tensor.all_reduces(t, sum.collectives, static_cast<double>(sum.tensor_bytes * micro_rows) / v);
-                if (work + all_reduces > chunk) chunk = work + all_reduces;
-                if (all_reduces > talk) talk = all_reduces;
-                grads = static_cast<double>(f.state.gradients + f.state.host_gradients) > grads
-                            ? static_cast<double>(f.state.gradients + f.state.host_gradients) : grads;
-                sends = sum.output_bytes > sends ? sum.output_bytes : sends;
-              }
-              const double passes = p == 1 ? m : strategy::kSchedules[sched].path(m, v, p);
-              plan.bubble = p == 1 ? 0.0 : 1.0 - v * m / passes;
-              plan.compute_seconds = chunk * passes;
-              plan.tensor_seconds = talk * v * m;
-              if (p > 1) plan.pipeline_seconds = 2.0 * passes * cluster.pipeline.seconds(static_cast<double>(sends * micro_rows));
-              if (data > 1) {  // ring passes over the gradients, as estimate counts them (ZeRO 2 and 3: each micro-batch)
-                const double held = zero >= 2 ? grads * data : grads;
-                const int rings = detail::zero_ring_passes(zero, m);
-                const double moved = static_cast<double>(data - 1) / data * held * rings;
-                plan.data_seconds = cluster.data.alpha * (data - 1) * rings + moved / cluster.data.beta;
-              }
-              // the reduction overlaps backward (taken as 60% of the compute, as estimate does) but for what is left
-              const double hidden = 0.6 * plan.compute_seconds;
-              // offload moves the rank's shards of the parameters and gradients between host and device
-              if (off == 1)
-                plan.host_seconds = cluster.host.seconds(static_cast<double>(plan.bytes.state.host_parameters + plan.bytes.state.host_gradients));
-              plan.seconds = plan.compute_seconds + plan.pipeline_seconds + (plan.data_seconds > hidden ? plan.data_seconds - hidden : 0.0) +
-                             plan.host_seconds;
-              if (plan.bytes.total() <= limit) {
-                ++r.fit;
-                r.offer(plan);
-              } else {
-                if (r.too_big == 0 || plan.bytes.total() < r.smallest_over.bytes.total()) r.smallest_over = plan;
-                ++r.too_big;
-              }
-            }
-        }
-      }
-    }
-  }
+      });
   if (r.tried == 0) detail::nothing_to_try__check_the_batch_and_micro_batches(cluster.ranks, budget.rows);
   if (r.count == 0) detail::no_combination_fits__add_ranks_or_memory(r.smallest_over.bytes.total(), limit, r.tried);
   return r;
+}
+
+/// \brief One combination of Model priced as static_search prices it, fitting the budget or not
+/// (its bytes say): a published layout, or the plan a configuration names, against the search's
+/// best. The combination must be one the search would try; usable in a constant expression.
+template <class Model>
+constexpr StaticPlan static_price(const Cluster& cluster, const Budget& budget, const Combination& c, int buckets = 5) {
+  constexpr const char* who = "plan::static_price";
+  detail::check_static<Model>(cluster, budget, {.buckets = buckets}, who);
+  constexpr int t = tensor_degree_v<Model>;
+  using Pricer = detail::StaticPricer<Model>;
+  // each way a combination can be one the search never tries, said on its own
+  auto refuse = [&](const char* what) { detail::budget_is_not_valid(who, what); };
+  if (c.data < 1 || c.pipeline < 1 || c.micro_batches < 1 || c.micro_batches > detail::kMostMicroBatches)
+    refuse("the combination's data-parallel degree, pipeline stages and micro-batches must be at least 1 (micro-batches at most 65536)");
+  if (static_cast<std::int64_t>(c.data) * c.pipeline * t != cluster.ranks)
+    refuse("the combination's data-parallel degree x pipeline stages x the model's split degree is not the cluster's ranks");
+  if (Pricer::declared && c.pipeline != Pricer::declared) refuse("the model declares its pipeline stages (epl::Pipeline): give that many");
+  if (budget.rows % (static_cast<std::int64_t>(c.data) * c.micro_batches) != 0)
+    refuse("the global batch (Budget::rows) does not divide into the data-parallel degree x micro-batches");
+  if (c.schedule == nullptr) refuse("the combination has no schedule: give &strategy::kDefaultSchedule or one of strategy::kSchedules");
+  if (c.pipeline == 1 && c.schedule != &strategy::kDefaultSchedule)
+    refuse("one pipeline stage runs no schedule: give &strategy::kDefaultSchedule");
+  if (c.virtual_stages != (c.pipeline > 1 && c.schedule->virtual_stages ? 2 : 1))
+    refuse("virtual_stages must be 2 for a schedule of virtual stages (Interleaved) on more than one stage, else 1");
+  if (c.virtual_stages > 1 && (Pricer::declared || c.micro_batches % c.pipeline != 0))
+    refuse("Interleaved needs an undeclared pipeline and micro-batches a multiple of the pipeline stages");
+  if (static_cast<std::size_t>(c.pipeline * c.virtual_stages) > Pricer::n) refuse("the model has fewer units than the combination's chunks");
+  if (c.zero < 0 || c.zero > 3) refuse("the ZeRO stage must be 0 to 3");
+  if (c.zero > 0 && c.data == 1) refuse("ZeRO shards over the data-parallel ranks: with one, give zero = 0");
+  if (c.zero >= 2 && c.pipeline > 1 && c.schedule->splits_backward) refuse("a schedule that splits backward (ZeroBubble) refuses ZeRO 2 and 3");
+  if (c.offload && c.zero != 3) refuse("offload keeps ZeRO stage 3's shards in host memory: give zero = 3 with it");
+  if (c.amp) refuse("the compile-time model prices f32 GEMMs only: give amp = false (state the bf16 rate in Cluster::macs_per_second)");
+  Pricer pricer(cluster, budget, buckets);
+  return pricer.price(c);
+}
+
+/// \brief The cluster whose GEMM rate (Cluster::macs_per_second, the one efficiency figure the
+/// compile-time model has) makes combination c of Model take `measured` seconds a step, its links
+/// as given: what a published run says of the machine, to predict others on it. An error when no
+/// rate from 1e3 to 1e18 does (the links alone take longer than the measured step).
+template <class Model>
+constexpr Cluster static_calibrate(Cluster cluster, const Budget& budget, const Combination& c, double measured, int buckets = 5) {
+  if (!(measured > 0 && measured < 1e9))
+    detail::budget_is_not_valid("plan::static_calibrate", "the measured step must be a positive time below 1e9 seconds");
+  auto at = [&](double rate) {
+    cluster.macs_per_second = rate;
+    return static_price<Model>(cluster, budget, c, buckets).seconds;
+  };
+  // the step falls as the rate grows: bisect (about 60 halvings to 1e-12 of the answer)
+  double lo = 1e3, hi = 1e18;
+  if (at(hi) > measured || at(lo) < measured)
+    detail::budget_is_not_valid("plan::static_calibrate", "no GEMM rate from 1e3 to 1e18 multiply-adds a second gives the measured step: "
+                                "the links alone take longer, or the model's costs are not the run's");
+  for (int i = 0; i < 200 && hi - lo > 1e-12 * lo; ++i) {
+    const double mid = (lo + hi) / 2;
+    (at(mid) > measured ? lo : hi) = mid;
+  }
+  cluster.macs_per_second = (lo + hi) / 2;
+  return cluster;
+}
+
+/// \brief A profile of `model` from its layers' static costs, priced as static_search prices them:
+/// each unit's forward at the cluster's GEMM rate (Cluster::macs_per_second) for `tokens_per_row`
+/// tokens a row, its backward twice that, its bytes as its type states them. plan::estimate and
+/// plan::search price a model from it as static_search does (one formula, plan::price): a model too
+/// large to probe here, or a check that the two searches agree.
+template <class Model, class D = device::Cpu>
+Profile static_profile(const Model& model, const Cluster& cluster, std::int64_t tokens_per_row) {
+  constexpr auto costs = detail::static_units<Model>();
+  detail::check_cluster(cluster, "plan::static_profile");
+  EPL_CHECK(tokens_per_row >= 1, "plan::static_profile: ", tokens_per_row, " tokens a row; give 1 or more");
+  Model copy = model;
+  using Pass = nn::Pass<D, policy::gradient_sync_t<Policies<>, D>>;  // search's: no other instantiation
+  std::vector<strategy::Unit<Pass>> units;
+  strategy::flatten<Pass>(copy, units);
+  EPL_CHECK(units.size() == costs.size(), "plan::static_profile: the model ", reflect::type_name<Model>(), " runs as ", units.size(),
+            " units but its static costs describe ", costs.size(), " (a Split's entry or exit runs as a unit of its own); profile "
+            "it with plan::profile");
+  Profile p;
+  p.rows = 1;
+  p.tokens_per_row = tokens_per_row;
+  p.tensor = tensor_degree_v<Model>;
+  p.units.resize(units.size() + 1);
+  const double tokens = static_cast<double>(tokens_per_row);
+  for (std::size_t i = 0; i < units.size(); ++i) {
+    const auto& c = costs[i].cost;  // this rank's part of a split unit
+    auto& u = p.units[i];
+    u.name = units[i].name;
+    u.parameters = c.parameters * (costs[i].split ? p.tensor : 1);
+    u.macs_per_token = c.macs_per_token * (costs[i].split ? p.tensor : 1);
+    u.activation_bytes = c.activation_bytes;
+    u.output_bytes = c.output_bytes;
+    u.forward_seconds = c.macs_per_token * tokens / cluster.macs_per_second;
+    u.backward_seconds = 2 * u.forward_seconds;
+  }
+  p.units.back().name = "loss";
+  return p;
 }
 
 }  // namespace plan

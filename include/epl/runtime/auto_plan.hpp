@@ -51,15 +51,13 @@ struct AutoPlanOptions {
 namespace detail {
 // A candidate as 9 integers (the schedule by its place in strategy::kSchedules), to broadcast.
 inline void encode(const plan::Candidate& c, std::int64_t* out) {
-  std::int64_t schedule = 0;
-  for (std::size_t i = 0; i < std::size(strategy::kSchedules); ++i)
-    if (strategy::kSchedules[i].name == c.schedule) schedule = static_cast<std::int64_t>(i);
+  const auto schedule = static_cast<std::int64_t>(strategy::schedule_index(strategy::schedule_named(c.schedule)));
   const std::int64_t v[] = {c.data, c.pipeline, c.micro_batches, schedule, c.virtual_stages, c.zero, c.recompute, c.offload, c.amp};
   std::copy(std::begin(v), std::end(v), out);
 }
 inline plan::Candidate decode(const std::int64_t* v, int tensor) {
   return {.data = static_cast<int>(v[0]), .pipeline = static_cast<int>(v[1]), .micro_batches = static_cast<int>(v[2]), .tensor = tensor,
-          .schedule = std::string(strategy::kSchedules[static_cast<std::size_t>(v[3])].name), .virtual_stages = static_cast<int>(v[4]),
+          .schedule = std::string(strategy::schedule_at(static_cast<std::size_t>(v[3])).name), .virtual_stages = static_cast<int>(v[4]),
           .zero = static_cast<int>(v[5]), .recompute = v[6] != 0, .offload = v[7] != 0, .amp = v[8] != 0};
 }
 // A batch of `rows` rows on the CPU, the sample's rows over and over (the measured steps' data: a

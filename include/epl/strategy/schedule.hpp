@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <concepts>
 #include <cstdint>
+#include <iterator>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -265,29 +266,55 @@ struct ScheduleEntry {
   /// third of a pass, m + (p - 1) / 3 when m >= p, else (2(p + m) - 1) / 3 (the first B waits
   /// for the forward to cross every stage). The bubble is 1 - v m / path.
   double (*path)(int m, int v, int ranks);
+  /// Micro-batches of a stage's activations the busiest rank (the first) holds at its peak, in
+  /// stage-activations (its v chunks' of one micro-batch make 1): m for GPipe (every forward before
+  /// any backward); the warm-up's min(m, p) for 1F1B and ZB-H1; Interleaved's warm-up of
+  /// 2(p - 1) + (v - 1)p + 1 chunk-passes, over v.
+  double (*in_flight)(int m, int v, int ranks);
+  /// How a plan's name shows it ("1F1B"; a schedule of virtual stages adds their count).
+  std::string_view label;
 };
 
 /// \brief Every pipeline schedule pipeline.strategy may name, the default first. A new schedule is
 /// its class above and one entry here: the configuration's choices and the plan read this list.
 inline constexpr ScheduleEntry kSchedules[] = {
     {"PreferBackward", "1F1B", "1F1B,1f1b,PipeDream-Flush,one-forward-one-backward", false, false, [](int m, int, int s, int p) { return OneFOneB(m).actions(s, p); },
-     [](int m, int, int p) { return static_cast<double>(m + p - 1); }},
+     [](int m, int, int p) { return static_cast<double>(m + p - 1); }, [](int m, int, int p) { return static_cast<double>(std::min(m, p)); },
+     "1F1B"},
     {"PreferForward", "GPipe", "GPipe,gpipe,AFAB,all-forward-all-backward", false, false, [](int m, int, int s, int p) { return GPipe(m).actions(s, p); },
-     [](int m, int, int p) { return static_cast<double>(m + p - 1); }},
+     [](int m, int, int p) { return static_cast<double>(m + p - 1); }, [](int m, int, int) { return static_cast<double>(m); }, "GPipe"},
     {"Interleaved", "1F1B over virtual stages, epl", "interleaved,interleaved-1F1B,interleaved-1f1b,virtual-pipeline", true, false, [](int m, int v, int s, int p) { return Interleaved(m, v).actions(s, p); },
-     [](int m, int v, int p) { return static_cast<double>(v * m + p - 1); }},
+     [](int m, int v, int p) { return static_cast<double>(v * m + p - 1); },
+     [](int m, int v, int p) { return static_cast<double>(std::min(2 * (p - 1) + (v - 1) * p + 1, m * v)) / v; }, "Interleaved"},
     {"ZeroBubble", "ZB-H1, backward split into B and W passes, epl", "ZB-H1,ZBH1,zbh1,zb,zero-bubble", false, true,
      [](int m, int, int s, int p) { return ZeroBubble(m).actions(s, p); },
-     [](int m, int, int p) { return std::max(3.0 * m + p - 1, 2.0 * (p + m) - 1) / 3.0; }},
+     [](int m, int, int p) { return std::max(3.0 * m + p - 1, 2.0 * (p + m) - 1) / 3.0; },
+     [](int m, int, int p) { return static_cast<double>(std::min(m, p)); }, "ZeroBubble"},
 };
+
+/// \brief The default schedule (kSchedules' first): what a run of one stage is planned with.
+inline constexpr const ScheduleEntry& kDefaultSchedule = kSchedules[0];
+
+/// \brief A schedule's place in kSchedules (what a broadcast of a plan sends), and back; a place out
+/// of range is an error.
+inline std::size_t schedule_index(const ScheduleEntry& s) { return static_cast<std::size_t>(&s - kSchedules); }
+inline const ScheduleEntry& schedule_at(std::size_t i) {
+  EPL_CHECK(i < std::size(kSchedules), "schedule number ", i, " is not one of the ", std::size(kSchedules), " pipeline schedules");
+  return kSchedules[i];
+}
+
+/// \brief The schedule named `name` (pipeline.strategy's value); null when none is.
+constexpr const ScheduleEntry* find_schedule(std::string_view name) {
+  for (const auto& e : kSchedules)
+    if (e.name == name) return &e;
+  return nullptr;
+}
 
 /// \brief The schedule pipeline.strategy names; an unknown name is an error listing them.
 inline const ScheduleEntry& schedule_named(std::string_view name) {
+  if (const auto* e = find_schedule(name)) return *e;
   std::string names;
-  for (const auto& e : kSchedules) {
-    if (e.name == name) return e;
-    names += (names.empty() ? "" : ", ") + std::string(e.name);
-  }
+  for (const auto& e : kSchedules) names += (names.empty() ? "" : ", ") + std::string(e.name);
   EPL_FAIL("pipeline.strategy = \"", name, "\" is not a schedule; choose one of ", names);
 }
 

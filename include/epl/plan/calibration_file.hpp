@@ -1,0 +1,44 @@
+#pragma once
+/// \file
+/// \brief What the planner's calibration files (a profile, a cluster's speed and links) share:
+/// opening one, and showing a first line that is not one.
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <string>
+
+#include "epl/core/error.hpp"
+
+namespace epl {
+inline namespace v0 {
+namespace plan {
+
+namespace detail {
+// A calibration file's first line as a message may show it: at most 40 characters, each byte that
+// is not printable ASCII as '?'.
+inline std::string shown(const std::string& line) {
+  std::string out = line.substr(0, 40);
+  for (char& c : out)
+    if (c < 0x20 || c > 0x7e) c = '?';
+  return out;
+}
+// Opens a calibration file to read; nullopt when there is none. A folder or other non-file at the
+// path is an error naming it.
+inline std::optional<std::ifstream> open_calibration(const std::filesystem::path& path) {
+  std::error_code ec;
+  const auto st = std::filesystem::status(path, ec);
+  if (!std::filesystem::exists(st)) return std::nullopt;
+  EPL_CHECK(std::filesystem::is_regular_file(st), "the planner's calibration file ", path, " is ",
+            std::filesystem::is_directory(st) ? "a folder" : "not a regular file", "; give the path of a file (it is written there)");
+  std::ifstream f(path);
+  EPL_CHECK(static_cast<bool>(f), "the planner's calibration file ", path, " cannot be read; check its permissions or delete it");
+  return f;
+}
+// The most a unit's time may be, in seconds per row or per call, in a calibration file: past it the
+// file is not a measurement.
+inline constexpr double kMostSeconds = 1e4;
+}  // namespace detail
+
+}  // namespace plan
+}  // namespace v0
+}  // namespace epl

@@ -1,0 +1,316 @@
+#pragma once
+/// \file
+/// \brief plan::profile — the probe: one short run of forward, loss and backward of a model's
+/// sequential units on one device, repeated and interleaved, giving each unit's bytes and times
+/// (plan::Profile), and the file that keeps them between runs.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "epl/core/files.hpp"
+#include "epl/device/device.hpp"
+#include "epl/nn/loss.hpp"
+#include "epl/param/arena.hpp"
+#include "epl/plan/calibration_file.hpp"
+#include "epl/plan/plan.hpp"
+#include "epl/plan/shard.hpp"
+#include "epl/strategy/step_groups.hpp"
+
+namespace epl {
+inline namespace v0 {
+namespace plan {
+
+/// \brief What one sequential unit of a model costs, per row of its input (a sample).
+struct UnitProfile {
+  std::string name;                     ///< the unit's path, as strategy::flatten names it
+  std::int64_t parameters = 0;          ///< elements, unsplit
+  double macs_per_token = 0;            ///< the partitioner's cost (strategy::unit_cost)
+  /// What its forward leaves allocated, per row: its output and what it saves for its backward,
+  /// less its input when it does not save it (so a model's units add up to its activations).
+  std::int64_t activation_bytes = 0;
+  std::int64_t output_bytes = 0;        ///< its output, per row: what a pipeline sends on
+  std::int64_t backward_bytes = 0;      ///< allocated for a while during its backward, per row
+  double forward_seconds = 0;           ///< measured, per row
+  double backward_seconds = 0;          ///< measured, per row
+  double fixed_seconds = 0;             ///< measured, forward and backward, per call whatever its rows
+};
+
+/// \brief A model's units as measured by profile(): one short probe run of forward, loss and
+/// backward on one device. The loss is the last unit (name "loss").
+struct Profile {
+  std::vector<UnitProfile> units;
+  std::int64_t rows = 0;             ///< rows of the probe batch
+  std::int64_t tokens_per_row = 0;   ///< elements of one input row
+  std::int64_t input_bytes = 0;      ///< of one input row
+  int tensor = 1;                    ///< the split degree it was probed at: one rank's part of each split layer
+  int repeats = 1;                   ///< probe runs of each batch size, interleaved
+  /// How far the probe's runs disagreed: the median run's whole step (forward, loss and backward of
+  /// the probe batch) over the fastest run's, less 1 (0: as steady as one run can tell). The times
+  /// above are each unit's fastest; a spread near or above the gap between two plans' predicted
+  /// times means the probe cannot rank them (plan::SearchResult::spread, auto_plan's log).
+  double spread = 0;
+  [[nodiscard]] std::int64_t parameters() const {
+    std::int64_t n = 0;
+    for (const auto& u : units) n += u.parameters;
+    return n;
+  }
+  /// \brief The unit named `name`; an error when there is none.
+  [[nodiscard]] const UnitProfile& unit(const std::string& name) const {
+    for (const auto& u : units)
+      if (u.name == name) return u;
+    EPL_FAIL("the profile has no unit ", name, ": it was measured on another model; profile this one");
+  }
+};
+
+namespace detail {
+inline std::int64_t activations_now(DeviceId d) { return memory_stats(d).current_of(MemoryCategory::kActivations); }
+inline double since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// The probe's stand-in for a split group of `parts` ranks, as its rank 0: each collective gives
+// outputs of the group's shapes (an all-gather repeats this rank's part, a reduce-scatter keeps
+// the first part, the rest copy), so a split layer's part runs alone with its own shapes and
+// allocations; the values are not a run's, and nothing is sent. Models comm::communicator.
+class ProbeGroup {
+ public:
+  explicit ProbeGroup(int parts) : parts_(parts) {}
+  [[nodiscard]] int rank() const noexcept { return 0; }
+  [[nodiscard]] int size() const noexcept { return parts_; }
+  [[nodiscard]] std::string_view name() const noexcept { return "the probe's stand-in split group"; }
+  [[nodiscard]] comm::CommStats stats() const noexcept { return {}; }
+  void all_reduce(const comm::Buffer& in, const comm::Buffer& out, comm::ReduceOp) { copy(in, out, 0, out.count); }
+  comm::Work all_reduce_async(const comm::Buffer& in, const comm::Buffer& out, comm::ReduceOp op) {
+    all_reduce(in, out, op);
+    return comm::Work::done();
+  }
+  void reduce_scatter(const comm::Buffer& in, const comm::Buffer& out, comm::ReduceOp) { copy(in, out, 0, out.count); }
+  comm::Work reduce_scatter_async(const comm::Buffer& in, const comm::Buffer& out, comm::ReduceOp op) {
+    reduce_scatter(in, out, op);
+    return comm::Work::done();
+  }
+  void all_gather(const comm::Buffer& in, const comm::Buffer& out) {
+    for (std::int64_t at = 0; at + in.count <= out.count && in.count > 0; at += in.count) copy(in, out, at, in.count);
+  }
+  comm::Work all_gather_async(const comm::Buffer& in, const comm::Buffer& out) {
+    all_gather(in, out);
+    return comm::Work::done();
+  }
+  void broadcast(const comm::Buffer&, int) {}
+  void reduce(const comm::Buffer& in, const comm::Buffer& out, comm::ReduceOp, int) { copy(in, out, 0, out.count); }
+  void all_to_all(const comm::Buffer& in, const comm::Buffer& out) { copy(in, out, 0, out.count); }
+  void all_to_all_v(const comm::Buffer& in, const std::vector<std::int64_t>&, const comm::Buffer& out, const std::vector<std::int64_t>& recv) {
+    std::int64_t n = 0;
+    for (auto c : recv) n += c;
+    copy(in, out, 0, std::min({n, in.count, out.count}));
+  }
+  void send(const comm::Buffer&, int, int) { point_to_point(); }
+  void recv(const comm::Buffer&, int, int) { point_to_point(); }
+  comm::Work isend(const comm::Buffer&, int, int) { point_to_point(); }
+  comm::Work irecv(const comm::Buffer&, int, int) { point_to_point(); }
+  void barrier() noexcept {}
+  [[nodiscard]] ProbeGroup split(int, int) const { return *this; }
+  void cancel(const std::string&) noexcept {}
+
+ private:
+  [[noreturn]] static void point_to_point() {
+    EPL_FAIL("plan::profile: a layer sent a message within its split group; the probe's stand-in group has no peers to send "
+             "to (profile a model whose split layers use collectives only)");
+  }
+  // out[at, at + n) = in[0, n), the same elements when in and out are one buffer
+  static void copy(const comm::Buffer& in, const comm::Buffer& out, std::int64_t at, std::int64_t n) {
+    if (n <= 0) return;
+    const auto size = static_cast<std::int64_t>(size_of(in.dtype));
+    auto* dst = static_cast<char*>(out.data) + at * size;
+    if (dst != in.data) std::memmove(dst, in.data, static_cast<std::size_t>(std::min(n, in.count) * size));
+  }
+  int parts_ = 1;
+};
+}  // namespace detail
+
+/// \brief Measures model's units on device d with the batch (inputs, targets) of `rows` rows: each
+/// unit's activation bytes (from the allocator's accounting) and its forward and backward times
+/// (each the fastest of `repeats` runs, the whole batch's and one row's interleaved; Profile::spread
+/// says how far the runs disagreed), and its parameters; `matmul` bf16 or f16 times AMP's GEMMs. The model is copied and drawn once, whole,
+/// on d (a model too large for one device is profiled on its parts by the caller). Run it on a
+/// device whose account nothing else charges meanwhile (before starting thread ranks).
+template <class Model, class Loss = nn::SoftmaxCrossEntropy, class D>
+Profile profile(const Model& model, const D& d, const Tensor& inputs, const Tensor& targets, int repeats = 3,
+                DType matmul = DType::kF32) {
+  EPL_CHECK(inputs.defined() && inputs.rank() > 0 && inputs.dim(0) > 0, "profile: the probe batch has no rows; give it one or more");
+  EPL_CHECK(targets.defined() && targets.rank() > 0 && targets.dim(0) == inputs.dim(0), "profile: the probe batch has ",
+            inputs.dim(0), " input rows but ", targets.defined() && targets.rank() > 0 ? targets.dim(0) : 0, " target rows");
+  EPL_CHECK(repeats >= 1, "profile: repeats = ", repeats, " must be at least 1");
+  using Pass = nn::Pass<D>;
+  // A split model is probed as one rank of its group: part 0 of each split layer, its collectives
+  // over a stand-in group, so the bytes and times are a split rank's.
+  constexpr int parts = tensor_degree_v<Model>;
+  Model copy = model;
+  bool vocab_parallel = false;
+  if constexpr (parts > 1) vocab_parallel = shard_model(copy, nn::SplitPart{0, parts}, false).sharded_output;
+  comm::Communicator group(detail::ProbeGroup{parts});
+  param::Arena arena = param::materialize(copy, d, {.seed = 1});
+  std::vector<strategy::Unit<Pass>> units;
+  strategy::flatten<Pass>(copy, units);
+  Loss loss;
+  if constexpr (requires { loss.parallelize(nn::SplitPart{}); })
+    if (vocab_parallel) loss.parallelize(nn::SplitPart{0, parts});
+  Profile p;
+  p.tensor = parts;
+  p.rows = inputs.dim(0);
+  p.tokens_per_row = inputs.numel() / p.rows;
+  p.input_bytes = static_cast<std::int64_t>(inputs.bytes()) / p.rows;
+  p.units.resize(units.size() + 1);
+  for (std::size_t i = 0; i < units.size(); ++i) {
+    p.units[i].name = units[i].name;
+    p.units[i].macs_per_token = units[i].cost;
+    units[i].parameters(units[i].layer, [&](nn::Parameter& q) { p.units[i].parameters += q.global_shape().numel(); });
+  }
+  p.units.back().name = "loss";
+  const DeviceId id = d.id();
+  auto& account = memory_account(id);
+  // One run of forward, loss and backward of the rows of x: each unit's forward and backward, in
+  // seconds per call; with `record`, the bytes.
+  auto measure = [&](const Tensor& x, const Tensor& y, bool record) {
+    std::vector<std::pair<double, double>> t(p.units.size());
+    const auto rows = x.dim(0);
+    Pass pass(d, nn::PassOptions{.training = true, .seed = 1, .recompute = nn::RecomputeMode::kNone, .matmul = matmul}, nullptr,
+              nn::Groups{.tensor = parts > 1 ? &group : nullptr});
+    Tensor h = x;
+    for (std::size_t i = 0; i < units.size(); ++i) {
+      const std::int64_t before = detail::activations_now(id);
+      const auto t0 = std::chrono::steady_clock::now();
+      Tensor out = units[i].forward(units[i].layer, pass, h);
+      t[i].first = detail::since(t0);
+      h = std::move(out);  // the input goes unless the unit saved it
+      if (record) {
+        // what the unit added: its output and what it saved, less its input when it did not save
+        // it (the batch is the caller's: never freed here)
+        p.units[i].activation_bytes = (detail::activations_now(id) - before) / rows;
+        p.units[i].output_bytes = static_cast<std::int64_t>(h.bytes()) / rows;
+      }
+    }
+    auto& lp = p.units.back();
+    std::int64_t before = detail::activations_now(id);
+    auto t0 = std::chrono::steady_clock::now();
+    (void)loss.forward(pass, h, y);
+    t.back().first = detail::since(t0);
+    if (record) lp.activation_bytes = (detail::activations_now(id) - before) / rows;
+    before = detail::activations_now(id);
+    account.reset_peaks();
+    t0 = std::chrono::steady_clock::now();
+    Tensor g = loss.backward(pass, 1.0 / static_cast<double>(rows));
+    t.back().second = detail::since(t0);
+    if (record) lp.backward_bytes = (memory_stats(id).peak_of(MemoryCategory::kActivations) - before) / rows;
+    h = {};  // the logits: the loss saved them
+    for (std::size_t i = units.size(); i-- > 0;) {
+      before = detail::activations_now(id);
+      account.reset_peaks();
+      t0 = std::chrono::steady_clock::now();
+      g = units[i].backward(units[i].layer, pass, g);
+      t[i].second = detail::since(t0);
+      if (record) p.units[i].backward_bytes = (memory_stats(id).peak_of(MemoryCategory::kActivations) - before) / rows;
+    }
+    return t;
+  };
+  // The whole batch and its first row in turns, `repeats` times, so a burst of load on the machine
+  // falls on both sizes and on every unit alike; each unit keeps its fastest of each size.
+  using Run = std::vector<std::pair<double, double>>;
+  std::vector<Run> alls, ones;
+  for (int r = 0; r < repeats; ++r) {
+    alls.push_back(measure(inputs, targets, r == 0));
+    if (p.rows > 1) ones.push_back(measure(inputs.slice(0, 1), targets.slice(0, 1), false));
+  }
+  auto fastest = [&](const std::vector<Run>& runs) {
+    Run f = runs.front();
+    for (const auto& run : runs)
+      for (std::size_t i = 0; i < f.size(); ++i) f[i] = {std::min(f[i].first, run[i].first), std::min(f[i].second, run[i].second)};
+    return f;
+  };
+  const Run all = fastest(alls), one = p.rows > 1 ? fastest(ones) : all;
+  std::vector<double> steps;
+  for (const auto& run : alls) {
+    double total = 0;
+    for (const auto& [f, b] : run) total += f + b;
+    steps.push_back(total);
+  }
+  std::sort(steps.begin(), steps.end());
+  p.repeats = repeats;
+  p.spread = steps.front() > 0 ? steps[steps.size() / 2] / steps.front() - 1 : 0;
+  // Times are affine in the rows: a fixed part per call (what a small micro-batch pays) and a part
+  // per row, from the whole batch and its first row.
+  const double extra = static_cast<double>(std::max<std::int64_t>(p.rows - 1, 1));
+  for (std::size_t i = 0; i < p.units.size(); ++i) {
+    auto& u = p.units[i];
+    if (p.rows == 1) {
+      u.forward_seconds = all[i].first;
+      u.backward_seconds = all[i].second;
+      continue;
+    }
+    u.forward_seconds = std::max(0.0, (all[i].first - one[i].first) / extra);
+    u.backward_seconds = std::max(0.0, (all[i].second - one[i].second) / extra);
+    u.fixed_seconds = std::max(0.0, one[i].first + one[i].second - u.forward_seconds - u.backward_seconds);
+  }
+  return p;
+}
+
+/// \brief Writes a profile to `path` under `key` (what it was measured for: the model's shape,
+/// the device), so a later run reads it back instead of measuring again (load_profile).
+inline void save_profile(const Profile& p, const std::filesystem::path& path, const std::string& key) {
+  std::ostringstream f;
+  f.precision(17);
+  f << "epl-profile 4\n" << key << "\n" << p.rows << ' ' << p.tokens_per_row << ' ' << p.input_bytes << ' ' << p.tensor << ' ' << p.repeats
+    << ' ' << p.spread << ' ' << p.units.size() << '\n';
+  for (const auto& u : p.units)
+    f << u.name << ' ' << u.parameters << ' ' << u.macs_per_token << ' ' << u.activation_bytes << ' ' << u.output_bytes << ' '
+      << u.backward_bytes << ' ' << u.forward_seconds << ' ' << u.backward_seconds << ' ' << u.fixed_seconds << '\n';
+  files::write_file(path, f.str(), "planner's calibration file");  // whole or not at all: a reader sees the old or the new
+}
+
+/// \brief The profile save_profile wrote to `path` under `key`; nullopt when there is no file or it
+/// was measured for another key. A file that is not a profile is an error naming it.
+inline std::optional<Profile> load_profile(const std::filesystem::path& path, const std::string& key) {
+  auto opened = detail::open_calibration(path);
+  if (!opened) return std::nullopt;
+  auto& f = *opened;
+  std::string magic, saved;
+  std::getline(f, magic);
+  EPL_CHECK(magic == "epl-profile 4" || magic == "epl-profile 3" || magic == "epl-profile 2", "the planner's calibration file ", path,
+            " is not one (its first line is \"", detail::shown(magic), "\"); delete it to measure again");
+  if (magic != "epl-profile 4") return std::nullopt;  // an older probe's (split layers measured whole; no spread): measure again
+  EPL_CHECK(static_cast<bool>(std::getline(f, saved)), "the planner's calibration file ", path,
+            " is truncated or corrupt (no key line); delete it to measure again");
+  if (saved != key) return std::nullopt;
+  Profile p;
+  std::size_t n = 0;
+  f >> p.rows >> p.tokens_per_row >> p.input_bytes >> p.tensor >> p.repeats >> p.spread >> n;
+  EPL_CHECK(f.good() && n > 0 && n < (1u << 24) && p.tensor >= 1 && p.repeats >= 1 && p.spread >= 0 && std::isfinite(p.spread),
+            "the planner's calibration file ", path, " is truncated or corrupt; delete it to measure again");
+  p.units.resize(n);
+  for (auto& u : p.units)
+    f >> u.name >> u.parameters >> u.macs_per_token >> u.activation_bytes >> u.output_bytes >> u.backward_bytes >> u.forward_seconds >>
+        u.backward_seconds >> u.fixed_seconds;
+  EPL_CHECK(!f.fail() && p.rows >= 1 && p.tokens_per_row >= 1 && p.input_bytes >= 0, "the planner's calibration file ", path,
+            " is truncated or corrupt; delete it to measure again");
+  for (const auto& u : p.units) {
+    const bool sane = u.parameters >= 0 && u.macs_per_token >= 0 && u.output_bytes >= 0 && u.backward_bytes >= 0 &&
+                      std::isfinite(u.macs_per_token) && u.forward_seconds >= 0 && u.backward_seconds >= 0 && u.fixed_seconds >= 0 &&
+                      u.forward_seconds <= detail::kMostSeconds && u.backward_seconds <= detail::kMostSeconds &&
+                      u.fixed_seconds <= detail::kMostSeconds;
+    EPL_CHECK(sane, "the planner's calibration file ", path, " holds impossible figures for unit ", u.name,
+              " (negative, not finite, or a time over ", detail::kMostSeconds, " s); delete it to measure again");
+  }
+  return p;
+}
+
+}  // namespace plan
+}  // namespace v0
+}  // namespace epl
