@@ -22,6 +22,9 @@
 #include <vector>
 
 #include "../examples/gpt/gpt.hpp"
+#include <cmath>
+#include <tuple>
+
 #include "common.hpp"
 
 namespace nn = epl::nn;
@@ -44,6 +47,8 @@ struct Sweep {
   std::string chosen, fastest;
   double chosen_ms = 0, fastest_ms = 0;
   bool pipeline_over_faster_dp = false;  // chose a pipeline while a plan of one stage measured faster
+  // every plan's activation peak, predicted and measured (bytes; a plan's, not the noise's)
+  std::vector<std::tuple<std::string, std::int64_t, std::int64_t>> peaks;
   [[nodiscard]] double ratio() const { return chosen_ms / fastest_ms; }
 };
 
@@ -93,6 +98,7 @@ Sweep sweep(epl::Context& ctx, Make make, const epl::Batch& sample, Batches batc
       ctx, epl::Config{}, finalists, make, epl::optim::AdamW({.lr = 1e-3}), batches,
       {.warmup = 1, .steps = o.steps, .rounds = confirm});
   Sweep s;
+  for (const auto& m : measured) s.peaks.emplace_back(m.predicted.candidate.str(), m.predicted.activations, m.activations);
   const std::size_t fastest = epl::bench::fastest(head);
   s.chosen = chosen_name;
   s.chosen_ms = 1e3 * head[at_chosen].seconds;
@@ -182,7 +188,25 @@ int main(int argc, char** argv) try {
   }
   std::printf("chosen within 10%% of the fastest measured in %d of %zu sweeps; a pipeline chosen over a faster data-parallel plan in %d\n",
               within, results.size(), bad_pipelines);
-  out << "], \"within_10pc\": " << within << ", \"pipeline_over_faster_dp\": " << bad_pipelines << "}\n";
+  // activation peaks, predicted against measured (the first sweep's: they do not depend on the load)
+  int peaks_within = 0;
+  double low = 1e300, high = 0;
+  out << "], \"peaks\": [";
+  const auto& peaks = results.front().peaks;
+  std::printf("activation peaks, predicted / measured (bytes), the plans outside 10%%:\n");
+  for (std::size_t i = 0; i < peaks.size(); ++i) {
+    const auto& [name, predicted, measured] = peaks[i];
+    const double r = measured > 0 ? static_cast<double>(predicted) / static_cast<double>(measured) : 0;
+    low = std::min(low, r);
+    high = std::max(high, r);
+    const bool ok = std::abs(r - 1) <= 0.10;
+    peaks_within += ok;
+    if (!ok) std::printf("  %-34s %9lld %9lld %6.2f\n", name.c_str(), static_cast<long long>(predicted), static_cast<long long>(measured), r);
+    out << (i ? ", " : "") << "{\"plan\": \"" << name << "\", \"predicted\": " << predicted << ", \"measured\": " << measured << "}";
+  }
+  std::printf("activation peaks within 10%% for %d of %zu plans (ratios %.2f-%.2f)\n", peaks_within, peaks.size(), low, high);
+  out << "], \"within_10pc\": " << within << ", \"pipeline_over_faster_dp\": " << bad_pipelines << ", \"peaks_within_10pc\": " << peaks_within
+      << "}\n";
   epl::files::write_file(cfg.get(json), out.str(), "benchmark results file");
   return 0;
 } catch (const std::exception& e) {

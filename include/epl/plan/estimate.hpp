@@ -56,9 +56,11 @@ std::vector<StateBytes> predict_state(const Model& model, const Plan& plan, int 
 namespace detail {
 // The peak activation bytes of pipeline rank `stage` running `actions`, where chunk c keeps
 // kept[c] bytes per micro-batch from its forward to its backward and needs transient[c] more
-// while its backward runs.
+// while its backward runs; a schedule that splits backward into B and W also keeps, from B to W,
+// the gradients of the chunk's weighted layers' outputs (weight_inputs[c]: what W reads beside
+// the saved inputs).
 inline std::int64_t activation_peak(const std::vector<strategy::Action>& actions, const std::vector<std::int64_t>& kept,
-                                    const std::vector<std::int64_t>& transient) {
+                                    const std::vector<std::int64_t>& transient, const std::vector<std::int64_t>& weight_inputs) {
   // a split backward keeps (part of) what a forward kept until W: counted whole, the bound
   const bool split = strategy::splits_backward(actions);
   std::int64_t live = 0, peak = 0;
@@ -69,9 +71,11 @@ inline std::int64_t activation_peak(const std::vector<strategy::Action>& actions
     } else if (a.kind == strategy::Action::Kind::kBackward) {
       peak = std::max(peak, live + transient[c]);
       if (!split) live -= kept[c];
+      else live += weight_inputs[c];
     } else if (a.kind == strategy::Action::Kind::kWeight) {
-      live -= kept[c];
+      live -= kept[c] + weight_inputs[c];
     }
+    peak = std::max(peak, live);
   }
   return std::max(peak, live);
 }
@@ -157,7 +161,7 @@ Estimate estimate(const Model& model, const Profile& prof, const Candidate& c, c
   const auto lanes = detail::stage_lanes(plan, base.rank_speeds, cluster.ranks, rows, c.micro_batches);
   const double speed = cluster.speed > 0 ? cluster.speed : 1.0;
   for (int s = 0; s < plan.pipeline; ++s) {
-    std::vector<std::int64_t> kept(static_cast<std::size_t>(plan.chunks)), transient(kept.size());
+    std::vector<std::int64_t> kept(static_cast<std::size_t>(plan.chunks)), transient(kept.size()), weight_inputs(kept.size());
     double stage_macs = 0, stage_tensor_seconds = 0;
     std::int64_t stage_tensor_bytes = 0;
     const auto& lane = lanes[static_cast<std::size_t>(s)];
@@ -232,8 +236,17 @@ Estimate estimate(const Model& model, const Profile& prof, const Candidate& c, c
             talk += cluster.tensor.all_reduces(plan.tensor, part.traffic.collectives, static_cast<double>(bytes));
           }
         }
-      for (const auto& piece : pieces) k += piece.recomputed ? piece.input : 0;
-      for (auto it = pieces.rbegin(); it != pieces.rend(); ++it) {
+      // A recomputed piece keeps its input. So does a piece after a recomputed one, and a chunk's first
+      // piece after the first chunk: its first unit saves its input (as a Linear does), which the
+      // profile counts as the unit before's output, a unit not kept here (recomputed, or another
+      // rank's). Both are counted as that piece's input.
+      auto keeps_input = [&](std::size_t i) { return pieces[i].recomputed || (i > 0 && pieces[i - 1].recomputed) || (i == 0 && id > 0); };
+      for (std::size_t i = 0; i < pieces.size(); ++i) k += keeps_input(i) ? pieces[i].input : 0;
+      // and the output a chunk sends on is the next rank's to keep, not this one's (the profile
+      // charged it to the unit that made it, kept while the unit after it held it)
+      if (!last && !pieces.empty() && !pieces.back().recomputed && !units.empty()) k -= prof.unit(units.back().name).output_bytes;
+      for (std::size_t i = pieces.size(); i-- > 0;) {
+        const auto it = pieces.begin() + static_cast<std::ptrdiff_t>(i);
         // a recomputed piece's activations come back at its backward, over what is left of the rest
         std::int64_t back = 0, inner = 0, inner_freed = 0;
         for (const auto& part : it->units) back += part.profile->activation_bytes;
@@ -242,8 +255,12 @@ Estimate estimate(const Model& model, const Profile& prof, const Candidate& c, c
           inner_freed += u->profile->activation_bytes;
         }
         above = std::max(above, (it->recomputed ? back : 0) + inner - freed);
-        freed += it->recomputed ? it->input : back;
+        freed += (it->recomputed ? 0 : back) + (keeps_input(i) ? it->input : 0);
       }
+      std::int64_t weighted = 0;  // the output gradients W reads: each weighted unit's output's size
+      for (std::size_t u = 0; u < units.size(); ++u)
+        if (parts[u].profile->parameters > 0) weighted += parts[u].profile->output_bytes;
+      weight_inputs[static_cast<std::size_t>(id)] = weighted * micro_rows;
       kept[static_cast<std::size_t>(id)] = k * micro_rows;
       transient[static_cast<std::size_t>(id)] = above * micro_rows;
       slowest_chunk = std::max(slowest_chunk, sec * lane.slowest);
@@ -255,7 +272,7 @@ Estimate estimate(const Model& model, const Profile& prof, const Candidate& c, c
     }
     e.tensor_bytes = std::max(e.tensor_bytes, stage_tensor_bytes);
     e.tensor_seconds = std::max(e.tensor_seconds, stage_tensor_seconds);
-    e.activations = std::max(e.activations, detail::activation_peak(plan.actions(s), kept, transient));
+    e.activations = std::max(e.activations, detail::activation_peak(plan.actions(s), kept, transient, weight_inputs));
     e.flops = std::max(e.flops, 2.0 * stage_macs * static_cast<double>(prof.tokens_per_row * micro_rows * c.micro_batches));
   }
   // What one micro-batch costs the busiest rank, priced by the formula static_search shares.
