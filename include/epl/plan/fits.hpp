@@ -8,6 +8,7 @@
 /// A model that does not fit stops the compile at a call whose name says what is largest and which
 /// policy would shrink it (`optimizer_state_is_largest__add_epl_Zero_1`); at run time the same call
 /// throws an epl::Error with the bytes and by how much they are over.
+#include <array>
 #include <cstdint>
 
 #include "epl/core/error.hpp"
@@ -58,47 +59,60 @@ inline void bytes_do_not_fit_64_bits(double bytes) {
 constexpr void check_countable(double bytes) {
   if (!(bytes < 4.6e18)) bytes_do_not_fit_64_bits(bytes);
 }
+// The one walk of a model type's units as the partitioner cuts them, for every compile-time
+// reader (static_search, static_profile, check_twin): visit(cost, stage, tensor) for each unit in
+// model order, its stated cost (whole, not yet divided among a split's ranks), its declared
+// Pipeline stage (-1: none) and the split degree it runs under. A Split's entry and exit are no
+// units; a layer that states a cost is one, a Residual or Recompute of costed parts too.
+template <class M, class V>
+constexpr void for_each_static_unit(V& visit, int stage = -1, int tensor = 1) {
+  using N = nn::node_traits<M>;
+  if constexpr (nn::is_structural_v<M>) {
+    return;
+  } else if constexpr (strategy::has_static_cost<M>) {
+    visit(strategy::static_cost_of<M>(), stage, tensor);
+  } else if constexpr (N::kind == nn::NodeKind::kSequence || N::kind == nn::NodeKind::kPipeline || N::kind == nn::NodeKind::kSplit ||
+                       N::kind == nn::NodeKind::kReplicate) {
+    constexpr bool stages = N::kind == nn::NodeKind::kPipeline;
+    constexpr int degree = N::kind == nn::NodeKind::kSplit ? tensor_degree_v<M> : 0;
+    int s = 0;
+    [&]<class... C>(nn::type_list<C...>) {
+      (for_each_static_unit<C>(visit, stages ? s++ : stage, degree ? degree : tensor), ...);
+    }(typename N::children{});
+  } else {
+    static_assert(strategy::has_static_cost<M>, "epl: planning at compile time (plan::static_search, plan::check_twin) needs every "
+                                                "layer's costs in its type (or a fixed sequence of such layers): specialise "
+                                                "epl::strategy::static_cost<Layer> with a strategy::Cost (the layer is M here)");
+  }
+}
+// The units for_each_static_unit visits.
+template <class M>
+constexpr std::size_t static_unit_count() {
+  std::size_t n = 0;
+  auto count = [&](const strategy::Cost&, int, int) { ++n; };
+  for_each_static_unit<M>(count);
+  return n;
+}
 struct StaticSums {
   std::int64_t parameters = 0;        // elements this rank holds (its stage's, its tensor part)
   std::int64_t activation_bytes = 0;  // per row, this rank's stage
 };
+// One rank's sums: the busiest of a Pipeline's declared stages (the whole model when it declares
+// none), each unit's parameters divided among the ranks of the split it runs under.
 template <class M>
-constexpr StaticSums static_sums(int tensor);
-template <class... C>
-constexpr StaticSums static_sums_of(nn::type_list<C...>, int tensor) {
-  StaticSums s;
-  ((s.parameters += static_sums<C>(tensor).parameters, s.activation_bytes += static_sums<C>(tensor).activation_bytes), ...);
-  return s;
-}
-// The busiest stage of a Pipeline, else the sum of the parts; a Split part's parameters divided
-// among its N ranks.
-template <class M>
-constexpr StaticSums static_sums(int tensor) {
-  using N = nn::node_traits<M>;
-  if constexpr (nn::is_structural_v<M>) {
-    return {};  // a Split's entry or exit: no parameters, no activations of its own
-  } else if constexpr (strategy::has_static_cost<M>) {
-    const auto c = strategy::static_cost_of<M>();
+constexpr StaticSums static_sums() {
+  std::array<StaticSums, static_cast<std::size_t>(declared_stages_v<M>)> per{};
+  auto add = [&](const strategy::Cost& c, int stage, int tensor) {
     check_cost(c);
-    return {c.parameters, c.activation_bytes};
-  } else if constexpr (N::kind == nn::NodeKind::kPipeline) {
-    StaticSums most;
-    [&]<class... S>(nn::type_list<S...>) {
-      ((most = static_sums<S>(tensor).parameters + static_sums<S>(tensor).activation_bytes > most.parameters + most.activation_bytes
-                   ? static_sums<S>(tensor) : most), ...);
-    }(typename N::children{});
-    return most;
-  } else if constexpr (N::kind == nn::NodeKind::kSplit) {
-    auto s = static_sums_of(typename N::children{}, tensor);
-    s.parameters /= tensor;
-    return s;
-  } else if constexpr (N::kind == nn::NodeKind::kLeaf) {
-    static_assert(strategy::has_static_cost<M>, "epl: plan::fits needs every layer's costs in its type: specialise "
-                                                "epl::strategy::static_cost<Layer> with a strategy::Cost (the layer is M here)");
-    return {};
-  } else {
-    return static_sums_of(typename N::children{}, tensor);
-  }
+    auto& s = per[static_cast<std::size_t>(stage < 0 ? 0 : stage)];
+    s.parameters += c.parameters / tensor;
+    s.activation_bytes += c.activation_bytes;
+  };
+  for_each_static_unit<M>(add);
+  StaticSums most = per[0];
+  for (const auto& s : per)
+    if (s.parameters + s.activation_bytes > most.parameters + most.activation_bytes) most = s;
+  return most;
 }
 
 // What does not fit, named so a compile error says it (these are not constexpr: calling one
@@ -164,7 +178,7 @@ constexpr StaticFootprint static_footprint(const Cluster& cluster, const Budget&
     detail::budget_is_not_valid("plan::fits", "the global batch (Budget::rows) must divide into the data-parallel ranks (cluster ranks "
                                               "over pipeline stages x split degree) times Budget::micro_batches");
   constexpr policy::Compiled c = policy::compiled<Policy>(false);
-  const auto sums = detail::static_sums<Model>(t);
+  const auto sums = detail::static_sums<Model>();
   detail::check_countable(static_cast<double>(sums.parameters) * 4.0 * (2 + budget.optimizer_slots));
   detail::check_countable(static_cast<double>(sums.activation_bytes) * static_cast<double>(budget.rows));
   StaticFootprint f;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "epl/plan/cost.hpp"
+#include "epl/plan/fits.hpp"
 #include "epl/plan/price.hpp"
 #include "epl/reflect/type_name.hpp"
 
@@ -154,26 +155,6 @@ inline std::vector<std::size_t> shortlist(const SearchResult& r, std::size_t k) 
   return out;
 }
 
-namespace detail {
-// The parameters a twin's cost-bearing layers state, in model order (its units, as
-// static_search counts them).
-template <class M>
-void twin_parameters(std::vector<std::int64_t>& out) {
-  using T = nn::node_traits<M>;
-  if constexpr (nn::is_structural_v<M>) {
-    return;
-  } else if constexpr (strategy::has_static_cost<M>) {
-    out.push_back(strategy::static_cost_of<M>().parameters);
-  } else if constexpr (T::kind == nn::NodeKind::kSequence || T::kind == nn::NodeKind::kPipeline || T::kind == nn::NodeKind::kSplit ||
-                       T::kind == nn::NodeKind::kReplicate) {
-    [&]<class... C>(nn::type_list<C...>) { (twin_parameters<C>(out), ...); }(typename T::children{});
-  } else {
-    static_assert(strategy::has_static_cost<M>, "epl: plan::check_twin: a layer of the twin states no cost: specialise "
-                                                "epl::strategy::static_cost<Layer> with a strategy::Cost (the layer is M here)");
-  }
-}
-}  // namespace detail
-
 /// \brief Fails unless Twin (a model type whose layers state their costs, planned at compile time
 /// by plan::fits and plan::static_search) describes `model`: the same parameters in all, and unit
 /// by unit in model order (the units that hold parameters, as the partitioner cuts them). A twin
@@ -181,8 +162,9 @@ void twin_parameters(std::vector<std::int64_t>& out) {
 /// first unit that differs.
 template <class Twin, class Model, class D = device::Cpu>
 void check_twin(const Model& model, const Twin& = Twin{}) {
-  std::vector<std::int64_t> twin;
-  detail::twin_parameters<Twin>(twin);
+  std::vector<std::int64_t> twin;  // the parameters its units state, in model order
+  auto parameters = [&](const strategy::Cost& c, int, int) { twin.push_back(c.parameters); };
+  detail::for_each_static_unit<Twin>(parameters);
   Model copy = model;
   using Pass = nn::Pass<D, policy::gradient_sync_t<Policies<>, D>>;  // search's: no other instantiation
   std::vector<strategy::Unit<Pass>> units;

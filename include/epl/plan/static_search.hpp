@@ -105,58 +105,16 @@ struct StaticUnit {
   int stage = -1;       // the declared Pipeline stage, or -1
   bool split = false;   // inside an epl::Split: its tensor traffic is real
 };
-template <class M>
-constexpr std::size_t static_count();
-template <class... C>
-constexpr std::size_t static_count_of(nn::type_list<C...>) {
-  return (static_count<C>() + ... + 0);
-}
-template <class M>
-constexpr std::size_t static_count() {
-  using N = nn::node_traits<M>;
-  if constexpr (nn::is_structural_v<M>) {
-    return 0;  // a Split's entry or exit: no work of its own (unless colocated or sequence-parallel)
-  } else if constexpr (strategy::has_static_cost<M>) {
-    return 1;
-  } else if constexpr (N::kind == nn::NodeKind::kSequence || N::kind == nn::NodeKind::kPipeline || N::kind == nn::NodeKind::kSplit ||
-                       N::kind == nn::NodeKind::kReplicate) {
-    return static_count_of(typename N::children{});
-  } else {
-    static_assert(strategy::has_static_cost<M>, "epl: plan::static_search needs every layer's costs in its type (or a fixed "
-                                                "sequence of such layers): specialise epl::strategy::static_cost<Layer> with a "
-                                                "strategy::Cost (the layer is M here)");
-    return 0;
-  }
-}
-template <class M, std::size_t N>
-constexpr void static_collect(std::array<StaticUnit, N>& out, std::size_t& at, int stage, int tensor);
-template <std::size_t N, class... C>
-constexpr void static_collect_of(nn::type_list<C...>, std::array<StaticUnit, N>& out, std::size_t& at, int stage, int tensor,
-                                 bool stages) {
-  int s = 0;
-  ((static_collect<C>(out, at, stages ? s++ : stage, tensor)), ...);
-}
-template <class M, std::size_t N>
-constexpr void static_collect(std::array<StaticUnit, N>& out, std::size_t& at, int stage, int tensor) {
-  using T = nn::node_traits<M>;
-  if constexpr (nn::is_structural_v<M>) {
-    return;
-  } else if constexpr (strategy::has_static_cost<M>) {
-    StaticUnit u{strategy::static_cost_of<M>(), stage, tensor > 1};
-    u.cost.macs_per_token /= tensor;
-    u.cost.parameters /= tensor;
-    out[at++] = u;
-  } else if constexpr (T::kind == nn::NodeKind::kSplit) {
-    static_collect_of(typename T::children{}, out, at, stage, tensor_degree_v<M>, false);
-  } else {
-    static_collect_of(typename T::children{}, out, at, stage, tensor, T::kind == nn::NodeKind::kPipeline);
-  }
-}
 template <class Model>
 constexpr auto static_units() {
-  std::array<StaticUnit, static_count<Model>()> units{};
+  std::array<StaticUnit, static_unit_count<Model>()> units{};
   std::size_t at = 0;
-  static_collect<Model>(units, at, -1, 1);
+  auto keep = [&](strategy::Cost cost, int stage, int tensor) {
+    cost.macs_per_token /= tensor;
+    cost.parameters /= tensor;
+    units[at++] = {cost, stage, tensor > 1};
+  };
+  for_each_static_unit<Model>(keep);
   return units;
 }
 
