@@ -44,7 +44,7 @@ TEST_CASE("published runs: MT-NLG 530B calibrates one efficiency figure; the 1T 
   const double efficiency = mt_cluster.macs_per_second / plan::dgx_a100(280).macs_per_second;
   const auto mt = plan::static_price<MtNlg>(mt_cluster, kMtNlgBatch, kMtNlgLayout);
   CHECK(mt.seconds == doctest::Approx(60.1).epsilon(1e-9));
-  CHECK(efficiency == doctest::Approx(0.5247).epsilon(0.001));  // pinned
+  CHECK(efficiency == doctest::Approx(0.4917).epsilon(0.001));  // pinned
   CHECK(mt.bubble == doctest::Approx(34.0 / 274).epsilon(1e-9));
   MESSAGE("MT-NLG: efficiency ", efficiency, ", step ", mt.seconds, " s = compute ", mt.compute_seconds, " (tensor ", mt.tensor_seconds,
           ") + pipeline ", mt.pipeline_seconds, " + data ", mt.data_seconds, " (", mt.bytes.total() / double(1 << 30), " GiB a rank)");
@@ -52,7 +52,7 @@ TEST_CASE("published runs: MT-NLG 530B calibrates one efficiency figure; the 1T 
   // predict: the 1T model on 384 DGX servers at that efficiency, against the published 163 TFLOP/s
   const auto one_t = plan::static_price<OneT>(plan::dgx_a100(384, efficiency), kOneTBatch, kOneTLayout);
   const double predicted_tflops = plan::twin::gpt_step_flops(3072, 2048, 128, 25600, 51200, true) / one_t.seconds / 3072 / 1e12;
-  CHECK(predicted_tflops == doctest::Approx(126.2).epsilon(0.001));  // pinned; published: 163
+  CHECK(predicted_tflops == doctest::Approx(127.9).epsilon(0.001));  // pinned; published: 163
   MESSAGE("1T: predicted step ", one_t.seconds, " s, ", predicted_tflops, " TFLOP/s a GPU (published 163), ",
           predicted_tflops * 3072 / 1e3, " PFLOP/s (published 502)");
 

@@ -382,9 +382,13 @@ TEST_CASE("the run-time and compile-time searches: one candidate loop and one fo
   // parameters that fill the arena's alignment: every figure alike, the reduction's too
   same_prices<Eight, 512>({.ranks = 4, .macs_per_second = 1e9, .data = {1e-4, 1e9}, .pipeline = {1e-5, 1e9}}, false);
   same_prices<Eight, 512>({.ranks = 8, .macs_per_second = 1e10, .data = {1e-3, 1e8}, .pipeline = {1e-6, 1e10}}, false);
+  // and with recompute: both run again the segments gradient_checkpoint.type = "auto" chooses
+  same_prices<Eight, 512>({.ranks = 4, .macs_per_second = 1e9, .data = {1e-4, 1e9}, .pipeline = {1e-5, 1e9}}, true);
+  same_prices<Eight, 1024>({.ranks = 8, .macs_per_second = 1e10, .data = {1e-3, 1e8}, .pipeline = {1e-6, 1e10}}, true);
   // uneven units whose arena pads them (free data and host links: the padding's bytes cost nothing), and
   // recompute refused where a rank has no chunk of 2 units to cut, as plan::make refuses it
   same_prices<Uneven, 512>({.ranks = 4, .macs_per_second = 50e9, .data = {0, 1e18}, .pipeline = {0, 1e18}, .host = {0, 1e18}}, false);
+  same_prices<Uneven, 512>({.ranks = 4, .macs_per_second = 50e9, .data = {0, 1e18}, .pipeline = {0, 1e18}, .host = {0, 1e18}}, true);
   {
     const auto found = plan::static_search<Uneven, Policies<Zero<3>, Offload<offload::V0>>, 512>({.ranks = 4}, {.bytes = 1 << 20, .rows = 64});
     CHECK(found.refused > 0);

@@ -126,6 +126,7 @@ struct StageSums {
   // the rank's slowest chunk (an Interleaved rank holds v): its multiply-adds a token, its split
   // group's traffic; and the most units any of its chunks holds (recompute needs 2 to cut one)
   double chunk_macs = 0;
+  double chunk_recompute_macs = 0;  // the most of a chunk's 3 x its multiply-adds + its recomputed segments' again
   std::int64_t chunk_tensor_bytes = 0;
   int chunk_collectives = 0;
   std::size_t chunk_units = 0;
@@ -152,6 +153,7 @@ class StaticPricer {
  public:
   static constexpr auto units = static_units<Model>();
   static constexpr std::size_t n = units.size();
+  static constexpr std::size_t n_ = units.size();
   static constexpr int declared = [] {
     if constexpr (is_pipeline_v<Model>) return Model::kStages;
     else return 0;
@@ -177,10 +179,10 @@ class StaticPricer {
       const std::int64_t kept = k.recompute ? sum.kept_recomputed : sum.activation_bytes;
       f.activations = static_cast<std::int64_t>(static_cast<double>(kept * micro_rows) * flight) + (k.recompute ? sum.largest * micro_rows : 0);
       if (f.total() > plan.bytes.total()) plan.bytes = f;
-      // the slowest chunk's micro-batch: forward, backward twice its work, a recompute's forward again
-      // (the whole chunk: the run-time search's segments keep the model's last piece)
+      // the slowest chunk's micro-batch: forward, backward twice its work, and under recompute the
+      // forward of the segments gradient_checkpoint.type = "auto" recomputes again
       if (k.recompute && sum.chunk_units < 2) plan.refused = true;  // nothing to cut, as plan::make refuses
-      const double chunk = sum.chunk_macs * tokens * (k.recompute ? 4.0 : 3.0) / cluster_.macs_per_second;
+      const double chunk = (k.recompute ? sum.chunk_recompute_macs : 3 * sum.chunk_macs) * tokens / cluster_.macs_per_second;
       const double talk = cluster_.tensor.all_reduces(t, sum.collectives, static_cast<double>(sum.tensor_bytes * micro_rows));
       const double chunk_talk =
           cluster_.tensor.all_reduces(t, sum.chunk_collectives, static_cast<double>(sum.chunk_tensor_bytes * micro_rows));
@@ -205,6 +207,26 @@ class StaticPricer {
   }
 
  private:
+  // The multiply-adds a token gradient_checkpoint.type = "auto" runs again in the chunk of units
+  // [first, end), as strategy::Chunk::choose_segments cuts it: round(sqrt(n)) segments (2 to n) of
+  // balanced cost, each recomputed but the model's last (`last`); a chunk of one unit none.
+  static constexpr double recomputed_macs(std::size_t first, std::size_t end, bool last) {
+    const std::size_t n = end - first;
+    if (n < 2) return 0;
+    std::size_t k = 1;
+    while (4 * k * k + 4 * k + 1 <= 4 * n) ++k;  // the nearest integer to sqrt(n)
+    k = k < 2 ? 2 : k > n ? n : k;
+    std::array<double, n_ + 1> costs{};
+    std::array<std::size_t, n_ + 1> cut{};
+    for (std::size_t i = 0; i < n; ++i) costs[i] = units[first + i].cost.macs_per_token;
+    strategy::detail::balanced_cut(costs.data(), n, k, cut.data());
+    double again = 0;
+    for (std::size_t seg = 0; seg < k; ++seg)
+      if (!(last && seg + 1 == k))
+        for (std::size_t i = cut[seg]; i < cut[seg + 1]; ++i) again += costs[i];
+    return again;
+  }
+
   constexpr void sum_cut(int p, int v) {
     const int chunks = p * v;
     auto& cut = cut_;
@@ -245,6 +267,8 @@ class StaticPricer {
         }
       }
       sum.chunk_macs = macs > sum.chunk_macs ? macs : sum.chunk_macs;
+      const double again = 3 * macs + recomputed_macs(first, end, ch + 1 == chunks);
+      sum.chunk_recompute_macs = again > sum.chunk_recompute_macs ? again : sum.chunk_recompute_macs;
       sum.chunk_tensor_bytes = bytes > sum.chunk_tensor_bytes ? bytes : sum.chunk_tensor_bytes;
       sum.chunk_collectives = collectives > sum.chunk_collectives ? collectives : sum.chunk_collectives;
       sum.chunk_units = end - first > sum.chunk_units ? end - first : sum.chunk_units;
