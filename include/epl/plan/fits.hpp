@@ -82,7 +82,9 @@ constexpr void for_each_static_unit(V& visit, int stage = -1, int tensor = 1) {
   } else {
     static_assert(strategy::has_static_cost<M>, "epl: planning at compile time (plan::static_search, plan::check_twin) needs every "
                                                 "layer's costs in its type (or a fixed sequence of such layers): specialise "
-                                                "epl::strategy::static_cost<Layer> with a strategy::Cost (the layer is M here)");
+                                                "epl::strategy::static_cost<Layer> with a strategy::Cost (the layer is M here; "
+                                                "an nn::Repeat's count is a run-time value: write its layers out as fields, or "
+                                                "plan a twin)");
   }
 }
 // The units for_each_static_unit visits.

@@ -75,6 +75,7 @@ SearchResult search(const Model& model, const Profile& prof, const Cluster& clus
             " ranks; give one per rank");
   EPL_CHECK(o.budget >= 0 && cluster.bytes_per_rank > 0, "plan::search: a budget of ", o.budget, " bytes and ", cluster.bytes_per_rank,
             " bytes per rank; give positive byte counts (a budget of 0: the cluster's)");
+  std::size_t unit_count = 0;  // a cut into more chunks than units is not tried (plan::make refuses it)
   {  // the profile must be this model's: as many units (and the loss)
     Model copy = model;
     using Pass = nn::Pass<D, policy::gradient_sync_t<Policy, D>>;  // estimate's: no other instantiation
@@ -82,6 +83,7 @@ SearchResult search(const Model& model, const Profile& prof, const Cluster& clus
     strategy::flatten<Pass>(copy, units);
     EPL_CHECK(prof.units.size() == units.size() + 1, "the profile was measured on another model: it has ", prof.units.size() - 1,
               " units, this model ", units.size(), "; profile this model (plan::profile)");
+    unit_count = units.size();
     for (const auto& u : units) {
       std::int64_t params = 0;
       u.parameters(u.layer, [&](nn::Parameter& q) { params += q.global_shape().numel(); });
@@ -99,7 +101,7 @@ SearchResult search(const Model& model, const Profile& prof, const Cluster& clus
   // the loop static_search shares; a declared Pipeline's depth and a cut's units are plan::make's to
   // check (a declared model also runs on fewer ranks, several of its stages each)
   const bool amp = c.amp != DType::kF32 && o.amp_profile;
-  r.tried = for_each_combination({.ranks = cluster.ranks, .tensor = t, .rows = rows, .micro_batches = o.micro_batches.data(),
+  r.tried = for_each_combination({.ranks = cluster.ranks, .tensor = t, .units = unit_count, .rows = rows, .micro_batches = o.micro_batches.data(),
                                   .micro_batch_counts = o.micro_batches.size(), .pipelines = o.pipelines, .recompute = o.recompute,
                                   .zero = c.zero, .offload = c.offload, .amp = amp},
                                  [&](const Combination& combination) {
@@ -189,8 +191,8 @@ void check_twin(const Model& model, const Twin& = Twin{}) {
   EPL_CHECK(twin_total == real_total, "plan::check_twin: the twin ", twin_name, " states ", twin_total, " parameters, but the model ",
             model_name, " has ", real_total, "; make its layers' static_cost parameters the model's (nn::parameter_count counts them)");
   EPL_CHECK(twin.size() == real.size(), "plan::check_twin: the twin ", twin_name, " has ", twin.size(), " units that hold parameters, but the "
-            "model ", model_name, " has ", real.size(), " (as the partitioner cuts it: each field of a sequence, each Residual or "
-            "leaf a unit); give the twin one cost-bearing layer for each");
+            "model ", model_name, " has ", real.size(), " (as the partitioner cuts it: each field of a sequence, each Residual, "
+            "Recompute or leaf a unit); give the twin one cost-bearing layer for each");
   for (std::size_t i = 0; i < twin.size(); ++i)
     EPL_CHECK(twin[i] == real[i].second, "plan::check_twin: unit ", i, " of the model ", model_name, " (", real[i].first, ") has ",
               real[i].second, " parameters, but the twin's unit ", i, " states ", twin[i], "; fix that layer's static_cost");
