@@ -153,7 +153,6 @@ class StaticPricer {
  public:
   static constexpr auto units = static_units<Model>();
   static constexpr std::size_t n = units.size();
-  static constexpr std::size_t n_ = units.size();
   static constexpr int declared = [] {
     if constexpr (is_pipeline_v<Model>) return Model::kStages;
     else return 0;
@@ -211,15 +210,15 @@ class StaticPricer {
   // [first, end), as strategy::Chunk::choose_segments cuts it: round(sqrt(n)) segments (2 to n) of
   // balanced cost, each recomputed but the model's last (`last`); a chunk of one unit none.
   static constexpr double recomputed_macs(std::size_t first, std::size_t end, bool last) {
-    const std::size_t n = end - first;
-    if (n < 2) return 0;
+    const std::size_t count = end - first;
+    if (count < 2) return 0;
     std::size_t k = 1;
-    while (4 * k * k + 4 * k + 1 <= 4 * n) ++k;  // the nearest integer to sqrt(n)
-    k = k < 2 ? 2 : k > n ? n : k;
-    std::array<double, n_ + 1> costs{};
-    std::array<std::size_t, n_ + 1> cut{};
-    for (std::size_t i = 0; i < n; ++i) costs[i] = units[first + i].cost.macs_per_token;
-    strategy::detail::balanced_cut(costs.data(), n, k, cut.data());
+    while (4 * k * k + 4 * k + 1 <= 4 * count) ++k;  // the nearest integer to sqrt(count)
+    k = k < 2 ? 2 : k > count ? count : k;
+    std::array<double, n + 1> costs{};
+    std::array<std::size_t, n + 1> cut{};
+    for (std::size_t i = 0; i < count; ++i) costs[i] = units[first + i].cost.macs_per_token;
+    strategy::detail::balanced_cut(costs.data(), count, k, cut.data());
     double again = 0;
     for (std::size_t seg = 0; seg < k; ++seg)
       if (!(last && seg + 1 == k))
