@@ -254,23 +254,25 @@ TEST_CASE("cost: a profile file with impossible figures, or cut short, is refuse
   const auto unit = bad.find("model.0.0 ");
   REQUIRE(unit != std::string::npos);
   const auto line_end = bad.find('\n', unit);
-  bad.replace(unit, line_end - unit, "model.0.0 0 1 -5 -7 -1 -1 -1 -1");
+  bad.replace(unit, line_end - unit, "model.0.0 0 1 -5 -7 -1 -1 -1 -1 -1 -1");
   write(bad);
   CHECK_THROWS_WITH_AS((void)plan::load_profile(file, "k"), doctest::Contains("impossible figures for unit model.0.0"), Error);
-  write("epl-profile 4\n");
+  write("epl-profile 5\n");
   CHECK_THROWS_WITH_AS((void)plan::load_profile(file, "k"), doctest::Contains("no key line"), Error);
   // a time no measurement gives (finite, but past 10^4 s), a folder at the path, and bytes that are not text
   auto huge = text;
   const auto at = huge.find("model.0.0 ");
-  huge.replace(at, huge.find('\n', at) - at, "model.0.0 0 1 0 0 0 1e300 0 0");
+  huge.replace(at, huge.find('\n', at) - at, "model.0.0 0 1 0 0 0 0 0 1e300 0 0");
   write(huge);
   CHECK_THROWS_WITH_AS((void)plan::load_profile(file, "k"), doctest::Contains("a time over 10000 s"), Error);
   CHECK_THROWS_WITH_AS((void)plan::load_profile(dir, "k"), doctest::Contains("is a folder"), Error);
   CHECK_THROWS_WITH_AS((void)plan::load_cluster(dir, "k", {}), doctest::Contains("is a folder"), Error);
   write(std::string("\x01\xff\x7f binary\n", 11));
   CHECK_THROWS_WITH_AS((void)plan::load_profile(file, "k"), doctest::Contains("(its first line is \"??? binary\")"), Error);
-  // an older probe's file (no repeats, no spread) is measured again, not misread
+  // an older probe's file (no repeats, no spread; no weight-pass bytes) is measured again, not misread
   write("epl-profile 3\nk\n2 8 32 1 1\nloss 0 0 0 0 0 0 0 0\n");
+  CHECK(!plan::load_profile(file, "k").has_value());
+  write("epl-profile 4\nk\n2 8 32 1 1 0 1\nloss 0 0 0 0 0 0 0 0\n");
   CHECK(!plan::load_profile(file, "k").has_value());
   // a spread that cannot be is refused
   auto negative = text;
@@ -322,12 +324,15 @@ struct Bursty : device::Cpu {
 TEST_CASE("cost: the probe interleaves its repeats, keeps each unit's fastest and reports the spread of a bursty machine") {
   const auto model = gpt::make_gpt(tiny());
   const auto sample = test::ids({2, 8}, 32, 3), targets = test::ids({2, 8}, 32, 4);
-  Bursty counting(0);  // never slow: counts the GEMMs of one repeat
+  // never slow: counts the GEMMs of one repeat (the probe also runs one split backward, once)
+  Bursty counting(0), twice(0);
   (void)plan::profile(model, counting, sample, targets, 1);
-  REQUIRE(counting.calls > 0);
-  Bursty bursty(counting.calls);
+  (void)plan::profile(model, twice, sample, targets, 2);
+  const std::int64_t repeat = twice.calls - counting.calls;
+  REQUIRE(repeat > 0);
+  Bursty bursty(repeat);
   const auto prof = plan::profile(model, bursty, sample, targets, 5);
-  CHECK(bursty.calls == 5 * counting.calls);
+  CHECK(bursty.calls == counting.calls + 4 * repeat);
   CHECK(prof.repeats == 5);
   CHECK(prof.spread > 1);  // the median run's GEMMs took 20 times as long: the step far more than twice
   // each unit's time is from the fast run: the whole probe step no longer than a third of the slow runs'

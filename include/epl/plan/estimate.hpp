@@ -54,26 +54,30 @@ std::vector<StateBytes> predict_state(const Model& model, const Plan& plan, int 
 }
 
 namespace detail {
-// The peak activation bytes of pipeline rank `stage` running `actions`, where chunk c keeps
-// kept[c] bytes per micro-batch from its forward to its backward and needs transient[c] more
-// while its backward runs; a schedule that splits backward into B and W also keeps, from B to W,
-// the gradients of the chunk's weighted layers' outputs (weight_inputs[c]: what W reads beside
-// the saved inputs).
-inline std::int64_t activation_peak(const std::vector<strategy::Action>& actions, const std::vector<std::int64_t>& kept,
-                                    const std::vector<std::int64_t>& transient, const std::vector<std::int64_t>& weight_inputs) {
-  // a split backward keeps (part of) what a forward kept until W: counted whole, the bound
+// What chunk c of a pipeline rank holds for one micro-batch (bytes): `kept` from its forward to
+// its backward; `sent`, its output, from the end of its forward until it is sent (the action after);
+// `transient`, more while its backward runs (the output's gradient it received included). Under a
+// schedule that splits backward into B and W: `split_transient` more while B runs, and `weight`,
+// what B leaves for W (the saved inputs and output gradients the weight gradients are made of).
+struct ChunkBytes {
+  std::vector<std::int64_t> kept, sent, transient, split_transient, weight;
+  explicit ChunkBytes(std::size_t chunks) : kept(chunks), sent(chunks), transient(chunks), split_transient(chunks), weight(chunks) {}
+};
+
+// The peak activation bytes of a pipeline rank running `actions` on chunks that hold `b`.
+inline std::int64_t activation_peak(const std::vector<strategy::Action>& actions, const ChunkBytes& b) {
   const bool split = strategy::splits_backward(actions);
   std::int64_t live = 0, peak = 0;
   for (const auto& a : actions) {
     const auto c = static_cast<std::size_t>(a.chunk);
     if (a.kind == strategy::Action::Kind::kForward) {
-      live += kept[c];
+      live += b.kept[c];
+      peak = std::max(peak, live + b.sent[c]);
     } else if (a.kind == strategy::Action::Kind::kBackward) {
-      peak = std::max(peak, live + transient[c]);
-      if (!split) live -= kept[c];
-      else live += weight_inputs[c];
+      peak = std::max(peak, live + (split ? b.split_transient[c] : b.transient[c]));
+      live += (split ? b.weight[c] : 0) - b.kept[c];
     } else if (a.kind == strategy::Action::Kind::kWeight) {
-      live -= kept[c] + weight_inputs[c];
+      live -= b.weight[c];
     }
     peak = std::max(peak, live);
   }
@@ -161,7 +165,7 @@ Estimate estimate(const Model& model, const Profile& prof, const Candidate& c, c
   const auto lanes = detail::stage_lanes(plan, base.rank_speeds, cluster.ranks, rows, c.micro_batches);
   const double speed = cluster.speed > 0 ? cluster.speed : 1.0;
   for (int s = 0; s < plan.pipeline; ++s) {
-    std::vector<std::int64_t> kept(static_cast<std::size_t>(plan.chunks)), transient(kept.size()), weight_inputs(kept.size());
+    detail::ChunkBytes held(static_cast<std::size_t>(plan.chunks));
     double stage_macs = 0, stage_tensor_seconds = 0;
     std::int64_t stage_tensor_bytes = 0;
     const auto& lane = lanes[static_cast<std::size_t>(s)];
@@ -218,8 +222,7 @@ Estimate estimate(const Model& model, const Profile& prof, const Candidate& c, c
       }
       if (last) pieces.push_back({{Part{&prof.units.back()}}, false, 0});
       else if (!units.empty()) sends = std::max(sends, prof.unit(units.back().name).output_bytes);
-      // kept from forward to backward; in backward, the peak over what is left
-      std::int64_t k = 0, above = 0, freed = 0;
+      std::int64_t k = 0;  // kept from forward to backward
       double sec = 0, macs = 0, talk = 0;
       std::int64_t talked = 0;
       for (const auto& piece : pieces)
@@ -245,24 +248,49 @@ Estimate estimate(const Model& model, const Profile& prof, const Candidate& c, c
       // and the output a chunk sends on is the next rank's to keep, not this one's (the profile
       // charged it to the unit that made it, kept while the unit after it held it)
       if (!last && !pieces.empty() && !pieces.back().recomputed && !units.empty()) k -= prof.unit(units.back().name).output_bytes;
+      // Backward, piece by piece from the last: each unit's backward over what the ones after it
+      // freed; under a split schedule also over what their B passes left for W (`carried`).
+      std::int64_t above = 0, above_split = 0, freed = 0, carried = 0;
       for (std::size_t i = pieces.size(); i-- > 0;) {
         const auto it = pieces.begin() + static_cast<std::ptrdiff_t>(i);
-        // a recomputed piece's activations come back at its backward, over what is left of the rest
-        std::int64_t back = 0, inner = 0, inner_freed = 0;
+        std::int64_t back = 0, inner = 0, inner_split = 0;
         for (const auto& part : it->units) back += part.profile->activation_bytes;
-        for (auto u = it->units.rbegin(); u != it->units.rend(); ++u) {
-          inner = std::max(inner, u->profile->backward_bytes - inner_freed);
-          inner_freed += u->profile->activation_bytes;
+        if (!it->recomputed) {
+          std::int64_t inner_freed = 0;
+          for (auto u = it->units.rbegin(); u != it->units.rend(); ++u) {
+            inner = std::max(inner, u->profile->backward_bytes - inner_freed);
+            inner_split = std::max(inner_split, u->profile->split_backward_bytes - inner_freed + carried);
+            inner_freed += u->profile->activation_bytes;
+            carried += u->profile->weight_bytes;
+          }
+        } else {
+          // A recomputed piece's forward runs again, and its output is dropped at once (the piece
+          // after holds its own): it peaks at all its units' activations, then each unit's backward
+          // runs over what the units up to it saved, less that output.
+          inner = back;
+          inner_split = back + carried;
+          std::int64_t upto = back;
+          for (auto u = it->units.rbegin(); u != it->units.rend(); ++u) {
+            const std::int64_t dropped = u == it->units.rbegin() ? u->profile->output_bytes : 0;
+            inner = std::max(inner, upto - dropped + u->profile->backward_bytes);
+            inner_split = std::max(inner_split, upto - dropped + u->profile->split_backward_bytes + carried);
+            upto -= u->profile->activation_bytes;
+            carried += u->profile->weight_bytes;
+          }
         }
-        above = std::max(above, (it->recomputed ? back : 0) + inner - freed);
+        above = std::max(above, inner - freed);
+        above_split = std::max(above_split, inner_split - freed);
         freed += (it->recomputed ? 0 : back) + (keeps_input(i) ? it->input : 0);
       }
-      std::int64_t weighted = 0;  // the output gradients W reads: each weighted unit's output's size
-      for (std::size_t u = 0; u < units.size(); ++u)
-        if (parts[u].profile->parameters > 0) weighted += parts[u].profile->output_bytes;
-      weight_inputs[static_cast<std::size_t>(id)] = weighted * micro_rows;
-      kept[static_cast<std::size_t>(id)] = k * micro_rows;
-      transient[static_cast<std::size_t>(id)] = above * micro_rows;
+      // a chunk before the last sends its output on, and its backward starts from the gradient of
+      // that output, received from the next rank and held until the backward ends
+      const std::int64_t boundary = last || units.empty() ? 0 : prof.unit(units.back().name).output_bytes;
+      const auto at = static_cast<std::size_t>(id);
+      held.kept[at] = k * micro_rows;
+      held.sent[at] = boundary * micro_rows;
+      held.transient[at] = (above + boundary) * micro_rows;
+      held.split_transient[at] = (above_split + boundary) * micro_rows;
+      held.weight[at] = carried * micro_rows;
       slowest_chunk = std::max(slowest_chunk, sec * lane.slowest);
       slowest_talk = std::max(slowest_talk, talk);  // the links do not scale with the speed
       work += sec * c.micro_batches * lane.busy * plan.tensor;
@@ -272,7 +300,7 @@ Estimate estimate(const Model& model, const Profile& prof, const Candidate& c, c
     }
     e.tensor_bytes = std::max(e.tensor_bytes, stage_tensor_bytes);
     e.tensor_seconds = std::max(e.tensor_seconds, stage_tensor_seconds);
-    e.activations = std::max(e.activations, detail::activation_peak(plan.actions(s), kept, transient, weight_inputs));
+    e.activations = std::max(e.activations, detail::activation_peak(plan.actions(s), held));
     e.flops = std::max(e.flops, 2.0 * stage_macs * static_cast<double>(prof.tokens_per_row * micro_rows * c.micro_batches));
   }
   // What one micro-batch costs the busiest rank, priced by the formula static_search shares.

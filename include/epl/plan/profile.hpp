@@ -4,6 +4,7 @@
 /// sequential units on one device, repeated and interleaved, giving each unit's bytes and times
 /// (plan::Profile), and the file that keeps them between runs.
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -38,6 +39,11 @@ struct UnitProfile {
   std::int64_t activation_bytes = 0;
   std::int64_t output_bytes = 0;        ///< its output, per row: what a pipeline sends on
   std::int64_t backward_bytes = 0;      ///< allocated for a while during its backward, per row
+  /// Held from its backward (B) to its weight pass (W) under a schedule that splits them
+  /// (ZeroBubble), per row, over what a whole backward leaves: the saved inputs and output
+  /// gradients its weight gradients are made from.
+  std::int64_t weight_bytes = 0;
+  std::int64_t split_backward_bytes = 0;  ///< allocated for a while during its B pass, per row
   double forward_seconds = 0;           ///< measured, per row
   double backward_seconds = 0;          ///< measured, per row
   double fixed_seconds = 0;             ///< measured, forward and backward, per call whatever its rows
@@ -178,12 +184,18 @@ Profile profile(const Model& model, const D& d, const Tensor& inputs, const Tens
   const DeviceId id = d.id();
   auto& account = memory_account(id);
   // One run of forward, loss and backward of the rows of x: each unit's forward and backward, in
-  // seconds per call; with `record`, the bytes.
-  auto measure = [&](const Tensor& x, const Tensor& y, bool record) {
+  // seconds per call; with `record`, the bytes. `left[split]` gets what each unit's backward left
+  // allocated (per row), a whole backward's (split false) or a B pass's (true, its W deferred).
+  std::array<std::vector<std::int64_t>, 2> left;
+  std::vector<std::int64_t> split_peaks(p.units.size());
+  auto measure = [&](const Tensor& x, const Tensor& y, bool record, bool split = false) {
     std::vector<std::pair<double, double>> t(p.units.size());
     const auto rows = x.dim(0);
     Pass pass(d, nn::PassOptions{.training = true, .seed = 1, .recompute = nn::RecomputeMode::kNone, .matmul = matmul}, nullptr,
               nn::Groups{.tensor = parts > 1 ? &group : nullptr});
+    typename Pass::Deferred weight_pass;
+    if (split) pass.defer_into(&weight_pass);
+    left[split].assign(p.units.size(), 0);
     Tensor h = x;
     for (std::size_t i = 0; i < units.size(); ++i) {
       const std::int64_t before = detail::activations_now(id);
@@ -218,7 +230,11 @@ Profile profile(const Model& model, const D& d, const Tensor& inputs, const Tens
       g = units[i].backward(units[i].layer, pass, g);
       t[i].second = detail::since(t0);
       if (record) p.units[i].backward_bytes = (memory_stats(id).peak_of(MemoryCategory::kActivations) - before) / rows;
+      if (split) split_peaks[i] = (memory_stats(id).peak_of(MemoryCategory::kActivations) - before) / rows;
+      left[split][i] = (detail::activations_now(id) - before) / rows;
     }
+    g = {};
+    if (split) pass.run_deferred(weight_pass);
     return t;
   };
   // The whole batch and its first row in turns, `repeats` times, so a burst of load on the machine
@@ -228,6 +244,12 @@ Profile profile(const Model& model, const D& d, const Tensor& inputs, const Tens
   for (int r = 0; r < repeats; ++r) {
     alls.push_back(measure(inputs, targets, r == 0));
     if (p.rows > 1) ones.push_back(measure(inputs.slice(0, 1), targets.slice(0, 1), false));
+  }
+  // what a split backward's B leaves for W, unit by unit, over what a whole backward leaves
+  (void)measure(inputs, targets, false, true);
+  for (std::size_t i = 0; i < units.size(); ++i) {
+    p.units[i].weight_bytes = std::max<std::int64_t>(0, left[1][i] - left[0][i]);
+    p.units[i].split_backward_bytes = split_peaks[i];
   }
   auto fastest = [&](const std::vector<Run>& runs) {
     Run f = runs.front();
@@ -267,11 +289,11 @@ Profile profile(const Model& model, const D& d, const Tensor& inputs, const Tens
 inline void save_profile(const Profile& p, const std::filesystem::path& path, const std::string& key) {
   std::ostringstream f;
   f.precision(17);
-  f << "epl-profile 4\n" << key << "\n" << p.rows << ' ' << p.tokens_per_row << ' ' << p.input_bytes << ' ' << p.tensor << ' ' << p.repeats
+  f << "epl-profile 5\n" << key << "\n" << p.rows << ' ' << p.tokens_per_row << ' ' << p.input_bytes << ' ' << p.tensor << ' ' << p.repeats
     << ' ' << p.spread << ' ' << p.units.size() << '\n';
   for (const auto& u : p.units)
     f << u.name << ' ' << u.parameters << ' ' << u.macs_per_token << ' ' << u.activation_bytes << ' ' << u.output_bytes << ' '
-      << u.backward_bytes << ' ' << u.forward_seconds << ' ' << u.backward_seconds << ' ' << u.fixed_seconds << '\n';
+      << u.backward_bytes << ' ' << u.weight_bytes << ' ' << u.split_backward_bytes << ' ' << u.forward_seconds << ' ' << u.backward_seconds << ' ' << u.fixed_seconds << '\n';
   files::write_file(path, f.str(), "planner's calibration file");  // whole or not at all: a reader sees the old or the new
 }
 
@@ -283,9 +305,11 @@ inline std::optional<Profile> load_profile(const std::filesystem::path& path, co
   auto& f = *opened;
   std::string magic, saved;
   std::getline(f, magic);
-  EPL_CHECK(magic == "epl-profile 4" || magic == "epl-profile 3" || magic == "epl-profile 2", "the planner's calibration file ", path,
-            " is not one (its first line is \"", detail::shown(magic), "\"); delete it to measure again");
-  if (magic != "epl-profile 4") return std::nullopt;  // an older probe's (split layers measured whole; no spread): measure again
+  EPL_CHECK(magic == "epl-profile 5" || magic == "epl-profile 4" || magic == "epl-profile 3" || magic == "epl-profile 2",
+            "the planner's calibration file ", path, " is not one (its first line is \"", detail::shown(magic),
+            "\"); delete it to measure again");
+  // an older probe's (split layers measured whole; no spread; no weight-pass bytes): measure again
+  if (magic != "epl-profile 5") return std::nullopt;
   EPL_CHECK(static_cast<bool>(std::getline(f, saved)), "the planner's calibration file ", path,
             " is truncated or corrupt (no key line); delete it to measure again");
   if (saved != key) return std::nullopt;
@@ -296,12 +320,12 @@ inline std::optional<Profile> load_profile(const std::filesystem::path& path, co
             "the planner's calibration file ", path, " is truncated or corrupt; delete it to measure again");
   p.units.resize(n);
   for (auto& u : p.units)
-    f >> u.name >> u.parameters >> u.macs_per_token >> u.activation_bytes >> u.output_bytes >> u.backward_bytes >> u.forward_seconds >>
+    f >> u.name >> u.parameters >> u.macs_per_token >> u.activation_bytes >> u.output_bytes >> u.backward_bytes >> u.weight_bytes >> u.split_backward_bytes >> u.forward_seconds >>
         u.backward_seconds >> u.fixed_seconds;
   EPL_CHECK(!f.fail() && p.rows >= 1 && p.tokens_per_row >= 1 && p.input_bytes >= 0, "the planner's calibration file ", path,
             " is truncated or corrupt; delete it to measure again");
   for (const auto& u : p.units) {
-    const bool sane = u.parameters >= 0 && u.macs_per_token >= 0 && u.output_bytes >= 0 && u.backward_bytes >= 0 &&
+    const bool sane = u.parameters >= 0 && u.macs_per_token >= 0 && u.output_bytes >= 0 && u.backward_bytes >= 0 && u.weight_bytes >= 0 && u.split_backward_bytes >= 0 &&
                       std::isfinite(u.macs_per_token) && u.forward_seconds >= 0 && u.backward_seconds >= 0 && u.fixed_seconds >= 0 &&
                       u.forward_seconds <= detail::kMostSeconds && u.backward_seconds <= detail::kMostSeconds &&
                       u.fixed_seconds <= detail::kMostSeconds;
