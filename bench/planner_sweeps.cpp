@@ -6,7 +6,9 @@
 // the tiny MLP, never a pipeline where a data-parallel plan measured faster. Run it beside other
 // work (CI, a second benchmark): that is the machine it is for. A table on stdout, JSON to --json.
 // The sweep's fastest is a minimum over many noisy timings, so it and the chosen plan are then
-// timed again head to head in --confirm alternating rounds, and those medians are compared.
+// timed again head to head in --confirm alternating rounds, and compared round by round: the
+// median over rounds of the chosen plan's step over the fastest's (bench::Measured::relative), so
+// that load which changes from round to round cancels (the medians in ms are printed beside it).
 //   bench_planner_sweeps [--model=mlp|gpt] [--sweeps=10] [--ranks=4] [--measure=3] [--rounds=3] [--steps=3] [--confirm=5]
 //                        [--verbose=true] [--json=FILE]
 #include <epl/epl.hpp>
@@ -47,9 +49,14 @@ struct Sweep {
   std::string chosen, fastest;
   double chosen_ms = 0, fastest_ms = 0;
   bool pipeline_over_faster_dp = false;  // chose a pipeline while a plan of one stage measured faster
+  int fastest_rank = 0;                   // the sweep's fastest measured plan's place in the predicted order (1: first)
   // every plan's activation peak, predicted and measured (bytes; a plan's, not the noise's)
   std::vector<std::tuple<std::string, std::int64_t, std::int64_t>> peaks;
-  [[nodiscard]] double ratio() const { return chosen_ms / fastest_ms; }
+  // every plan's step, predicted and measured (the median; ms), and the measurement's spread
+  std::vector<std::tuple<std::string, double, double, double>> steps;
+  // the chosen plan's step over the fastest's: round by round (Measured::relative), the median
+  double paired = 1;
+  [[nodiscard]] double ratio() const { return paired; }
 };
 
 template <class Model, class Make, class Batches>
@@ -74,7 +81,7 @@ Sweep sweep(epl::Context& ctx, Make make, const epl::Batch& sample, Batches batc
       {.warmup = 1, .steps = o.steps, .rounds = o.rounds});
   // The sweep's fastest is a minimum over many noisy timings, so it flatters itself: it, the chosen
   // plan and (when the chosen is a pipeline) the fastest plan of one stage are timed again, head to
-  // head, in `confirm` alternating rounds, and those medians compared.
+  // head, in `confirm` alternating rounds, and compared round by round.
   const std::string chosen_name = chosen.str();
   const auto in_list = std::find_if(found.plans.begin(), found.plans.end(), [&](const auto& e) { return e.candidate.str() == chosen_name; });
   EPL_CHECK(in_list != found.plans.end(), "bench_planner_sweeps: auto_plan chose ", chosen_name, ", which the search's list does not hold");
@@ -91,20 +98,28 @@ Sweep sweep(epl::Context& ctx, Make make, const epl::Batch& sample, Batches batc
   if (chosen.pipeline > 1) {
     std::size_t flat = measured.size();
     for (std::size_t i = 0; i < measured.size(); ++i)
-      if (measured[i].predicted.candidate.pipeline == 1 && (flat == measured.size() || measured[i].seconds < measured[flat].seconds)) flat = i;
+      if (measured[i].predicted.candidate.pipeline == 1 && (flat == measured.size() || measured[i].rank_key() < measured[flat].rank_key())) flat = i;
     if (flat < measured.size()) at_flat = add(measured[flat].predicted);
   }
   const auto head = epl::bench::combinations<Model, epl::optim::AdamW, Policy>(
       ctx, epl::Config{}, finalists, make, epl::optim::AdamW({.lr = 1e-3}), batches,
       {.warmup = 1, .steps = o.steps, .rounds = confirm});
   Sweep s;
-  for (const auto& m : measured) s.peaks.emplace_back(m.predicted.candidate.str(), m.predicted.activations, m.activations);
+  const auto& quickest = measured[epl::bench::fastest(measured)].predicted;
+  s.fastest_rank = 1 + static_cast<int>(std::count_if(measured.begin(), measured.end(), [&](const auto& m) {
+                     return m.predicted.seconds < quickest.seconds;
+                   }));
+  for (const auto& m : measured) {
+    s.peaks.emplace_back(m.predicted.candidate.str(), m.predicted.activations, m.activations);
+    s.steps.emplace_back(m.predicted.candidate.str(), 1e3 * m.predicted.seconds, 1e3 * m.seconds, m.spread());
+  }
   const std::size_t fastest = epl::bench::fastest(head);
   s.chosen = chosen_name;
   s.chosen_ms = 1e3 * head[at_chosen].seconds;
   s.fastest_ms = 1e3 * head[fastest].seconds;
   s.fastest = head[fastest].predicted.candidate.str();
-  s.pipeline_over_faster_dp = at_flat < head.size() && head[at_flat].seconds < head[at_chosen].seconds;
+  s.pipeline_over_faster_dp = at_flat < head.size() && head[at_flat].rank_key() < head[at_chosen].rank_key();
+  s.paired = head[at_chosen].rank_key() / head[fastest].rank_key();
   return s;
 }
 }  // namespace
@@ -170,8 +185,9 @@ int main(int argc, char** argv) try {
   std::printf("bench_planner_sweeps: %s on %lld thread ranks of %s; auto_plan measures its top %lld, %lld rounds of %lld steps\n",
               which.c_str(), static_cast<long long>(cfg.get(ranks)), bench::cpu_name().c_str(), static_cast<long long>(cfg.get(measure)),
               static_cast<long long>(cfg.get(rounds)), static_cast<long long>(cfg.get(steps)));
-  std::printf("(the chosen plan and the sweep's fastest timed again head to head in %d alternating rounds: medians)\n", confirm_rounds);
-  std::printf("%5s  %-30s %9s  %-30s %9s %7s\n", "sweep", "chosen", "ms", "fastest measured", "ms", "ratio");
+  std::printf("(the chosen plan and the sweep's fastest timed again head to head in %d alternating rounds: their median steps, and\n"
+              " the ratio of the two round by round, the median over rounds)\n", confirm_rounds);
+  std::printf("%5s  %-30s %9s  %-30s %9s %7s %9s\n", "sweep", "chosen", "ms", "fastest measured", "ms", "ratio", "predicted");
   int within = 0, bad_pipelines = 0;
   std::ostringstream out;
   out << "{\"bench\": \"planner_sweeps\", \"model\": \"" << which << "\", \"cpu\": \"" << bench::cpu_name() << "\", \"ranks\": "
@@ -180,11 +196,18 @@ int main(int argc, char** argv) try {
     const auto& s = results[i];
     within += s.ratio() <= 1.10;
     bad_pipelines += s.pipeline_over_faster_dp;
-    std::printf("%5zu  %-30s %9.3f  %-30s %9.3f %7.2f%s\n", i + 1, s.chosen.c_str(), s.chosen_ms, s.fastest.c_str(), s.fastest_ms,
-                s.ratio(), s.pipeline_over_faster_dp ? "  (a pipeline; a data-parallel plan was faster)" : "");
+    std::printf("%5zu  %-30s %9.3f  %-30s %9.3f %7.2f %9s%s\n", i + 1, s.chosen.c_str(), s.chosen_ms, s.fastest.c_str(), s.fastest_ms,
+                s.ratio(), ("#" + std::to_string(s.fastest_rank)).c_str(),
+                s.pipeline_over_faster_dp ? "  (a pipeline; a data-parallel plan was faster)" : "");
     out << (i ? ", " : "") << "{\"chosen\": \"" << s.chosen << "\", \"chosen_ms\": " << s.chosen_ms << ", \"fastest\": \"" << s.fastest
-        << "\", \"fastest_ms\": " << s.fastest_ms << ", \"pipeline_over_faster_dp\": " << (s.pipeline_over_faster_dp ? "true" : "false")
-        << "}";
+        << "\", \"fastest_ms\": " << s.fastest_ms << ", \"ratio\": " << s.ratio() << ", \"fastest_predicted_place\": " << s.fastest_rank
+        << ", \"pipeline_over_faster_dp\": " << (s.pipeline_over_faster_dp ? "true" : "false") << ", \"plans\": [";
+    for (std::size_t j = 0; j < s.steps.size(); ++j) {
+      const auto& [name, predicted, measured, spread] = s.steps[j];
+      out << (j ? ", " : "") << "{\"plan\": \"" << name << "\", \"predicted_ms\": " << predicted << ", \"measured_ms\": " << measured
+          << ", \"spread\": " << spread << "}";
+    }
+    out << "]}";
   }
   std::printf("chosen within 10%% of the fastest measured in %d of %zu sweeps; a pipeline chosen over a faster data-parallel plan in %d\n",
               within, results.size(), bad_pipelines);

@@ -404,6 +404,23 @@ TEST_CASE("cost: search returns only plans the plan accepts, fastest first, and 
   for (const auto i : listed)
     for (std::size_t j = 0; j < i; ++j)  // no faster plan of the same layout was passed over
       CHECK(!(r.plans[j].candidate.data == r.plans[i].candidate.data && r.plans[j].candidate.pipeline == r.plans[i].candidate.pipeline));
+  // then the fastest of each other shape (schedule, micro-batches): not a shape's ZeRO or recompute siblings
+  auto shape = [&](std::size_t i) {  // the plan's name without its memory policies
+    auto c = r.plans[i].candidate;
+    c.zero = 0;
+    c.offload = c.recompute = c.amp = false;
+    return c.str();
+  };
+  std::set<std::string> shapes;
+  for (std::size_t i = 0; i < r.plans.size(); ++i) shapes.insert(shape(i));
+  REQUIRE(shapes.size() > 8);
+  const auto eight = plan::shortlist(r, 8);
+  std::set<std::string> listed_shapes;
+  for (const auto i : eight) {
+    CAPTURE(r.plans[i].candidate.str());
+    CHECK(listed_shapes.insert(shape(i)).second);  // each once
+    for (std::size_t j = 0; j < i; ++j) CHECK(shape(j) != shape(i));  // its shape's fastest
+  }
   // a budget below every plan: the error says which comes closest and by how much
   const auto smallest = std::min_element(r.plans.begin(), r.plans.end(), [](const auto& a, const auto& b) {
                           return a.device_bytes() < b.device_bytes();

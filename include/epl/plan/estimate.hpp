@@ -61,7 +61,7 @@ namespace detail {
 // what B leaves for W (the saved inputs and output gradients the weight gradients are made of).
 struct ChunkBytes {
   std::vector<std::int64_t> kept, sent, transient, split_transient, weight;
-  explicit ChunkBytes(std::size_t chunks) : kept(chunks), sent(chunks), transient(chunks), split_transient(chunks), weight(chunks) {}
+  explicit ChunkBytes(std::size_t n) : kept(n), sent(n), transient(n), split_transient(n), weight(n) {}
 };
 
 // The peak activation bytes of a pipeline rank running `actions` on chunks that hold `b`.

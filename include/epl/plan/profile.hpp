@@ -293,7 +293,8 @@ inline void save_profile(const Profile& p, const std::filesystem::path& path, co
     << ' ' << p.spread << ' ' << p.units.size() << '\n';
   for (const auto& u : p.units)
     f << u.name << ' ' << u.parameters << ' ' << u.macs_per_token << ' ' << u.activation_bytes << ' ' << u.output_bytes << ' '
-      << u.backward_bytes << ' ' << u.weight_bytes << ' ' << u.split_backward_bytes << ' ' << u.forward_seconds << ' ' << u.backward_seconds << ' ' << u.fixed_seconds << '\n';
+      << u.backward_bytes << ' ' << u.weight_bytes << ' ' << u.split_backward_bytes << ' ' << u.forward_seconds << ' '
+      << u.backward_seconds << ' ' << u.fixed_seconds << '\n';
   files::write_file(path, f.str(), "planner's calibration file");  // whole or not at all: a reader sees the old or the new
 }
 
@@ -320,12 +321,13 @@ inline std::optional<Profile> load_profile(const std::filesystem::path& path, co
             "the planner's calibration file ", path, " is truncated or corrupt; delete it to measure again");
   p.units.resize(n);
   for (auto& u : p.units)
-    f >> u.name >> u.parameters >> u.macs_per_token >> u.activation_bytes >> u.output_bytes >> u.backward_bytes >> u.weight_bytes >> u.split_backward_bytes >> u.forward_seconds >>
-        u.backward_seconds >> u.fixed_seconds;
+    f >> u.name >> u.parameters >> u.macs_per_token >> u.activation_bytes >> u.output_bytes >> u.backward_bytes >> u.weight_bytes >>
+        u.split_backward_bytes >> u.forward_seconds >> u.backward_seconds >> u.fixed_seconds;
   EPL_CHECK(!f.fail() && p.rows >= 1 && p.tokens_per_row >= 1 && p.input_bytes >= 0, "the planner's calibration file ", path,
             " is truncated or corrupt; delete it to measure again");
   for (const auto& u : p.units) {
-    const bool sane = u.parameters >= 0 && u.macs_per_token >= 0 && u.output_bytes >= 0 && u.backward_bytes >= 0 && u.weight_bytes >= 0 && u.split_backward_bytes >= 0 &&
+    const bool sane = u.parameters >= 0 && u.macs_per_token >= 0 && u.output_bytes >= 0 && u.backward_bytes >= 0 &&
+                      u.weight_bytes >= 0 && u.split_backward_bytes >= 0 &&
                       std::isfinite(u.macs_per_token) && u.forward_seconds >= 0 && u.backward_seconds >= 0 && u.fixed_seconds >= 0 &&
                       u.forward_seconds <= detail::kMostSeconds && u.backward_seconds <= detail::kMostSeconds &&
                       u.fixed_seconds <= detail::kMostSeconds;

@@ -140,19 +140,31 @@ SearchResult search(const Model& model, const Profile& prof, const Cluster& clus
 
 /// \brief The plans worth measuring before choosing, at most k of r.plans (fastest predicted
 /// first): the fastest of each layout (data-parallel degree, pipeline stages, split degree) in the
-/// order of their best, then the next fastest of any. A cost model's largest errors are between
-/// layouts (a tiny model's pipeline against its replicas), not between a layout's variants, so
-/// the measured few span the layouts rather than being one layout's siblings.
+/// order of their best; then the fastest of each other shape (a layout's schedule and micro-batch
+/// count), also in order; then the next fastest of any. A cost model's largest errors are between
+/// layouts (a tiny model's pipeline against its replicas) and between a pipeline's schedules and
+/// micro-batch counts (what a step's fixed costs and a busy machine's scheduling weigh most), not
+/// between the memory policies of one shape (ZeRO, recompute, offload, AMP), which only add work:
+/// so the measured few span the shapes rather than being one shape's siblings.
 inline std::vector<std::size_t> shortlist(const SearchResult& r, std::size_t k) {
   std::vector<std::size_t> out;
   auto layout = [&](std::size_t i) {
     const auto& c = r.plans[i].candidate;
     return std::tuple{c.data, c.pipeline, c.tensor};
   };
-  for (std::size_t i = 0; i < r.plans.size() && out.size() < k; ++i)
-    if (std::none_of(out.begin(), out.end(), [&](std::size_t j) { return layout(j) == layout(i); })) out.push_back(i);
-  for (std::size_t i = 0; i < r.plans.size() && out.size() < k; ++i)
-    if (std::find(out.begin(), out.end(), i) == out.end()) out.push_back(i);
+  auto shape = [&](std::size_t i) {
+    const auto& c = r.plans[i].candidate;
+    return std::tuple{c.data, c.pipeline, c.tensor, c.micro_batches, c.pipeline > 1 ? c.schedule : std::string(), c.virtual_stages};
+  };
+  auto take_each = [&](auto&& key) {  // the fastest of each key not yet listed, fastest first
+    for (std::size_t i = 0; i < r.plans.size() && out.size() < k; ++i)
+      if (std::find(out.begin(), out.end(), i) == out.end() &&
+          std::none_of(out.begin(), out.end(), [&](std::size_t j) { return key(j) == key(i); }))
+        out.push_back(i);
+  };
+  take_each(layout);
+  take_each(shape);
+  take_each([](std::size_t i) { return i; });
   std::sort(out.begin(), out.end());
   return out;
 }

@@ -195,19 +195,20 @@ Config auto_plan(Context& ctx, const Config& cfg, const Model& model, const Batc
         {.warmup = 1, .steps = o.steps, .rounds = o.rounds});
     chosen = bench::choose(measured);  // the fastest, or fewer stages within the noise of it
     const std::size_t first = bench::fastest(measured);
-    why = chosen == first ? "chosen as the fastest measured of " + std::to_string(k) + " (the fastest predicted of each layout)"
+    why = chosen == first ? "chosen as the fastest measured of " + std::to_string(k) + " (the fastest predicted of each layout, then of each shape)"
                           : "chosen over the fastest measured (" + plans[first].candidate.str() + ", " +
-                                std::to_string(static_cast<int>(std::lround(100 * (measured[chosen].seconds / measured[first].seconds - 1)))) +
+                                std::to_string(static_cast<int>(std::lround(100 * (measured[chosen].rank_key() / measured[first].rank_key() - 1)))) +
                                 "% faster) for fewer pipeline stages within the measurement's noise, of " + std::to_string(k) +
-                                " measured (the fastest predicted of each layout)";
+                                " measured (the fastest predicted of each layout, then of each shape)";
     if (ctx.rank() == 0) {
       std::string table = "measured before choosing (" + std::to_string(o.rounds) + " rounds of " + std::to_string(o.steps) +
-                          " steps, alternating; the slowest rank's median step):\n";
+                          " steps, alternating; the slowest rank's median step, and its round's step over the round's median "
+                          "plan's, the median over rounds: what ranks them):\n";
       char line[512];
       for (std::size_t i = 0; i < plans.size(); ++i) {
-        std::snprintf(line, sizeof line, "  %-34s predicted %9.3f ms  measured %9.3f ms  (spread %3.0f%%)%s\n",
-                      plans[i].candidate.str().c_str(), 1e3 * plans[i].seconds, 1e3 * measured[i].seconds, 100 * measured[i].spread(),
-                      i == chosen ? "  <- chosen" : "");
+        std::snprintf(line, sizeof line, "  %-34s predicted %9.3f ms  measured %9.3f ms  x%.3f  (spread %3.0f%%)%s\n",
+                      plans[i].candidate.str().c_str(), 1e3 * plans[i].seconds, 1e3 * measured[i].seconds, measured[i].rank_key() /
+                      (measured[i].relative > 0 ? 1.0 : measured[first].seconds), 100 * measured[i].spread(), i == chosen ? "  <- chosen" : "");
         table += line;
       }
       account = table;

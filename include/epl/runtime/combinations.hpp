@@ -28,9 +28,15 @@ struct Measured {
   std::int64_t activations = 0;  ///< the peak of a step over what was held before it
   double seconds = 0;            ///< the median step, the slowest rank's
   double fastest = 0;            ///< the fastest step, the slowest rank's
+  /// Measured in several rounds: the median over rounds of its round's median step over the round's
+  /// typical plan's (the median of the plans'), the slowest rank's. A burst of load that lasts a
+  /// round slows every plan of it alike and cancels here, where it moves `seconds`. 0: one round.
+  double relative = 0;
   double loss = 0;               ///< the last step's
   /// How far its timed steps disagreed: the median over the fastest, less 1.
   [[nodiscard]] double spread() const noexcept { return fastest > 0 ? seconds / fastest - 1 : 0; }
+  /// What plans are ranked by: `relative` when measured in rounds, else the median step.
+  [[nodiscard]] double rank_key() const noexcept { return relative > 0 ? relative : seconds; }
 };
 
 /// \brief How combinations measures.
@@ -43,9 +49,37 @@ struct CombinationOptions {
   TrainerOptions trainer = {};
 };
 
+namespace detail {
+inline double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+}  // namespace detail
+
+/// \brief Each plan's step relative to its rounds' (Measured::relative): from every plan's median
+/// step of every round (round_ns[plan * rounds + round]), the median over rounds of its step over
+/// its round's median plan's.
+inline std::vector<double> relative_steps(const std::vector<std::int64_t>& round_ns, std::size_t plans, std::size_t rounds) {
+  EPL_CHECK(plans > 0 && rounds > 0 && round_ns.size() == plans * rounds, "bench::relative_steps: ", round_ns.size(),
+            " timings are not ", plans, " plans x ", rounds, " rounds");
+  std::vector<double> typical(rounds), out(plans);
+  for (std::size_t r = 0; r < rounds; ++r) {
+    std::vector<double> all;
+    for (std::size_t i = 0; i < plans; ++i) all.push_back(static_cast<double>(round_ns[i * rounds + r]));
+    typical[r] = std::max(1.0, detail::median_of(all));
+  }
+  for (std::size_t i = 0; i < plans; ++i) {
+    std::vector<double> ratios;
+    for (std::size_t r = 0; r < rounds; ++r) ratios.push_back(static_cast<double>(round_ns[i * rounds + r]) / typical[r]);
+    out[i] = detail::median_of(ratios);
+  }
+  return out;
+}
+
 /// \brief Trains Model (made by make()) with a copy of `optimizer` under each of `plans` in turn,
 /// from cfg with the plan's keys set, and measures it; with o.rounds > 1 it goes round the plans
-/// that many times, building each again, and the median is over every round's timed steps. `batches(shard)` gives a callable that
+/// that many times, building each again: the median is over every round's timed steps, and
+/// Measured::relative compares the plans round by round. `batches(shard)` gives a callable that
 /// returns this rank's next Batch for that data shard. A collective: every rank of ctx calls it
 /// with the same plans.
 template <class Model, optim::optimizer Optimizer, class Policy = Policies<>, class Make, class Batches>
@@ -65,6 +99,8 @@ std::vector<Measured> combinations(Context& ctx, const Config& cfg, const std::v
   }
   std::vector<Measured> out(plans.size());
   std::vector<std::vector<double>> secs(plans.size());
+  // each plan's median step of each round, in ns: [plan][round]
+  std::vector<std::int64_t> round_ns(plans.size() * static_cast<std::size_t>(o.rounds));
   for (int round = 0; round < o.rounds; ++round)
     for (std::size_t i = 0; i < plans.size(); ++i) {
       const auto& e = plans[i];
@@ -74,6 +110,7 @@ std::vector<Measured> combinations(Context& ctx, const Config& cfg, const std::v
       m.predicted = e;
       Trainer<Model, Optimizer, Policy> trainer(ctx, c, make(), optimizer, o.trainer);
       auto next = batches(trainer.data_shard());
+      std::vector<double> this_round;
       for (int s = 0; s < o.warmup + o.steps; ++s) {
         const Batch b = next();
         world.barrier();
@@ -84,8 +121,10 @@ std::vector<Measured> combinations(Context& ctx, const Config& cfg, const std::v
         world.barrier();  // the step of the slowest rank
         if (s < o.warmup) continue;
         secs[i].push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        this_round.push_back(secs[i].back());
         m.activations = std::max(m.activations, memory_stats(id).peak_of(MemoryCategory::kActivations) - before);
       }
+      round_ns[i * static_cast<std::size_t>(o.rounds) + static_cast<std::size_t>(round)] = static_cast<std::int64_t>(detail::median_of(this_round) * 1e9);
       const auto d = memory_stats(id), h = memory_stats(host);
       m.state = {d.current_of(MemoryCategory::kParameters), d.current_of(MemoryCategory::kGradients),
                  d.current_of(MemoryCategory::kOptimizerState), h.current_of(MemoryCategory::kParameters),
@@ -104,15 +143,22 @@ std::vector<Measured> combinations(Context& ctx, const Config& cfg, const std::v
     m.seconds = static_cast<double>(v[7]) * 1e-9;
     m.fastest = static_cast<double>(v[8]) * 1e-9;
   }
+  if (o.rounds > 1 && !plans.empty()) {
+    world.all_reduce(comm::Buffer(round_ns.data(), static_cast<std::int64_t>(round_ns.size()), DType::kI64),
+                     comm::Buffer(round_ns.data(), static_cast<std::int64_t>(round_ns.size()), DType::kI64), comm::ReduceOp::kMax);
+    const auto relative = relative_steps(round_ns, plans.size(), static_cast<std::size_t>(o.rounds));
+    for (std::size_t i = 0; i < plans.size(); ++i) out[i].relative = relative[i];
+  }
   return out;
 }
 
-/// \brief The measured plan with the shortest median step (the first of equals); `measured` must not be empty.
+/// \brief The measured plan ranked fastest (Measured::rank_key; the first of equals); `measured`
+/// must not be empty.
 inline std::size_t fastest(const std::vector<Measured>& measured) {
   EPL_CHECK(!measured.empty(), "bench::fastest: no plan was measured");
   std::size_t best = 0;
   for (std::size_t i = 1; i < measured.size(); ++i)
-    if (measured[i].seconds < measured[best].seconds) best = i;
+    if (measured[i].rank_key() < measured[best].rank_key()) best = i;
   return best;
 }
 
@@ -126,9 +172,9 @@ inline std::size_t choose(const std::vector<Measured>& measured) {
   for (std::size_t i = 0; i < measured.size(); ++i) {
     const auto& m = measured[i];
     const double noise = std::clamp(std::max(m.spread(), measured[best].spread()), 0.05, 0.10);
-    if (m.seconds > measured[best].seconds * (1 + noise)) continue;
+    if (m.rank_key() > measured[best].rank_key() * (1 + noise)) continue;
     const int stages = m.predicted.candidate.pipeline, now = measured[pick].predicted.candidate.pipeline;
-    if (stages < now || (stages == now && m.seconds < measured[pick].seconds)) pick = i;
+    if (stages < now || (stages == now && m.rank_key() < measured[pick].rank_key())) pick = i;
   }
   return pick;
 }
