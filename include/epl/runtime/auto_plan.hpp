@@ -41,8 +41,11 @@ struct AutoPlanOptions {
   /// fastest measured: plan::shortlist's, the fastest predicted of each layout first (0 or 1: the
   /// first predicted, unmeasured; more than the plans that fit: all of them).
   int measure = 5;
-  int rounds = 3;                   ///< rounds over the measured plans (A B C A B C ...)
-  int steps = 3;                    ///< timed steps of a plan a round, after one untimed
+  /// Rounds over the measured plans (A B C A B C ...), each plan built again each round; plans
+  /// are compared round by round (bench::Measured::relative), so more rounds of fewer steps
+  /// compare them under more kinds of load for the same steps.
+  int rounds = 6;
+  int steps = 1;                    ///< timed steps of a plan a round, after one untimed
   bool print = true;                ///< rank 0 prints the top plans, and predicted against measured
   std::string* log = nullptr;       ///< where rank 0's account of the choice also goes (what it prints)
   plan::Candidate* chosen = nullptr; ///< where the chosen plan goes (every rank)
