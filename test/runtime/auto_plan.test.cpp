@@ -80,7 +80,11 @@ TEST_CASE("auto_plan: the top plans are measured in alternating rounds and the f
   const std::string& log = logs[0];
   CAPTURE(log);
   REQUIRE(log.find("measured before choosing (2 rounds of 1 steps, alternating") != std::string::npos);
-  CHECK(log.find("chosen as the fastest measured of 3 (the fastest predicted of each layout, then of each shape)") != std::string::npos);
+  // why: the fastest measured; fewer stages within its noise; or a pipeline that did not win again
+  CHECK((log.find("chosen as the fastest measured of 3 (the fastest predicted of each layout, then of each shape)") != std::string::npos ||
+         log.find("for fewer pipeline stages within the measurement's noise, of 3 measured") != std::string::npos ||
+         log.find("which measured faster of 3 (the fastest predicted of each layout, then of each shape) but not again") !=
+             std::string::npos));
   // the chosen line ranks fastest of the three (its step over its rounds' median plan's, the "x"
   // figure), or has fewer pipeline stages within the noise (at most 10%) of the fastest
   struct Line {
