@@ -259,6 +259,21 @@ TEST_CASE("cost: a profile file with impossible figures, or cut short, is refuse
   CHECK_THROWS_WITH_AS((void)plan::load_profile(file, "k"), doctest::Contains("impossible figures for unit model.0.0"), Error);
   write("epl-profile 5\n");
   CHECK_THROWS_WITH_AS((void)plan::load_profile(file, "k"), doctest::Contains("no key line"), Error);
+  // cut short inside its last figure (1e-07 read as 1e-0), or a line more: the end marker is missing
+  write(text.substr(0, text.size() - 6));
+  CHECK_THROWS_WITH_AS((void)plan::load_profile(file, "k"), doctest::Contains("truncated or corrupt"), Error);
+  write(text.substr(0, text.size() - 4) + "loss 0 0 0 0 0 0 0 0 0 0 0\nend\n");
+  CHECK_THROWS_WITH_AS((void)plan::load_profile(file, "k"), doctest::Contains("truncated or corrupt"), Error);
+  // bytes a row no measurement gives (they would overflow the estimate's sums)
+  auto overflowing = text;
+  const auto unit_at = overflowing.find("model.0.0 ");
+  overflowing.replace(unit_at, overflowing.find('\n', unit_at) - unit_at, "model.0.0 0 1 9000000000000000000 0 0 0 0 0 0 0");
+  write(overflowing);
+  CHECK_THROWS_WITH_AS((void)plan::load_profile(file, "k"), doctest::Contains("bytes a row over"), Error);
+  // a version this epl does not read, and a key that is not one line
+  write("epl-profile 99\nk\n");
+  CHECK_THROWS_WITH_AS((void)plan::load_profile(file, "k"), doctest::Contains("was written by another version of epl"), Error);
+  CHECK_THROWS_WITH_AS(plan::save_profile(prof, file, "two\nlines"), doctest::Contains("holds a line break"), Error);
   // a time no measurement gives (finite, but past 10^4 s), a folder at the path, and bytes that are not text
   auto huge = text;
   const auto at = huge.find("model.0.0 ");

@@ -10,6 +10,8 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <sstream>
 
 using namespace epl;
@@ -79,7 +81,7 @@ TEST_CASE("auto_plan: the top plans are measured in alternating rounds and the f
   CHECK(logs[1].empty());  // rank 0 gives the account
   const std::string& log = logs[0];
   CAPTURE(log);
-  REQUIRE(log.find("measured before choosing (2 rounds of 1 steps, alternating") != std::string::npos);
+  REQUIRE(log.find("measured before choosing (2 rounds of 1 step, alternating") != std::string::npos);
   // why: the fastest measured; fewer stages within its noise; or a pipeline that did not win again
   CHECK((log.find("chosen as the fastest measured of 3 (the fastest predicted of each layout, then of each shape)") != std::string::npos ||
          log.find("for fewer pipeline stages within the measurement's noise, of 3 measured") != std::string::npos ||
@@ -141,6 +143,11 @@ TEST_CASE("auto_plan: the top plans are measured in alternating rounds and the f
       return auto_plan<gpt::Gpt, optim::AdamW, All>(ctx, cfg, gpt::make_gpt(tiny()), {b.inputs.slice(0, 1), b.targets.slice(0, 1)}, kBatch);
     };
     CHECK_THROWS_WITH_AS(plan_from_one_row(), doctest::Contains("the sample batch has 1 row; give 2 or more"), Error);
+    auto plan_from_fewer_targets = [&] {
+      const Batch b = probe.next(ctx.cpu());
+      return auto_plan<gpt::Gpt, optim::AdamW, All>(ctx, cfg, gpt::make_gpt(tiny()), {b.inputs, b.targets.slice(0, 3)}, kBatch);
+    };
+    CHECK_THROWS_WITH_AS(plan_from_fewer_targets(), doctest::Contains("the sample batch has 4 input rows but 3 target rows"), Error);
   });
 }
 
@@ -172,6 +179,7 @@ TEST_CASE("bench::choose: the fastest measured, unless fewer pipeline stages mea
   CHECK(bench::choose({in_rounds(1, 4, 0.5, 0.80), in_rounds(4, 1, 1.0, 1.0)}) == 0);   // 20% ahead round by round
   CHECK(bench::choose({in_rounds(1, 4, 0.5, 0.97), in_rounds(4, 1, 2.0, 1.0)}) == 1);  // 3%: within the noise, the replicas
   CHECK_THROWS_WITH_AS((void)bench::relative_steps({1, 2, 3}, 2, 2), doctest::Contains("3 timings are not 2 plans x 2 rounds"), Error);
+  CHECK_THROWS_WITH_AS((void)bench::relative_steps({-100, -200, 100, 200}, 2, 2), doctest::Contains("a timing cannot be negative"), Error);
   CHECK_THROWS_WITH_AS((void)bench::fastest({}), doctest::Contains("no plan was measured"), Error);
 }
 
@@ -190,6 +198,53 @@ TEST_CASE("bench::relative_steps: plans compared round by round, so load that co
   const auto calm = bench::relative_steps({1000, 1000, 1000, 1100, 1100, 1100}, 2, 3);
   const auto burst = bench::relative_steps({1000, 5000, 1000, 1100, 5500, 1100}, 2, 3);
   CHECK(calm == burst);
+}
+
+TEST_CASE("auto_plan: ranks given different samples, and a cached profile of another model, are named with their fix") {
+  Config cfg;
+  cfg.set(keys::auto_parallel, true);
+  std::vector<std::string> errors(2);
+  comm::run_threads(2, [&](comm::ThreadCommunicator& c) {
+    Context ctx(c, 430 + c.rank());
+    auto ds = test::token_corpus(4000);
+    data::WindowLoader probe(ds, 8, 4, 99 + static_cast<std::uint64_t>(c.rank()));  // each rank its own rows
+    try {
+      (void)auto_plan<gpt::Gpt, optim::AdamW, All>(ctx, cfg, gpt::make_gpt(tiny()), probe.next(ctx.cpu()), kBatch, {.print = false});
+    } catch (const Error& e) {
+      errors[static_cast<std::size_t>(c.rank())] = e.what();
+    }
+  });
+  for (const auto& e : errors) CHECK(e.find("auto_plan: the ranks were given different sample batches; give every rank the same rows") !=
+                                     std::string::npos);
+  // a cache whose profile no longer describes the model (a unit renamed): the error names the file
+  const auto file = std::filesystem::temp_directory_path() / ("epl_auto_plan_cache_" + std::to_string(::getpid()));
+  std::filesystem::remove(file);
+  auto plan_with_cache = [&] {
+    comm::run_threads(1, [&](comm::ThreadCommunicator& c) {
+      Context ctx(c, 432);
+      auto ds = test::token_corpus(4000);
+      data::WindowLoader probe(ds, 8, 4, 99);
+      (void)auto_plan<gpt::Gpt, optim::AdamW, All>(ctx, cfg, gpt::make_gpt(tiny()), probe.next(ctx.cpu()), kBatch,
+                                                   {.cache = file, .repeats = 1, .measure = 1, .print = false});
+    });
+  };
+  plan_with_cache();
+  REQUIRE(std::filesystem::exists(file));
+  std::string text;
+  {
+    std::ifstream in(file);
+    text.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const auto at = text.find("\nmodel.");
+  REQUIRE(at != std::string::npos);
+  text.replace(at + 1, 6, "mode1.");
+  {
+    std::ofstream out(file, std::ios::trunc);
+    out << text;
+  }
+  CHECK_THROWS_WITH_AS(plan_with_cache(), doctest::Contains("read from the planner's calibration file"), Error);
+  CHECK_THROWS_WITH_AS(plan_with_cache(), doctest::Contains("delete the file to measure again"), Error);
+  std::filesystem::remove(file);
 }
 
 TEST_CASE("auto_plan: a budget nothing fits says by how much; without the key nothing changes") {

@@ -2,6 +2,7 @@
 /// \file
 /// \brief What the planner's calibration files (a profile, a cluster's speed and links) share:
 /// opening one, and showing a first line that is not one.
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -37,6 +38,9 @@ inline std::optional<std::ifstream> open_calibration(const std::filesystem::path
 // The most a unit's time may be, in seconds per row or per call, in a calibration file: past it the
 // file is not a measurement.
 inline constexpr double kMostSeconds = 1e4;
+// The most a unit's bytes per row may be, either way, in a calibration file (1 TiB): past it the
+// file is not a measurement, and the estimate's sums could overflow.
+inline constexpr std::int64_t kMostBytesPerRow = std::int64_t{1} << 40;
 }  // namespace detail
 
 }  // namespace plan

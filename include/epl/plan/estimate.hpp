@@ -286,11 +286,19 @@ Estimate estimate(const Model& model, const Profile& prof, const Candidate& c, c
       // that output, received from the next rank and held until the backward ends
       const std::int64_t boundary = last || units.empty() ? 0 : prof.unit(units.back().name).output_bytes;
       const auto at = static_cast<std::size_t>(id);
-      held.kept[at] = k * micro_rows;
-      held.sent[at] = boundary * micro_rows;
-      held.transient[at] = (above + boundary) * micro_rows;
-      held.split_transient[at] = (above_split + boundary) * micro_rows;
-      held.weight[at] = carried * micro_rows;
+      // a micro-batch's bytes, refused past 64 TiB: the peak sums up to 65536 micro-batches of them
+      auto of_micro_batch = [&](std::int64_t per_row) {
+        EPL_CHECK(std::abs(static_cast<double>(per_row) * static_cast<double>(micro_rows)) < 0x1p46, "plan::estimate: candidate ",
+                  c.str(), " would hold ", per_row, " activation bytes a row for micro-batches of ", micro_rows,
+                  " rows: past 64 TiB a micro-batch, more than 64-bit sums of its peak can count; give a smaller global batch, "
+                  "or measure the profile again (a unit's bytes a row are the profile's)");
+        return per_row * micro_rows;
+      };
+      held.kept[at] = of_micro_batch(k);
+      held.sent[at] = of_micro_batch(boundary);
+      held.transient[at] = of_micro_batch(above + boundary);
+      held.split_transient[at] = of_micro_batch(above_split + boundary);
+      held.weight[at] = of_micro_batch(carried);
       slowest_chunk = std::max(slowest_chunk, sec * lane.slowest);
       slowest_talk = std::max(slowest_talk, talk);  // the links do not scale with the speed
       work += sec * c.micro_batches * lane.busy * plan.tensor;

@@ -141,7 +141,8 @@ constexpr StepPrice price(const Cluster& cluster, const Combination& c, const St
   detail::check_cluster(cluster, "plan::price");
   if (c.data < 1 || c.pipeline < 1 || c.micro_batches < 1 || c.virtual_stages < 1 || c.zero < 0 || c.zero > 3)
     detail::step_is_not_valid("the combination's degrees, micro-batches and virtual stages must be 1 or more, its ZeRO stage 0 to 3");
-  if (c.pipeline > 1 && c.schedule == nullptr) detail::step_is_not_valid("a combination of several stages needs a schedule (strategy::kSchedules)");
+  if (c.pipeline > 1 && !strategy::is_schedule(c.schedule))
+    detail::step_is_not_valid("a combination of several stages needs a schedule (one of strategy::kSchedules)");
   if (buckets < 1) detail::step_is_not_valid("the reduction's buckets (communication.max_splits) must be 1 or more");
   for (const double x : {cost.chunk_seconds, cost.chunk_talk, cost.rank_talk, cost.shared_work, cost.send_bytes, cost.gradient_bytes,
                          cost.host_bytes})

@@ -287,6 +287,8 @@ Profile profile(const Model& model, const D& d, const Tensor& inputs, const Tens
 /// \brief Writes a profile to `path` under `key` (what it was measured for: the model's shape,
 /// the device), so a later run reads it back instead of measuring again (load_profile).
 inline void save_profile(const Profile& p, const std::filesystem::path& path, const std::string& key) {
+  EPL_CHECK(key.find_first_of("\r\n") == std::string::npos, "plan::save_profile: the key \"", detail::shown(key),
+            "\" holds a line break; a profile's key is one line (its file could never be read back)");
   std::ostringstream f;
   f.precision(17);
   f << "epl-profile 5\n" << key << "\n" << p.rows << ' ' << p.tokens_per_row << ' ' << p.input_bytes << ' ' << p.tensor << ' ' << p.repeats
@@ -295,6 +297,7 @@ inline void save_profile(const Profile& p, const std::filesystem::path& path, co
     f << u.name << ' ' << u.parameters << ' ' << u.macs_per_token << ' ' << u.activation_bytes << ' ' << u.output_bytes << ' '
       << u.backward_bytes << ' ' << u.weight_bytes << ' ' << u.split_backward_bytes << ' ' << u.forward_seconds << ' '
       << u.backward_seconds << ' ' << u.fixed_seconds << '\n';
+  f << "end\n";  // a file cut short anywhere, even inside the last figure, lacks it
   files::write_file(path, f.str(), "planner's calibration file");  // whole or not at all: a reader sees the old or the new
 }
 
@@ -306,9 +309,11 @@ inline std::optional<Profile> load_profile(const std::filesystem::path& path, co
   auto& f = *opened;
   std::string magic, saved;
   std::getline(f, magic);
+  EPL_CHECK(magic.rfind("epl-profile ", 0) == 0, "the planner's calibration file ", path, " is not one (its first line is \"",
+            detail::shown(magic), "\"); delete it to measure again");
   EPL_CHECK(magic == "epl-profile 5" || magic == "epl-profile 4" || magic == "epl-profile 3" || magic == "epl-profile 2",
-            "the planner's calibration file ", path, " is not one (its first line is \"", detail::shown(magic),
-            "\"); delete it to measure again");
+            "the planner's calibration file ", path, " was written by another version of epl (\"", detail::shown(magic),
+            "\"; this one reads \"epl-profile 5\"); delete it to measure again");
   // an older probe's (split layers measured whole; no spread; no weight-pass bytes): measure again
   if (magic != "epl-profile 5") return std::nullopt;
   EPL_CHECK(static_cast<bool>(std::getline(f, saved)), "the planner's calibration file ", path,
@@ -323,16 +328,22 @@ inline std::optional<Profile> load_profile(const std::filesystem::path& path, co
   for (auto& u : p.units)
     f >> u.name >> u.parameters >> u.macs_per_token >> u.activation_bytes >> u.output_bytes >> u.backward_bytes >> u.weight_bytes >>
         u.split_backward_bytes >> u.forward_seconds >> u.backward_seconds >> u.fixed_seconds;
-  EPL_CHECK(!f.fail() && p.rows >= 1 && p.tokens_per_row >= 1 && p.input_bytes >= 0, "the planner's calibration file ", path,
-            " is truncated or corrupt; delete it to measure again");
+  std::string end, more;
+  f >> end;
+  EPL_CHECK(!f.fail() && end == "end" && !(f >> more) && p.rows >= 1 && p.tokens_per_row >= 1 && p.input_bytes >= 0,
+            "the planner's calibration file ", path, " is truncated or corrupt; delete it to measure again");
   for (const auto& u : p.units) {
-    const bool sane = u.parameters >= 0 && u.macs_per_token >= 0 && u.output_bytes >= 0 && u.backward_bytes >= 0 &&
-                      u.weight_bytes >= 0 && u.split_backward_bytes >= 0 &&
+    auto bytes = [](std::int64_t b, bool may_be_negative) {
+      return b <= detail::kMostBytesPerRow && (may_be_negative ? b >= -detail::kMostBytesPerRow : b >= 0);
+    };
+    const bool sane = u.parameters >= 0 && u.macs_per_token >= 0 && bytes(u.activation_bytes, true) && bytes(u.output_bytes, false) &&
+                      bytes(u.backward_bytes, false) && bytes(u.weight_bytes, false) && bytes(u.split_backward_bytes, false) &&
                       std::isfinite(u.macs_per_token) && u.forward_seconds >= 0 && u.backward_seconds >= 0 && u.fixed_seconds >= 0 &&
                       u.forward_seconds <= detail::kMostSeconds && u.backward_seconds <= detail::kMostSeconds &&
                       u.fixed_seconds <= detail::kMostSeconds;
     EPL_CHECK(sane, "the planner's calibration file ", path, " holds impossible figures for unit ", u.name,
-              " (negative, not finite, or a time over ", detail::kMostSeconds, " s); delete it to measure again");
+              " (negative, not finite, a time over ", detail::kMostSeconds, " s, or bytes a row over ", detail::kMostBytesPerRow,
+              "); delete it to measure again");
   }
   return p;
 }

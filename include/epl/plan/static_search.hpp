@@ -361,7 +361,8 @@ constexpr StaticPlan static_price(const Cluster& cluster, const Budget& budget, 
   if (Pricer::declared && c.pipeline != Pricer::declared) refuse("the model declares its pipeline stages (epl::Pipeline): give that many");
   if (budget.rows % (static_cast<std::int64_t>(c.data) * c.micro_batches) != 0)
     refuse("the global batch (Budget::rows) does not divide into the data-parallel degree x micro-batches");
-  if (c.schedule == nullptr) refuse("the combination has no schedule: give &strategy::kDefaultSchedule or one of strategy::kSchedules");
+  if (!strategy::is_schedule(c.schedule))
+    refuse("the combination has no schedule: give &strategy::kDefaultSchedule or one of strategy::kSchedules");
   if (c.pipeline == 1 && c.schedule != &strategy::kDefaultSchedule)
     refuse("one pipeline stage runs no schedule: give &strategy::kDefaultSchedule");
   if (c.virtual_stages != (c.pipeline > 1 && c.schedule->virtual_stages ? 2 : 1))

@@ -13,6 +13,7 @@
 ///     cfg = epl::auto_plan<Model, Optimizer, Policies>(ctx, cfg, model, sample, global_batch);
 ///     epl::Trainer<Model, Optimizer, Policies> trainer(ctx, cfg, std::move(model), ...);
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -26,6 +27,7 @@
 #include "epl/runtime/config.hpp"
 #include "epl/runtime/context.hpp"
 #include "epl/runtime/data.hpp"
+#include "epl/runtime/agreement.hpp"
 #include "epl/runtime/combinations.hpp"
 #include "epl/runtime/run_options.hpp"
 
@@ -48,7 +50,7 @@ struct AutoPlanOptions {
   int steps = 1;                    ///< timed steps of a plan a round, after one untimed
   bool print = true;                ///< rank 0 prints the top plans, and predicted against measured
   std::string* log = nullptr;       ///< where rank 0's account of the choice also goes (what it prints)
-  plan::Candidate* chosen = nullptr; ///< where the chosen plan goes (every rank)
+  plan::Candidate* chosen = nullptr; ///< where the chosen plan goes (every rank); left as it was when auto_plan does not plan
 };
 
 namespace detail {
@@ -137,6 +139,18 @@ Config auto_plan(Context& ctx, const Config& cfg, const Model& model, const Batc
             "what the probe uses): with one row it cannot tell a unit's fixed cost a call from its cost a row, and every micro-batch "
             "count would be priced alike");
   const std::int64_t rows = std::min<std::int64_t>(sample.inputs.dim(0), 4);
+  EPL_CHECK(detail::rows_of(sample.targets) == sample.inputs.dim(0), "auto_plan: the sample batch has ", sample.inputs.dim(0),
+            " input rows but ", detail::rows_of(sample.targets), " target rows; give one target row an input row");
+  detail::check_batch_memory(sample.inputs, sample.targets, ctx.cpu().id());
+  {  // the measured plans train on the sample, and a pipeline's stages check they read the same rows
+    std::uint64_t h = 1469598103934665603ull;
+    for (const Tensor* t : {&sample.inputs, &sample.targets}) h = detail::hash_bytes(h, t->raw(), t->bytes());
+    std::int64_t low = std::bit_cast<std::int64_t>(h), high = low;
+    world.all_reduce(comm::Buffer(&low, 1, DType::kI64), comm::Buffer(&low, 1, DType::kI64), comm::ReduceOp::kMin);
+    world.all_reduce(comm::Buffer(&high, 1, DType::kI64), comm::Buffer(&high, 1, DType::kI64), comm::ReduceOp::kMax);
+    EPL_CHECK(low == high, "auto_plan: the ranks were given different sample batches; give every rank the same rows (the "
+              "plans it measures train on them; read them with one seed on every rank, not from the rank's data shard)");
+  }
   Model counted = model;
   const std::string key = std::string(reflect::type_name<Model>()) + " rows " + std::to_string(rows) + " of " +
                           sample.inputs.shape().str() + " " + std::to_string(nn::parameter_count(counted)) + " parameters";
@@ -164,8 +178,17 @@ Config auto_plan(Context& ctx, const Config& cfg, const Model& model, const Batc
   // the run's other keys, and its ranks' speeds (cluster.rank_speeds), price each plan as it will run
   plan::PlanOptions base = plan_options(cfg, {});
   base.rank_speeds = rank_speeds(cfg, ctx.cpu(), world);
-  const auto found = plan::search<Model, Policy>(model, *prof, cluster, global_rows, Optimizer::kStateSlots,
-                                                 {.budget = o.budget, .amp_profile = amp ? &*amp : nullptr, .base = base});
+  const auto found = [&] {
+    try {
+      return plan::search<Model, Policy>(model, *prof, cluster, global_rows, Optimizer::kStateSlots,
+                                         {.budget = o.budget, .amp_profile = amp ? &*amp : nullptr, .base = base});
+    } catch (const Error& e) {
+      // a profile read back from the cache that does not describe this model: the file is the fix
+      if (fresh || o.cache.empty()) throw;
+      EPL_FAIL(e.what(), " (the profile was read from the planner's calibration file ", o.cache,
+               ", written for this model type and sample shape: if the model changed otherwise, delete the file to measure again)");
+    }
+  }();
   // rank 0's top plans, on every rank (each rank probed for itself: their rankings may differ).
   // They are measured when the optimizer can stand in for the run's (built from its default options).
   const bool can_measure = detail::has_stand_in<Optimizer> && o.measure > 1;
@@ -231,7 +254,7 @@ Config auto_plan(Context& ctx, const Config& cfg, const Model& model, const Batc
     }
     if (ctx.rank() == 0) {
       std::string table = "measured before choosing (" + std::to_string(o.rounds) + " rounds of " + std::to_string(o.steps) +
-                          " steps, alternating; the slowest rank's median step, and its round's step over the round's median "
+                          (o.steps == 1 ? " step" : " steps") + ", alternating; the slowest rank's median step, and its round's step over the round's median "
                           "plan's, the median over rounds: what ranks them):\n";
       char line[512];
       for (std::size_t i = 0; i < plans.size(); ++i) {

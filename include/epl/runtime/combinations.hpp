@@ -62,6 +62,8 @@ inline double median_of(std::vector<double> v) {
 inline std::vector<double> relative_steps(const std::vector<std::int64_t>& round_ns, std::size_t plans, std::size_t rounds) {
   EPL_CHECK(plans > 0 && rounds > 0 && round_ns.size() == plans * rounds, "bench::relative_steps: ", round_ns.size(),
             " timings are not ", plans, " plans x ", rounds, " rounds");
+  for (const auto ns : round_ns)
+    EPL_CHECK(ns >= 0, "bench::relative_steps: a step of ", ns, " ns; a timing cannot be negative");
   std::vector<double> typical(rounds), out(plans);
   for (std::size_t r = 0; r < rounds; ++r) {
     std::vector<double> all;

@@ -303,6 +303,15 @@ inline const ScheduleEntry& schedule_at(std::size_t i) {
   return kSchedules[i];
 }
 
+/// \brief Whether s is one of kSchedules' entries (null or any other pointer is not). A constant
+/// expression may compare it with each entry's address; comparing it with null is not one under
+/// GCC's -fsanitize=undefined, which is why the searches ask this instead.
+constexpr bool is_schedule(const ScheduleEntry* s) {
+  for (const auto& e : kSchedules)
+    if (s == &e) return true;
+  return false;
+}
+
 /// \brief The schedule named `name` (pipeline.strategy's value); null when none is.
 constexpr const ScheduleEntry* find_schedule(std::string_view name) {
   for (const auto& e : kSchedules)
