@@ -82,11 +82,9 @@ TEST_CASE("auto_plan: the top plans are measured in alternating rounds and the f
   const std::string& log = logs[0];
   CAPTURE(log);
   REQUIRE(log.find("measured before choosing (2 rounds of 1 step, alternating") != std::string::npos);
-  // why: the fastest measured; fewer stages within its noise; or a pipeline that did not win again
+  // why: the fastest measured, or fewer stages within its noise
   CHECK((log.find("chosen as the fastest measured of 3 (the fastest predicted of each layout, then of each shape)") != std::string::npos ||
-         log.find("for fewer pipeline stages within the measurement's noise, of 3 measured") != std::string::npos ||
-         log.find("which measured faster of 3 (the fastest predicted of each layout, then of each shape) but not again") !=
-             std::string::npos));
+         log.find("for fewer pipeline stages within the measurement's noise, of 3 measured") != std::string::npos));
   // the chosen line ranks fastest of the three (its step over its rounds' median plan's, the "x"
   // figure), or has fewer pipeline stages within the noise (at most 10%) of the fastest
   struct Line {
@@ -104,14 +102,8 @@ TEST_CASE("auto_plan: the top plans are measured in alternating rounds and the f
   REQUIRE(measured.size() == 3);
   CHECK(std::count_if(measured.begin(), measured.end(), [](const Line& m) { return m.chosen; }) == 1);
   const auto least = std::min_element(measured.begin(), measured.end(), [](const Line& a, const Line& b) { return a.relative < b.relative; });
-  // a pipeline that won is measured again against the fastest plan of fewer stages, head to head;
-  // the log says so, and whether it won again (else the plan of fewer stages is chosen)
-  const bool rematch = log.find("  again, head to head: ") != std::string::npos;
-  const bool lost = log.find("but not again, head to head") != std::string::npos;
-  CHECK((!lost || rematch));
-  if (lost) CHECK(log.find("the plan of fewer stages, within the noise or ahead") != std::string::npos);
   for (const auto& m : measured)
-    if (m.chosen && !lost) CHECK(m.relative <= least->relative * 1.1 + 0.001);  // at most 10% behind (printed to 3 places)
+    if (m.chosen) CHECK(m.relative <= least->relative * 1.1 + 0.001);  // at most 10% behind (printed to 3 places)
   // the run's checkpoint and trace keys do not reach the trials: nothing is written, and checkpoint.every is no error
   const auto dir = std::filesystem::temp_directory_path() / ("epl_auto_plan_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);

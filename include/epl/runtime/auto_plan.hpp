@@ -229,29 +229,6 @@ Config auto_plan(Context& ctx, const Config& cfg, const Model& model, const Batc
                                 std::to_string(static_cast<int>(std::lround(100 * (measured[chosen].rank_key() / measured[first].rank_key() - 1)))) +
                                 "% faster) for fewer pipeline stages within the measurement's noise, of " + std::to_string(k) +
                                 " measured (the fastest predicted of each layout, then of each shape)";
-    // A pipeline that beat every plan of fewer stages must beat the fastest of them again, head to
-    // head in as many rounds: on a busy machine one measurement's winner among near-equals is often
-    // the load's choice, and a needless pipeline costs a bubble and a schedule's machinery.
-    std::size_t flat = plans.size();
-    for (std::size_t i = 0; i < plans.size(); ++i)
-      if (plans[i].candidate.pipeline < plans[chosen].candidate.pipeline &&
-          (flat == plans.size() || measured[i].rank_key() < measured[flat].rank_key()))
-        flat = i;
-    std::string rematch;
-    if (flat < plans.size()) {
-      const auto again = measure({plans[chosen], plans[flat]});
-      const bool held = bench::choose(again) == 0;
-      char line[512];
-      std::snprintf(line, sizeof line, "  again, head to head: %s x%.3f against %s x%.3f: %s\n", plans[chosen].candidate.str().c_str(),
-                    again[0].rank_key(), plans[flat].candidate.str().c_str(), again[1].rank_key(),
-                    held ? "the pipeline won again" : "the plan of fewer stages, within the noise or ahead");
-      rematch = line;
-      if (!held) {
-        why = "chosen over the pipeline " + plans[chosen].candidate.str() + ", which measured faster of " + std::to_string(k) +
-              " (the fastest predicted of each layout, then of each shape) but not again, head to head";
-        chosen = flat;
-      }
-    }
     if (ctx.rank() == 0) {
       std::string table = "measured before choosing (" + std::to_string(o.rounds) + " rounds of " + std::to_string(o.steps) +
                           (o.steps == 1 ? " step" : " steps") + ", alternating; the slowest rank's median step, and its round's step over the round's median "
@@ -263,7 +240,7 @@ Config auto_plan(Context& ctx, const Config& cfg, const Model& model, const Batc
                       (measured[i].relative > 0 ? 1.0 : measured[first].seconds), 100 * measured[i].spread(), i == chosen ? "  <- chosen" : "");
         table += line;
       }
-      account = table + rematch;
+      account = table;
     }
   }
   const plan::Candidate& c = plans[chosen].candidate;
