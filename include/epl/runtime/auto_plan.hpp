@@ -5,13 +5,14 @@
 /// offload, recompute and AMP (plan::search over the compiled policies), and rank 0 prints why
 /// (the top plans with their predicted memory and time). The probe repeats its runs, interleaved,
 /// and keeps each unit's fastest; then AutoPlanOptions::measure plans (the fastest predicted of each
-/// layout first: plan::shortlist) are trained a few steps each in alternating rounds and the
-/// fastest measured is chosen (the log shows predicted against measured), because one probe on a
-/// busy machine, or a cost model blind to a tiny model's overheads, can be far off. Call it
-/// before building the Trainer:
+/// layout, then of each shape: plan::shortlist) are trained a few steps each in alternating rounds,
+/// compared round by round, and the fastest measured is chosen (the log shows predicted against
+/// measured), because one probe on a busy machine, or a cost model blind to a tiny model's
+/// overheads, can be far off. Call it on every rank before building the Trainer, keeping the
+/// result in a Config of the rank's own (thread ranks share the one given to epl::launch):
 ///
-///     cfg = epl::auto_plan<Model, Optimizer, Policies>(ctx, cfg, model, sample, global_batch);
-///     epl::Trainer<Model, Optimizer, Policies> trainer(ctx, cfg, std::move(model), ...);
+///     const epl::Config planned = epl::auto_plan<Model, Optimizer, Policies>(ctx, cfg, model, sample, global_batch);
+///     epl::Trainer<Model, Optimizer, Policies> trainer(ctx, planned, std::move(model), ...);
 #include <algorithm>
 #include <bit>
 #include <chrono>
@@ -215,13 +216,10 @@ Config auto_plan(Context& ctx, const Config& cfg, const Model& model, const Batc
     trial.set(keys::checkpoint_dir, std::string());
     trial.set(keys::checkpoint_every, std::int64_t{0});
     trial.set(keys::trace, std::string());
-    auto measure = [&](const std::vector<plan::Estimate>& these) {
-      return bench::combinations<Model, Optimizer, Policy>(
-          ctx, trial, these, [&] { return model; }, detail::stand_in<Optimizer>(),
-          [&](const data::Shard& shard) { return [b = detail::tiled(ctx.cpu(), sample, shard.rows_of(global_rows))] { return b; }; },
-          {.warmup = 1, .steps = o.steps, .rounds = o.rounds});
-    };
-    const auto measured = measure(plans);
+    const auto measured = bench::combinations<Model, Optimizer, Policy>(
+        ctx, trial, plans, [&] { return model; }, detail::stand_in<Optimizer>(),
+        [&](const data::Shard& shard) { return [b = detail::tiled(ctx.cpu(), sample, shard.rows_of(global_rows))] { return b; }; },
+        {.warmup = 1, .steps = o.steps, .rounds = o.rounds});
     chosen = bench::choose(measured);  // the fastest, or fewer stages within the noise of it
     const std::size_t first = bench::fastest(measured);
     why = chosen == first ? "chosen as the fastest measured of " + std::to_string(k) + " (the fastest predicted of each layout, then of each shape)"
