@@ -13,8 +13,8 @@
 //                        [--verbose=true] [--json=FILE]
 #include <epl/epl.hpp>
 #include <epl/plan/search.hpp>
-#include <epl/runtime/auto_plan.hpp>
-#include <epl/runtime/combinations.hpp>
+#include <epl/tune/auto_plan.hpp>
+#include <epl/tune/combinations.hpp>
 #include <epl/runtime/launch.hpp>
 
 #include <algorithm>

@@ -12,8 +12,8 @@
 // measured on the run's own world (the calibration; the probe is cached in --calibration).
 #include <epl/epl.hpp>
 #include <epl/plan/search.hpp>
-#include <epl/runtime/auto_plan.hpp>
-#include <epl/runtime/combinations.hpp>
+#include <epl/tune/auto_plan.hpp>
+#include <epl/tune/combinations.hpp>
 #include <epl/runtime/launch.hpp>
 
 #include <algorithm>

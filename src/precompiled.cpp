@@ -6,10 +6,10 @@
 // `extern template` and instantiates only its own model's layers, strategies and trainer.
 // docs/architecture.md, "What a program compiles".
 #define EPL_PRECOMPILED_SOURCE
+#include "epl/checkpoint/serializer.hpp"
 #include "epl/comm/any_communicator.hpp"
 #include "epl/comm/threads/threads.hpp"
 #include "epl/device/cpu/cpu.hpp"
-#include "epl/runtime/serializer.hpp"
 
 namespace epl {
 inline namespace v0 {

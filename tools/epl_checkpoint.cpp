@@ -1,10 +1,10 @@
-// epl-checkpoint: reads the checkpoints a Trainer saves (include/epl/runtime/checkpoint.hpp).
+// epl-checkpoint: reads the checkpoints a Trainer saves (include/epl/checkpoint/checkpoint.hpp).
 //   epl-checkpoint show DIR              the step, scalars, tensors and files of a checkpoint, every
 //                                        piece read and its checksum checked
 //   epl-checkpoint export DIR OUT        its weights as a safetensors file (PyTorch's
 //                                        safetensors.torch.load_file reads it)
 // DIR is a step-N directory, or a checkpoint.dir, whose newest complete checkpoint is used.
-#include <epl/runtime/safetensors.hpp>
+#include <epl/checkpoint/safetensors.hpp>
 
 #include <cstdio>
 #include <string>

@@ -22,7 +22,7 @@
 // lr.* keys say otherwise (--lr.schedule=constant, --lr.decay_steps=1000, ...). The decay's length
 // is a fixed 200 steps, not --steps: a run stopped and resumed with more steps keeps its rates.
 #include <epl/epl.hpp>
-#include <epl/runtime/auto_plan.hpp>
+#include <epl/tune/auto_plan.hpp>
 #include <epl/runtime/launch.hpp>
 
 #include <chrono>

@@ -3,6 +3,7 @@
 /// \brief The CPU-clean umbrella header of epl: everything a host-only program needs. CUDA
 /// lives in epl/device/cuda/*.cuh and is included only from CUDA translation units; MPI in
 /// epl/comm/mpi/ (epl::mpi); the launcher in epl/runtime/launch.hpp.
+#include "epl/config/config.hpp"
 #include "epl/core/dtype.hpp"
 #include "epl/core/error.hpp"
 #include "epl/core/memory.hpp"
@@ -10,6 +11,7 @@
 #include "epl/core/shape.hpp"
 #include "epl/core/tensor.hpp"
 #include "epl/core/timeline.hpp"
+#include "epl/data/data.hpp"
 #include "epl/device/cpu/cpu.hpp"
 #include "epl/device/device.hpp"
 #include "epl/nn/nn.hpp"
@@ -17,9 +19,7 @@
 #include "epl/optim/sgd.hpp"
 #include "epl/param/arena.hpp"
 #include "epl/policy/policies.hpp"
-#include "epl/runtime/config.hpp"
 #include "epl/runtime/context.hpp"
-#include "epl/runtime/data.hpp"
 #include "epl/runtime/trainer.hpp"
 #include "epl/strategy/partition.hpp"
 #include "epl/strategy/pipeline.hpp"

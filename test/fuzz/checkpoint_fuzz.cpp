@@ -1,4 +1,4 @@
-// libFuzzer target: the checkpoint manifest and shard readers (epl/runtime/checkpoint.hpp) over
+// libFuzzer target: the checkpoint manifest and shard readers (epl/checkpoint/checkpoint.hpp) over
 // untrusted bytes. The input is a mode byte, a manifest's text, a NUL, and the bytes every shard
 // file the manifest lists holds. Mode bit 0 skips the checksums, the manifest's and the pieces' (so
 // the fuzzer reaches the line parser and the rebuilding without forging CRCs); every tensor is
@@ -14,7 +14,7 @@
 #include <string>
 #include <string_view>
 
-#include "epl/runtime/checkpoint.hpp"
+#include "epl/checkpoint/checkpoint.hpp"
 
 namespace {
 void must(bool ok, const char* what) {

@@ -13,7 +13,7 @@
 #include <variant>
 #include <vector>
 
-#include "epl/runtime/config.hpp"
+#include "epl/config/config.hpp"
 
 namespace {
 

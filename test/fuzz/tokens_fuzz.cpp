@@ -13,8 +13,8 @@
 #include <optional>
 #include <span>
 
+#include "epl/data/data.hpp"
 #include "epl/device/cpu/cpu.hpp"
-#include "epl/runtime/data.hpp"
 
 namespace {
 

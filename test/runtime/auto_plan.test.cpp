@@ -4,7 +4,7 @@
 #include "../../examples/gpt/gpt.hpp"
 #include "../helpers.hpp"
 #include "epl/comm/threads/run_threads.hpp"
-#include "epl/runtime/auto_plan.hpp"
+#include "epl/tune/auto_plan.hpp"
 
 #include <unistd.h>
 

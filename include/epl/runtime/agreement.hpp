@@ -13,9 +13,10 @@
 #include <vector>
 
 #include "epl/comm/any_communicator.hpp"
+#include "epl/config/config.hpp"
+#include "epl/config/run_options.hpp"
 #include "epl/nn/layer.hpp"
 #include "epl/reflect/type_name.hpp"
-#include "epl/runtime/config.hpp"
 
 namespace epl {
 inline namespace v0 {
@@ -264,6 +265,31 @@ inline void agree_on_call(comm::Communicator& world, Call call, std::int64_t ste
               at(r, 2), " rows and rank 0 one of ", at(0, 2), "; every rank must get an equal share of the global batch "
               "(data::WindowLoader with trainer.data_shard() does this)");
   }
+}
+
+/// \brief Facts about a trainer's options, for the ranks' agreement check.
+inline void add_trainer_facts(RunFacts& facts, const TrainerOptions& o) {
+  facts.add_number("TrainerOptions::seed", static_cast<double>(o.seed));
+  facts.add_number("TrainerOptions::clip_norm", o.clip_norm);
+  facts.add_number("TrainerOptions::dtype", static_cast<double>(o.dtype));
+  facts.add_number("TrainerOptions::check_replicas_every", static_cast<double>(o.check_replicas_every));
+  facts.add_number("TrainerOptions::amp_init_scale", o.amp_init_scale);
+  facts.add_number("TrainerOptions::amp_growth_interval", static_cast<double>(o.amp_growth_interval));
+  if (o.lr_schedule)  // a rule of the program's own: the same rates on every rank
+    for (std::int64_t step : {1, 2, 10, 100, 1000, 10000})
+      facts.add_number("TrainerOptions::lr_schedule(" + std::to_string(step) + ")", o.lr_schedule(step));
+}
+
+/// \brief Everything the ranks of a run must agree on: the model, the configuration keys, the
+/// optimizer and the trainer's options.
+template <class M, class O>
+RunFacts run_facts(M& model, const Config& cfg, const O& optimizer, const TrainerOptions& o) {
+  RunFacts facts;
+  add_model_facts(facts, model);
+  add_config_facts(facts, cfg);
+  add_optimizer_facts(facts, optimizer);
+  add_trainer_facts(facts, o);
+  return facts;
 }
 
 }  // namespace v0

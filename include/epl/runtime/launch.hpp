@@ -15,7 +15,7 @@
 
 #include "epl/comm/launcher.hpp"
 #include "epl/comm/threads/run_threads.hpp"
-#include "epl/runtime/config.hpp"
+#include "epl/config/config.hpp"
 #include "epl/runtime/context.hpp"
 
 namespace epl {

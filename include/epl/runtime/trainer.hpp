@@ -12,6 +12,8 @@
 #include <optional>
 #include <unordered_map>
 
+#include "epl/checkpoint/serializer.hpp"
+#include "epl/config/run_options.hpp"
 #include "epl/device/requirements.hpp"
 #include "epl/nn/loss.hpp"
 #include "epl/optim/optimizer.hpp"
@@ -20,10 +22,9 @@
 #include "epl/policy/amp.hpp"
 #include "epl/policy/gradient_sync.hpp"
 #include "epl/policy/recompute_check.hpp"
+#include "epl/runtime/agreement.hpp"
 #include "epl/runtime/context.hpp"
 #include "epl/runtime/divergence.hpp"
-#include "epl/runtime/run_options.hpp"
-#include "epl/runtime/serializer.hpp"
 #include "epl/runtime/trace.hpp"
 #include "epl/strategy/executor.hpp"
 #include "epl/strategy/step_groups.hpp"

@@ -5,7 +5,7 @@
 /// Every operation checks shapes and dtypes, then runs one typed kernel from
 /// device/cpu/{blas,elementwise,nn_kernels,optim_kernels}.hpp. Output tensors are handles
 /// (like std::span): they are taken by const reference and written through. This header declares
-/// the device; device/cpu/cpu_ops.hpp defines its operations.
+/// the device; device/cpu/cpu.ipp (included at the end) defines its operations.
 ///
 /// The device computes in the element types Compute... (device::Cpu: f32; device::CpuF64: f32
 /// and f64, for gradient checks). Kernels are instantiated for those types only, and a member
@@ -257,5 +257,5 @@ extern template class BasicCpu<float, double>;
 }  // namespace v0
 }  // namespace epl
 #else
-#include "epl/device/cpu/cpu_ops.hpp"
+#include "epl/device/cpu/cpu.ipp"  // the definitions
 #endif

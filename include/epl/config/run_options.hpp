@@ -1,0 +1,156 @@
+#pragma once
+/// \file
+/// \brief What a Trainer is told besides its model and optimizer: TrainerOptions (the settings
+/// that are not EPL keys), and the configuration keys read into the plain options plan::make
+/// checks (plan/ sits below config/ and does not know Config).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "epl/config/config.hpp"
+#include "epl/optim/schedule.hpp"
+#include "epl/plan/plan.hpp"
+
+namespace epl {
+inline namespace v0 {
+
+/// \brief Options of a Trainer that are not EPL config keys.
+struct TrainerOptions {
+  std::uint64_t seed = 0;  ///< parameter init and dropout streams
+  double clip_norm = 0;    ///< clip gradients to this global L2 norm; 0: no clipping
+  /// The dtype of parameters, gradients and optimizer state: f32, or f64 on a device that computes
+  /// it (device::CpuF64). Half precision is mixed precision's: amp.level = "O1".
+  DType dtype = DType::kF32;
+  /// Data parallel: after the first step and every this many steps, compare a hash of the
+  /// parameters across replicas and fail if they drifted apart (0: never; one small all_gather).
+  std::int64_t check_replicas_every = 100;
+  /// A loss or gradient that is NaN or infinite is an error naming the step and the parameter
+  /// (false: train on, as a run that handles overflow itself might).
+  bool check_finite = true;
+  /// Mixed precision (amp.level "O1") with amp.loss_scale = "dynamic": the scale the run starts
+  /// at, and the good steps in a row after which it doubles (policy::LossScaler has the rule).
+  double amp_init_scale = 65536;
+  std::int64_t amp_growth_interval = 2000;
+  /// The learning rate of each optimizer step (from 1), when the program has a rule of its own
+  /// (null: the lr.* keys say, constant by default). Every rank must give the same rates, and a
+  /// resumed run the same rate at the saved step (both checked).
+  std::function<double(std::int64_t step)> lr_schedule = nullptr;
+  /// Called on every rank at each phase of a checkpoint save ("prepared", "shards written",
+  /// "manifest written"): where a test makes a save fail part-way. Null: nothing.
+  std::function<void(std::string_view phase)> checkpoint_phase = nullptr;
+};
+
+/// \brief Every option's own range, checked when a Trainer is made, whether or not the run uses it
+/// (an AMP option set on a run without AMP is a setting that would be silently dropped).
+inline void check(const TrainerOptions& o) {
+  EPL_CHECK(std::isfinite(o.clip_norm) && o.clip_norm >= 0, "TrainerOptions::clip_norm = ", o.clip_norm,
+            " is not a norm; give a positive finite number, or 0 for no clipping");
+  EPL_CHECK(o.check_replicas_every >= 0, "TrainerOptions::check_replicas_every = ", o.check_replicas_every,
+            " is negative; give a step count, or 0 never to compare replicas");
+  EPL_CHECK(o.amp_init_scale >= 1 && o.amp_init_scale <= 0x1p64, "TrainerOptions::amp_init_scale = ", o.amp_init_scale,
+            " is not a loss scale; give a number from 1 to 2^64");
+  EPL_CHECK(o.amp_growth_interval >= 1, "TrainerOptions::amp_growth_interval = ", o.amp_growth_interval,
+            " must be at least 1 step");
+}
+
+/// \brief The learning-rate schedule the lr.* keys (or TrainerOptions::lr_schedule) describe; its
+/// base rate is set from the optimizer's options().lr by the trainer.
+inline optim::LrSchedule lr_schedule(const Config& cfg, const TrainerOptions& o) {
+  optim::LrSchedule s;
+  const std::string kind = cfg.get(keys::lr_schedule);
+  s.decay = kind == "cosine" ? optim::LrSchedule::Decay::kCosine : kind == "linear" ? optim::LrSchedule::Decay::kLinear
+                                                                                    : optim::LrSchedule::Decay::kConstant;
+  s.warmup = cfg.get(keys::lr_warmup_steps);
+  s.decay_steps = cfg.get(keys::lr_decay_steps);
+  s.floor = cfg.get(keys::lr_min);
+  for (std::string_view key : {keys::lr_decay_steps.name, keys::lr_min.name})
+    EPL_CHECK(s.decay != optim::LrSchedule::Decay::kConstant || cfg.source(key) == Config::Source::kDefault, "config key ", key, " = ",
+              cfg.value_text(key), " is given but lr.schedule = constant does not decay; set lr.schedule=cosine or linear, or drop ", key);
+  if (o.lr_schedule) {
+    EPL_CHECK(!s.active(), "TrainerOptions::lr_schedule gives the learning rate, and so do the lr.* keys (lr.schedule = ", kind,
+              ", lr.warmup_steps = ", s.warmup, "); give one of the two");
+    s.custom = o.lr_schedule;
+  }
+  return s;
+}
+
+/// \brief The configuration keys (and the trainer's options) that shape a run's plan.
+inline plan::PlanOptions plan_options(const Config& cfg, const TrainerOptions& o) {
+  check(o);
+  auto given = [&](auto key) { return cfg.source(key) != Config::Source::kDefault; };
+  auto optional = [&](Key<std::string> key) { return given(key) ? std::optional<std::string>(cfg.get(key)) : std::nullopt; };
+  plan::PlanOptions p;
+  p.micro_batches = static_cast<int>(cfg.get(keys::num_micro_batch));
+  p.stages = static_cast<int>(cfg.get(keys::num_stages));
+  p.stages_given = given(keys::num_stages);
+  p.schedule = cfg.get(keys::pipeline_strategy);
+  p.virtual_stages = static_cast<int>(cfg.get(keys::num_virtual_stages));
+  p.virtual_stages_given = given(keys::num_virtual_stages);
+  p.schedule_given = given(keys::pipeline_strategy);
+  p.auto_parallel = cfg.get(keys::auto_parallel);
+  p.prefer_intra_node = cfg.get(keys::prefer_intra_node);
+  p.colocate = cfg.get(keys::colocate_split_and_replicate);
+  p.sequence_parallel = cfg.get(keys::sequence_parallel);
+  auto& k = p.policies;
+  k.zero_level = optional(keys::zero_level);
+  k.offload_level = optional(keys::offload_level);
+  k.amp_level = optional(keys::amp_level);
+  k.amp_loss_scale = cfg.get(keys::amp_loss_scale);
+  k.amp_debug_log = cfg.get(keys::amp_debug_log);
+  k.recompute = optional(keys::checkpoint_type);
+  k.end_taskgraph = cfg.get(keys::checkpoint_end_taskgraph);
+  k.end_taskgraph_given = given(keys::checkpoint_end_taskgraph);
+  k.check_gradients = cfg.get(keys::checkpoint_check_gradients);
+  k.apply_groups = cfg.get(keys::num_apply_group);
+  k.max_splits = cfg.get(keys::max_splits);
+  k.fp16 = cfg.get(keys::fp16);
+  k.fp16_scale = cfg.get(keys::fp16_scale);
+  k.fp16_scale_given = given(keys::fp16_scale);
+  k.clip_after_allreduce = cfg.get(keys::clip_after_allreduce);
+  k.reduce_method = cfg.get(keys::gradients_reduce_method);
+  k.clip_norm = o.clip_norm;
+  k.amp_init_scale = o.amp_init_scale;
+  k.amp_growth_interval = o.amp_growth_interval;
+  k.dtype = o.dtype;
+  return p;
+}
+
+/// \brief Device d's speed: the fastest of a few timed 256 x 256 x 256 GEMMs, in GFLOP/s.
+template <class D>
+double measure_speed(const D& d) {
+  constexpr std::int64_t n = 256;
+  const Tensor a = d.zeros({n, n}, DType::kF32, MemoryCategory::kWorkspace), c = d.zeros({n, n}, DType::kF32, MemoryCategory::kWorkspace);
+  double best = 0;
+  for (int i = 0; i < 6; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    d.gemm(a, false, a, true, c, 1, 0);
+    d.synchronize();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (i > 0) best = std::max(best, 2.0 * n * n * n / std::max(s, 1e-9) / 1e9);  // the first warms up
+  }
+  return best;
+}
+
+/// \brief cluster.rank_speeds: empty (even), each rank's number, or with "measure" each rank's
+/// device timed and the speeds gathered over world (so every rank holds the same list).
+template <class D>
+std::vector<double> rank_speeds(const Config& cfg, const D& d, comm::Communicator& world) {
+  const std::string text = cfg.get(keys::rank_speeds);
+  if (text.empty()) return {};
+  std::vector<double> speeds(static_cast<std::size_t>(world.size()));
+  if (text == "measure") {
+    double mine = measure_speed(d);
+    world.all_gather(comm::Buffer(&mine, 1, DType::kF64), comm::Buffer(speeds.data(), world.size(), DType::kF64));
+    return speeds;
+  }
+  return detail::parse_rank_speeds(text);
+}
+
+}  // namespace v0
+}  // namespace epl
