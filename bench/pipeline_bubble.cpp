@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "epl/comm/threads/run_threads.hpp"
+#include "epl/core/files.hpp"
 #include "epl/epl.hpp"
 
 namespace {

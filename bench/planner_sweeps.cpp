@@ -28,6 +28,7 @@
 #include <tuple>
 
 #include "common.hpp"
+#include "epl/core/files.hpp"
 
 namespace nn = epl::nn;
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "../examples/gpt/gpt.hpp"
+#include "epl/core/files.hpp"
 
 namespace {
 using gpt::RecomputedGpt;

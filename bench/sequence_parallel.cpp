@@ -16,6 +16,7 @@
 
 #include "../examples/gpt/gpt.hpp"
 #include "common.hpp"
+#include "epl/core/files.hpp"
 
 namespace {
 using bench::cpu_name;

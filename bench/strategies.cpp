@@ -24,6 +24,7 @@
 #include <thread>
 
 #include "../examples/gpt/gpt.hpp"
+#include "epl/core/files.hpp"
 
 namespace {
 using Policy = epl::Policies<epl::Zero<3>, epl::Offload<epl::offload::V0>, epl::Amp<epl::amp::BF16>>;

@@ -15,6 +15,7 @@
 
 #include "../examples/gpt/gpt.hpp"
 #include "common.hpp"
+#include "epl/core/files.hpp"
 
 namespace {
 using Device = epl::testing::Throttled<epl::device::Cpu>;

@@ -1,15 +1,17 @@
 // epl::precompiled: what every training program would otherwise compile for itself, compiled
 // once — the CPU device's operations and kernels (device::Cpu, device::CpuF64), the type-erased
 // models of the host communication backends (a world of one, thread ranks; MPI processes in
-// precompiled_mpi.cpp), and the checkpoint serializer. A program
-// linked with this library (the target defines EPL_PRECOMPILED for it) declares them
+// precompiled_mpi.cpp), and what stands on the file layer, Boost.CRC and fcntl: the checkpoint
+// serializer, export_safetensors and the run's tracer. A program linked with this library (the target defines EPL_PRECOMPILED for it) declares them
 // `extern template` and instantiates only its own model's layers, strategies and trainer.
 // docs/architecture.md, "What a program compiles".
 #define EPL_PRECOMPILED_SOURCE
+#include "epl/checkpoint/export.hpp"
 #include "epl/checkpoint/serializer.hpp"
 #include "epl/comm/any_communicator.hpp"
 #include "epl/comm/threads/threads.hpp"
 #include "epl/device/cpu/cpu.hpp"
+#include "epl/runtime/trace.hpp"
 
 namespace epl {
 inline namespace v0 {
@@ -25,6 +27,9 @@ template class detail::CommunicatorModel<ThreadCommunicator, false>;
 }  // namespace comm
 namespace checkpoint {
 template class BasicSerializer<void>;
+template std::size_t export_safetensors<void>(const std::filesystem::path&, const std::filesystem::path&);
 }  // namespace checkpoint
+template void write_trace<void>(comm::Communicator&, const Timeline&, const std::string&);
+template class BasicTracer<void>;
 }  // namespace v0
 }  // namespace epl

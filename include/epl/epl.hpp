@@ -3,6 +3,7 @@
 /// \brief The CPU-clean umbrella header of epl: everything a host-only program needs. CUDA
 /// lives in epl/device/cuda/*.cuh and is included only from CUDA translation units; MPI in
 /// epl/comm/mpi/ (epl::mpi); the launcher in epl/runtime/launch.hpp.
+#include "epl/checkpoint/export.hpp"
 #include "epl/config/config.hpp"
 #include "epl/core/dtype.hpp"
 #include "epl/core/error.hpp"

@@ -6,6 +6,7 @@
 //   export_safetensors DIR   ->   DIR/model.safetensors, DIR/reference.txt
 #include "../../examples/gpt/gpt.hpp"
 #include "epl/comm/threads/run_threads.hpp"
+#include "epl/core/files.hpp"
 
 #include <cstdio>
 #include <filesystem>

@@ -5,7 +5,9 @@
 // problem; a save that fails part-way leaves the previous checkpoint the one resumed.
 #include "../../examples/gpt/gpt.hpp"
 #include "../helpers.hpp"
+#include "epl/checkpoint/checkpoint.hpp"
 #include "epl/comm/threads/run_threads.hpp"
+#include "epl/core/files.hpp"
 
 #include <cmath>
 #include <filesystem>

@@ -4,10 +4,11 @@
 // file outside, a FIFO, a hard link or a device node is either never opened or refused naming it;
 // the file outside keeps its bytes, and nothing waits on a FIFO (epl/core/files.hpp's rule).
 #include "../helpers.hpp"
+#include "epl/checkpoint/checkpoint.hpp"
 #include "epl/comm/store.hpp"
+#include "epl/comm/threads/run_threads.hpp"
 #include "epl/plan/cost.hpp"
 #include "epl/runtime/launch.hpp"
-#include "epl/comm/threads/run_threads.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>

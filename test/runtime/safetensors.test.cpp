@@ -4,6 +4,7 @@
 // them in checkpoint.torch_round_trip.)
 #include "../../examples/gpt/gpt.hpp"
 #include "../helpers.hpp"
+#include "epl/checkpoint/safetensors.hpp"
 #include "epl/comm/threads/run_threads.hpp"
 
 #include <cstring>
@@ -299,6 +300,15 @@ TEST_CASE("safetensors: export names what it cannot write, and a directory of ch
   for (const auto& out : {dir.path / "plain" / "m.safetensors", dir.path / "m.safetensors"})
     CHECK_THROWS_WITH_AS(checkpoint::export_safetensors(dir.path / "plain", out), doctest::Contains("is not a checkpoint (it has no manifest.txt)"),
                          Error);
+  // a source that is missing or a file, and a "folder" to write in that is a file: each said as it is
+  std::ofstream(dir.path / "file.txt") << "x";
+  CHECK_THROWS_WITH_AS(checkpoint::export_safetensors(dir.path / "none", dir.path / "m.safetensors"),
+                       doctest::Contains(("the checkpoint \"" + (dir.path / "none").string() + "\" does not exist").c_str()), Error);
+  CHECK_THROWS_WITH_AS(checkpoint::export_safetensors(dir.path / "file.txt", dir.path / "m.safetensors"),
+                       doctest::Contains("is a file, not a directory"), Error);
+  CHECK_THROWS_WITH_AS(checkpoint::export_safetensors(step, dir.path / "file.txt" / "m.safetensors"),
+                       doctest::Contains(("\"" + (dir.path / "file.txt").string() + "\", is not a directory; name a file in an existing folder").c_str()),
+                       Error);
 }
 
 TEST_CASE("names: a model whose parameters a checkpoint cannot tell apart is refused when the trainer is built") {

@@ -134,7 +134,7 @@ inline std::optional<std::int64_t> step_of(std::string_view name) {
 namespace detail {
 // What a user does about a checkpoint that cannot be read.
 inline std::string set_aside(const std::filesystem::path& checkpoint) {
-  return "; move " + checkpoint.string() + " aside (a resume then takes the newest checkpoint left) or load an earlier one";
+  return "; use an earlier checkpoint (move " + checkpoint.string() + " aside and a resume takes the newest one left)";
 }
 // A name or value written as one token: no whitespace or control characters, not empty.
 inline bool is_token(std::string_view s) {
@@ -285,8 +285,8 @@ inline Manifest parse(std::string_view text, const std::string& where, bool veri
   const std::size_t last = text.size() >= 2 ? text.rfind('\n', text.size() - 2) : std::string_view::npos;
   const std::string_view end_line = last == std::string_view::npos ? text : text.substr(last + 1);
   const auto checkpoint = std::filesystem::path(where).parent_path();
-  EPL_CHECK(end_line.starts_with("end "), "checkpoint manifest ", where, " is truncated: its last line is not the \"end\" line "
-            "with the checksum (a damaged file)", detail::set_aside(checkpoint));
+  EPL_CHECK(end_line.starts_with("end "), "checkpoint manifest ", where, " is truncated or corrupt: its last line is not the \"end\" "
+            "line with the checksum (a damaged file)", detail::set_aside(checkpoint));
   if (verify_checksum) {
     const std::string_view body = text.substr(0, last + 1);
     char want[16];
