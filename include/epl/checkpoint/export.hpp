@@ -24,14 +24,9 @@ std::size_t export_safetensors(const std::filesystem::path& checkpoint_dir, cons
 }  // namespace v0
 }  // namespace epl
 
+// the definition, unless epl::precompiled compiled it
 #if defined(EPL_PRECOMPILED) && !defined(EPL_PRECOMPILED_SOURCE)
-namespace epl {
-inline namespace v0 {
-namespace checkpoint {
-extern template std::size_t export_safetensors<void>(const std::filesystem::path&, const std::filesystem::path&);
-}  // namespace checkpoint
-}  // namespace v0
-}  // namespace epl
+extern template std::size_t epl::checkpoint::export_safetensors<void>(const std::filesystem::path&, const std::filesystem::path&);
 #else
 #include "epl/checkpoint/export.ipp"
 #endif

@@ -220,20 +220,16 @@ class BasicSerializer {
 /// epl::precompiled takes its compiled members from that library).
 using Serializer = BasicSerializer<>;
 
+#if defined(EPL_PRECOMPILED) && !defined(EPL_PRECOMPILED_SOURCE)
+extern template class BasicSerializer<void>;
+#endif
+
 }  // namespace checkpoint
 }  // namespace v0
 }  // namespace epl
 
 // The members' definitions: compiled into every program that uses the serializer, or, in a
 // program linked with epl::precompiled (EPL_PRECOMPILED), once in that library.
-#if defined(EPL_PRECOMPILED) && !defined(EPL_PRECOMPILED_SOURCE)
-namespace epl {
-inline namespace v0 {
-namespace checkpoint {
-extern template class BasicSerializer<void>;
-}  // namespace checkpoint
-}  // namespace v0
-}  // namespace epl
-#else
+#if !defined(EPL_PRECOMPILED) || defined(EPL_PRECOMPILED_SOURCE)
 #include "epl/checkpoint/serializer.ipp"
 #endif

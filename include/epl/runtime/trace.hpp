@@ -47,13 +47,10 @@ using Tracer = BasicTracer<>;
 }  // namespace v0
 }  // namespace epl
 
+// the definitions, unless epl::precompiled compiled them
 #if defined(EPL_PRECOMPILED) && !defined(EPL_PRECOMPILED_SOURCE)
-namespace epl {
-inline namespace v0 {
-extern template void write_trace<void>(comm::Communicator&, const Timeline&, const std::string&);
-extern template class BasicTracer<void>;
-}  // namespace v0
-}  // namespace epl
+extern template void epl::write_trace<void>(epl::comm::Communicator&, const epl::Timeline&, const std::string&);
+extern template class epl::BasicTracer<void>;
 #else
 #include "epl/runtime/trace.ipp"
 #endif
