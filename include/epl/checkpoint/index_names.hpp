@@ -32,9 +32,9 @@ void index_walk(N& node, std::string& path, std::map<const nn::Parameter*, std::
     std::size_t index = 0;
     nn::for_each_member(node, [&](std::string_view name, auto& member) {
       const auto size = path.size();
-      const std::string by_index = std::to_string(index++);
-      const std::string_view old = nn::visitable<T> ? (name.empty() ? wrapper : name) : std::string_view(by_index);
-      path.append(path.empty() ? "" : ".").append(old);
+      path.append(path.empty() ? "" : ".");
+      if constexpr (nn::visitable<T>) path.append(name.empty() ? wrapper : name);
+      else path.append(std::to_string(index++));
       index_walk(member, path, out);
       path.resize(size);
     });

@@ -302,9 +302,10 @@ inline Folder folder_of(const std::filesystem::path& file, std::string_view what
             " names no file; give a path that ends in a file name");
   std::error_code ec;
   const auto folder = file.has_parent_path() ? file.parent_path() : std::filesystem::path(".");
-  const bool there = std::filesystem::exists(folder, ec);
-  EPL_CHECK(std::filesystem::is_directory(folder, ec), "the folder of the ", what, " ", file, ", ", folder,
-            there ? ", is not a directory; name a file in an existing folder" : ", does not exist; create it, or name a file in an existing folder");
+  if (!std::filesystem::is_directory(folder, ec))
+    EPL_FAIL("the folder of the ", what, " ", file, ", ", folder,
+             std::filesystem::exists(folder, ec) ? ", is not a directory; name a file in an existing folder"
+                                                 : ", does not exist; create it, or name a file in an existing folder");
   return Folder(folder, "folder of the " + std::string(what));
 }
 
