@@ -76,6 +76,9 @@ struct TrainerState {
   /// Restarts the optimizer at a saved step count with zeroed state of n elements; returns it.
   std::function<const std::vector<Tensor>&(std::int64_t steps, std::int64_t n, DType t)> restore_optimizer;
   policy::LossScaler* scaler = nullptr;            ///< AMP's, or null
+  /// What the policies keep beside the optimizer's state (the EMA of the weights), laid out as a
+  /// state slot: saved as <parameter>@<suffix>; a checkpoint without one calls its `absent`.
+  std::vector<policy::SavedState> policy_state;
   std::uint64_t seed = 0;
   int data = 1, tensor = 1, pipeline = 1, zero = 0;  ///< the layout, for a reader's information
   std::function<void(const Tensor&, void*)> download;

@@ -351,6 +351,8 @@ std::string BasicSerializer<Unused>::write_shard(const files::Folder& dir, const
     add(s.names.at(&p), p, b, e, r.values.slice(at, at + e - b));
     for (std::size_t k = 0; k < state.size(); ++k)
       add(state_name(s.names.at(&p), k), p, b, e, state[k].slice(r.state_at + at, r.state_at + at + e - b));
+    for (const auto& kept : s.policy_state)
+      add(s.names.at(&p) + "@" + kept.suffix, p, b, e, kept.buffer.slice(r.state_at + at, r.state_at + at + e - b));
   });
   if (shard) {
     m.files[file] = shard->sync();
@@ -436,6 +438,8 @@ void BasicSerializer<Unused>::verify(const Reader& reader, const std::string& wh
       const std::string tensor = k < 0 ? name : state_name(name, static_cast<std::size_t>(k));
       if (reader.has(tensor) && read.insert(tensor).second) (void)reader.whole(tensor);  // restore() names one missing
     }
+    for (const auto& kept : s.policy_state)
+      if (const std::string tensor = name + "@" + kept.suffix; reader.has(tensor) && read.insert(tensor).second) (void)reader.whole(tensor);
   });
 }
 
@@ -459,6 +463,7 @@ void BasicSerializer<Unused>::restore(const Reader& reader, const std::string& w
   for (const auto& r : s.regions) held += r.range.size();
   const auto& state = s.restore_optimizer(optimizer_steps, held, s.arena->dtype());
   std::vector<unsigned char> host;
+  std::vector<bool> absent(s.policy_state.size(), false);
   auto fill = [&](const std::string& tensor, const nn::Parameter& p, std::int64_t b, std::int64_t e, const Tensor& to) {
     EPL_CHECK(reader.has(tensor), "checkpoint ", where, " holds no ", tensor, " although the optimizer had taken ", optimizer_steps,
               " steps: the manifest is not one a save writes");
@@ -468,7 +473,16 @@ void BasicSerializer<Unused>::restore(const Reader& reader, const std::string& w
     fill(s.names.at(&p), p, b, e, r.values.slice(at, at + e - b));
     for (std::size_t k = 0; k < state.size(); ++k)
       fill(state_name(s.names.at(&p), k), p, b, e, state[k].slice(r.state_at + at, r.state_at + at + e - b));
+    for (std::size_t k = 0; k < s.policy_state.size(); ++k) {
+      const auto& kept = s.policy_state[k];
+      const std::string tensor = s.names.at(&p) + "@" + kept.suffix;
+      if (reader.has(tensor)) upload_piece(s, p, b, e, reader.whole(tensor), kept.buffer.slice(r.state_at + at, r.state_at + at + e - b), host);
+      else absent[k] = true;
+    }
   });
+  // a policy's state the checkpoint lacks (saved without it) starts afresh, from the loaded values
+  for (std::size_t k = 0; k < s.policy_state.size(); ++k)
+    if (absent[k] && s.policy_state[k].absent) s.policy_state[k].absent();
   // the scalars
   *s.step = m.step;
   if (s.scaler && m.scalar("amp.scale")) {

@@ -11,38 +11,12 @@
 #include <vector>
 
 #include "epl/core/error.hpp"
+#include "epl/core/key.hpp"
+#include "epl/policy/setup.hpp"
 #include "epl/strategy/schedule.hpp"
 
 namespace epl {
 inline namespace v0 {
-
-/// \brief One configuration value. A list holds the values of a flag given more than once.
-using ConfigValue = std::variant<bool, std::int64_t, double, std::string, std::vector<std::string>>;
-
-/// \brief The description of one key or flag: its type (that of its default), default, valid
-/// values and whether this version implements values other than the default.
-struct ConfigKey {
-  std::string_view name;
-  ConfigValue default_value;
-  std::vector<std::string_view> choices;  ///< strings: the valid values (empty: free text)
-  double min = -std::numeric_limits<double>::infinity();  ///< numbers: the smallest valid value
-  double max = std::numeric_limits<double>::infinity();   ///< numbers: the largest valid value (every integer key has one:
-                                                           ///< no value is ever narrowed to another number)
-  bool implemented = true;  ///< false: only the default is accepted for now ("not supported yet")
-  std::string_view help;
-  bool program = false;  ///< a program's own flag (--name), not an EPL key (no EPL_* variable)
-  /// Strings: other names accepted for a choice, {alias, choice} (what Megatron and DeepSpeed users
-  /// type: zero.level=3 for v2); the key then holds the choice.
-  std::vector<std::pair<std::string_view, std::string_view>> aliases = {};
-};
-
-/// \brief A typed handle on a key: `cfg.get(keys::max_splits)` is a std::int64_t, and reading a
-/// key as another type does not compile.
-/// \tparam T bool, std::int64_t, double, std::string or std::vector<std::string>
-template <class T>
-struct Key {
-  std::string_view name;
-};
 
 /// \brief Limits of a program flag's value.
 struct FlagLimits {
@@ -95,15 +69,6 @@ inline constexpr Key<I> num_micro_batch{"pipeline.num_micro_batch"};
 inline constexpr Key<I> num_stages{"pipeline.num_stages"};
 inline constexpr Key<S> pipeline_strategy{"pipeline.strategy"};
 inline constexpr Key<I> num_virtual_stages{"pipeline.num_virtual_stages"};
-inline constexpr Key<S> checkpoint_type{"gradient_checkpoint.type"};
-inline constexpr Key<I> checkpoint_end_taskgraph{"gradient_checkpoint.end_taskgraph"};
-inline constexpr Key<bool> checkpoint_check_gradients{"gradient_checkpoint.check_gradients"};
-inline constexpr Key<S> zero_level{"zero.level"};
-inline constexpr Key<S> offload_level{"offload.level"};
-inline constexpr Key<S> amp_level{"amp.level"};
-inline constexpr Key<bool> amp_debug_log{"amp.debug_log"};
-inline constexpr Key<S> amp_loss_scale{"amp.loss_scale"};
-inline constexpr Key<I> num_apply_group{"optimizer.num_apply_group"};
 inline constexpr Key<bool> prefer_intra_node{"cluster.device_place_prefer_intra_node"};
 inline constexpr Key<S> run_visible_devices{"cluster.run_visible_devices"};
 inline constexpr Key<bool> colocate_split_and_replicate{"cluster.colocate_split_and_replicate"};
@@ -111,11 +76,6 @@ inline constexpr Key<S> rank_speeds{"cluster.rank_speeds"};
 inline constexpr Key<bool> sequence_parallel{"split.sequence_parallel"};
 inline constexpr Key<I> num_communicators{"communication.num_communicators"};
 inline constexpr Key<bool> sparse_as_dense{"communication.sparse_as_dense"};
-inline constexpr Key<I> max_splits{"communication.max_splits"};
-inline constexpr Key<bool> fp16{"communication.fp16"};
-inline constexpr Key<I> fp16_scale{"communication.fp16_scale"};
-inline constexpr Key<bool> clip_after_allreduce{"communication.clip_after_allreduce"};
-inline constexpr Key<S> gradients_reduce_method{"communication.gradients_reduce_method"};
 inline constexpr Key<bool> io_slicing{"io.slicing"};
 inline constexpr Key<bool> unbalanced_io_slicing{"io.unbalanced_io_slicing"};
 inline constexpr Key<bool> drop_last_files{"io.drop_last_files"};
@@ -161,78 +121,58 @@ inline const std::vector<ConfigKey>& config_keys() {
   using S = std::string;
   using I = std::int64_t;
   constexpr double kNone = std::numeric_limits<double>::infinity();
-  static const std::vector<ConfigKey> keys = {
-      {"pipeline.num_micro_batch", I{1}, {}, 1, 1 << 20, true, "micro-batches per step; gradient accumulation with one task graph"},
-      {"pipeline.num_stages", I{1}, {}, 1, 4096, true,
-       "ranks along the pipeline: the stages of an epl::Pipeline model, or of a model cut automatically (auto.auto_parallel)"},
-      {"pipeline.strategy", S{std::string(strategy::kSchedules[0].name)}, schedule_names(), -kNone, kNone, true, schedule_help(), false,
-       schedule_aliases()},
-      {"pipeline.num_virtual_stages", I{2}, {}, 2, 1024, true,
-       "model chunks per pipeline rank under the Interleaved schedule (epl)"},
-      {"gradient_checkpoint.type", S{""}, {"", "collection", "auto"}, -kNone, kNone, true,
-       "recompute activations: collection at the model's epl::Recompute boundaries, auto at about sqrt(n) segments the library "
-       "chooses; unset: the marks"},
-      {"gradient_checkpoint.end_taskgraph", I{-1}, {}, -1, 1 << 20, true,
-       "the last task graph (pipeline stage, from 0 in model order) that recomputes; -1: all"},
-      {"gradient_checkpoint.check_gradients", false, {}, -kNone, kNone, true,
-       "on the first step, compare the recomputed gradients with full-activation ones and print the largest difference"},
-      {"zero.level", S{""}, {"", "v0", "v1", "v2"}, -kNone, kNone, true,
-       "ZeRO: v0 shards optimizer state, v1 also gradients, v2 also parameters (the program's epl::Zero<k> when unset); "
-       "DeepSpeed's stage numbers 0-3 are accepted too (3 is v2)", false, {{"0", ""}, {"1", "v0"}, {"2", "v1"}, {"3", "v2"}}},
-      {"offload.level", S{""}, {"", "v0"}, -kNone, kNone, true,
-       "v0: weights, gradients and optimizer state in host memory, each layer's weights copied to the device before it runs "
-       "(with ZeRO stage 3; the program's epl::Offload when unset)"},
-      {"amp.level", S{""}, {"", "O1"}, -kNone, kNone, true,
-       "O1: mixed precision, every GEMM's operands rounded to the program's epl::Amp precision (bf16, f16), f32 master weights "
-       "(the program's epl::Amp when unset)"},
-      {"amp.debug_log", false, {}, -kNone, kNone, true, "print each loss-scale change and skipped step"},
-      {"amp.loss_scale", S{"dynamic"}, {}, -kNone, kNone, true,
-       "\"dynamic\" (start at 65536, halve and skip the step on overflow, double after 2000 good steps) or a fixed positive number"},
-      {"optimizer.num_apply_group", I{1}, {}, 1, 1 << 20, true, "apply the optimizer in this many groups"},
-      {"cluster.device_place_prefer_intra_node", true, {}, -kNone, kNone, true,
-       "place a tensor-parallel group on neighbouring ranks (one node); false: the data-parallel groups"},
-      {"cluster.run_visible_devices", S{""}, {}, -kNone, kNone, false, "comma-separated device ids to use"},
-      {"cluster.colocate_split_and_replicate", false, {}, -kNone, kNone, true,
-       "run a model's Replicate<N, ...> and Split<N, ...> parts on the same N devices"},
-      {"cluster.rank_speeds", S{""}, {}, -kNone, kNone, true,
-       "uneven devices: each rank's relative speed, comma-separated (\"1,0.5\"), or \"measure\" (a GEMM timed on each); "
-       "data-parallel batch shares and automatic pipeline stage cuts in proportion (epl)"},
-      {"split.sequence_parallel", false, {}, -kNone, kNone, true,
-       "Megatron's sequence parallelism: the LayerNorm, dropout and residual regions between an epl::Split's tensor-parallel "
-       "blocks run on each rank's part of the sequence, each all-reduce a reduce-scatter and an all-gather (epl)"},
-      {"communication.num_communicators", I{2}, {}, 1, 1024, false, "communicators used for gradient traffic"},
-      {"communication.sparse_as_dense", false, {}, -kNone, kNone, false, "reduce sparse gradients as dense"},
-      {"communication.max_splits", I{5}, {}, 1, 1 << 20, true, "gradient fusion buckets"},
-      {"communication.fp16", false, {}, -kNone, kNone, true, "send gradients as fp16"},
-      {"communication.fp16_scale", I{128}, {}, 1, 65504, true,
-       "scale applied before the fp16 cast (at most 65504, fp16's largest finite value)"},
-      {"communication.clip_after_allreduce", true, {}, -kNone, kNone, true, "clip the averaged gradient (true) or per replica (false)"},
-      {"communication.gradients_reduce_method", S{"mean"}, {"mean", "sum"}, -kNone, kNone, true, "how replicas' gradients combine"},
-      {"io.slicing", false, {}, -kNone, kNone, true, "divide input files among data-parallel ranks"},
-      {"io.unbalanced_io_slicing", false, {}, -kNone, kNone, true, "allow uneven file shares"},
-      {"io.drop_last_files", false, {}, -kNone, kNone, true, "drop files that do not divide evenly"},
-      {"auto.auto_parallel", false, {}, -kNone, kNone, true,
-       "with pipeline.num_stages: cut a model without stage annotations into that many stages balanced by cost; without it: "
-       "epl::auto_plan chooses the plan (docs/planner.md)"},
-      {"communication.timeout", 300.0, {}, 0.001, 86400, true,
-       "seconds a collective or receive waits for its peers before the job fails naming them (epl)"},
-      {"trace", S{""}, {}, -kNone, kNone, true,
-       "write every rank's forward, backward, send, receive and all-reduce spans to this file as Chrome trace JSON (epl)"},
-      {"checkpoint.dir", S{""}, {}, -kNone, kNone, true,
-       "save training checkpoints here (step-N directories) and resume from the newest complete one at start (epl)"},
-      {"checkpoint.every", I{0}, {}, 0, 1 << 30, true,
-       "save a checkpoint into checkpoint.dir after every this many steps; 0: only resume (epl)"},
-      {"lr.schedule", S{"constant"}, {"constant", "cosine", "linear"}, -kNone, kNone, true,
-       "learning rate per optimizer step: constant, or after lr.warmup_steps a cosine or linear decay from the optimizer's lr "
-       "to lr.min at step lr.decay_steps (epl)"},
-      {"lr.warmup_steps", I{0}, {}, 0, 1 << 30, true, "steps of linear learning-rate warm-up from 0 to the optimizer's lr (epl)"},
-      {"lr.decay_steps", I{0}, {}, 0, 1 << 30, true,
-       "the step at which a cosine or linear lr.schedule reaches lr.min, warm-up included; usually the run's step count (epl)"},
-      {"lr.min", 0.0, {}, 0, kNone, true, "the learning rate a decay ends at (epl)"},
-      {"checkpoint.resume_other_data", false, {}, -kNone, kNone, true,
-       "resume a run whose data loaders read other data than the saved run's (their count of tokens or checksum differ): on "
-       "purpose, e.g. a new corpus; false: such a resume is refused (epl)"},
-  };
+  static const std::vector<ConfigKey> keys = [&] {
+    std::vector<ConfigKey> all = {
+        {"pipeline.num_micro_batch", I{1}, {}, 1, 1 << 20, true, "micro-batches per step; gradient accumulation with one task graph"},
+        {"pipeline.num_stages", I{1}, {}, 1, 4096, true,
+         "ranks along the pipeline: the stages of an epl::Pipeline model, or of a model cut automatically (auto.auto_parallel)"},
+        {"pipeline.strategy", S{std::string(strategy::kSchedules[0].name)}, schedule_names(), -kNone, kNone, true, schedule_help(), false,
+         schedule_aliases()},
+        {"pipeline.num_virtual_stages", I{2}, {}, 2, 1024, true,
+         "model chunks per pipeline rank under the Interleaved schedule (epl)"},
+        {"cluster.device_place_prefer_intra_node", true, {}, -kNone, kNone, true,
+         "place a tensor-parallel group on neighbouring ranks (one node); false: the data-parallel groups"},
+        {"cluster.run_visible_devices", S{""}, {}, -kNone, kNone, false, "comma-separated device ids to use"},
+        {"cluster.colocate_split_and_replicate", false, {}, -kNone, kNone, true,
+         "run a model's Replicate<N, ...> and Split<N, ...> parts on the same N devices"},
+        {"cluster.rank_speeds", S{""}, {}, -kNone, kNone, true,
+         "uneven devices: each rank's relative speed, comma-separated (\"1,0.5\"), or \"measure\" (a GEMM timed on each); "
+         "data-parallel batch shares and automatic pipeline stage cuts in proportion (epl)"},
+        {"split.sequence_parallel", false, {}, -kNone, kNone, true,
+         "Megatron's sequence parallelism: the LayerNorm, dropout and residual regions between an epl::Split's tensor-parallel "
+         "blocks run on each rank's part of the sequence, each all-reduce a reduce-scatter and an all-gather (epl)"},
+        {"communication.num_communicators", I{2}, {}, 1, 1024, false, "communicators used for gradient traffic"},
+        {"communication.sparse_as_dense", false, {}, -kNone, kNone, false, "reduce sparse gradients as dense"},
+        {"io.slicing", false, {}, -kNone, kNone, true, "divide input files among data-parallel ranks"},
+        {"io.unbalanced_io_slicing", false, {}, -kNone, kNone, true, "allow uneven file shares"},
+        {"io.drop_last_files", false, {}, -kNone, kNone, true, "drop files that do not divide evenly"},
+        {"auto.auto_parallel", false, {}, -kNone, kNone, true,
+         "with pipeline.num_stages: cut a model without stage annotations into that many stages balanced by cost; without it: "
+         "epl::auto_plan chooses the plan (docs/planner.md)"},
+        {"communication.timeout", 300.0, {}, 0.001, 86400, true,
+         "seconds a collective or receive waits for its peers before the job fails naming them (epl)"},
+        {"trace", S{""}, {}, -kNone, kNone, true,
+         "write every rank's forward, backward, send, receive and all-reduce spans to this file as Chrome trace JSON (epl)"},
+        {"checkpoint.dir", S{""}, {}, -kNone, kNone, true,
+         "save training checkpoints here (step-N directories) and resume from the newest complete one at start (epl)"},
+        {"checkpoint.every", I{0}, {}, 0, 1 << 30, true,
+         "save a checkpoint into checkpoint.dir after every this many steps; 0: only resume (epl)"},
+        {"lr.schedule", S{"constant"}, {"constant", "cosine", "linear"}, -kNone, kNone, true,
+         "learning rate per optimizer step: constant, or after lr.warmup_steps a cosine or linear decay from the optimizer's lr "
+         "to lr.min at step lr.decay_steps (epl)"},
+        {"lr.warmup_steps", I{0}, {}, 0, 1 << 30, true, "steps of linear learning-rate warm-up from 0 to the optimizer's lr (epl)"},
+        {"lr.decay_steps", I{0}, {}, 0, 1 << 30, true,
+         "the step at which a cosine or linear lr.schedule reaches lr.min, warm-up included; usually the run's step count (epl)"},
+        {"lr.min", 0.0, {}, 0, kNone, true, "the learning rate a decay ends at (epl)"},
+        {"checkpoint.resume_other_data", false, {}, -kNone, kNone, true,
+         "resume a run whose data loaders read other data than the saved run's (their count of tokens or checksum differ): on "
+         "purpose, e.g. a new corpus; false: such a resume is refused (epl)"},
+    };
+    // each policy's keys, from its home (policy/homes/), after the pipeline's
+    auto policies = policy::config_keys();
+    all.insert(all.begin() + 4, policies.begin(), policies.end());
+    return all;
+  }();
   return keys;
 }
 

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -80,11 +81,28 @@ inline optim::LrSchedule lr_schedule(const Config& cfg, const TrainerOptions& o)
   return s;
 }
 
+/// \brief How a policy's home reads its keys from a Config (policy::read_keys).
+struct KeyReader {
+  const Config& cfg;
+  template <class T>
+  [[nodiscard]] T get(Key<T> key) const {
+    return cfg.get(key);
+  }
+  template <class T>
+  [[nodiscard]] bool given(Key<T> key) const {
+    return cfg.source(key) != Config::Source::kDefault;
+  }
+  /// nullopt when the key holds its default
+  template <class T>
+  [[nodiscard]] std::optional<T> optional(Key<T> key) const {
+    return given(key) ? std::optional<T>(cfg.get(key)) : std::nullopt;
+  }
+};
+
 /// \brief The configuration keys (and the trainer's options) that shape a run's plan.
 inline plan::PlanOptions plan_options(const Config& cfg, const TrainerOptions& o) {
   check(o);
   auto given = [&](auto key) { return cfg.source(key) != Config::Source::kDefault; };
-  auto optional = [&](Key<std::string> key) { return given(key) ? std::optional<std::string>(cfg.get(key)) : std::nullopt; };
   plan::PlanOptions p;
   p.micro_batches = static_cast<int>(cfg.get(keys::num_micro_batch));
   p.stages = static_cast<int>(cfg.get(keys::num_stages));
@@ -98,22 +116,7 @@ inline plan::PlanOptions plan_options(const Config& cfg, const TrainerOptions& o
   p.colocate = cfg.get(keys::colocate_split_and_replicate);
   p.sequence_parallel = cfg.get(keys::sequence_parallel);
   auto& k = p.policies;
-  k.zero_level = optional(keys::zero_level);
-  k.offload_level = optional(keys::offload_level);
-  k.amp_level = optional(keys::amp_level);
-  k.amp_loss_scale = cfg.get(keys::amp_loss_scale);
-  k.amp_debug_log = cfg.get(keys::amp_debug_log);
-  k.recompute = optional(keys::checkpoint_type);
-  k.end_taskgraph = cfg.get(keys::checkpoint_end_taskgraph);
-  k.end_taskgraph_given = given(keys::checkpoint_end_taskgraph);
-  k.check_gradients = cfg.get(keys::checkpoint_check_gradients);
-  k.apply_groups = cfg.get(keys::num_apply_group);
-  k.max_splits = cfg.get(keys::max_splits);
-  k.fp16 = cfg.get(keys::fp16);
-  k.fp16_scale = cfg.get(keys::fp16_scale);
-  k.fp16_scale_given = given(keys::fp16_scale);
-  k.clip_after_allreduce = cfg.get(keys::clip_after_allreduce);
-  k.reduce_method = cfg.get(keys::gradients_reduce_method);
+  policy::read_keys(KeyReader{cfg}, k);  // each policy's keys, as its home reads them
   k.clip_norm = o.clip_norm;
   k.amp_init_scale = o.amp_init_scale;
   k.amp_growth_interval = o.amp_growth_interval;

@@ -48,7 +48,8 @@ std::vector<StateBytes> predict_state(const Model& model, const Plan& plan, int 
       });
       std::reverse(order.begin(), order.end());  // the arena's backward order
       const auto lay = param::layout(order, mo);
-      out.push_back(state_bytes(lay.size, mo.shards, plan.policies.zero_stage, plan.policies.offload, slots, bytes));
+      // the optimizer's slots and the policies' (an EMA's copy), sharded alike
+      out.push_back(state_bytes(lay.size, mo.shards, plan.policies.zero_stage, plan.policies.offload, slots + policy::state_slots(plan.policies), bytes));
     }
   return out;
 }

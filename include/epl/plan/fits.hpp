@@ -184,7 +184,7 @@ constexpr StaticFootprint static_footprint(const Cluster& cluster, const Budget&
   detail::check_countable(static_cast<double>(sums.parameters) * 4.0 * (2 + budget.optimizer_slots));
   detail::check_countable(static_cast<double>(sums.activation_bytes) * static_cast<double>(budget.rows));
   StaticFootprint f;
-  f.state = state_bytes(sums.parameters, data, c.zero, c.offload, budget.optimizer_slots);
+  f.state = state_bytes(sums.parameters, data, c.zero, c.offload, budget.optimizer_slots + policy::state_slots(c));
   const std::int64_t micro_rows = budget.rows / data / budget.micro_batches;
   f.activations = sums.activation_bytes * micro_rows * (p == 1 ? 1 : std::min(budget.micro_batches, p));
   return f;

@@ -320,7 +320,9 @@ constexpr StaticSearch<K> static_search(const Cluster& cluster, const Budget& bu
   detail::check_static<Model>(cluster, budget, o, "plan::static_search");
   const std::int64_t limit = detail::limit_of(cluster, budget);
   StaticSearch<K> r;
-  Pricer pricer(cluster, budget, o.buckets);
+  Budget kept = budget;
+  kept.optimizer_slots += policy::state_slots(c);  // the policies' state (an EMA's copy), sharded as the optimizer's
+  Pricer pricer(cluster, kept, o.buckets);
   r.tried = for_each_combination(
       {.ranks = cluster.ranks, .tensor = tensor_degree_v<Model>, .stages = Pricer::declared, .units = Pricer::n, .rows = budget.rows,
        .micro_batches = o.micro_batches.data(), .micro_batch_counts = o.micro_batches.size(), .micro_batch_rows = o.micro_batch_rows.data(),

@@ -24,7 +24,7 @@
 
 #include "epl/core/error.hpp"
 #include "epl/core/tensor.hpp"
-#include "epl/policy/setup.hpp"
+#include "epl/policy/home.hpp"
 
 namespace epl {
 inline namespace v0 {
@@ -128,17 +128,26 @@ class MixedPrecision {
  public:
   MixedPrecision() = default;
   MixedPrecision(const LossScaleOptions& o, int row_shares, bool log) : scaler_(o), shares_(row_shares), log_(log), on_(true) {}
-  /// \brief What the run's policies decided (amp.*): on or off, over `row_shares` row shares.
-  MixedPrecision(const Setup& s, int row_shares)
-      : MixedPrecision(s.amp() ? MixedPrecision({.dynamic = s.loss_scale_dynamic, .init = s.loss_scale, .growth_interval = s.growth_interval},
-                                                row_shares, s.amp_log)
-                               : MixedPrecision()) {}
-
-  [[nodiscard]] bool on() const noexcept { return on_; }
-  /// \brief What a pass of one of `micro_batches` multiplies its loss gradient by.
-  [[nodiscard]] double pass_scale(int micro_batches) const noexcept {
-    return on_ ? scaler_.scale() / (micro_batches * shares_) : 1.0 / micro_batches;
+  /// \brief Started from what the run's policies decided (amp.*; a policy::Setup): on or off, over
+  /// the run's row shares (the step hooks' start, policy/hooks.hpp).
+  template <class D, class S>
+  void start(const D&, const S& s, const HookStart& h) {
+    *this = s.amp() ? MixedPrecision({.dynamic = s.loss_scale_dynamic, .init = s.loss_scale, .growth_interval = s.growth_interval},
+                                     h.row_shares, s.amp_log)
+                    : MixedPrecision();
   }
+
+  /// \brief Deprecated: the step hooks start it (start()).
+  template <class S>
+  [[deprecated("policy::MixedPrecision is started by the policies' step hooks: call start(device, setup, {.row_shares = n})")]]
+  MixedPrecision(const S& s, int row_shares) {
+    start(0, s, HookStart{.row_shares = row_shares});
+  }
+  [[nodiscard]] bool on() const noexcept { return on_; }
+  /// \brief What a pass multiplies its loss gradient by, besides 1 / micro-batches: S / R on, 1 off.
+  [[nodiscard]] double loss_factor() const noexcept { return on_ ? scaler_.scale() / shares_ : 1.0; }
+  /// \brief What a pass of one of `micro_batches` multiplies its loss gradient by.
+  [[nodiscard]] double pass_scale(int micro_batches) const noexcept { return loss_factor() / micro_batches; }
   /// \brief What the reduced gradients are multiplied by to be at the loss's own scale (1 off).
   [[nodiscard]] double gradient_factor() const noexcept { return on_ ? shares_ / scaler_.scale() : 1.0; }
   /// \brief The step's verdict (finite: the global gradient norm is, so every rank agrees); returns

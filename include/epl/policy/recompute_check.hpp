@@ -2,9 +2,14 @@
 /// \file
 /// \brief policy::RecomputeCheck — gradient_checkpoint.check_gradients: the first step's gradients
 /// computed once without recompute and once with it, and the largest difference between them over
-/// every rank (recomputing the same forward must give the same gradients, up to rounding).
+/// every rank (recomputing the same forward must give the same gradients, up to rounding). It is
+/// the recompute home's step hook (policy/hooks.hpp): armed by the run's decision, it asks for the
+/// reference gradients before the first step's and compares after.
 #include <algorithm>
 #include <cstdio>
+#include <cstdint>
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include "epl/comm/any_communicator.hpp"
@@ -16,6 +21,24 @@ namespace policy {
 
 class RecomputeCheck {
  public:
+  /// \brief Armed when the run's policies decided so (gradient_checkpoint.check_gradients).
+  template <class D, class S, class Start>
+  void start(const D&, const S& s, const Start&) {
+    on_ = s.check_gradients;
+  }
+  /// \brief Before the first step's gradients: reference() computes them without recompute, kept.
+  template <class D, class Reference>
+  void before_gradients(const D& d, std::int64_t step, Reference&& reference) {
+    armed_ = on_ && step == 0;
+    if (armed_) keep(d, reference());
+  }
+  /// \brief After them: the difference over world (world rank 0 prints it).
+  template <class D>
+  void after_gradients(const D& d, const std::vector<Tensor>& grads, comm::Communicator& world) {
+    if (std::exchange(armed_, false)) difference_ = compare(d, grads, world);
+  }
+  /// \brief The first step's largest difference, once the check ran.
+  [[nodiscard]] std::optional<double> difference() const noexcept { return difference_; }
   /// \brief Keeps copies of the gradients computed without recompute (those this rank holds).
   template <class D>
   void keep(const D& d, const std::vector<Tensor>& grads) {
@@ -47,6 +70,8 @@ class RecomputeCheck {
 
  private:
   std::vector<Tensor> plain_;
+  bool on_ = false, armed_ = false;
+  std::optional<double> difference_;
 };
 
 }  // namespace policy

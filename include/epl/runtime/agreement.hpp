@@ -211,7 +211,7 @@ class DeviceClaim {
 };
 
 /// \brief The trainer's calls that are collectives over the world.
-enum class Call : std::int64_t { kStep = 1, kSave, kResume, kLoad, kEvaluate, kGather, kCheckReplicas };
+enum class Call : std::int64_t { kStep = 1, kSave, kResume, kLoad, kEvaluate, kGather, kCheckReplicas, kOwnedValues };
 inline const char* call_name(Call c) {
   switch (c) {
     case Call::kStep: return "trainer.step()";
@@ -221,6 +221,7 @@ inline const char* call_name(Call c) {
     case Call::kEvaluate: return "trainer.evaluate()";
     case Call::kGather: return "trainer.gather_parameters()";
     case Call::kCheckReplicas: return "trainer.check_replicas()";
+    case Call::kOwnedValues: return "trainer.with_owned_values() (epl::swap_ema)";
   }
   return "an unknown call";
 }

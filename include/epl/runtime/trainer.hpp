@@ -6,11 +6,9 @@
 /// and shards (policy::gradient_sync), the optimizer updates ranges (optim::Updater), and the
 /// serializer saves and loads (checkpoint::Serializer). A step, top to bottom, is step() below.
 #include <cmath>
-#include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <optional>
-#include <unordered_map>
 
 #include "epl/checkpoint/serializer.hpp"
 #include "epl/config/run_options.hpp"
@@ -19,12 +17,12 @@
 #include "epl/optim/optimizer.hpp"
 #include "epl/param/arena.hpp"
 #include "epl/plan/shard.hpp"
-#include "epl/policy/amp.hpp"
+#include "epl/policy/hooks.hpp"
 #include "epl/policy/gradient_sync.hpp"
-#include "epl/policy/recompute_check.hpp"
 #include "epl/runtime/agreement.hpp"
 #include "epl/runtime/context.hpp"
 #include "epl/runtime/divergence.hpp"
+#include "epl/runtime/progress.hpp"
 #include "epl/runtime/trace.hpp"
 #include "epl/strategy/executor.hpp"
 #include "epl/strategy/step_groups.hpp"
@@ -89,31 +87,31 @@ class Trainer {
     else {
       agree_on_call(*world_, Call::kStep, steps_ + 1, detail::rows_of(batch.inputs), world_->size() == groups_->mesh().data_size(),
                     !groups_->uneven(), updater_.next_learning_rate());
-      check_batch(batch);
+      detail::check_batch(batch.inputs, batch.targets, device_->id(), plan_.micro_batches, groups_->rows().ranks, groups_->uneven());
       place_ = groups_->place(detail::rows_of(batch.inputs), steps_ + 1);  // uneven shares: checked, and the loss's weight
       groups_->check_rows(batch.inputs, batch.targets, steps_ + 1, reader());
       if (!std::exchange(stepped_, true)) config_.check_all_read();  // a key nothing read (io.slicing alone) is an error
       serializer_.before_step();
-      const bool compare = plan_.policies.check_gradients && steps_ == 0;
-      if (compare) {  // gradient_checkpoint.check_gradients: the first step without recompute, kept to compare
+      hooks_.before_gradients(*device_, steps_, [&]() -> decltype(auto) {  // gradient_checkpoint.check_gradients' reference
         (void)compute_gradients(batch, nn::RecomputeMode::kNone);
-        check_.keep(*device_, sync_->owned_grads());
-      }
+        return sync_->owned_grads();
+      });
       const double mine = place_.weight * compute_gradients(batch, plan_.policies.recompute);  // schedule, then sync.finish()
       const double loss = groups_->loss(mine);
-      if (compare) recompute_difference_ = check_.compare(*device_, sync_->owned_grads(), *world_);
+      hooks_.after_gradients(*device_, sync_->owned_grads(), *world_);
       if (opt_.check_finite) detail::check_finite_loss(*world_, loss, mine, steps_ + 1, plan_.policies);
       // AMP's factor and the clip coefficient are read with the gradients by the update, not applied in passes of their own
-      const double unscale = amp_.gradient_factor();
+      const double unscale = hooks_.gradient_factor();
       if (plan_.policies.clip_after_reduce) last_grad_norm_ = groups_->norm(sync_->sum_squares()) * unscale;
       const bool finite = std::isfinite(last_grad_norm_);
-      if (amp_.accept(finite, steps_ + 1, world_->rank() == 0)) {  // AMP: an overflow skips the update
+      if (hooks_.accept(finite, steps_ + 1, world_->rank() == 0)) {  // AMP: an overflow skips the update
         if (opt_.check_finite && !finite)
           detail::fail_non_finite_gradient(model_, arena_, [&](const nn::Parameter& p) { return sync_->grad_of(p); }, *device_,
                                            last_grad_norm_, steps_ + 1, plan_.policies, world_->size());
         const bool clips = plan_.policies.clip_after_reduce && opt_.clip_norm > 0;
         updater_.step(*device_, std::span<const Tensor>(sync_->owned_values()), std::span<const Tensor>(sync_->owned_grads()),
                       plan_.policies.apply_groups, unscale * (clips ? optim::clip_coefficient(last_grad_norm_, opt_.clip_norm) : 1.0));
+        hooks_.after_update(*device_, sync_->owned_values());  // the EMA of the weights
       }
       sync_->after_update();  // ZeRO: the updated slices meet again
       ++steps_;
@@ -184,7 +182,19 @@ class Trainer {
   /// Strict, as PyTorch's load_state_dict(strict=True); the optimizer's state and the step stay.
   /// A collective.
   void load_safetensors(const std::filesystem::path& file) {
-    reload([&](checkpoint::TrainerState& s) { serializer_.load_safetensors(file, s); });
+    reload([&](checkpoint::TrainerState& s) {
+      serializer_.load_safetensors(file, s);
+      hooks_.replaced(*device_, sync_->owned_values());  // an EMA starts from the loaded weights
+    });
+  }
+  /// \brief fn(device, owned values, hooks) with the values this rank updates (its ZeRO slices, or all
+  /// it holds) and the policies' step hooks, where a policy swaps weights in (epl::swap_ema). A collective.
+  template <class Fn>
+  void with_owned_values(Fn&& fn) {
+    agree_on_call(*world_, Call::kOwnedValues, steps_, 0, false);
+    sync_->release_all();
+    fn(*device_, std::span<const Tensor>(sync_->owned_values()), hooks_);
+    sync_->after_update();
   }
   /// \brief Every parameter's name, in visiting order: its path of field and member names in the
   /// model (`body.0.attn.1.qkv.weight`), the names checkpoints and safetensors files use.
@@ -224,13 +234,13 @@ class Trainer {
   [[nodiscard]] std::size_t gradient_buckets() const noexcept { return sync_->buckets(); }
   /// \brief gradient_checkpoint.check_gradients: the largest absolute difference, over every rank,
   /// between the first step's gradients with and without recompute (none until the check ran).
-  [[nodiscard]] std::optional<double> checkpoint_gradient_difference() const noexcept { return recompute_difference_; }
+  [[nodiscard]] std::optional<double> checkpoint_gradient_difference() const { return hooks_.template get<policy::home::Recompute>().difference(); }
   /// \brief The dtype this run's GEMMs round their operands to: bf16 or f16 under AMP, else f32.
   [[nodiscard]] DType amp() const noexcept { return plan_.policies.matmul; }
   /// \brief Under AMP, the loss scale of the next step (policy::LossScaler's rule); 1 without.
-  [[nodiscard]] double loss_scale() const noexcept { return amp_.loss_scale(); }
+  [[nodiscard]] double loss_scale() const noexcept { return hooks_.template get<policy::home::Amp>().loss_scale(); }
   /// \brief Steps whose update AMP skipped because a gradient overflowed (0 without AMP).
-  [[nodiscard]] std::int64_t skipped_steps() const noexcept { return amp_.skipped(); }
+  [[nodiscard]] std::int64_t skipped_steps() const noexcept { return hooks_.template get<policy::home::Amp>().skipped(); }
   /// \brief Whether this run keeps weights, gradients and optimizer state in the host pool.
   [[nodiscard]] bool offloaded() const noexcept { return plan_.policies.offload; }
   /// \brief The ZeRO stage this run uses (0: none): zero.level, or the compiled epl::Zero<k>.
@@ -285,7 +295,7 @@ class Trainer {
                                    policy::SyncOptions::of(policies, plan_.rows_over_tensor() ? replicated_from : -1, mesh.tensor_size() > 1));
     updater_.keep_state_in_host_pool(policies.offload);
     updater_.set_schedule(lr_schedule(cfg, opt_));
-    amp_ = policy::MixedPrecision(policies, groups_->rows().ranks);
+    hooks_.start(*device_, policies, {.row_shares = groups_->rows().ranks, .owned = sync_->owned_values(), .host = policies.offload});
     actions_ = plan_.actions(stage);
     executor_.emplace(*device_, std::move(chunks), plan_.chunks, plan_.pipeline, stage, mesh.pipeline());
     if (vocab_parallel) executor_->loss().parallelize(part);
@@ -303,7 +313,7 @@ class Trainer {
   // first sample, the scale of its loss gradient, what it recomputes and AMP's GEMM precision.
   Pass pass(int m, int count, bool training, nn::RecomputeMode recompute, std::int64_t first = 0) {
     // this rank's share of the mean: 1 / M of its rows' mean, times its weight among uneven shares
-    const double scale = amp_.pass_scale(count) * (training ? place_.weight : 1.0);
+    const double scale = hooks_.loss_factor() / count * (training ? place_.weight : 1.0);
     return Pass(*device_, nn::PassOptions{training, opt_.seed, static_cast<std::uint64_t>(steps_), static_cast<std::uint64_t>(m), first,
                                           scale, recompute, plan_.policies.matmul},
                 sync_.get(), groups_->layer_groups());
@@ -328,9 +338,6 @@ class Trainer {
     return loss;
   }
 
-  void check_batch(const Batch& batch) const {
-    detail::check_batch(batch.inputs, batch.targets, device_->id(), plan_.micro_batches, groups_->rows().ranks, groups_->uneven());
-  }
   // A load (a collective): into this rank's values, then the replicas or ZeRO slices meet again.
   template <class Fn>
   void reload(Fn&& into) {
@@ -355,7 +362,8 @@ class Trainer {
     const bool zero = sync_->stage() > 0;  // one copy of what replicas share: data rank 0, or under ZeRO each its slices
     s.writes = [zero, c](const nn::Parameter& p) { return (zero || c.data == 0) && (!p.shard.whole() || c.tensor == 0); };
     checkpoint::describe(s, model_, updater_, *device_);
-    s.scaler = amp_.scaler();
+    s.scaler = hooks_.template get<policy::home::Amp>().scaler();
+    hooks_.saved(*device_, sync_->owned_values(), s.policy_state);
     s.seed = opt_.seed;
     s.data = groups_->mesh().data_size();
     s.tensor = groups_->mesh().tensor_size();
@@ -376,7 +384,7 @@ class Trainer {
   std::optional<strategy::StepGroups> groups_;
   param::Arena arena_;
   std::unique_ptr<Sync> sync_;
-  policy::MixedPrecision amp_;  // its hooks: the loss scale of the passes, the gradients' factor, the verdict
+  policy::Hooks<D> hooks_;  // the policies' step hooks: AMP's loss scale and verdict, recompute's check, the EMA
   std::vector<strategy::Action> actions_;
   std::optional<strategy::Executor<Pass, Loss>> executor_;
   Tracer tracer_;
@@ -385,16 +393,7 @@ class Trainer {
   strategy::RowPlace place_;  // this step's rows in the global batch
   bool stepped_ = false;  // this trainer took a step
   double last_grad_norm_ = 0;
-  policy::RecomputeCheck check_;
-  std::optional<double> recompute_difference_;
 };
-
-/// \brief Prints the per-step progress line: step, loss, throughput, peak memory.
-inline void print_progress(std::int64_t step, double loss, double items_per_s, const char* unit, DeviceId d) {
-  std::printf("step %5lld  loss %.4f  %10.1f %s/s  peak %.1f MiB\n", static_cast<long long>(step), loss, items_per_s, unit,
-              static_cast<double>(memory_stats(d).total_peak) / (1024.0 * 1024.0));
-  std::fflush(stdout);
-}
 
 }  // namespace v0
 }  // namespace epl

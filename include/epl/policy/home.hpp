@@ -1,0 +1,75 @@
+#pragma once
+/// \file
+/// \brief What a policy's home holds. Each policy lives in one file, policy/homes/<name>.hpp, as
+/// one struct listed once in policy/homes.hpp (policy::Homes); everything that sees policies
+/// (epl::Policies<...>, the configuration table, the key reading, policy::decide, the planner's
+/// state bytes, the Trainer's step hooks, checkpoints) goes through that list. A home has:
+///
+///     struct Keys { ... };          // its configuration keys as plain values (part of policy::Keys)
+///     template <class Read> static void read(const Read& r, Keys& k);  // from the run's configuration:
+///                                   // r.get(key), r.given(key), r.optional(key) (unset when default)
+///     static std::vector<ConfigKey> config_keys();  // their entries of the key table
+///     struct Compiled { ... };      // what the program compiled (part of policy::Compiled)
+///     struct Decision { ... };      // what it does in this run (part of policy::Setup)
+///     template <class K, class C, class S>
+///     static void decide(const K& keys, const C& compiled, const Facts& f, S& setup);
+///                                   // its choice and checks; may read earlier homes' decisions
+/// and, where it has them:
+///
+///     template <class P> static constexpr bool kTag;  using Default;  // its tag in epl::Policies<...>
+///     template <class Tag> static constexpr void compile(Compiled&);  // what its tag compiles
+///     template <class Tags> static constexpr void check();            // static_asserts over the tags
+///     template <class S> static constexpr int state_slots(const S&);  // values an updated element
+///                                   // keeps besides the optimizer's, sharded like its state
+///                                   // (S: a Setup or, at compile time, a Compiled)
+///     template <class D> using Hook = ...;  // what it does in a step (policy/hooks.hpp)
+///
+/// The keys arrive as plain values (config/ reads them; this floor does not know Config).
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+
+#include "epl/core/key.hpp"
+#include "epl/core/tensor.hpp"
+
+namespace epl {
+inline namespace v0 {
+namespace policy {
+
+/// \brief What the strategy's plan tells the policies about the run.
+struct Facts {
+  bool rows_over_tensor = false;  ///< a colocated or separate split: the replicated part reduces over data and tensor
+  int chunks = 1;                 ///< model chunks (task graphs) of the run
+  bool marks_recompute = false;   ///< the model type holds an epl::Recompute boundary
+};
+
+/// \brief A policy's state that a checkpoint keeps beside the optimizer's: one value for each
+/// element this rank updates, laid out as an optimizer state slot (this rank's owned ranges in
+/// order). Saved as `<parameter>@<suffix>`; loaded from any layout, as the optimizer state is.
+struct SavedState {
+  std::string suffix;            ///< the tensor name's part after '@' ("ema")
+  Tensor buffer;                 ///< over this rank's owned ranges
+  std::function<void()> absent;  ///< called when a loaded checkpoint has none (saved without the policy)
+};
+
+/// \brief What a step hook is given when the run starts.
+struct HookStart {
+  int row_shares = 1;              ///< the data-parallel row shares
+  std::span<const Tensor> owned;   ///< the values this rank updates (its ZeRO slices, or all it holds)
+  bool host = false;               ///< the run keeps its state in the device's host pool (offload)
+};
+
+/// \brief True when P is Template<...>: a home's tag test for a tag template of type parameters.
+template <class P, template <class...> class Template>
+inline constexpr bool kInstanceOf = false;
+template <template <class...> class Template, class... A>
+inline constexpr bool kInstanceOf<Template<A...>, Template> = true;
+
+/// \brief A list of homes.
+template <class... H>
+struct List {};
+
+}  // namespace policy
+}  // namespace v0
+}  // namespace epl

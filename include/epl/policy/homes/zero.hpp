@@ -1,0 +1,87 @@
+#pragma once
+/// \file
+/// \brief ZeRO's home: the tag epl::Zero<k>, the key zero.level and the decision (the stage a run
+/// shards to). What a stage does in a step is policy/zero.hpp's (ZeroSync, ZeroSharder); the state
+/// it saves, plan::state_bytes.
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "epl/core/error.hpp"
+#include "epl/policy/home.hpp"
+
+namespace epl {
+inline namespace v0 {
+
+/// \brief ZeRO stage: 0 (every rank holds everything), 1 (optimizer state sharded over the
+/// data-parallel group), 2 (+ gradients), 3 (+ parameters).
+template <int Stage>
+struct Zero {
+  static_assert(Stage >= 0 && Stage <= 3, "epl::Zero<Stage>: the stage is 0, 1, 2 or 3");
+  static constexpr int kStage = Stage;
+};
+
+namespace keys {
+inline constexpr Key<std::string> zero_level{"zero.level"};
+}  // namespace keys
+
+namespace policy {
+namespace detail {
+template <class P>
+struct is_zero : std::false_type {};
+template <int N>
+struct is_zero<Zero<N>> : std::true_type {};
+}  // namespace detail
+
+namespace home {
+struct Zero {
+  template <class P>
+  static constexpr bool kTag = detail::is_zero<P>::value;
+  using Default = epl::Zero<0>;
+
+  struct Keys {
+    std::optional<std::string> zero_level;  ///< zero.level: "", "v0", "v1", "v2"
+  };
+  template <class Read>
+  static void read(const Read& r, Keys& k) {
+    k.zero_level = r.optional(keys::zero_level);
+  }
+  static std::vector<ConfigKey> config_keys() {
+    return {{"zero.level", std::string(), {"", "v0", "v1", "v2"}, -ConfigKey::kNoLimit, ConfigKey::kNoLimit, true,
+             "ZeRO: v0 shards optimizer state, v1 also gradients, v2 also parameters (the program's epl::Zero<k> when unset); "
+             "DeepSpeed's stage numbers 0-3 are accepted too (3 is v2)", false, {{"0", ""}, {"1", "v0"}, {"2", "v1"}, {"3", "v2"}}}};
+  }
+  struct Compiled {
+    int zero = 0;  ///< the highest stage a key may ask for
+  };
+  template <class Tag>
+  static constexpr void compile(Compiled& c) {
+    c.zero = Tag::kStage;
+  }
+  struct Decision {
+    int zero_stage = 0;  ///< 0: every rank holds everything; 1, 2, 3: ZeRO
+  };
+
+  /// zero.level: "" none, EPL's "v0" stage 1, "v1" stage 2, "v2" stage 3; unset, the compiled
+  /// epl::Zero<k>. A stage above the compiled one is an error naming both.
+  template <class K, class C, class S>
+  static void decide(const K& k, const C& c, const Facts& f, S& s) {
+    s.zero_stage = c.zero;
+    if (k.zero_level) {
+      const std::string& level = *k.zero_level;
+      s.zero_stage = level.empty() ? 0 : level[1] - '0' + 1;
+      EPL_CHECK(s.zero_stage <= c.zero, "zero.level = \"", level, "\" asks for ZeRO stage ", s.zero_stage, " but this program was built with ",
+                c.zero == 0 ? std::string("no epl::Zero<k> in its epl::Policies<...>") : "epl::Zero<" + std::to_string(c.zero) + ">",
+                "; add epl::Zero<", s.zero_stage, "> to them (or higher: it runs every stage up to its own; keep the other policies)",
+                " or choose a zero.level up to ", c.zero == 0 ? std::string("\"\"") : "\"v" + std::to_string(c.zero - 1) + "\"");
+    }
+    if (s.zero_stage == 0) return;
+    EPL_CHECK(!f.rows_over_tensor, "zero.level (ZeRO stage ", s.zero_stage, ") with cluster.colocate_split_and_replicate is not "
+              "supported: the colocated replicated part reduces over the data and tensor axes; drop one of the two keys");
+  }
+};
+}  // namespace home
+}  // namespace policy
+}  // namespace v0
+}  // namespace epl

@@ -1,0 +1,176 @@
+// The EMA of the weights (epl::Ema, ema.decay): the worked example of a policy in one home
+// (policy/homes/ema.hpp). The average follows its rule step by step (against the plain run's
+// weights), is the same on 1, 2 and 4 thread ranks under ZeRO 0, 1 and 3, leaves training as it
+// was, survives a checkpoint (and starts from the weights when the checkpoint had none), is
+// counted in the planner's exact state bytes, and each bad input is named.
+#include <filesystem>
+#include <unistd.h>
+
+#include "../../examples/gpt/gpt.hpp"
+#include "../helpers.hpp"
+#include "epl/comm/threads/run_threads.hpp"
+#include "epl/plan/estimate.hpp"
+
+using namespace epl;
+namespace fs = std::filesystem;
+
+namespace {
+using Plain = Policies<Zero<3>>;
+using Averaged = Policies<Zero<3>, Ema>;
+gpt::Shape tiny() { return {.vocab = 32, .context = 8, .layers = 2, .heads = 2, .dim = 16}; }
+
+struct Run {
+  std::vector<double> losses, params, ema;
+  std::vector<std::vector<double>> weights;  // after each step (the first: before any)
+  std::int64_t optimizer_bytes = 0;          // the rank's optimizer-state account after the steps
+  std::int64_t predicted_bytes = 0;          // plan::predict_state's for the rank
+};
+
+Config config(const char* zero, double decay = 0.9) {
+  Config c;
+  c.set("zero.level", zero);
+  c.set("pipeline.num_micro_batch", std::int64_t{2});
+  if (decay >= 0) c.set("ema.decay", decay);
+  return c;
+}
+
+struct Options {
+  int steps = 4;
+  bool record = false;                 // every step's weights
+  std::string save, resume;            // a checkpoint directory to save into after `steps`, or to resume from first
+};
+
+template <class P>
+std::vector<Run> train(int n, const Config& cfg, int first_index, Options o = {}) {
+  std::vector<Run> runs(static_cast<std::size_t>(n));
+  comm::run_threads(n, [&](comm::ThreadCommunicator& c) {
+    Context ctx(c, first_index + c.rank());
+    Config mine = cfg;
+    if (!o.save.empty()) mine.set("checkpoint.dir", o.save);
+    Trainer<gpt::Gpt, optim::AdamW, P> t(ctx, mine, gpt::make_gpt(tiny()), optim::AdamW({.lr = 0.01, .eps = 1e-3}), {.seed = 5});
+    auto ds = test::token_corpus(4000);
+    data::WindowLoader loader(ds, 8, 8, 17, t.data_shard());
+    t.watch(loader);
+    if (!o.resume.empty()) REQUIRE(t.resume(o.resume).has_value());
+    Run& r = runs[static_cast<std::size_t>(c.rank())];
+    auto weights = [&] {
+      t.gather_parameters();
+      return test::flat_params(t.model());
+    };
+    if (o.record) r.weights.push_back(weights());
+    for (int s = 0; s < o.steps; ++s) {
+      r.losses.push_back(t.step(loader.next(ctx.cpu())));
+      if (o.record) r.weights.push_back(weights());
+    }
+    r.optimizer_bytes = memory_stats(ctx.cpu().id()).current_of(MemoryCategory::kOptimizerState);
+    const auto predicted = plan::predict_state<gpt::Gpt, P>(gpt::make_gpt(tiny()), t.plan(), n, optim::AdamW::kStateSlots);
+    r.predicted_bytes = predicted.front().optimizer_state;
+    if (!o.save.empty()) (void)t.save(o.save);
+    r.params = weights();
+    if (t.plan().policies.ema) {
+      swap_ema(t);
+      r.ema = weights();
+      swap_ema(t);  // and back: training goes on from the weights
+      CHECK(weights() == r.params);
+    }
+    r.losses.push_back(t.step(loader.next(ctx.cpu())));  // one more step after the swaps
+  });
+  return runs;
+}
+
+// The rule, in double precision: ema_0 = w_0; ema_t = decay ema_(t-1) + (1 - decay) w_t.
+std::vector<double> by_the_rule(const std::vector<std::vector<double>>& w, double decay) {
+  std::vector<double> e = w.front();
+  for (std::size_t t = 1; t < w.size(); ++t)
+    for (std::size_t i = 0; i < e.size(); ++i) e[i] = decay * e[i] + (1 - decay) * w[t][i];
+  return e;
+}
+
+struct TempDir {
+  fs::path path;
+  explicit TempDir(const char* name) : path(fs::temp_directory_path() / ("epl-ema-test-" + std::to_string(::getpid()) + "-" + name)) {
+    fs::remove_all(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+};
+}  // namespace
+
+TEST_SUITE("cpu") {
+TEST_CASE("ema: the average follows decay ema + (1 - decay) w after every update, and training is unchanged") {
+  const auto plain = train<Plain>(1, config("", -1), 700, {.record = true});
+  const auto averaged = train<Averaged>(1, config(""), 701);
+  const auto expected = by_the_rule(plain[0].weights, 0.9);
+  CHECK(test::max_rel_diff(averaged[0].losses, plain[0].losses) == 0);  // the average never feeds back
+  CHECK(averaged[0].params == plain[0].params);
+  CHECK(test::max_rel_diff(averaged[0].ema, expected) <= 1e-6);
+  CHECK(test::max_rel_diff(averaged[0].ema, averaged[0].params) > 1e-3);  // it is not the weights
+}
+
+TEST_CASE("ema: 2 and 4 thread ranks under ZeRO 0, 1 and 3 keep the one-device average") {
+  const auto one = train<Averaged>(1, config(""), 710);
+  for (const char* zero : {"", "v0", "v2"})
+    for (int n : {2, 4}) {
+      CAPTURE(zero);
+      CAPTURE(n);
+      const auto runs = train<Averaged>(n, config(zero), 720);
+      for (const auto& r : runs) {
+        CHECK(test::max_rel_diff(r.losses, one[0].losses) <= 1e-5);
+        CHECK(test::max_rel_diff(r.params, one[0].params) <= 1e-5);
+        CHECK(test::max_rel_diff(r.ema, one[0].ema) <= 1e-5);
+      }
+    }
+}
+
+TEST_CASE("ema: its state is the planner's exact state bytes (one more slot, sharded as the optimizer's)") {
+  for (const char* zero : {"", "v0"})
+    for (int n : {1, 2}) {
+      CAPTURE(zero);
+      CAPTURE(n);
+      const auto with = train<Averaged>(n, config(zero), 730, {.steps = 1});
+      const auto without = train<Plain>(n, config(zero, -1), 740, {.steps = 1});
+      for (std::size_t r = 0; r < with.size(); ++r) {
+        CHECK(with[r].optimizer_bytes == with[r].predicted_bytes);
+        CHECK(without[r].optimizer_bytes == without[r].predicted_bytes);
+        CHECK(with[r].optimizer_bytes * 2 == without[r].optimizer_bytes * 3);  // AdamW's two slots and the average
+      }
+    }
+  // ema.decay = 0 keeps none
+  const auto off = train<Averaged>(1, config("", 0), 750, {.steps = 1});
+  const auto plain = train<Plain>(1, config("", -1), 751, {.steps = 1});
+  CHECK(off[0].optimizer_bytes == plain[0].optimizer_bytes);
+}
+
+TEST_CASE("ema: a checkpoint keeps the average; one saved without it starts the average from its weights") {
+  const auto whole = train<Averaged>(2, config("v0"), 760, {.steps = 4});
+  TempDir dir("resume");
+  (void)train<Averaged>(2, config("v0"), 762, {.steps = 2, .save = dir.path.string()});
+  // resumed on 1 rank without ZeRO: any layout loads it
+  const auto resumed = train<Averaged>(1, config(""), 764, {.steps = 2, .resume = dir.path.string()});
+  CHECK(test::max_rel_diff(resumed[0].params, whole[0].params) <= 1e-5);
+  CHECK(test::max_rel_diff(resumed[0].ema, whole[0].ema) <= 1e-5);
+
+  TempDir bare("bare");
+  const auto saved = train<Plain>(1, config("", -1), 766, {.steps = 2, .save = bare.path.string()});
+  const auto started = train<Averaged>(1, config(""), 768, {.steps = 0, .resume = bare.path.string()});
+  CHECK(started[0].ema == saved[0].params);  // nothing to average yet: the loaded weights
+}
+
+TEST_CASE("ema: bad input is named with its fix") {
+  auto fails = [](auto&& make, const char* text) {
+    CHECK_THROWS_WITH_AS(make(), doctest::Contains(text), Error);
+  };
+  fails([] { (void)train<Plain>(1, config("", 0.99), 780); }, "ema.decay = 0.99 but this program keeps no average of the weights; add "
+                                                             "epl::Ema to its epl::Policies<...>");
+  fails([] { (void)train<Averaged>(1, config("", 1.0), 781); }, "ema.decay = 1 would keep the first weights forever");
+  Config c;
+  CHECK_THROWS_WITH_AS(c.set("ema.decay", -0.5), doctest::Contains("ema.decay = -0.5 is out of range"), Error);
+  CHECK_THROWS_WITH_AS(c.set("ema.decay", "fast"), doctest::Contains("ema.decay"), Error);
+  fails([] {
+    comm::run_threads(1, [&](comm::ThreadCommunicator& comm) {
+      Context ctx(comm, 782);
+      Trainer<gpt::Gpt, optim::AdamW, Plain> t(ctx, Config{}, gpt::make_gpt(tiny()), optim::AdamW({.lr = 0.01}));
+      swap_ema(t);
+    });
+  }, "epl::swap_ema: this run keeps no average of the weights; add epl::Ema");
+}
+}
