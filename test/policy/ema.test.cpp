@@ -22,8 +22,10 @@ gpt::Shape tiny() { return {.vocab = 32, .context = 8, .layers = 2, .heads = 2, 
 struct Run {
   std::vector<double> losses, params, ema;
   std::vector<std::vector<double>> weights;  // after each step (the first: before any)
+  std::vector<std::int64_t> skipped;         // AMP's skipped steps so far, after each step
   std::int64_t optimizer_bytes = 0;          // the rank's optimizer-state account after the steps
   std::int64_t predicted_bytes = 0;          // plan::predict_state's for the rank
+  std::int64_t host_bytes = 0, predicted_host_bytes = 0;  // the same in the host pool (offload)
 };
 
 Config config(const char* zero, double decay = 0.9) {
@@ -36,6 +38,8 @@ Config config(const char* zero, double decay = 0.9) {
 
 struct Options {
   int steps = 4;
+  double amp_init_scale = 65536;      // TrainerOptions::amp_init_scale
+  std::int64_t amp_growth_interval = 2000;
   bool record = false;                 // every step's weights
   std::string save, resume;            // a checkpoint directory to save into after `steps`, or to resume from first
 };
@@ -47,7 +51,8 @@ std::vector<Run> train(int n, const Config& cfg, int first_index, Options o = {}
     Context ctx(c, first_index + c.rank());
     Config mine = cfg;
     if (!o.save.empty()) mine.set("checkpoint.dir", o.save);
-    Trainer<gpt::Gpt, optim::AdamW, P> t(ctx, mine, gpt::make_gpt(tiny()), optim::AdamW({.lr = 0.01, .eps = 1e-3}), {.seed = 5});
+    Trainer<gpt::Gpt, optim::AdamW, P> t(ctx, mine, gpt::make_gpt(tiny()), optim::AdamW({.lr = 0.01, .eps = 1e-3}),
+                                       {.seed = 5, .amp_init_scale = o.amp_init_scale, .amp_growth_interval = o.amp_growth_interval});
     auto ds = test::token_corpus(4000);
     data::WindowLoader loader(ds, 8, 8, 17, t.data_shard());
     t.watch(loader);
@@ -60,11 +65,14 @@ std::vector<Run> train(int n, const Config& cfg, int first_index, Options o = {}
     if (o.record) r.weights.push_back(weights());
     for (int s = 0; s < o.steps; ++s) {
       r.losses.push_back(t.step(loader.next(ctx.cpu())));
+      r.skipped.push_back(t.skipped_steps());
       if (o.record) r.weights.push_back(weights());
     }
     r.optimizer_bytes = memory_stats(ctx.cpu().id()).current_of(MemoryCategory::kOptimizerState);
     const auto predicted = plan::predict_state<gpt::Gpt, P>(gpt::make_gpt(tiny()), t.plan(), n, optim::AdamW::kStateSlots);
     r.predicted_bytes = predicted.front().optimizer_state;
+    r.host_bytes = memory_stats({DeviceKind::kHost, ctx.cpu().id().index}).current_of(MemoryCategory::kOptimizerState);
+    r.predicted_host_bytes = predicted.front().host_optimizer_state;
     if (!o.save.empty()) (void)t.save(o.save);
     r.params = weights();
     if (t.plan().policies.ema) {
@@ -78,11 +86,14 @@ std::vector<Run> train(int n, const Config& cfg, int first_index, Options o = {}
   return runs;
 }
 
-// The rule, in double precision: ema_0 = w_0; ema_t = decay ema_(t-1) + (1 - decay) w_t.
-std::vector<double> by_the_rule(const std::vector<std::vector<double>>& w, double decay) {
+// The rule, in double precision: ema_0 = w_0; ema_t = decay ema_(t-1) + (1 - decay) w_t after each
+// update (a step AMP skipped, skipped[t - 1] grown, moves nothing).
+std::vector<double> by_the_rule(const std::vector<std::vector<double>>& w, double decay, const std::vector<std::int64_t>& skipped = {}) {
   std::vector<double> e = w.front();
-  for (std::size_t t = 1; t < w.size(); ++t)
+  for (std::size_t t = 1; t < w.size(); ++t) {
+    if (!skipped.empty() && skipped[t - 1] > (t >= 2 ? skipped[t - 2] : 0)) continue;
     for (std::size_t i = 0; i < e.size(); ++i) e[i] = decay * e[i] + (1 - decay) * w[t][i];
+  }
   return e;
 }
 
@@ -119,6 +130,34 @@ TEST_CASE("ema: 2 and 4 thread ranks under ZeRO 0, 1 and 3 keep the one-device a
         CHECK(test::max_rel_diff(r.ema, one[0].ema) <= 1e-5);
       }
     }
+}
+
+TEST_CASE("ema: under offload the average lives in the host pool and is the same") {
+  using Offloaded = Policies<Zero<3>, Offload<offload::V0>, Ema>;
+  const auto device = train<Averaged>(2, config("v2"), 790);
+  const auto host = train<Offloaded>(2, config("v2"), 792);
+  for (std::size_t r = 0; r < host.size(); ++r) {
+    CHECK(test::max_rel_diff(host[r].ema, device[r].ema) <= 1e-6);
+    CHECK(host[r].optimizer_bytes == 0);  // the device holds no state: the host pool does (the planner's host bytes)
+    CHECK(host[r].predicted_bytes == 0);
+    CHECK(host[r].host_bytes == host[r].predicted_host_bytes);
+    CHECK(host[r].host_bytes == device[r].optimizer_bytes);  // the same three slots (AdamW's two, the average), in the host pool
+  }
+}
+
+TEST_CASE("ema: a step mixed precision skips for an overflow does not move the average") {
+  using Amped = Policies<Zero<3>, Amp<amp::FP16>>;
+  using AmpedAveraged = Policies<Zero<3>, Amp<amp::FP16>, Ema>;
+  // a loss scale of 2^24 overflows f16 at once: the first steps are skipped while it comes down;
+  // then it doubles after every good step, so that updates and skips alternate
+  const Options o{.steps = 8, .amp_init_scale = 0x1p24, .amp_growth_interval = 1, .record = true};
+  const auto plain = train<Amped>(1, config("", -1), 794, o);
+  const auto averaged = train<AmpedAveraged>(1, config(""), 796, o);
+  REQUIRE(plain[0].skipped.back() >= 1);
+  REQUIRE(plain[0].skipped.back() < o.steps);  // and some steps update
+  CHECK(averaged[0].skipped == plain[0].skipped);
+  CHECK(test::max_rel_diff(averaged[0].ema, by_the_rule(plain[0].weights, 0.9, plain[0].skipped)) <= 1e-6);
+  CHECK(test::max_rel_diff(averaged[0].ema, by_the_rule(plain[0].weights, 0.9)) > 1e-4);  // as if they had not been skipped
 }
 
 TEST_CASE("ema: its state is the planner's exact state bytes (one more slot, sharded as the optimizer's)") {
