@@ -12,6 +12,7 @@
 #include "epl/comm/threads/threads.hpp"
 #include "epl/device/cpu/cpu.hpp"
 #include "epl/runtime/trace.hpp"
+#include "epl/runtime/trainer.hpp"  // and model_free.hpp's list, defined here
 
 namespace epl {
 inline namespace v0 {

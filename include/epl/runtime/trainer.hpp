@@ -397,3 +397,5 @@ class Trainer {
 
 }  // namespace v0
 }  // namespace epl
+
+#include "epl/runtime/model_free.hpp"  // under epl::precompiled, the model-free parts a Trainer uses come from there

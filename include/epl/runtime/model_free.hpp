@@ -1,0 +1,51 @@
+#pragma once
+/// \file
+/// \brief What a Trainer on device::Cpu instantiates that does not depend on the user's model: the
+/// gradient syncs and what they reduce and shard with, the executor of each sync's passes, and the
+/// optimizers' updaters. A program linked with epl::precompiled (EPL_PRECOMPILED) takes them from
+/// that library (`extern template`), compiled once, instead of compiling them again.
+
+// One list: declared `extern template` in a program linked with epl::precompiled, defined in that
+// library (src/precompiled.cpp includes this header with EPL_PRECOMPILED_SOURCE).
+#if defined(EPL_PRECOMPILED_SOURCE)
+#define EPL_MODEL_FREE template
+#elif defined(EPL_PRECOMPILED)
+#define EPL_MODEL_FREE extern template
+#endif
+#ifdef EPL_MODEL_FREE
+#include "epl/device/cpu/cpu.hpp"
+#include "epl/nn/loss.hpp"
+#include "epl/optim/adamw.hpp"
+#include "epl/optim/optimizer.hpp"
+#include "epl/optim/sgd.hpp"
+#include "epl/policy/gradient_sync.hpp"
+#include "epl/strategy/executor.hpp"
+
+namespace epl {
+inline namespace v0 {
+EPL_MODEL_FREE class policy::AllReduceReducer<device::Cpu>;
+EPL_MODEL_FREE class policy::ReducerSet<device::Cpu>;
+EPL_MODEL_FREE class policy::ZeroSharder<device::Cpu>;
+EPL_MODEL_FREE class policy::AllReduceSync<device::Cpu>;
+EPL_MODEL_FREE class policy::ZeroSync<device::Cpu>;
+EPL_MODEL_FREE class strategy::Executor<nn::Pass<device::Cpu, policy::AllReduceSync<device::Cpu>>, nn::SoftmaxCrossEntropy>;
+EPL_MODEL_FREE class strategy::Executor<nn::Pass<device::Cpu, policy::ZeroSync<device::Cpu>>, nn::SoftmaxCrossEntropy>;
+EPL_MODEL_FREE class optim::Updater<optim::SGD>;
+EPL_MODEL_FREE void optim::Updater<optim::SGD>::step<device::Cpu>(const device::Cpu&, std::span<const Tensor>, std::span<const Tensor>,
+                                                                std::int64_t, double);
+EPL_MODEL_FREE const std::vector<Tensor>& optim::Updater<optim::SGD>::restore<device::Cpu>(const device::Cpu&, std::int64_t, std::int64_t,
+                                                                                         DType);
+EPL_MODEL_FREE class optim::Updater<optim::Momentum>;
+EPL_MODEL_FREE void optim::Updater<optim::Momentum>::step<device::Cpu>(const device::Cpu&, std::span<const Tensor>, std::span<const Tensor>,
+                                                                std::int64_t, double);
+EPL_MODEL_FREE const std::vector<Tensor>& optim::Updater<optim::Momentum>::restore<device::Cpu>(const device::Cpu&, std::int64_t, std::int64_t,
+                                                                                         DType);
+EPL_MODEL_FREE class optim::Updater<optim::AdamW>;
+EPL_MODEL_FREE void optim::Updater<optim::AdamW>::step<device::Cpu>(const device::Cpu&, std::span<const Tensor>, std::span<const Tensor>,
+                                                                std::int64_t, double);
+EPL_MODEL_FREE const std::vector<Tensor>& optim::Updater<optim::AdamW>::restore<device::Cpu>(const device::Cpu&, std::int64_t, std::int64_t,
+                                                                                         DType);
+}  // namespace v0
+}  // namespace epl
+#undef EPL_MODEL_FREE
+#endif
