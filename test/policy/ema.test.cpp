@@ -211,5 +211,22 @@ TEST_CASE("ema: bad input is named with its fix") {
       swap_ema(t);
     });
   }, "epl::swap_ema: this run keeps no average of the weights; add epl::Ema");
+  // swapped in, the average must be swapped back before training or a checkpoint
+  TempDir dir("swapped");
+  comm::run_threads(1, [&](comm::ThreadCommunicator& comm) {
+    Context ctx(comm, 784);
+    Trainer<gpt::Gpt, optim::AdamW, Averaged> t(ctx, config(""), gpt::make_gpt(tiny()), optim::AdamW({.lr = 0.01}));
+    auto ds = test::token_corpus(4000);
+    data::WindowLoader loader(ds, 8, 8, 17, t.data_shard());
+    (void)t.step(loader.next(ctx.cpu()));
+    swap_ema(t);
+    (void)t.evaluate(loader.next(ctx.cpu()));  // what it is for
+    CHECK_THROWS_WITH_AS((void)t.step(loader.next(ctx.cpu())), doctest::Contains("trainer.step() with the weights' average swapped in "
+                                                                                 "(epl::swap_ema)"), Error);
+    CHECK_THROWS_WITH_AS((void)t.save(dir.path), doctest::Contains("a checkpoint save or load with the weights' average swapped in"),
+                         Error);
+    swap_ema(t);
+    CHECK_NOTHROW((void)t.step(loader.next(ctx.cpu())));
+  });
 }
 }

@@ -51,9 +51,18 @@ class EmaHook {
     replaced(d, h.owned);
   }
   [[nodiscard]] bool on() const noexcept { return on_; }
+  /// \brief Whether the average is in the weights' place now (epl::swap_ema).
+  [[nodiscard]] bool swapped() const noexcept { return swapped_; }
   [[nodiscard]] double decay() const noexcept { return decay_; }
   /// \brief The average, over the owned values in order (empty when off).
   [[nodiscard]] const Tensor& values() const noexcept { return buffer_; }
+  /// \brief Before a step: training with the average swapped in would go on from it and average
+  /// the weights into it.
+  template <class Reference>
+  void before_gradients(const D&, std::int64_t, Reference&&) const {
+    EPL_CHECK(!swapped_, "trainer.step() with the weights' average swapped in (epl::swap_ema): training would go on from the "
+              "average and average the weights into it; call epl::swap_ema(trainer) again first, to swap the weights back");
+  }
   /// \brief After an update: ema = decay ema + (1 - decay) w.
   void after_update(const D& d, std::span<const Tensor> owned) {
     each(owned, [&](const Tensor& w, const Tensor& e) {
@@ -67,6 +76,7 @@ class EmaHook {
   }
   /// \brief Exchanges the average and the weights.
   void swap(const D& d, std::span<const Tensor> owned) {
+    swapped_ = !swapped_;
     each(owned, [&](const Tensor& w, const Tensor& e) {
       const Tensor keep = d.empty(w.shape(), w.dtype(), MemoryCategory::kWorkspace);
       d.copy(w, keep);
@@ -78,6 +88,9 @@ class EmaHook {
   /// saved without it is loaded.
   void saved(const D& d, std::span<const Tensor> owned, std::vector<SavedState>& out) {
     if (!on_) return;
+    EPL_CHECK(!swapped_, "a checkpoint save or load with the weights' average swapped in (epl::swap_ema) would keep the average "
+              "as the weights; call epl::swap_ema(trainer) again first (a checkpoint keeps the average beside them, as "
+              "<parameter>@ema)");
     out.push_back({"ema", buffer_, [this, &d, owned = std::vector<Tensor>(owned.begin(), owned.end())] { replaced(d, owned); }});
   }
 
@@ -95,7 +108,7 @@ class EmaHook {
               "; it was started on other weights");
   }
 
-  bool on_ = false;
+  bool on_ = false, swapped_ = false;
   double decay_ = 0;
   Tensor buffer_;
 };
