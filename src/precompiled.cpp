@@ -28,7 +28,7 @@ template class detail::CommunicatorModel<ThreadCommunicator, false>;
 }  // namespace comm
 namespace checkpoint {
 template class BasicSerializer<void>;
-template std::size_t export_safetensors<void>(const std::filesystem::path&, const std::filesystem::path&);
+template std::size_t export_safetensors<void>(const std::filesystem::path&, const std::filesystem::path&, std::string_view);
 }  // namespace checkpoint
 template void write_trace<void>(comm::Communicator&, const Timeline&, const std::string&);
 template class BasicTracer<void>;

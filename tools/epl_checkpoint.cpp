@@ -3,6 +3,8 @@
 //                                        piece read and its checksum checked
 //   epl-checkpoint export DIR OUT        its weights as a safetensors file (PyTorch's
 //                                        safetensors.torch.load_file reads it)
+//   epl-checkpoint export --ema DIR OUT  the average of its weights (a run with epl::Ema), named as
+//                                        the weights
 // DIR is a step-N directory, or a checkpoint.dir, whose newest complete checkpoint is used.
 #include <epl/checkpoint/safetensors.hpp>
 
@@ -38,13 +40,16 @@ int main(int argc, char** argv) try {
     std::printf("every piece's checksum holds (%llu bytes)\n", static_cast<unsigned long long>(bytes));
     return 0;
   }
-  if (command == "export" && argc == 4 && !help) {
-    const auto dir = checkpoint_in(argv[2]);
-    const auto n = epl::checkpoint::export_safetensors(dir, argv[3]);
-    std::printf("wrote %zu tensors of %s to %s\n", n, dir.c_str(), argv[3]);
+  const bool ema = command == "export" && argc == 5 && std::string(argv[2]) == "--ema";
+  if (command == "export" && (argc == 4 || ema) && !help) {
+    const auto dir = checkpoint_in(argv[ema ? 3 : 2]);
+    const char* out = argv[ema ? 4 : 3];
+    const auto n = epl::checkpoint::export_safetensors(dir, out, ema ? "ema" : "");
+    std::printf("wrote %zu tensors%s of %s to %s\n", n, ema ? " (the average of the weights)" : "", dir.c_str(), out);
     return 0;
   }
-  std::fputs("usage: epl-checkpoint show DIR\n       epl-checkpoint export DIR OUT.safetensors\n"
+  std::fputs("usage: epl-checkpoint show DIR\n       epl-checkpoint export [--ema] DIR OUT.safetensors\n"
+             "--ema: the average of the weights a run with epl::Ema kept, under the weights' names\n"
              "DIR: a step-N checkpoint directory, or the checkpoint.dir that holds them (its newest is used)\n",
              help ? stdout : stderr);
   return help ? 0 : 2;

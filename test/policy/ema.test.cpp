@@ -9,6 +9,8 @@
 #include "../../examples/gpt/gpt.hpp"
 #include "../helpers.hpp"
 #include "epl/comm/threads/run_threads.hpp"
+#include "epl/checkpoint/checkpoint.hpp"
+#include "epl/checkpoint/export.hpp"
 #include "epl/plan/estimate.hpp"
 
 using namespace epl;
@@ -96,6 +98,11 @@ std::vector<double> by_the_rule(const std::vector<std::vector<double>>& w, doubl
   }
   return e;
 }
+
+// The default can be written out, as the other policies' can.
+static_assert(std::is_same_v<Policies<Zero<1>, ema::Off>::of<policy::home::Ema>, ema::Off>);
+static_assert(!policy::compiled<Policies<std::conditional_t<false, Ema, ema::Off>>>(false).ema);
+static_assert(policy::compiled<Policies<std::conditional_t<true, Ema, ema::Off>>>(false).ema);
 
 struct TempDir {
   fs::path path;
@@ -192,6 +199,25 @@ TEST_CASE("ema: a checkpoint keeps the average; one saved without it starts the 
   const auto saved = train<Plain>(1, config("", -1), 766, {.steps = 2, .save = bare.path.string()});
   const auto started = train<Averaged>(1, config(""), 768, {.steps = 0, .resume = bare.path.string()});
   CHECK(started[0].ema == saved[0].params);  // nothing to average yet: the loaded weights
+
+  // the average exported under the weights' names, read into a run that keeps none
+  const auto step = checkpoint::newest(dir.path);
+  REQUIRE(step.has_value());
+  const fs::path file = dir.path.parent_path() / ("epl-ema-test-" + std::to_string(::getpid()) + ".safetensors");
+  CHECK(checkpoint::export_safetensors(*step, file, "ema") > 0);
+  const auto halfway = train<Averaged>(1, config(""), 770, {.steps = 0, .resume = dir.path.string()});
+  comm::run_threads(1, [&](comm::ThreadCommunicator& comm) {
+    Context ctx(comm, 772);
+    Trainer<gpt::Gpt, optim::AdamW, Plain> t(ctx, config("", -1), gpt::make_gpt(tiny()), optim::AdamW({.lr = 0.01}), {.seed = 5});
+    t.load_safetensors(file);
+    t.gather_parameters();
+    CHECK(test::flat_params(t.model()) == halfway[0].ema);
+  });
+  fs::remove(file);
+  const auto bare_step = checkpoint::newest(bare.path);
+  REQUIRE(bare_step.has_value());
+  CHECK_THROWS_WITH_AS((void)checkpoint::export_safetensors(*bare_step, file, "ema"),
+                       doctest::Contains("was saved without the state asked for (\"ema\""), Error);
 }
 
 TEST_CASE("ema: bad input is named with its fix") {
@@ -210,7 +236,7 @@ TEST_CASE("ema: bad input is named with its fix") {
       Trainer<gpt::Gpt, optim::AdamW, Plain> t(ctx, Config{}, gpt::make_gpt(tiny()), optim::AdamW({.lr = 0.01}));
       swap_ema(t);
     });
-  }, "epl::swap_ema: this run keeps no average of the weights; add epl::Ema");
+  }, "epl::swap_ema: this run keeps no average of the weights: add epl::Ema");
   // swapped in, the average must be swapped back before training or a checkpoint
   TempDir dir("swapped");
   comm::run_threads(1, [&](comm::ThreadCommunicator& comm) {

@@ -13,7 +13,7 @@ inline namespace v0 {
 namespace checkpoint {
 
 template <class Unused>
-std::size_t export_safetensors(const std::filesystem::path& checkpoint_dir, const std::filesystem::path& out) {
+std::size_t export_safetensors(const std::filesystem::path& checkpoint_dir, const std::filesystem::path& out, std::string_view kept) {
   std::error_code ec;
   EPL_CHECK(!out.empty(), "export_safetensors: no file to write is named; name one (model.safetensors)");
   EPL_CHECK(!std::filesystem::is_directory(out, ec), "the safetensors file to write, ", out, ", is a directory; name a file in it "
@@ -39,8 +39,12 @@ std::size_t export_safetensors(const std::filesystem::path& checkpoint_dir, cons
   std::string header = "{\"__metadata__\":{\"format\":\"pt\",\"epl.step\":\"" + std::to_string(r.manifest().step) + "\"}";
   std::uint64_t at = 0;
   std::vector<std::string> names;
+  const auto source = [&](const std::string& name) { return kept.empty() ? name : name + "@" + std::string(kept); };
   for (const auto& [name, t] : r.manifest().tensors) {
     if (name.find('@') != std::string::npos) continue;
+    EPL_CHECK(r.manifest().tensors.count(source(name)), "export_safetensors: the checkpoint ", checkpoint_dir, " holds no ", source(name),
+              ": it was saved without the state asked for (\"", kept, "\"; the average of the weights is saved by a run with epl::Ema); "
+              "export its weights without it");
     const std::uint64_t bytes = static_cast<std::uint64_t>(t.shape.numel()) * size_of(t.dtype);
     header += "," + detail::json_string(name) + ":{\"dtype\":\"" + detail::safetensors_dtype(t.dtype) + "\",\"shape\":[";
     for (int d = 0; d < t.shape.rank(); ++d) header += (d ? "," : "") + std::to_string(t.shape[d]);
@@ -57,7 +61,7 @@ std::size_t export_safetensors(const std::filesystem::path& checkpoint_dir, cons
   (void)w.add("", {}, {}, 0, 0, len, 8);
   (void)w.add("", {}, {}, 0, 0, header.data(), header.size());
   for (const auto& name : names) {
-    const auto bytes = r.whole(name);
+    const auto bytes = r.whole(source(name));
     (void)w.add(name, {}, {}, 0, 0, bytes.data(), bytes.size());
   }
   file.commit(out.filename().string());

@@ -23,7 +23,7 @@ inline namespace v0 {
 /// \brief Keep an exponential moving average of the weights (ema.decay, 0.999 by default; 0 keeps none).
 struct Ema {};
 namespace ema {
-/// \brief No average (the default).
+/// \brief No average (the default; it may be written out, as std::conditional_t<keep, Ema, ema::Off>).
 struct Off {};
 }  // namespace ema
 
@@ -116,7 +116,7 @@ class EmaHook {
 namespace home {
 struct Ema {
   template <class P>
-  static constexpr bool kTag = std::is_same_v<P, epl::Ema>;
+  static constexpr bool kTag = std::is_same_v<P, epl::Ema> || std::is_same_v<P, ema::Off>;
   using Default = ema::Off;
 
   struct Keys {
@@ -168,10 +168,12 @@ struct Ema {
 /// the model, and call it again to train on. A collective (under ZeRO the slices meet again).
 template <class Trainer>
 void swap_ema(Trainer& trainer) {
+  static_assert(requires(Trainer& t) { t.steps(); t.plan().policies.ema; },
+                "epl::swap_ema takes an epl::Trainer (the one whose weights and average to swap)");
   trainer.with_owned_values([](const auto& device, std::span<const Tensor> owned, auto& hooks) {
     auto& ema = hooks.template get<policy::home::Ema>();
-    EPL_CHECK(ema.on(), "epl::swap_ema: this run keeps no average of the weights; add epl::Ema to the Trainer's "
-              "epl::Policies<...> (and leave ema.decay above 0)");
+    EPL_CHECK(ema.on(), "epl::swap_ema: this run keeps no average of the weights: add epl::Ema to the Trainer's "
+              "epl::Policies<...>, or, where it is there, set ema.decay above 0 (0 keeps none)");
     ema.swap(device, owned);
   });
 }
