@@ -39,14 +39,11 @@ template <class H, class First, class... Rest>
 struct tag_in<H, First, Rest...> {
   using type = std::conditional_t<is_tag_of<H, First>(), First, typename tag_in<H, Rest...>::type>;
 };
-// One tag of H at most among P...; the instantiation names the home when it fails.
+// How many of P... are H's tags.
 template <class H, class... P>
-struct at_most_one {
-  static_assert((0 + ... + static_cast<int>(is_tag_of<H, P>())) <= 1,
-                "epl::Policies<...> got two tags of one policy (two epl::Zero<k>, two epl::Amp<...>); give one of each (the "
-                "home named in this instantiation is the policy)");
-  static constexpr bool value = true;
-};
+constexpr int tags_of() {
+  return (0 + ... + static_cast<int>(is_tag_of<H, P>()));
+}
 template <class Tags, class... H>
 constexpr bool check_each(List<H...>) {
   ([] {
@@ -56,7 +53,7 @@ constexpr bool check_each(List<H...>) {
 }
 template <class... P, class... H>
 constexpr bool one_each(List<H...>) {
-  return (at_most_one<H, P...>::value && ...);
+  return ((tags_of<H, P...>() <= 1) && ...);
 }
 }  // namespace detail
 

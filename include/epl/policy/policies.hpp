@@ -18,7 +18,9 @@ struct Policies : policy::Tags<P...> {
   static_assert((policy::detail::is_any_tag<P>(policy::Homes{}) && ...),
                 "epl::Policies<...> takes policy types only: the tags of policy::Homes (epl::Zero<k>, epl::Offload<level>, "
                 "epl::Amp<precision>, epl::Ema; docs/policies.md lists them); one of the types given is not a policy");
-  static_assert(policy::detail::one_each<P...>(policy::Homes{}));
+  static_assert(policy::detail::one_each<P...>(policy::Homes{}),
+                "epl::Policies<...> got two tags of one policy (two epl::Zero<k>, two epl::Amp<...>, two epl::Ema, or a tag and "
+                "its default); give one of each");
   static_assert(policy::detail::check_each<policy::Tags<P...>>(policy::Homes{}));
   using zero = typename policy::Tags<P...>::template of<policy::home::Zero>;
   using mixed_precision = typename policy::Tags<P...>::template of<policy::home::Amp>;
