@@ -54,6 +54,11 @@ namespace checkpoint {
 
 inline constexpr int kVersion = 1;
 inline constexpr const char* kManifest = "manifest.txt";
+/// The tensor a policy's state (policy::SavedState, the average of the weights) is saved as:
+/// `<parameter>@<suffix>`.
+inline std::string kept_name(std::string_view parameter, std::string_view suffix) {
+  return std::string(parameter).append("@").append(suffix);
+}
 /// The largest rank and element count a manifest may describe: beyond them it is corrupt.
 inline constexpr int kMaxRank = Shape::kMaxRank;
 inline constexpr std::int64_t kMaxElements = std::int64_t{1} << 40;

@@ -39,7 +39,7 @@ std::size_t export_safetensors(const std::filesystem::path& checkpoint_dir, cons
   std::string header = "{\"__metadata__\":{\"format\":\"pt\",\"epl.step\":\"" + std::to_string(r.manifest().step) + "\"}";
   std::uint64_t at = 0;
   std::vector<std::string> names;
-  const auto source = [&](const std::string& name) { return kept.empty() ? name : name + "@" + std::string(kept); };
+  const auto source = [&](const std::string& name) { return kept.empty() ? name : kept_name(name, kept); };
   for (const auto& [name, t] : r.manifest().tensors) {
     if (name.find('@') != std::string::npos) continue;
     EPL_CHECK(r.manifest().tensors.count(source(name)), "export_safetensors: the checkpoint ", checkpoint_dir, " holds no ", source(name),

@@ -352,7 +352,7 @@ std::string BasicSerializer<Unused>::write_shard(const files::Folder& dir, const
     for (std::size_t k = 0; k < state.size(); ++k)
       add(state_name(s.names.at(&p), k), p, b, e, state[k].slice(r.state_at + at, r.state_at + at + e - b));
     for (const auto& kept : s.policy_state)
-      add(s.names.at(&p) + "@" + kept.suffix, p, b, e, kept.buffer.slice(r.state_at + at, r.state_at + at + e - b));
+      add(kept_name(s.names.at(&p), kept.suffix), p, b, e, kept.buffer.slice(r.state_at + at, r.state_at + at + e - b));
   });
   if (shard) {
     m.files[file] = shard->sync();
@@ -439,7 +439,7 @@ void BasicSerializer<Unused>::verify(const Reader& reader, const std::string& wh
       if (reader.has(tensor) && read.insert(tensor).second) (void)reader.whole(tensor);  // restore() names one missing
     }
     for (const auto& kept : s.policy_state)
-      if (const std::string tensor = name + "@" + kept.suffix; reader.has(tensor) && read.insert(tensor).second) (void)reader.whole(tensor);
+      if (const std::string tensor = kept_name(name, kept.suffix); reader.has(tensor) && read.insert(tensor).second) (void)reader.whole(tensor);
   });
 }
 
@@ -475,7 +475,7 @@ void BasicSerializer<Unused>::restore(const Reader& reader, const std::string& w
       fill(state_name(s.names.at(&p), k), p, b, e, state[k].slice(r.state_at + at, r.state_at + at + e - b));
     for (std::size_t k = 0; k < s.policy_state.size(); ++k) {
       const auto& kept = s.policy_state[k];
-      const std::string tensor = s.names.at(&p) + "@" + kept.suffix;
+      const std::string tensor = kept_name(s.names.at(&p), kept.suffix);
       if (reader.has(tensor)) upload_piece(s, p, b, e, reader.whole(tensor), kept.buffer.slice(r.state_at + at, r.state_at + at + e - b), host);
       else absent[k] = true;
     }

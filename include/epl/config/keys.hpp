@@ -170,7 +170,8 @@ inline const std::vector<ConfigKey>& config_keys() {
     };
     // each policy's keys, from its home (policy/homes/), after the pipeline's
     auto policies = policy::config_keys();
-    all.insert(all.begin() + 4, policies.begin(), policies.end());
+    const auto after = std::find_if(all.rbegin(), all.rend(), [](const ConfigKey& k) { return k.name.starts_with("pipeline."); }).base();
+    all.insert(after, policies.begin(), policies.end());
     return all;
   }();
   return keys;

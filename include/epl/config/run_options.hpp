@@ -102,21 +102,21 @@ struct KeyReader {
 /// \brief The configuration keys (and the trainer's options) that shape a run's plan.
 inline plan::PlanOptions plan_options(const Config& cfg, const TrainerOptions& o) {
   check(o);
-  auto given = [&](auto key) { return cfg.source(key) != Config::Source::kDefault; };
+  const KeyReader read{cfg};
   plan::PlanOptions p;
   p.micro_batches = static_cast<int>(cfg.get(keys::num_micro_batch));
   p.stages = static_cast<int>(cfg.get(keys::num_stages));
-  p.stages_given = given(keys::num_stages);
+  p.stages_given = read.given(keys::num_stages);
   p.schedule = cfg.get(keys::pipeline_strategy);
   p.virtual_stages = static_cast<int>(cfg.get(keys::num_virtual_stages));
-  p.virtual_stages_given = given(keys::num_virtual_stages);
-  p.schedule_given = given(keys::pipeline_strategy);
+  p.virtual_stages_given = read.given(keys::num_virtual_stages);
+  p.schedule_given = read.given(keys::pipeline_strategy);
   p.auto_parallel = cfg.get(keys::auto_parallel);
   p.prefer_intra_node = cfg.get(keys::prefer_intra_node);
   p.colocate = cfg.get(keys::colocate_split_and_replicate);
   p.sequence_parallel = cfg.get(keys::sequence_parallel);
   auto& k = p.policies;
-  policy::read_keys(KeyReader{cfg}, k);  // each policy's keys, as its home reads them
+  policy::read_keys(read, k);  // each policy's keys, as its home reads them
   k.clip_norm = o.clip_norm;
   k.amp_init_scale = o.amp_init_scale;
   k.amp_growth_interval = o.amp_growth_interval;

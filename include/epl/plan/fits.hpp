@@ -181,10 +181,11 @@ constexpr StaticFootprint static_footprint(const Cluster& cluster, const Budget&
                                               "over pipeline stages x split degree) times Budget::micro_batches");
   constexpr policy::Compiled c = policy::compiled<Policy>(false);
   const auto sums = detail::static_sums<Model>();
-  detail::check_countable(static_cast<double>(sums.parameters) * 4.0 * (2 + budget.optimizer_slots));
+  const int slots = budget.optimizer_slots + policy::state_slots(c);  // the optimizer's and the policies' (an EMA's copy)
+  detail::check_countable(static_cast<double>(sums.parameters) * 4.0 * (2 + slots));
   detail::check_countable(static_cast<double>(sums.activation_bytes) * static_cast<double>(budget.rows));
   StaticFootprint f;
-  f.state = state_bytes(sums.parameters, data, c.zero, c.offload, budget.optimizer_slots + policy::state_slots(c));
+  f.state = state_bytes(sums.parameters, data, c.zero, c.offload, slots);
   const std::int64_t micro_rows = budget.rows / data / budget.micro_batches;
   f.activations = sums.activation_bytes * micro_rows * (p == 1 ? 1 : std::min(budget.micro_batches, p));
   return f;

@@ -22,6 +22,7 @@
 #include "epl/runtime/agreement.hpp"
 #include "epl/runtime/context.hpp"
 #include "epl/runtime/divergence.hpp"
+#include "epl/runtime/model_free.hpp"  // under epl::precompiled: what a Trainer uses that no model changes
 #include "epl/runtime/progress.hpp"
 #include "epl/runtime/trace.hpp"
 #include "epl/strategy/executor.hpp"
@@ -363,7 +364,7 @@ class Trainer {
     s.writes = [zero, c](const nn::Parameter& p) { return (zero || c.data == 0) && (!p.shard.whole() || c.tensor == 0); };
     checkpoint::describe(s, model_, updater_, *device_);
     s.scaler = hooks_.template get<policy::home::Amp>().scaler();
-    hooks_.saved(*device_, sync_->owned_values(), s.policy_state);
+    hooks_.saved(*device_, values, s.policy_state);
     s.seed = opt_.seed;
     s.data = groups_->mesh().data_size();
     s.tensor = groups_->mesh().tensor_size();
@@ -397,5 +398,3 @@ class Trainer {
 
 }  // namespace v0
 }  // namespace epl
-
-#include "epl/runtime/model_free.hpp"  // under epl::precompiled, the model-free parts a Trainer uses come from there
