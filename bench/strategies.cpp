@@ -174,7 +174,7 @@ int main(int argc, char** argv) try {
       const auto uncalibrated = epl::plan::search<gpt::Gpt, Policy>(model, prof, cluster, rows, epl::optim::AdamW::kStateSlots);
       std::vector<epl::plan::Estimate> plain;
       for (const auto& e : uncalibrated.plans)
-        if (plain.empty() && e.candidate.data == n && e.candidate.micro_batches == 1 && !e.candidate.zero && !e.candidate.recompute)
+        if (plain.empty() && e.candidate.data == n && e.candidate.micro_batches == 1 && !e.candidate.policies.zero && !e.candidate.policies.recompute)
           plain.push_back(e);
       EPL_CHECK(!plain.empty(), "no plain data-parallel plan to calibrate with: use a batch that divides among ", n, " ranks");
       factor = epl::plan::calibrate(cluster, plain[0], run(plain)[0].seconds);
@@ -183,7 +183,7 @@ int main(int argc, char** argv) try {
         const auto split = epl::plan::search<gpt::SplitGpt<2>, Policy>(split2, prof2, cluster, rows, epl::optim::AdamW::kStateSlots);
         std::vector<epl::plan::Estimate> plain_split;
         for (const auto& e : split.plans)  // the most micro-batches: the most all-reduces to time
-          if (e.candidate.pipeline == 1 && !e.candidate.zero && !e.candidate.recompute && !e.candidate.amp &&
+          if (e.candidate.pipeline == 1 && !e.candidate.policies.zero && !e.candidate.policies.recompute && !e.candidate.policies.amp &&
               (plain_split.empty() || e.candidate.micro_batches > plain_split[0].candidate.micro_batches))
             plain_split.assign(1, e);
         if (!plain_split.empty()) tensor_factor = epl::plan::calibrate_tensor(cluster, plain_split[0], run(plain_split)[0].seconds);

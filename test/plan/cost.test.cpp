@@ -218,7 +218,9 @@ TEST_CASE("cost: a declared pipeline is planned at run time, one stage a rank or
                        doctest::Contains("speed must be from"), Error);
   CHECK_THROWS_WITH_AS((plan::search<gpt::TwoStageGpt, All>(model, plan::Profile{}, {.ranks = 4}, 16, 2)),
                        doctest::Contains("the profile is empty"), Error);
-  CHECK_THROWS_WITH_AS((plan::estimate<gpt::TwoStageGpt, All>(model, prof, {.data = 2, .pipeline = 2, .zero = -1}, {.ranks = 4}, 16, 2)),
+  plan::Candidate below_zero{.data = 2, .pipeline = 2};
+  below_zero.policies.zero = -1;
+  CHECK_THROWS_WITH_AS((plan::estimate<gpt::TwoStageGpt, All>(model, prof, below_zero, {.ranks = 4}, 16, 2)),
                        doctest::Contains("ZeRO stage must be 0 to 3"), Error);
   plan::PlanOptions crawl;
   crawl.rank_speeds = {1, 1e-300, 1, 1};
@@ -399,8 +401,8 @@ TEST_CASE("cost: search returns only plans the plan accepts, fastest first, and 
   // ZeRO 3 holds a quarter of what no ZeRO holds, as the allocator would
   const auto find = [&](int data, int zero) {
     for (const auto& e : r.plans)
-      if (e.candidate.data == data && e.candidate.zero == zero && e.candidate.micro_batches == 1 && !e.candidate.recompute &&
-          !e.candidate.offload)
+      if (e.candidate.data == data && e.candidate.policies.zero == zero && e.candidate.micro_batches == 1 && !e.candidate.policies.recompute &&
+          !e.candidate.policies.offload)
         return e;
     REQUIRE(false);  // no such plan
     return plan::Estimate{};
@@ -422,8 +424,7 @@ TEST_CASE("cost: search returns only plans the plan accepts, fastest first, and 
   // then the fastest of each other shape (schedule, micro-batches): not a shape's ZeRO or recompute siblings
   auto shape = [&](std::size_t i) {  // the plan's name without its memory policies
     auto c = r.plans[i].candidate;
-    c.zero = 0;
-    c.offload = c.recompute = c.amp = false;
+    c.policies = {};
     return c.str();
   };
   std::set<std::string> shapes;
@@ -563,7 +564,7 @@ TEST_CASE("cost: on uneven devices the estimate gives the slow rank its share an
   const auto found = plan::search<gpt::Gpt, All>(model, prof, cluster, rows, 2, {.pipelines = false, .recompute = false, .base = slow});
   bool seen = false;
   for (const auto& e : found.plans)
-    if (e.candidate.data == 2 && e.candidate.micro_batches == 1 && e.candidate.zero == 0) {
+    if (e.candidate.data == 2 && e.candidate.micro_batches == 1 && e.candidate.policies.zero == 0) {
       seen = true;
       CHECK(e.seconds == doctest::Approx(uneven.seconds));
     }

@@ -17,11 +17,19 @@ using ZeroOne = Policies<Zero<1>>;  // MT-NLG ran DeepSpeed's ZeRO stage 1
 
 // the published layouts: micro-batches of one sequence, 1F1B, full recompute
 constexpr plan::Budget kMtNlgBatch{.rows = 1920, .tokens_per_row = 2048};
-constexpr plan::Combination kMtNlgLayout{.data = 8, .pipeline = 35, .micro_batches = 1920 / 8, .schedule = &strategy::kDefaultSchedule,
-                                          .virtual_stages = 1, .zero = 1, .recompute = true};
+// ZeRO stage 1 and full recompute, set as a program sets a combination's policy axes
+constexpr plan::Combination kMtNlgLayout = [] {
+  plan::Combination c{.data = 8, .pipeline = 35, .micro_batches = 1920 / 8, .schedule = &strategy::kDefaultSchedule, .virtual_stages = 1};
+  c.policies.zero = 1;
+  c.policies.recompute = true;
+  return c;
+}();
 constexpr plan::Budget kOneTBatch{.rows = 3072, .tokens_per_row = 2048};
-constexpr plan::Combination kOneTLayout{.data = 6, .pipeline = 64, .micro_batches = 3072 / 6, .schedule = &strategy::kDefaultSchedule,
-                                         .virtual_stages = 1, .zero = 0, .recompute = true};
+constexpr plan::Combination kOneTLayout = [] {
+  plan::Combination c{.data = 6, .pipeline = 64, .micro_batches = 3072 / 6, .schedule = &strategy::kDefaultSchedule, .virtual_stages = 1};
+  c.policies.recompute = true;
+  return c;
+}();
 
 constexpr std::int64_t parameters_of(int layers, std::int64_t h, std::int64_t v, std::int64_t s) {
   return layers * (12 * h * h + 13 * h) + v * h + s * h;  // the output's tied copy not counted twice

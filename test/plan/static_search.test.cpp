@@ -54,7 +54,7 @@ static_assert(one.best().seconds > 3 * 40e6 * 128 / 1e12 * 0.999999 && one.best(
 // four ranks, plenty of memory, fast links: replicas do it all with no bubble
 constexpr plan::Cluster fast{.ranks = 4, .macs_per_second = 1e12, .data = {1e-6, 1e12}, .pipeline = {1e-6, 1e12}, .tensor = {1e-6, 1e12}};
 constexpr auto roomy = plan::static_search<Four, Adam>(fast, {.bytes = std::int64_t{1} << 40, .rows = 64, .tokens_per_row = 16});
-static_assert(roomy.best().data == 4 && roomy.best().pipeline == 1 && roomy.best().zero == 0 && !roomy.best().recompute);
+static_assert(roomy.best().data == 4 && roomy.best().pipeline == 1 && roomy.best().policies.zero == 0 && !roomy.best().policies.recompute);
 static_assert(roomy.fit + roomy.refused == roomy.tried && roomy.refused > 0 && roomy.count == 8);  // refused: recompute of a 1-unit stage
 // fastest first
 static_assert([] {
@@ -67,7 +67,7 @@ static_assert([] {
 constexpr plan::Budget tight{.bytes = 300 * kM, .rows = 64, .tokens_per_row = 16};
 constexpr auto sharded = plan::static_search<Four, Adam>(fast, tight);
 static_assert(sharded.too_big > 0 && sharded.fit > 0);
-static_assert(sharded.best().zero > 0 || sharded.best().pipeline > 1);
+static_assert(sharded.best().policies.zero > 0 || sharded.best().pipeline > 1);
 static_assert([] {
   for (int i = 0; i < sharded.count; ++i)
     if (sharded.plans[static_cast<std::size_t>(i)].bytes.total() > tight.bytes) return false;
@@ -117,7 +117,7 @@ static_assert(plan::static_search<Four>(slow_replicas, roomy_budget).best().pipe
 static_assert(plan::static_search<BigOutput>(slow_replicas, roomy_budget).best().pipeline_seconds ==
               plan::static_search<Four>(slow_replicas, roomy_budget).best().pipeline_seconds);  // the same boundary, a block's
 // offload is not free: on a roomy budget the search keeps the state on the device
-static_assert(!plan::static_search<Four, Adam>(fast, roomy_budget).best().offload);
+static_assert(!plan::static_search<Four, Adam>(fast, roomy_budget).best().policies.offload);
 
 using Huge = Layer<std::int64_t{1} << 62, 1>;
 struct HugeModel {
@@ -405,8 +405,15 @@ TEST_CASE("the run-time and compile-time searches: one candidate loop and one fo
   const auto* il = strategy::find_schedule("Interleaved");
   CHECK(plan::static_price<Uneven>(four, batch, {.data = 4}).seconds > 0);
   CHECK_THROWS_WITH_AS(plan::static_price<Uneven>(four, batch, {.data = 2}), doctest::Contains("is not the cluster's ranks"), Error);
-  CHECK_THROWS_WITH_AS(plan::static_price<Uneven>(four, batch, {.data = 4, .offload = true}), doctest::Contains("give zero = 3"), Error);
-  CHECK_THROWS_WITH_AS(plan::static_price<Uneven>(four, batch, {.data = 2, .pipeline = 2, .micro_batches = 4, .schedule = zb, .zero = 2}),
+  // a combination with its policy axes set (policies.zero, .offload, .recompute, .amp)
+  auto with = [](plan::Combination c, auto set) {
+    set(c.policies);
+    return c;
+  };
+  CHECK_THROWS_WITH_AS(plan::static_price<Uneven>(four, batch, with({.data = 4}, [](auto& p) { p.offload = true; })),
+                       doctest::Contains("give policies.zero = 3"), Error);
+  CHECK_THROWS_WITH_AS(plan::static_price<Uneven>(four, batch, with({.data = 2, .pipeline = 2, .micro_batches = 4, .schedule = zb},
+                                                                    [](auto& p) { p.zero = 2; })),
                        doctest::Contains("refuses ZeRO 2 and 3"), Error);
   CHECK_THROWS_WITH_AS(plan::static_price<Uneven>({.ranks = 2}, batch, {.data = 1, .pipeline = 2, .micro_batches = 3, .schedule = il,
                                                                        .virtual_stages = 2}),
@@ -414,11 +421,12 @@ TEST_CASE("the run-time and compile-time searches: one candidate loop and one fo
   CHECK_THROWS_WITH_AS(plan::static_price<Uneven>(four, batch, {.data = 1, .pipeline = 4, .micro_batches = 4, .schedule = il,
                                                                  .virtual_stages = 2}),
                        doctest::Contains("fewer units"), Error);
-  CHECK_THROWS_WITH_AS(plan::static_price<Uneven>({.ranks = 1}, batch, {.data = 1, .zero = 1}), doctest::Contains("with one, give zero = 0"),
-                       Error);
+  CHECK_THROWS_WITH_AS(plan::static_price<Uneven>({.ranks = 1}, batch, with({.data = 1}, [](auto& p) { p.zero = 1; })),
+                       doctest::Contains("with one, give policies.zero = 0"), Error);
   CHECK_THROWS_WITH_AS(plan::static_price<Uneven>(four, batch, {.data = 2, .pipeline = 2, .schedule = nullptr}),
                        doctest::Contains("no schedule"), Error);
-  CHECK_THROWS_WITH_AS(plan::static_price<Uneven>(four, batch, {.data = 4, .amp = true}), doctest::Contains("amp = false"), Error);
+  CHECK_THROWS_WITH_AS(plan::static_price<Uneven>(four, batch, with({.data = 4}, [](auto& p) { p.amp = true; })),
+                       doctest::Contains("give policies.amp = false"), Error);
   CHECK_THROWS_WITH_AS(plan::static_calibrate<Uneven>(four, batch, {.data = 4}, 1e10), doctest::Contains("below 1e9"), Error);
   // the shared loop and formula check what they are given
   const int counts[] = {1, 2};
@@ -440,4 +448,70 @@ TEST_CASE("the run-time and compile-time searches: one candidate loop and one fo
   // a model whose static costs do not describe its run-time units is refused by name
   CHECK_THROWS_WITH_AS(plan::static_profile(SplitSized{}, plan::Cluster{.ranks = 2}, 1), doctest::Contains("runs as"), Error);
 }
+}
+
+TEST_CASE("the policy axes: each home's values, tried where no axis refuses them, keyed, named and broadcast as the home says") {
+  // what Policies<Zero<3>, Offload<V0>, Amp<BF16>> lets the searches try: every axis on
+  constexpr policy::Choice most = policy::reach(policy::compiled<Policies<Zero<3>, Offload<offload::V0>, Amp<amp::BF16>>>(false));
+  static_assert(policy::kAxes == 4 && most.zero == 3 && most.offload && most.recompute && most.amp);
+  static_assert(!policy::reach(policy::compiled<Policies<>>(false)).offload && policy::reach(policy::compiled<Policies<>>(false)).recompute);
+  auto tried = [&](policy::Layout l) {
+    std::vector<std::string> names;
+    policy::for_each_choice(most, l, [&](const policy::Choice& c) {
+      CHECK(policy::refusal(c, l) == nullptr);
+      names.push_back(policy::label(c));
+    });
+    return names;
+  };
+  // one replica: no ZeRO stage, so no offload; recompute and AMP each way, the first axis slowest
+  CHECK(tried({.data = 1}) == std::vector<std::string>{"", " amp", " recompute", " recompute amp"});
+  // replicas: stages 0-3, offload only with stage 3: (4 + 1) x 2 x 2
+  CHECK(tried({.data = 2}).size() == 20);
+  // a schedule that splits backward refuses ZeRO 2 and 3 (and so offload): stages 0 and 1
+  CHECK(tried({.data = 2, .pipeline = 2, .splits_backward = true}).size() == 8);
+  CHECK(tried({.data = 2, .pipeline = 2, .splits_backward = false}).size() == 20);
+  // the loop the searches share tries exactly those on each layout
+  const int counts[] = {1};
+  const int combinations = plan::for_each_combination(
+      {.ranks = 2, .rows = 8, .micro_batches = counts, .micro_batch_counts = 1, .pipelines = false, .policies = most}, [](const plan::Combination&) {});
+  CHECK(combinations == 20);  // dp2 only (no pipelines asked for)
+  // what each refuses, by name
+  policy::Choice c;
+  c.offload = true;
+  CHECK(std::string(policy::refusal(c, {.data = 2})).find("give policies.zero = 3") != std::string::npos);
+  c.offload = false;
+  c.zero = 4;
+  CHECK(std::string(policy::refusal(c, {.data = 2})).find("must be 0 to 3") != std::string::npos);
+  // every choice broadcasts as kAxes integers and comes back the same, keys and name alike
+  policy::for_each_choice(most, {.data = 2}, [](const policy::Choice& each) {
+    std::int64_t wire[policy::kAxes] = {};
+    policy::encode(each, wire);
+    const policy::Choice back = policy::decode(wire);
+    CHECK(policy::label(back) == policy::label(each));
+    std::vector<std::pair<std::string, std::string>> a, b;
+    policy::append_keys(each, a);
+    policy::append_keys(back, b);
+    CHECK(a == b);
+  });
+  // a candidate's keys and options say its choice in each home's keys
+  plan::Candidate cand{.data = 2};
+  cand.policies.zero = 3;
+  cand.policies.offload = true;
+  cand.policies.recompute = true;
+  const auto keys = cand.keys();
+  auto value = [&](const std::string& key) {
+    for (const auto& [k, v] : keys)
+      if (k == key) return v;
+    return std::string("(absent)");
+  };
+  CHECK(value("zero.level") == "v2");
+  CHECK(value("offload.level") == "v0");
+  CHECK(value("gradient_checkpoint.type") == "auto");
+  CHECK(value("amp.level") == "");
+  CHECK(cand.str() == "dp2 pp1 m1 zero3 offload recompute");
+  const plan::PlanOptions o = cand.options();
+  CHECK(o.policies.zero_level == std::optional<std::string>("v2"));
+  CHECK(o.policies.offload_level == std::optional<std::string>("v0"));
+  CHECK(o.policies.recompute == std::optional<std::string>("auto"));
+  CHECK(o.policies.amp_level == std::optional<std::string>(""));
 }

@@ -11,6 +11,7 @@
 
 #include "epl/plan/plan.hpp"
 #include "epl/plan/state.hpp"
+#include "epl/policy/axes.hpp"
 #include "epl/strategy/schedule.hpp"
 
 namespace epl {
@@ -23,8 +24,7 @@ struct Combination {
   int data = 1, pipeline = 1, micro_batches = 1;
   const strategy::ScheduleEntry* schedule = &strategy::kDefaultSchedule;  ///< the default on one stage
   int virtual_stages = 1;  ///< chunks per rank: 2 for a schedule of virtual stages, else 1
-  int zero = 0;
-  bool offload = false, recompute = false, amp = false;
+  policy::Choice policies = {};  ///< the policy axes' values (policy/axes.hpp): zero, offload, recompute, amp
 };
 
 /// \brief One combination: the axes of the mesh, the schedule and the policies.
@@ -33,24 +33,20 @@ struct Candidate {
   int tensor = 1;                           ///< the model type's epl::Split degree (set by estimate; a type, not a key)
   std::string schedule{strategy::kDefaultSchedule.name};  ///< pipeline.strategy (when pipeline > 1)
   int virtual_stages = 2;                   ///< Interleaved's chunks per rank
-  int zero = 0;                             ///< ZeRO stage (zero.level "", v0, v1, v2)
-  bool recompute = false;                   ///< gradient_checkpoint.type = "auto"
-  bool offload = false;                     ///< offload.level = "v0"
-  bool amp = false;                         ///< amp.level = "O1" (the compiled epl::Amp's dtype)
+  /// The policy axes' values (policy/axes.hpp): policies.zero (ZeRO stage: zero.level "", v0, v1,
+  /// v2), policies.offload (offload.level = "v0"), policies.recompute (gradient_checkpoint.type =
+  /// "auto"), policies.amp (amp.level = "O1", the compiled epl::Amp's dtype).
+  policy::Choice policies = {};
   /// \brief The candidate of a combination of the shared loop, for a model split `tensor` ways.
   [[nodiscard]] static Candidate of(const Combination& c, int tensor = 1) {
     return {.data = c.data, .pipeline = c.pipeline, .micro_batches = c.micro_batches, .tensor = tensor,
-            .schedule = std::string(c.schedule->name), .virtual_stages = c.virtual_stages > 1 ? c.virtual_stages : 2, .zero = c.zero,
-            .recompute = c.recompute, .offload = c.offload, .amp = c.amp};
+            .schedule = std::string(c.schedule->name), .virtual_stages = c.virtual_stages > 1 ? c.virtual_stages : 2, .policies = c.policies};
   }
   /// \brief The configuration keys that run it (key, value), for epl::Config::set.
   [[nodiscard]] std::vector<std::pair<std::string, std::string>> keys() const {
     std::vector<std::pair<std::string, std::string>> k{{"pipeline.num_micro_batch", std::to_string(micro_batches)},
-                                                       {"pipeline.num_stages", std::to_string(pipeline)},
-                                                       {"zero.level", zero == 0 ? "" : "v" + std::to_string(zero - 1)},
-                                                       {"offload.level", offload ? "v0" : ""},
-                                                       {"gradient_checkpoint.type", recompute ? "auto" : ""},
-                                                       {"amp.level", amp ? "O1" : ""}};
+                                                       {"pipeline.num_stages", std::to_string(pipeline)}};
+    policy::append_keys(policies, k);
     if (pipeline > 1) {
       k.push_back({"pipeline.strategy", schedule});
       k.push_back({"auto.auto_parallel", "true"});
@@ -66,11 +62,7 @@ struct Candidate {
       const auto* e = strategy::find_schedule(schedule);
       s += " " + (e ? std::string(e->label) : schedule) + (e && e->virtual_stages ? std::to_string(virtual_stages) : std::string());
     }
-    if (zero) s += " zero" + std::to_string(zero);
-    if (offload) s += " offload";
-    if (recompute) s += " recompute";
-    if (amp) s += " amp";
-    return s;
+    return s + policy::label(policies);
   }
   /// \brief The plan options of this candidate (the rest as in `base`).
   [[nodiscard]] PlanOptions options(PlanOptions base = {}) const {
@@ -82,10 +74,7 @@ struct Candidate {
     const auto* e = strategy::find_schedule(schedule);
     base.virtual_stages_given = pipeline > 1 && e && e->virtual_stages;
     base.auto_parallel = pipeline > 1;
-    base.policies.zero_level = zero == 0 ? std::string() : "v" + std::to_string(zero - 1);
-    base.policies.offload_level = offload ? "v0" : "";
-    base.policies.recompute = recompute ? "auto" : "";
-    base.policies.amp_level = amp ? "O1" : "";
+    policy::apply(policies, base.policies);
     return base;
   }
 };

@@ -126,7 +126,7 @@ Estimate estimate(const Model& model, const Profile& prof, const Candidate& c, c
                   PlanOptions base = {}) {
   using Pass = nn::Pass<D, policy::gradient_sync_t<Policy, D>>;
   detail::check_cluster(cluster, "plan::estimate");
-  EPL_CHECK(c.zero >= 0 && c.zero <= 3 && c.virtual_stages >= 1 && c.micro_batches <= detail::kMostMicroBatches && rows <= (std::int64_t{1} << 50),
+  EPL_CHECK(c.policies.zero >= 0 && c.policies.zero <= 3 && c.virtual_stages >= 1 && c.micro_batches <= detail::kMostMicroBatches && rows <= (std::int64_t{1} << 50),
             "plan::estimate: candidate ", c.str(), ": its ZeRO stage must be 0 to 3, its virtual stages 1 or more, its micro-batches ",
             "at most 65536, and the batch at most 2^50 rows");
   EPL_CHECK(!prof.units.empty(), "plan::estimate: the profile is empty; measure one with plan::profile");
@@ -314,9 +314,12 @@ Estimate estimate(const Model& model, const Profile& prof, const Candidate& c, c
   }
   // What one micro-batch costs the busiest rank, priced by the formula static_search shares.
   const int v = plan.virtual_stages(), p = plan.pipeline, m = c.micro_batches;
+  policy::Choice chosen = c.policies;  // as the plan decided them
+  chosen.zero = plan.policies.zero_stage;
+  chosen.offload = plan.policies.offload;
   const Combination combination{.data = c.data, .pipeline = p, .micro_batches = m,
                                 .schedule = plan.schedule ? plan.schedule : &strategy::kDefaultSchedule, .virtual_stages = v,
-                                .zero = plan.policies.zero_stage, .offload = plan.policies.offload, .recompute = c.recompute, .amp = c.amp};
+                                .policies = chosen};
   const StepCost cost{.chunk_seconds = slowest_chunk / speed,
                       .chunk_talk = slowest_talk,
                       .rank_talk = e.tensor_seconds / m,

@@ -34,19 +34,19 @@ struct Axes {
   const int* micro_batch_rows = nullptr;
   std::size_t micro_batch_row_counts = 0;
   bool pipelines = true;         ///< cut an undeclared model into stages
-  bool recompute = true;         ///< try gradient_checkpoint.type = "auto"
-  int zero = 0;                  ///< the highest ZeRO stage the policies compile
-  bool offload = false;          ///< the policies compile offload (tried with ZeRO stage 3)
-  bool amp = false;              ///< try amp.level = "O1"
+  /// The most each policy axis goes to (policy::reach of what the program compiled, less what the
+  /// search turns off): none by default.
+  policy::Choice policies = {};
 };
 
 /// \brief Calls fn(Combination) for each combination the axes allow, and returns how many: every
 /// pipeline depth p dividing the ranks over the split degree (the declared one only), each
 /// micro-batch count that divides the batch over the replicas, each schedule of kSchedules (the
 /// default alone on one stage; one of virtual stages with 2 chunks a rank, on an undeclared model
-/// whose micro-batches are a multiple of p), each ZeRO stage (none without replicas; stage 2 and
-/// up not with a schedule that splits backward, as plan::make refuses), offload with stage 3,
-/// recompute and AMP. Usable in a constant expression.
+/// whose micro-batches are a multiple of p), and each choice of the policy axes up to a.policies
+/// that no axis refuses on that layout (policy::for_each_choice: ZeRO stages only with replicas,
+/// stage 2 and up not with a schedule that splits backward, as plan::make refuses; offload with
+/// stage 3; recompute; AMP). Usable in a constant expression.
 namespace detail {
 [[noreturn]] inline void axes_are_not_valid(const char* what) { EPL_FAIL("plan::for_each_combination: ", what); }
 [[noreturn]] inline void step_is_not_valid(const char* what) { EPL_FAIL("plan::price: ", what); }
@@ -56,7 +56,7 @@ template <class F>
 constexpr int for_each_combination(const Axes& a, F&& fn) {
   if (a.ranks < 1 || a.ranks > detail::kMostRanks || a.tensor < 1 || a.ranks % a.tensor != 0)
     detail::axes_are_not_valid("the ranks must be 1 to 65536 and a multiple of the split degree (tensor, 1 or more)");
-  if (a.stages < 0 || a.rows < 1 || a.zero < 0 || a.zero > 3)
+  if (a.stages < 0 || a.rows < 1 || a.policies.zero < 0 || a.policies.zero > 3)
     detail::axes_are_not_valid("the declared stages must be 0 (none) or more, the rows 1 or more, the ZeRO stage 0 to 3");
   // (at compile time a null list cannot be read anyway, and g++ 12 will not compare a member
   // array's address with null in a constant expression)
@@ -87,17 +87,12 @@ constexpr int for_each_combination(const Axes& a, F&& fn) {
         const int v = p > 1 && s.virtual_stages ? 2 : 1;
         if (v > 1 && (a.stages > 0 || m % p != 0)) continue;
         if (a.units > 0 && static_cast<std::size_t>(p * v) > a.units) continue;
-        for (int zero = 0; zero <= a.zero; ++zero) {
-          if (zero > 0 && data == 1) continue;
-          if (zero >= 2 && p > 1 && s.splits_backward) continue;
-          for (int off = 0; off <= (a.offload && zero == 3 ? 1 : 0); ++off)
-            for (int rc = 0; rc <= (a.recompute ? 1 : 0); ++rc)
-              for (int amp = 0; amp <= (a.amp ? 1 : 0); ++amp) {
-                ++count;
-                fn(Combination{.data = data, .pipeline = p, .micro_batches = m, .schedule = &s, .virtual_stages = v, .zero = zero,
-                               .offload = off == 1, .recompute = rc == 1, .amp = amp == 1});
-              }
-        }
+        policy::for_each_choice(a.policies, {.data = data, .pipeline = p, .splits_backward = p > 1 && s.splits_backward},
+                                [&](const policy::Choice& c) {
+                                  ++count;
+                                  fn(Combination{.data = data, .pipeline = p, .micro_batches = m, .schedule = &s, .virtual_stages = v,
+                                                 .policies = c});
+                                });
       }
     }
   }
@@ -139,7 +134,7 @@ inline constexpr double kHiddenByBackward = 0.6;
 /// for the last bucket.
 constexpr StepPrice price(const Cluster& cluster, const Combination& c, const StepCost& cost, int buckets) {
   detail::check_cluster(cluster, "plan::price");
-  if (c.data < 1 || c.pipeline < 1 || c.micro_batches < 1 || c.virtual_stages < 1 || c.zero < 0 || c.zero > 3)
+  if (c.data < 1 || c.pipeline < 1 || c.micro_batches < 1 || c.virtual_stages < 1 || c.policies.zero < 0 || c.policies.zero > 3)
     detail::step_is_not_valid("the combination's degrees, micro-batches and virtual stages must be 1 or more, its ZeRO stage 0 to 3");
   if (c.pipeline > 1 && !strategy::is_schedule(c.schedule))
     detail::step_is_not_valid("a combination of several stages needs a schedule (one of strategy::kSchedules)");
@@ -157,14 +152,14 @@ constexpr StepPrice price(const Cluster& cluster, const Combination& c, const St
   r.tensor_seconds = cost.rank_talk * m;
   if (p > 1) r.pipeline_seconds = 2.0 * path * cluster.pipeline.seconds(cost.send_bytes);
   if (n > 1) {
-    const double whole = c.zero >= 2 ? cost.gradient_bytes * n : cost.gradient_bytes;
-    const int passes = detail::zero_ring_passes(c.zero, m);
+    const double whole = c.policies.zero >= 2 ? cost.gradient_bytes * n : cost.gradient_bytes;
+    const int passes = detail::zero_ring_passes(c.policies.zero, m);
     r.data_bytes = static_cast<double>(n - 1) / n * whole * passes;
     r.data_seconds = cluster.data.alpha * (n - 1) * buckets * passes + r.data_bytes / cluster.data.beta;
   }
   const double last_bucket = r.data_seconds / (buckets > 0 ? buckets : 1);
   const double exposed = r.data_seconds - kHiddenByBackward * r.compute_seconds;
-  if (c.offload) r.host_seconds = cluster.host.seconds(cost.host_bytes);
+  if (c.policies.offload) r.host_seconds = cluster.host.seconds(cost.host_bytes);
   r.seconds = r.compute_seconds + r.pipeline_seconds + (exposed > last_bucket ? exposed : last_bucket) + r.host_seconds;
   return r;
 }

@@ -100,13 +100,14 @@ SearchResult search(const Model& model, const Profile& prof, const Cluster& clus
   over.reserve(1024);
   // the loop static_search shares; a declared Pipeline's depth and a cut's units are plan::make's to
   // check (a declared model also runs on fewer ranks, several of its stages each)
-  const bool amp = c.amp != DType::kF32 && o.amp_profile;
+  policy::Choice most = policy::reach(c);
+  most.recompute = o.recompute;
+  most.amp = most.amp && o.amp_profile;  // priced from the AMP profile
   r.tried = for_each_combination({.ranks = cluster.ranks, .tensor = t, .units = unit_count, .rows = rows, .micro_batches = o.micro_batches.data(),
-                                  .micro_batch_counts = o.micro_batches.size(), .pipelines = o.pipelines, .recompute = o.recompute,
-                                  .zero = c.zero, .offload = c.offload, .amp = amp},
+                                  .micro_batch_counts = o.micro_batches.size(), .pipelines = o.pipelines, .policies = most},
                                  [&](const Combination& combination) {
                                    try {
-                                     Estimate e = estimate<Model, Policy, D>(model, combination.amp ? *o.amp_profile : prof,
+                                     Estimate e = estimate<Model, Policy, D>(model, combination.policies.amp ? *o.amp_profile : prof,
                                                                              Candidate::of(combination, t), cluster, rows, slots, o.base);
                                      if (e.device_bytes() <= budget) {
                                        r.plans.push_back(std::move(e));

@@ -35,8 +35,7 @@ struct StaticPlan {
   int data = 1, tensor = 1, pipeline = 1, micro_batches = 1;
   const strategy::ScheduleEntry* schedule = &strategy::kDefaultSchedule;  ///< its schedule (pipeline > 1), of strategy::kSchedules
   int virtual_stages = 1;  ///< chunks per rank (Interleaved: 2)
-  int zero = 0;
-  bool offload = false, recompute = false;
+  policy::Choice policies = {};  ///< the policy axes' values (policy/axes.hpp; amp always off)
   StaticFootprint bytes = {};  ///< state and peak activations
   double compute_seconds = 0, tensor_seconds = 0, pipeline_seconds = 0, data_seconds = 0, host_seconds = 0;
   double bubble = 0;
@@ -46,8 +45,7 @@ struct StaticPlan {
   /// \brief The same combination as the run-time search's candidate (its keys, its name).
   [[nodiscard]] Candidate candidate() const {
     return {.data = data, .pipeline = pipeline, .micro_batches = micro_batches, .tensor = tensor, .schedule = std::string(schedule_name()),
-            .virtual_stages = pipeline > 1 && schedule->virtual_stages ? virtual_stages : 2, .zero = zero,
-            .recompute = recompute, .offload = offload, .amp = false};
+            .virtual_stages = pipeline > 1 && schedule->virtual_stages ? virtual_stages : 2, .policies = policies};
   }
 };
 
@@ -164,7 +162,7 @@ class StaticPricer {
     if (p != cut_p_ || v != cut_v_) sum_cut(p, v);
     const std::int64_t micro_rows = budget_.rows / k.data / m;
     StaticPlan plan{.data = k.data, .tensor = t, .pipeline = p, .micro_batches = m, .schedule = k.schedule, .virtual_stages = v,
-                    .zero = k.zero, .offload = k.offload, .recompute = k.recompute};
+                    .policies = k.policies};
     const double flight = p == 1 ? 1.0 : k.schedule->in_flight(m, v, p);
     const double tokens = static_cast<double>(budget_.tokens_per_row * micro_rows);
     StepCost cost;
@@ -173,15 +171,16 @@ class StaticPricer {
       check_countable(static_cast<double>(sum.activation_bytes + sum.kept_recomputed) * static_cast<double>(budget_.rows) *
                       static_cast<double>(m));
       StaticFootprint f;
-      f.state = state_bytes(sum.parameters, k.data, k.zero, k.offload, budget_.optimizer_slots);
+      f.state = state_bytes(sum.parameters, k.data, k.policies.zero, k.policies.offload, budget_.optimizer_slots);
       // what each micro-batch in flight keeps, and a recomputed unit's activations once, during its backward
-      const std::int64_t kept = k.recompute ? sum.kept_recomputed : sum.activation_bytes;
-      f.activations = static_cast<std::int64_t>(static_cast<double>(kept * micro_rows) * flight) + (k.recompute ? sum.largest * micro_rows : 0);
+      const bool recompute = k.policies.recompute;
+      const std::int64_t kept = recompute ? sum.kept_recomputed : sum.activation_bytes;
+      f.activations = static_cast<std::int64_t>(static_cast<double>(kept * micro_rows) * flight) + (recompute ? sum.largest * micro_rows : 0);
       if (f.total() > plan.bytes.total()) plan.bytes = f;
       // the slowest chunk's micro-batch: forward, backward twice its work, and under recompute the
       // forward of the segments gradient_checkpoint.type = "auto" recomputes again
-      if (k.recompute && sum.chunk_units < 2) plan.refused = true;  // nothing to cut, as plan::make refuses
-      const double chunk = (k.recompute ? sum.chunk_recompute_macs : 3 * sum.chunk_macs) * tokens / cluster_.macs_per_second;
+      if (recompute && sum.chunk_units < 2) plan.refused = true;  // nothing to cut, as plan::make refuses
+      const double chunk = (recompute ? sum.chunk_recompute_macs : 3 * sum.chunk_macs) * tokens / cluster_.macs_per_second;
       const double talk = cluster_.tensor.all_reduces(t, sum.collectives, static_cast<double>(sum.tensor_bytes * micro_rows));
       const double chunk_talk =
           cluster_.tensor.all_reduces(t, sum.chunk_collectives, static_cast<double>(sum.chunk_tensor_bytes * micro_rows));
@@ -323,11 +322,13 @@ constexpr StaticSearch<K> static_search(const Cluster& cluster, const Budget& bu
   Budget kept = budget;
   kept.optimizer_slots += policy::state_slots(c);  // the policies' state (an EMA's copy), sharded as the optimizer's
   Pricer pricer(cluster, kept, o.buckets);
+  policy::Choice most = policy::reach(c);
+  most.recompute = o.recompute;
+  most.amp = false;  // the compile-time model prices f32 GEMMs only
   r.tried = for_each_combination(
       {.ranks = cluster.ranks, .tensor = tensor_degree_v<Model>, .stages = Pricer::declared, .units = Pricer::n, .rows = budget.rows,
        .micro_batches = o.micro_batches.data(), .micro_batch_counts = o.micro_batches.size(), .micro_batch_rows = o.micro_batch_rows.data(),
-       .micro_batch_row_counts = o.micro_batch_rows.size(), .pipelines = o.pipelines, .recompute = o.recompute, .zero = c.zero,
-       .offload = c.offload},
+       .micro_batch_row_counts = o.micro_batch_rows.size(), .pipelines = o.pipelines, .policies = most},
       [&](const Combination& k) {
         const StaticPlan plan = pricer.price(k);
         if (plan.refused) {
@@ -372,11 +373,10 @@ constexpr StaticPlan static_price(const Cluster& cluster, const Budget& budget, 
   if (c.virtual_stages > 1 && (Pricer::declared || c.micro_batches % c.pipeline != 0))
     refuse("Interleaved needs an undeclared pipeline and micro-batches a multiple of the pipeline stages");
   if (static_cast<std::size_t>(c.pipeline * c.virtual_stages) > Pricer::n) refuse("the model has fewer units than the combination's chunks");
-  if (c.zero < 0 || c.zero > 3) refuse("the ZeRO stage must be 0 to 3");
-  if (c.zero > 0 && c.data == 1) refuse("ZeRO shards over the data-parallel ranks: with one, give zero = 0");
-  if (c.zero >= 2 && c.pipeline > 1 && c.schedule->splits_backward) refuse("a schedule that splits backward (ZeroBubble) refuses ZeRO 2 and 3");
-  if (c.offload && c.zero != 3) refuse("offload keeps ZeRO stage 3's shards in host memory: give zero = 3 with it");
-  if (c.amp) refuse("the compile-time model prices f32 GEMMs only: give amp = false (state the bf16 rate in Cluster::macs_per_second)");
+  if (const char* why = policy::refusal(c.policies, {.data = c.data, .pipeline = c.pipeline, .splits_backward = c.schedule->splits_backward}))
+    refuse(why);
+  if (c.policies.amp)
+    refuse("the compile-time model prices f32 GEMMs only: give policies.amp = false (state the bf16 rate in Cluster::macs_per_second)");
   Pricer pricer(cluster, budget, buckets);
   return pricer.price(c);
 }

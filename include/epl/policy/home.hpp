@@ -24,6 +24,18 @@
 ///                                   // (S: a Setup or, at compile time, a Compiled)
 ///     template <class D> using Hook = ...;  // what it does in a step (policy/hooks.hpp)
 ///
+/// and, where the planner varies it (a planner axis, policy/axes.hpp):
+///
+///     struct Choice { ... };        // the value a plan::Candidate holds (part of policy::Choice)
+///     static constexpr void reach(const auto& compiled, auto& most);  // the most the searches try
+///     static constexpr int choices(const auto& most);   // values to try: choose(0) ... choose(n - 1)
+///     static constexpr void choose(int i, auto& choice);
+///     static constexpr int index(const auto& choice);   // choose's inverse
+///     static constexpr const char* refusal(const auto& choice, const Layout&);  // why not (null: fine)
+///     static void keys(const auto& choice, auto& out);  // the configuration keys that run it
+///     template <class K> static void apply(const auto& choice, K& keys);  // the same into policy::Keys
+///     static void label(const auto& choice, std::string& s);  // its part of the plan's short name
+///
 /// The keys arrive as plain values (config/ reads them; this floor does not know Config).
 #include <cstdint>
 #include <functional>
@@ -42,6 +54,13 @@ struct Facts {
   bool rows_over_tensor = false;  ///< a colocated or separate split: the replicated part reduces over data and tensor
   int chunks = 1;                 ///< model chunks (task graphs) of the run
   bool marks_recompute = false;   ///< the model type holds an epl::Recompute boundary
+};
+
+/// \brief What a planner axis's choice may depend on: the layout the other axes chose.
+struct Layout {
+  int data = 1;                  ///< data-parallel replicas
+  int pipeline = 1;              ///< pipeline stages
+  bool splits_backward = false;  ///< the schedule splits backward into B and W passes (ZeroBubble)
 };
 
 /// \brief A policy's state that a checkpoint keeps beside the optimizer's: one value for each

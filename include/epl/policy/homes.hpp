@@ -16,7 +16,7 @@ namespace epl {
 inline namespace v0 {
 namespace policy {
 
-using Homes = List<home::Precision, home::Zero, home::Offload, home::Communication, home::Amp, home::Recompute, home::Ema>;
+using Homes = List<home::Precision, home::Zero, home::Offload, home::Communication, home::Recompute, home::Amp, home::Ema>;
 
 namespace detail {
 template <class H>

@@ -16,6 +16,13 @@ inline namespace v0 {
 namespace policy {
 
 namespace detail {
+template <class H>
+concept is_axis = requires { typename H::Choice; };
+// a home's part of policy::Choice: its Choice, or an empty base of its own
+template <class H, bool = is_axis<H>>
+struct choice_part {};
+template <class H>
+struct choice_part<H, true> : H::Choice {};
 template <class L>
 struct parts;
 template <class... H>
@@ -23,6 +30,7 @@ struct parts<List<H...>> {
   struct Keys : H::Keys... {};
   struct Compiled : H::Compiled... {};
   struct Setup : H::Decision... {};
+  struct Choice : choice_part<H>... {};
 };
 }  // namespace detail
 
@@ -33,6 +41,9 @@ struct Keys : detail::parts<Homes>::Keys {};
 struct Compiled : detail::parts<Homes>::Compiled {};
 /// \brief What the policies do in a run, each home's decision.
 struct Setup : detail::parts<Homes>::Setup {};
+/// \brief What the planner chose for the policies it varies (policy/axes.hpp), each axis home's
+/// value: zero (ZeRO stage), offload, recompute ("auto" segments), amp.
+struct Choice : detail::parts<Homes>::Choice {};
 
 namespace detail {
 template <class... H>

@@ -55,16 +55,19 @@ struct AutoPlanOptions {
 };
 
 namespace detail {
-// A candidate as 9 integers (the schedule by its place in strategy::kSchedules), to broadcast.
+// A candidate as kEncoded integers (the schedule by its place in strategy::kSchedules, then each
+// policy axis's value), to broadcast.
+inline constexpr int kEncoded = 5 + policy::kAxes;
 inline void encode(const plan::Candidate& c, std::int64_t* out) {
   const auto schedule = static_cast<std::int64_t>(strategy::schedule_index(strategy::schedule_named(c.schedule)));
-  const std::int64_t v[] = {c.data, c.pipeline, c.micro_batches, schedule, c.virtual_stages, c.zero, c.recompute, c.offload, c.amp};
+  const std::int64_t v[] = {c.data, c.pipeline, c.micro_batches, schedule, c.virtual_stages};
   std::copy(std::begin(v), std::end(v), out);
+  policy::encode(c.policies, out + 5);
 }
 inline plan::Candidate decode(const std::int64_t* v, int tensor) {
   return {.data = static_cast<int>(v[0]), .pipeline = static_cast<int>(v[1]), .micro_batches = static_cast<int>(v[2]), .tensor = tensor,
           .schedule = std::string(strategy::schedule_at(static_cast<std::size_t>(v[3])).name), .virtual_stages = static_cast<int>(v[4]),
-          .zero = static_cast<int>(v[5]), .recompute = v[6] != 0, .offload = v[7] != 0, .amp = v[8] != 0};
+          .policies = policy::decode(v + 5)};
 }
 // A batch of `rows` rows on the CPU, the sample's rows over and over (the measured steps' data: a
 // step's time does not depend on which rows it reads).
@@ -196,14 +199,14 @@ Config auto_plan(Context& ctx, const Config& cfg, const Model& model, const Batc
   const auto listed = plan::shortlist(found, can_measure ? static_cast<std::size_t>(o.measure) : 1);
   std::int64_t k = static_cast<std::int64_t>(listed.size());
   world.broadcast(comm::Buffer(&k, 1, DType::kI64), 0);
-  std::vector<std::int64_t> top(static_cast<std::size_t>(9 * k));
+  std::vector<std::int64_t> top(static_cast<std::size_t>(detail::kEncoded * k));
   if (ctx.rank() == 0)
-    for (std::int64_t i = 0; i < k; ++i) detail::encode(found.plans[listed[static_cast<std::size_t>(i)]].candidate, top.data() + 9 * i);
-  world.broadcast(comm::Buffer(top.data(), 9 * k, DType::kI64), 0);
+    for (std::int64_t i = 0; i < k; ++i) detail::encode(found.plans[listed[static_cast<std::size_t>(i)]].candidate, top.data() + detail::kEncoded * i);
+  world.broadcast(comm::Buffer(top.data(), detail::kEncoded * k, DType::kI64), 0);
   std::vector<plan::Estimate> plans(static_cast<std::size_t>(k));  // rank 0's predictions (what it prints), with its candidates
   for (std::size_t i = 0; i < plans.size(); ++i) {
     if (i < listed.size()) plans[i] = found.plans[listed[i]];
-    plans[i].candidate = detail::decode(top.data() + 9 * i, plan::tensor_degree_v<Model>);
+    plans[i].candidate = detail::decode(top.data() + detail::kEncoded * i, plan::tensor_degree_v<Model>);
   }
   std::size_t chosen = 0;
   std::string account;  // rank 0's, printed and kept in o.log

@@ -97,6 +97,24 @@ struct Amp {
   template <class D>
   using Hook = MixedPrecision;
 
+  // the planner's axis: the compiled epl::Amp's precision, where the search has its profile
+  struct Choice {
+    bool amp = false;  ///< amp.level = "O1" (the compiled epl::Amp's dtype)
+  };
+  static constexpr void reach(const auto& compiled, auto& most) { most.amp = compiled.amp != DType::kF32; }
+  static constexpr int choices(const auto& most) { return most.amp ? 2 : 1; }
+  static constexpr void choose(int i, auto& c) { c.amp = i == 1; }
+  static constexpr int index(const auto& c) { return c.amp ? 1 : 0; }
+  static constexpr const char* refusal(const auto&, const Layout&) { return nullptr; }
+  static void keys(const auto& c, auto& out) { out.push_back({"amp.level", c.amp ? "O1" : ""}); }
+  template <class K>
+  static void apply(const auto& c, K& k) {
+    k.amp_level = c.amp ? "O1" : "";
+  }
+  static void label(const auto& c, std::string& s) {
+    if (c.amp) s += " amp";
+  }
+
   /// amp.level: "O1" rounds every GEMM's operands to the compiled epl::Amp<...>'s precision and
   /// scales the loss (amp.loss_scale: "dynamic" or a fixed number); "" turns it off; unset, the
   /// compiled policy decides.

@@ -71,6 +71,26 @@ struct Offload {
     bool offload = false;  ///< the shards live in the device's host pool (with stage 3)
   };
 
+  // the planner's axis: offload where it is compiled, with ZeRO stage 3
+  struct Choice {
+    bool offload = false;  ///< offload.level = "v0"
+  };
+  static constexpr void reach(const auto& compiled, auto& most) { most.offload = compiled.offload; }
+  static constexpr int choices(const auto& most) { return most.offload ? 2 : 1; }
+  static constexpr void choose(int i, auto& c) { c.offload = i == 1; }
+  static constexpr int index(const auto& c) { return c.offload ? 1 : 0; }
+  static constexpr const char* refusal(const auto& c, const Layout&) {
+    return c.offload && c.zero != 3 ? "offload keeps ZeRO stage 3's shards in host memory: give policies.zero = 3 with it" : nullptr;
+  }
+  static void keys(const auto& c, auto& out) { out.push_back({"offload.level", c.offload ? "v0" : ""}); }
+  template <class K>
+  static void apply(const auto& c, K& k) {
+    k.offload_level = c.offload ? "v0" : "";
+  }
+  static void label(const auto& c, std::string& s) {
+    if (c.offload) s += " offload";
+  }
+
   /// offload.level: "v0" keeps weights, gradients and optimizer state in the host pool (built
   /// with epl::Offload<epl::offload::V0>, which comes with epl::Zero<3>: its per-layer gathers
   /// stream them); unset, the compiled level.

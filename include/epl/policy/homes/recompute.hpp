@@ -56,6 +56,24 @@ struct Recompute {
   template <class D>
   using Hook = RecomputeCheck;  // gradient_checkpoint.check_gradients
 
+  // the planner's axis: the segments the library chooses ("auto"), on any program
+  struct Choice {
+    bool recompute = false;  ///< gradient_checkpoint.type = "auto"
+  };
+  static constexpr void reach(const auto&, auto& most) { most.recompute = true; }
+  static constexpr int choices(const auto& most) { return most.recompute ? 2 : 1; }
+  static constexpr void choose(int i, auto& c) { c.recompute = i == 1; }
+  static constexpr int index(const auto& c) { return c.recompute ? 1 : 0; }
+  static constexpr const char* refusal(const auto&, const Layout&) { return nullptr; }
+  static void keys(const auto& c, auto& out) { out.push_back({"gradient_checkpoint.type", c.recompute ? "auto" : ""}); }
+  template <class K>
+  static void apply(const auto& c, K& k) {
+    k.recompute = c.recompute ? "auto" : "";
+  }
+  static void label(const auto& c, std::string& s) {
+    if (c.recompute) s += " recompute";
+  }
+
   /// gradient_checkpoint.*: type unset, the model's epl::Recompute marks recompute; "" turns them
   /// off; "collection" asks for them (a model without one is an error); "auto" recomputes the
   /// segments each chunk chooses (the marks then keep their activations). end_taskgraph: only
