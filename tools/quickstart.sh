@@ -10,6 +10,13 @@ mode=${1:-demo}
 demo_packages=(cmake ninja-build g++ libeigen3-dev libboost1.81-dev libopenmpi-dev openmpi-bin fortunes-min fortunes)
 test_packages=("${demo_packages[@]}" doctest-dev clang libomp-dev python3-venv python3-numpy python3-torch)
 
+# runs a step and says how long it took (CI's time is the sum of these: #38 keeps it under 25 minutes)
+timed() {
+  local t0=$SECONDS
+  "$@"
+  echo "epl: $* took $((SECONDS - t0)) s"
+}
+
 install_missing() {
   local missing=()
   for p in "$@"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
@@ -26,7 +33,7 @@ case "$mode" in
   demo)
     install_missing "${demo_packages[@]}"
     cmake --preset cpu-release >/dev/null
-    cmake --build --preset cpu-release --target gpt
+    timed cmake --build --preset cpu-release --target gpt
     ./build/cpu-release/examples/gpt/gpt --steps=100
     ;;
   test)
@@ -45,11 +52,11 @@ case "$mode" in
     # g++ 12 (with the CUDA backend when nvcc is there), then clang 14: a header-only library is
     # compiled by its users' compilers, so the whole tree must build and pass with both.
     cmake --preset ci -DEPL_ENABLE_CUDA=$cuda -DEPL_ENABLE_NCCL=$cuda "$python"
-    cmake --build --preset ci
-    ctest --preset ci
+    timed cmake --build --preset ci
+    timed ctest --preset ci
     cmake --preset ci-clang "$python"
-    cmake --build --preset ci-clang
-    ctest --preset ci-clang
+    timed cmake --build --preset ci-clang
+    timed ctest --preset ci-clang
     ;;
   *) echo "usage: tools/quickstart.sh demo|test" >&2; exit 2 ;;
 esac
