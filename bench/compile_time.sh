@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # What a user's program costs to compile: examples/gpt/main.cpp (two Trainer types) and
 # examples/quickstart/main.cpp (one), at -O2 with g++ as a user builds them (MPI on, OpenMP,
-# -march=native), one job at a time, peak compiler memory from /usr/bin/time. Three variants,
-# alternating round by round: REF's tree (header-only), this tree header-only, and this tree
-# with epl::precompiled linked (-DEPL_PRECOMPILED, what `target_link_libraries(app epl::precompiled)`
-# adds). Medians. Writes bench/results/compile_time.json.
+# -march=native), one job at a time, peak compiler memory from /usr/bin/time. Four variants,
+# alternating round by round: REF's tree and this tree, each header-only and with epl::precompiled
+# linked (-DEPL_PRECOMPILED, what `target_link_libraries(app epl::precompiled)` adds). Medians.
+# Writes bench/results/compile_time.json.
 #   bench/compile_time.sh REF [rounds=3]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,6 +26,7 @@ compile() {  # variant tree program extra-flags...
 for r in $(seq "$rounds"); do
   for program in gpt quickstart; do
     compile before "$old" "$program"
+    compile before-precompiled "$old" "$program" -DEPL_PRECOMPILED -DEPL_PRECOMPILED_MPI
     compile header-only . "$program"
     compile precompiled . "$program" -DEPL_PRECOMPILED -DEPL_PRECOMPILED_MPI
   done
@@ -34,14 +35,14 @@ python3 - "$log" "$ref" "$(git rev-parse --short "$ref")" "$(git rev-parse --sho
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 print(f"before = {sys.argv[2]} ({sys.argv[3]}), after = this tree ({sys.argv[4]} + changes); g++ -O2, {sys.argv[5]}")
-print(f"{'program':<14}{'variant':<14}{'seconds':>9}{'peak MiB':>10}")
+print(f"{'program':<14}{'variant':<20}{'seconds':>9}{'peak MiB':>10}")
 out = {"ref": sys.argv[3], "head": sys.argv[4], "cpu": sys.argv[5], "medians": {}, "runs": rows}
 for program in ("gpt", "quickstart"):
-    for variant in ("before", "header-only", "precompiled"):
+    for variant in ("before", "header-only", "before-precompiled", "precompiled"):
         sel = [r for r in rows if r["program"] == program and r["variant"] == variant]
         s = statistics.median(r["seconds"] for r in sel)
         m = statistics.median(r["max_rss_kib"] for r in sel) / 1024
         out["medians"][f"{program}/{variant}"] = {"seconds": s, "peak_mib": m}
-        print(f"{program:<14}{variant:<14}{s:>9.1f}{m:>10.0f}")
+        print(f"{program:<14}{variant:<20}{s:>9.1f}{m:>10.0f}")
 json.dump(out, open("bench/results/compile_time.json", "w"), indent=1)
 PY

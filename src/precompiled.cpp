@@ -6,6 +6,7 @@
 // `extern template` and instantiates only its own model's layers, strategies and trainer.
 // docs/architecture.md, "What a program compiles".
 #define EPL_PRECOMPILED_SOURCE
+#define EPL_PRECOMPILED_DEFINITIONS  // the one definition of each EPL_LINKED function (core/linked.hpp)
 #include "epl/checkpoint/export.hpp"
 #include "epl/checkpoint/serializer.hpp"
 #include "epl/comm/any_communicator.hpp"

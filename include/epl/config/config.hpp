@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "epl/config/keys.hpp"
+#include "epl/core/linked.hpp"
 
 #include <unistd.h>  // environ: the process environment (POSIX)
 
@@ -31,53 +32,12 @@ namespace epl {
 inline namespace v0 {
 
 namespace detail {
-inline std::string value_str(const ConfigValue& v) {
-  return std::visit([](const auto& x) -> std::string {
-    using T = std::decay_t<decltype(x)>;
-    if constexpr (std::is_same_v<T, bool>) return x ? "true" : "false";
-    else if constexpr (std::is_same_v<T, std::string>) return detail::quoted(x);
-    else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
-      std::string s = "[";
-      for (const auto& e : x) s += (s.size() > 1 ? ", " : "") + detail::quoted(e);
-      return s + "]";
-    } else if constexpr (std::is_same_v<T, double>) {
-      return concat(x);
-    } else {
-      return std::to_string(x);
-    }
-  }, v);
-}
-inline std::string type_str(const ConfigValue& v) {
-  constexpr const char* names[] = {"a boolean (true, false, 1 or 0)", "an integer", "a number", "a string",
-                                   "a list of strings (give it once per value)"};
-  return names[v.index()];
-}
+EPL_LINKED std::string value_str(const ConfigValue& v);
+EPL_LINKED std::string type_str(const ConfigValue& v);
 /// Levenshtein distance, for "did you mean".
-inline std::size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<std::size_t> row(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    std::size_t diag = row[0];
-    row[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      std::size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diag = up;
-    }
-  }
-  return row[b.size()];
-}
+EPL_LINKED std::size_t edit_distance(std::string_view a, std::string_view b);
 /// The candidate nearest to name, if it is near enough to be a typo of it.
-inline std::string_view nearest(std::string_view name, const std::vector<std::string_view>& candidates) {
-  std::string_view best;
-  std::size_t best_d = std::max<std::size_t>(3, name.size() / 4) + 1;
-  for (auto c : candidates)
-    if (auto d = edit_distance(name, c); d < best_d) {
-      best = c;
-      best_d = d;
-    }
-  return best;
-}
+EPL_LINKED std::string_view nearest(std::string_view name, const std::vector<std::string_view>& candidates);
 }  // namespace detail
 
 /// \brief The run's configuration: every EPL key and the program's flags, each with a value
@@ -85,36 +45,14 @@ namespace detail {
 /// \brief cluster.rank_speeds' text: "" (even), "measure", or one positive finite number per rank,
 /// comma-separated; an error names the item that is not. Returns the numbers (empty for "" and
 /// "measure").
-inline std::vector<double> parse_rank_speeds(std::string_view text) {
-  std::vector<double> speeds;
-  if (text.empty() || text == "measure") return speeds;
-  std::size_t at = 0;
-  while (at <= text.size()) {
-    const std::size_t end = std::min(text.find(',', at), text.size());
-    std::string item(text.substr(at, end - at));
-    while (!item.empty() && item.front() == ' ') item.erase(item.begin());
-    while (!item.empty() && item.back() == ' ') item.pop_back();
-    double v = 0;
-    const auto [p, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
-    EPL_CHECK(!item.empty() && ec == std::errc{} && p == item.data() + item.size(), "config key cluster.rank_speeds = ", quoted(text),
-              ": ", quoted(item), " is not a number; give each rank's relative speed, comma-separated (\"1,0.5\": rank 1 half as "
-              "fast), or \"measure\"");
-    EPL_CHECK(std::isfinite(v) && v > 0, "config key cluster.rank_speeds = ", quoted(text), ": rank ", speeds.size(), "'s speed ",
-              item, " is not a positive finite number");
-    speeds.push_back(v);
-    at = end + 1;
-  }
-  return speeds;
-}
+EPL_LINKED std::vector<double> parse_rank_speeds(std::string_view text);
 }  // namespace detail
 /// and where it came from.
 class Config {
  public:
   enum class Source { kDefault, kEnvironment, kCommandLine, kCode };
 
-  Config() {
-    for (const auto& k : detail::config_keys()) entries_.emplace(std::string(k.name), Entry{k, k.default_value, Source::kDefault});
-  }
+  EPL_LINKED Config();
 
   /// \brief Defaults, then EPL_* environment variables, then --key=value arguments. Arguments
   /// that are not dotted keys are kept, in order, in program_args() for a program that parses
@@ -184,11 +122,7 @@ class Config {
   }
 
   /// \brief Sets a key from code; code wins over the environment and the command line.
-  Config& set(std::string_view key, ConfigValue v) {
-    auto& e = entry(key);
-    assign(e, coerce(e.key, std::move(v)), Source::kCode);
-    return *this;
-  }
+  EPL_LINKED Config& set(std::string_view key, ConfigValue v);
   /// \brief Sets a key from a C++ value: any integer, bool, floating point or string.
   template <class T>
     requires(!std::is_same_v<std::decay_t<T>, ConfigValue>)
@@ -206,11 +140,7 @@ class Config {
   }
 
   /// \brief Sets a key from text (as from the command line or environment).
-  Config& set_text(std::string_view key, std::string_view text, Source src = Source::kCode) {
-    auto& e = entry(key);
-    assign(e, parse(e, text), src);
-    return *this;
-  }
+  EPL_LINKED Config& set_text(std::string_view key, std::string_view text, Source src = Source::kCode);
 
   /// \brief The value of key as T (bool, std::int64_t, double, std::string or a list).
   template <class T>
@@ -245,57 +175,20 @@ class Config {
   /// \brief --help or -h was given: print usage() and exit 0.
   [[nodiscard]] bool help_requested() const noexcept { return help_; }
   /// \brief The program's flags with their defaults and help, and where EPL's keys are listed.
-  [[nodiscard]] std::string usage(std::string_view program, std::string_view about = {}) const {
-    std::string out = "usage: " + std::string(program) + " [--flag=value]... [--epl.key=value]...\n";
-    if (!about.empty()) out += std::string(about) + "\n";
-    out += "flags:\n";
-    for (const auto& [name, e] : entries_) {
-      if (!e.key.program) continue;
-      std::string limits;
-      for (auto c : e.key.choices) limits += (limits.empty() ? ", one of " : "|") + std::string(c);
-      out += "  --" + name + " (" + detail::type_str(e.key.default_value) + ", default " + detail::value_str(e.key.default_value) +
-             limits + ")  " + std::string(e.key.help) + "\n";
-    }
-    out += "EPL keys (--category.attribute=value or EPL_CATEGORY_ATTRIBUTE): docs/config.md; now:\n";
-    for (const auto& [name, e] : entries_)
-      if (!e.key.program) out += "  --" + name + "=" + detail::value_str(e.value) + "\n";
-    return out;
-  }
+  [[nodiscard]] EPL_LINKED std::string usage(std::string_view program, std::string_view about = {}) const;
 
   /// \brief "key = value (source)" lines for every key, for logs.
-  [[nodiscard]] std::string describe() const {
-    constexpr const char* src[] = {"default", "environment", "command line", "code"};
-    std::string out;
-    for (const auto& [name, e] : entries_)
-      out += name + " = " + detail::value_str(e.value) + " (" + src[static_cast<int>(e.source)] + ")\n";
-    return out;
-  }
+  [[nodiscard]] EPL_LINKED std::string describe() const;
   /// \brief Fails naming the first EPL key that was given (not left at its default) but that
   /// nothing has read: a key that would have no effect is an error, not ignored. A Trainer calls
   /// it at its first step, when the program has built what reads its keys (io.slicing is read by
   /// data::slice_files, communication.timeout by epl::launch or epl::comm_options).
-  void check_all_read() const {
-    for (const auto& [name, e] : entries_) {
-      if (e.key.program || e.source == Source::kDefault || e.read->load(std::memory_order_relaxed)) continue;
-      const std::string given = "config key " + name + " = " + detail::value_str(e.value) + " was given, but ";
-      if (name.rfind("io.", 0) == 0)
-        EPL_FAIL(given, "this program reads no files through data::slice_files, where the io.* keys apply; read the training files "
-                 "with data::slice_files(files, trainer.data_shard(), cfg), or drop the key");
-      if (name == "communication.timeout")
-        EPL_FAIL(given, "this program started its ranks without reading it (comm::run_threads with its own options); pass "
-                 "{.comm = epl::comm_options(cfg)} to run_threads, start the ranks with epl::launch, or drop the key");
-      EPL_FAIL(given, "nothing in this program read it by its first training step, so it would have no effect; drop the key");
-    }
-  }
+  EPL_LINKED void check_all_read() const;
   /// \brief The descriptions of every EPL key this version knows.
   static std::span<const ConfigKey> keys() { return detail::config_keys(); }
 
   /// \brief The environment variable of a key: EPL_ + upper-cased key with '.' -> '_'.
-  static std::string env_name(std::string_view key) {
-    std::string s = "EPL_";
-    for (char ch : key) s += ch == '.' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
-    return s;
-  }
+  EPL_LINKED static std::string env_name(std::string_view key);
 
  private:
   struct Entry {
@@ -307,233 +200,21 @@ class Config {
     std::shared_ptr<std::atomic<bool>> read = std::make_shared<std::atomic<bool>>(false);
   };
 
-  Config& declare(const ConfigKey& k) {
-    EPL_CHECK(entries_.find(k.name) == entries_.end(), "flag --", k.name, " is declared twice, or shadows an EPL key");
-    entries_.emplace(std::string(k.name), Entry{k, k.default_value, Source::kDefault});
-    return *this;
-  }
-  std::vector<std::string_view> names(bool program) const {
-    std::vector<std::string_view> out;
-    for (const auto& [name, e] : entries_)
-      if (e.key.program == program) out.push_back(name);
-    return out;
-  }
-  Entry& entry(std::string_view key) {
-    auto it = entries_.find(key);
-    if (it == entries_.end()) unknown(key);
-    return it->second;
-  }
+  EPL_LINKED Config& declare(const ConfigKey& k);
+  EPL_LINKED std::vector<std::string_view> names(bool program) const;
+  EPL_LINKED Entry& entry(std::string_view key);
   const Entry& entry(std::string_view key) const { return const_cast<Config*>(this)->entry(key); }
-  [[noreturn]] void unknown(std::string_view key) const {
-    const bool dotted = key.find('.') != std::string_view::npos;
-    std::vector<std::string_view> candidates;  // dotted: EPL's keys; else the flags and epl's undotted keys
-    for (const auto& [name, e] : entries_)
-      if ((name.find('.') != std::string::npos) == dotted) candidates.push_back(name);
-    auto near = detail::nearest(key, candidates);
-    std::string same_category;
-    if (dotted)
-      for (const auto& k : detail::config_keys())
-        if (k.name.substr(0, k.name.find('.')) == key.substr(0, key.find('.')))
-          same_category += (same_category.empty() ? "" : ", ") + std::string(k.name);
-    std::string hint = near.empty() ? std::string(";") : "; did you mean " + std::string(dotted ? "" : "--") + std::string(near) + "?";
-    if (dotted)
-      EPL_FAIL("unknown config key ", detail::quoted(key), hint, same_category.empty() ? "" : " keys of that category: ",
-               same_category, same_category.empty() ? "; see docs/config.md for the keys epl knows" : "");
-    std::string flags;
-    for (auto n : names(true)) flags += (flags.empty() ? "--" : ", --") + std::string(n);
-    EPL_FAIL("unknown option ", detail::quoted("--" + std::string(key)), hint,
-             flags.empty() ? " This program has no options of its own" : " This program's options: " + flags,
-             "; EPL keys are dotted (docs/config.md); --help lists everything");
-  }
-  void assign(Entry& e, ConfigValue v, Source src) {
-    if (src < e.source) return;  // a lower-precedence source never overrides a higher one
-    if (!e.key.implemented && v != e.key.default_value)
-      EPL_FAIL("config key ", e.key.name, " = ", detail::value_str(v), " is not supported yet in this version of epl (", e.key.help,
-               "); leave it at its default ", detail::value_str(e.key.default_value));
-    if (auto* list = std::get_if<std::vector<std::string>>(&v); list && src == Source::kCommandLine && e.source == src) {
-      auto& mine = std::get<std::vector<std::string>>(e.value);  // a list flag given again: append
-      mine.insert(mine.end(), list->begin(), list->end());
-      return;
-    }
-    // a scalar given twice on one command line: one of the two is a mistake, and which is not ours to guess
-    EPL_CHECK(!(src == Source::kCommandLine && e.source == src), what(e.key), " is given twice on the command line (",
-              detail::value_str(e.value), " and ", detail::value_str(v), "); give it once");
-    e.value = std::move(v);
-    e.source = src;
-  }
-  static std::string what(const ConfigKey& k) {
-    return k.program ? "option --" + std::string(k.name) : "config key " + std::string(k.name);
-  }
+  [[noreturn]] EPL_LINKED void unknown(std::string_view key) const;
+  EPL_LINKED void assign(Entry& e, ConfigValue v, Source src);
+  EPL_LINKED static std::string what(const ConfigKey& k);
   // A choice's other name (ConfigKey::aliases) replaced by the choice.
-  static void canonical(const ConfigKey& k, ConfigValue& v) {
-    if (auto* s = std::get_if<std::string>(&v))
-      for (const auto& [alias, choice] : k.aliases)
-        if (*s == alias) {
-          *s = std::string(choice);
-          return;
-        }
-  }
-  static ConfigValue coerce(const ConfigKey& k, ConfigValue v) {
-    if (std::holds_alternative<std::int64_t>(v) && std::holds_alternative<double>(k.default_value))
-      v = static_cast<double>(std::get<std::int64_t>(v));
-    if (std::holds_alternative<std::string>(v) && std::holds_alternative<std::vector<std::string>>(k.default_value))
-      v = std::vector<std::string>{std::get<std::string>(v)};
-    const bool number_as_text = std::holds_alternative<std::string>(k.default_value) &&
-                                (std::holds_alternative<std::int64_t>(v) || std::holds_alternative<double>(v));
-    EPL_CHECK(v.index() == k.default_value.index(), what(k), " takes ", detail::type_str(k.default_value), ", got ",
-              detail::type_str(v), " ", detail::value_str(v),
-              number_as_text ? "; pass the number as a string: \"" + detail::value_str(v) + "\"" : std::string());
-    canonical(k, v);
-    check_value(k, v);
-    return v;
-  }
-  static void check_value(const ConfigKey& k, const ConfigValue& v) {
-    auto bound = [](double b) {  // an integral bound as digits (1048576, not 1.04858e+06)
-      return b == std::floor(b) && std::abs(b) < 1e15 ? std::to_string(static_cast<std::int64_t>(b)) : detail::concat(b);
-    };
-    auto range = [&](double x, const std::string& shown) {
-      EPL_CHECK(x >= k.min, what(k), " = ", shown, " is out of range; it must be at least ", bound(k.min));
-      EPL_CHECK(x <= k.max, what(k), " = ", shown, " is out of range; it must be at most ", bound(k.max));
-    };
-    if (auto* i = std::get_if<std::int64_t>(&v)) range(static_cast<double>(*i), std::to_string(*i));
-    if (auto* d = std::get_if<double>(&v)) {
-      EPL_CHECK(std::isfinite(*d), what(k), " = ", *d, " is not a finite number");
-      range(*d, detail::concat(*d));
-    }
-    auto check_choice = [&](const std::string& s) {
-      if (!k.choices.empty() && std::find(k.choices.begin(), k.choices.end(), s) == k.choices.end()) {
-        std::string valid, also;
-        for (auto c : k.choices) valid += (valid.empty() ? "\"" : ", \"") + std::string(c) + "\"";
-        for (const auto& [alias, choice] : k.aliases) also += (also.empty() ? "" : ", ") + std::string(alias) + " for \"" + std::string(choice) + "\"";
-        EPL_FAIL(what(k), " = ", detail::quoted(s), " is not valid; choose one of ", valid, also.empty() ? "" : " (also accepted: " + also + ")");
-      }
-    };
-    if (auto* s = std::get_if<std::string>(&v)) {
-      check_choice(*s);
-      if (k.name == "cluster.rank_speeds") (void)detail::parse_rank_speeds(*s);
-      if (k.name == "amp.loss_scale" && *s != "dynamic") {
-        double x = 0;
-        auto [p, ec] = std::from_chars(s->data(), s->data() + s->size(), x);
-        const bool number = ec == std::errc{} && p == s->data() + s->size() && !std::isnan(x);
-        EPL_CHECK(number && std::isfinite(x) && x >= 1 && x <= 0x1p64, "config key amp.loss_scale = ", detail::quoted(*s),
-                  " is not valid; use \"dynamic\" or a number from 1 to 2^64",
-                  !number ? ""
-                  : x < 1 ? " (a scale below 1 shrinks the gradients toward underflow instead of keeping them above it)"
-                          : " (a larger scale overflows f16 and bf16 alike: their largest values are 65504 and about 3.4e38)");
-      }
-    }
-    if (auto* list = std::get_if<std::vector<std::string>>(&v))
-      for (const auto& s : *list) check_choice(s);
-  }
-  static ConfigValue parse(const Entry& e, std::string_view text) {
-    const auto& k = e.key;
-    auto bad = [&]() -> ConfigValue { EPL_FAIL(what(k), " takes ", detail::type_str(k.default_value), ", got ", detail::quoted(text)); };
-    ConfigValue v;
-    if (std::holds_alternative<bool>(k.default_value)) {
-      if (text == "true" || text == "True" || text == "1") v = true;
-      else if (text == "false" || text == "False" || text == "0") v = false;
-      else return bad();
-    } else if (std::holds_alternative<std::int64_t>(k.default_value)) {
-      std::int64_t x = 0;  // digits and an optional '-' only: " 2", "+2" and "2x" are not integers
-      auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), x);
-      if (text.empty() || ec != std::errc{} || p != text.data() + text.size()) return bad();
-      v = x;
-    } else if (std::holds_alternative<double>(k.default_value)) {
-      double x = 0;
-      auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), x);
-      if (text.empty() || ec != std::errc{} || p != text.data() + text.size()) return bad();
-      v = x;
-    } else if (std::holds_alternative<std::vector<std::string>>(k.default_value)) {
-      v = std::vector<std::string>{std::string(text)};
-    } else {
-      v = std::string(text);
-    }
-    canonical(k, v);
-    check_value(k, v);
-    return v;
-  }
-  static const detail::LibraryVariable* library_variable(std::string_view name) {
-    for (const auto& v : detail::library_variables())
-      if (v.name == name) return &v;
-    return nullptr;
-  }
-  void read_environment(const char* const* envp) {
-    std::vector<std::string_view> known;
-    std::map<std::string, std::string_view> key_of;
-    for (const auto& k : detail::config_keys()) key_of.emplace(env_name(k.name), k.name);
-    for (const auto& [env, key] : key_of) known.push_back(env);
-    for (const auto& v : detail::library_variables()) known.push_back(v.name);
-    for (const char* const* p = envp; p && *p; ++p) {
-      std::string_view var(*p);
-      if (var.substr(0, 4) != "EPL_") continue;
-      auto name = var.substr(0, var.find('='));
-      auto value = var.substr(std::min(var.size(), name.size() + 1));
-      if (auto it = key_of.find(std::string(name)); it != key_of.end()) {
-        try {
-          set_text(it->second, value, Source::kEnvironment);
-        } catch (const Error& e) {  // say where the value came from
-          EPL_FAIL("environment variable ", std::string(name), ": ", e.detail());
-        }
-      } else if (const auto* lib = library_variable(name)) {
-        std::int64_t n = 0;  // digits only: " 2", "+2" and "2x" are not numbers
-        const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
-        EPL_CHECK(!value.empty() && ec == std::errc{} && end == value.data() + value.size() && n >= lib->min && n <= lib->max,
-                  "environment variable ", std::string(name), "=", detail::quoted(value), " is not valid (", lib->help, "); set a whole "
-                  "number from ", lib->min, " to ", lib->max, ", or unset it");
-      } else if (std::find(known.begin(), known.end(), name) == known.end()) {
-        auto near = detail::nearest(name, known);
-        std::string hint;
-        if (!near.empty()) {
-          auto k = key_of.find(std::string(near));
-          hint = "; did you mean " + std::string(near) + (k != key_of.end() ? " (" + std::string(k->second) + ")" : "") + "?";
-        }
-        EPL_FAIL("unknown environment variable ", std::string(name), hint.empty() ? ";" : hint,
-                 " epl reads EPL_<CATEGORY>_<ATTRIBUTE> for its config keys (docs/config.md), EPL_NUM_RANKS and EPL_GPU_PER_WORKER; "
-                 "unset it or correct the name");
-      }
-    }
-  }
-  void parse_args(int argc, const char* const* argv, bool strict) {
-    for (int i = 1; i < argc; ++i) {
-      std::string_view a = argv[i] ? argv[i] : "";
-      if (strict && (a == "--help" || a == "-h")) {
-        help_ = true;
-        continue;
-      }
-      EPL_CHECK(!strict || !a.starts_with("--help="), "option --help takes no value (got ", detail::quoted(a), "); give --help alone");
-      if (a.substr(0, 2) != "--" || a.size() == 2) {
-        EPL_CHECK(!strict, "unexpected argument ", detail::quoted(a), "; options are given as --name=value (--help lists them)");
-        args_.emplace_back(a);
-        continue;
-      }
-      auto body = a.substr(2);
-      auto eq = body.find('=');
-      auto key = body.substr(0, eq);
-      const bool dotted = key.find('.') != std::string_view::npos;
-      auto known = entries_.find(key);
-      const bool library_key = known != entries_.end() && !known->second.key.program;  // epl's own undotted keys (trace)
-      if (!dotted && !strict && !library_key) {
-        args_.emplace_back(a);
-        continue;
-      }
-      auto& e = entry(key);
-      if (eq != std::string_view::npos) {
-        assign(e, parse(e, body.substr(eq + 1)), Source::kCommandLine);
-        continue;
-      }
-      // --name value, or a boolean flag alone (true), or followed by its value
-      const bool boolean = std::holds_alternative<bool>(e.key.default_value);
-      std::string_view next = i + 1 < argc && argv[i + 1] ? argv[i + 1] : "";
-      const bool next_is_bool = next == "true" || next == "false" || next == "True" || next == "False" || next == "0" || next == "1";
-      if (boolean && !next_is_bool) {
-        assign(e, true, Source::kCommandLine);
-        continue;
-      }
-      EPL_CHECK(i + 1 < argc && (boolean || next.substr(0, 2) != "--"), what(e.key), " needs a value: --", key, "=VALUE");
-      assign(e, parse(e, next), Source::kCommandLine);
-      ++i;
-    }
-  }
+  EPL_LINKED static void canonical(const ConfigKey& k, ConfigValue& v);
+  EPL_LINKED static ConfigValue coerce(const ConfigKey& k, ConfigValue v);
+  EPL_LINKED static void check_value(const ConfigKey& k, const ConfigValue& v);
+  EPL_LINKED static ConfigValue parse(const Entry& e, std::string_view text);
+  EPL_LINKED static const detail::LibraryVariable* library_variable(std::string_view name);
+  EPL_LINKED void read_environment(const char* const* envp);
+  EPL_LINKED void parse_args(int argc, const char* const* argv, bool strict);
 
   std::map<std::string, Entry, std::less<>> entries_;
   std::vector<std::string> args_;
@@ -554,3 +235,8 @@ class Config {
 
 }  // namespace v0
 }  // namespace epl
+
+// The bodies: in every program that includes this header, or once in epl::precompiled (core/linked.hpp).
+#if EPL_LINKED_BODIES
+#include "epl/config/config.ipp"
+#endif

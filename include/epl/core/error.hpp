@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include "epl/core/linked.hpp"
 
 namespace epl {
 inline namespace v0 {
@@ -53,12 +54,7 @@ class Error : public std::runtime_error {
   [[nodiscard]] int rank() const noexcept { return rank_; }
 
  private:
-  static std::string format(const std::string& what, const char* file, int line) {
-    std::string where(file);
-    if (auto slash = where.rfind("include/epl/"); slash != std::string::npos) where = where.substr(slash + 8);
-    std::string prefix = current_rank() >= 0 ? "[rank " + std::to_string(current_rank()) + "] " : std::string();
-    return prefix + "epl error at " + where + ":" + std::to_string(line) + ": " + what;
-  }
+  EPL_LINKED static std::string format(const std::string& what, const char* file, int line);
   std::string detail_;
   int rank_;
 };
@@ -73,10 +69,7 @@ std::string concat(const Parts&... parts) {
 }
 
 /// A message prefixed with the rank it comes from ("[rank 3] ..."), once.
-inline std::string with_rank(int rank, const std::string& what) {
-  const std::string prefix = "[rank " + std::to_string(rank) + "]";
-  return what.rfind(prefix, 0) == 0 ? what : prefix + " " + what;
-}
+EPL_LINKED std::string with_rank(int rank, const std::string& what);
 
 /// Failures found where nothing may throw (a destructor that writes the run's trace at its end):
 /// printed there and counted here, so that epl::launch still ends the run with a failure status.
@@ -87,10 +80,7 @@ inline std::atomic<int>& unthrown_failures() noexcept {
 
 /// A user-supplied value for a message: quoted, and cut after 64 characters with its length, so
 /// a megabyte of bad input is not repeated whole in the error.
-inline std::string quoted(std::string_view text, std::size_t keep = 64) {
-  if (text.size() <= keep) return "\"" + std::string(text) + "\"";
-  return "\"" + std::string(text.substr(0, keep)) + "...\" (" + std::to_string(text.size()) + " characters)";
-}
+EPL_LINKED std::string quoted(std::string_view text, std::size_t keep = 64);
 }  // namespace detail
 
 }  // namespace v0
@@ -104,3 +94,8 @@ inline std::string quoted(std::string_view text, std::size_t keep = 64) {
 
 /// Throws epl::Error unconditionally.
 #define EPL_FAIL(...) throw ::epl::Error(::epl::detail::concat(__VA_ARGS__), __FILE__, __LINE__)
+
+// The bodies: in every program that includes this header, or once in epl::precompiled (core/linked.hpp).
+#if EPL_LINKED_BODIES
+#include "epl/core/error.ipp"
+#endif

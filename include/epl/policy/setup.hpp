@@ -10,6 +10,7 @@
 /// own file. The keys arrive as plain values (policy::Keys: config/ reads them with read_keys), so
 /// this layer does not know Config.
 #include "epl/policy/policies.hpp"
+#include "epl/core/linked.hpp"
 
 namespace epl {
 inline namespace v0 {
@@ -75,7 +76,7 @@ void read_each(const Read& r, Keys& k, List<H...>) {
 }  // namespace detail
 
 /// \brief Every policy's choice and check, in the homes' order: each may read what the ones before decided.
-inline Setup decide(const Keys& k, const Compiled& c, const Facts& f) { return detail::decide_each(k, c, f, Homes{}); }
+EPL_LINKED Setup decide(const Keys& k, const Compiled& c, const Facts& f);
 
 /// \brief What Policies<...> compiled, on a device that computes in f64 or not (nothing for a type
 /// that is not a Policies list: the Trainer's static_assert says why).
@@ -102,17 +103,13 @@ void read_keys(const Read& r, Keys& k) {
 }
 
 /// \brief Every home's entries of the key table, in the homes' order.
-inline std::vector<ConfigKey> config_keys() {
-  std::vector<ConfigKey> out;
-  [&]<class... H>(List<H...>) {
-    ([&] {
-      if constexpr (requires { H::config_keys(); })
-        for (auto& k : H::config_keys()) out.push_back(std::move(k));
-    }(), ...);
-  }(Homes{});
-  return out;
-}
+EPL_LINKED std::vector<ConfigKey> config_keys();
 
 }  // namespace policy
 }  // namespace v0
 }  // namespace epl
+
+// The bodies: in every program that includes this header, or once in epl::precompiled (core/linked.hpp).
+#if EPL_LINKED_BODIES
+#include "epl/policy/setup.ipp"
+#endif

@@ -13,6 +13,7 @@
 #include "epl/nn/tree.hpp"
 #include "epl/param/arena.hpp"
 #include "epl/policy/setup.hpp"
+#include "epl/core/linked.hpp"
 
 namespace epl {
 inline namespace v0 {
@@ -20,20 +21,7 @@ namespace detail {
 
 /// A loss that is not finite (the global batch's, on every rank alike: a collective over world)
 /// fails on every rank, naming the ranks whose own part `mine` was not finite.
-inline void check_finite_loss(comm::Communicator& world, double loss, double mine, std::int64_t step, const policy::Setup& s) {
-  if (std::isfinite(loss)) return;
-  std::vector<double> all(static_cast<std::size_t>(world.size()));
-  world.all_gather(comm::Buffer(&mine, 1, DType::kF64), comm::Buffer(all.data(), world.size(), DType::kF64));
-  std::string from;
-  for (std::size_t r = 0; r < all.size(); ++r)
-    if (!std::isfinite(all[r])) from += (from.empty() ? "" : ", ") + std::to_string(r);
-  EPL_FAIL("the loss is ", loss, " at step ", step, from.empty() ? std::string() : " (from the rows of rank" +
-           std::string(from.find(',') == std::string::npos ? " " : "s ") + from + ")", ": training diverged or the "
-           "data holds bad values; lower the learning rate, clip gradients (TrainerOptions::clip_norm) or check the inputs",
-           s.matmul == DType::kF16 ? "; under AMP with f16 (epl::Amp<epl::amp::FP16>) a GEMM operand past 65504 is "
-                                     "infinite in the forward, which no loss scale helps: train with bf16 "
-                                     "(epl::Amp<epl::amp::BF16>) or keep activations smaller" : "");
-}
+EPL_LINKED void check_finite_loss(comm::Communicator& world, double loss, double mine, std::int64_t step, const policy::Setup& s);
 
 /// A gradient norm that is not finite: fails naming the first parameter this rank holds (in
 /// `arena`) whose gradient (`grad_of(p)`) is not finite.
@@ -57,3 +45,8 @@ template <class Model, class D, class GradOf>
 }  // namespace detail
 }  // namespace v0
 }  // namespace epl
+
+// The bodies: in every program that includes this header, or once in epl::precompiled (core/linked.hpp).
+#if EPL_LINKED_BODIES
+#include "epl/runtime/divergence.ipp"
+#endif

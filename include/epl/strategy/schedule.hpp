@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "epl/core/error.hpp"
+#include "epl/core/linked.hpp"
 
 namespace epl {
 inline namespace v0 {
@@ -42,15 +43,7 @@ inline const char* name_of(Action::Kind k) {
   return names[static_cast<int>(k)];
 }
 /// \brief "F0 B0 F1 B1" (with chunks when any is not 0: "F0.1"): a list of actions as text.
-inline std::string describe(const std::vector<Action>& actions) {
-  bool chunks = false;
-  for (const auto& a : actions) chunks |= a.chunk != 0;
-  std::string s;
-  for (const auto& a : actions)
-    s += (s.empty() ? "" : " ") + std::string(name_of(a.kind)) + std::to_string(a.micro_batch) +
-         (chunks ? "." + std::to_string(a.chunk) : std::string());
-  return s;
-}
+EPL_LINKED std::string describe(const std::vector<Action>& actions);
 
 /// \brief S satisfies schedule if it names its micro-batch count and gives each stage of a
 /// pipeline of `stages` stages its list of forward and backward actions for one step (the sends
@@ -62,22 +55,12 @@ concept schedule = requires(const S& s, int stage, int stages) {
 };
 
 /// \brief Whether a list splits backward into B and W passes (a zero-bubble schedule's).
-inline bool splits_backward(const std::vector<Action>& actions) {
-  return std::any_of(actions.begin(), actions.end(), [](const Action& a) { return a.kind == Action::Kind::kWeight; });
-}
+EPL_LINKED bool splits_backward(const std::vector<Action>& actions);
 
 /// \brief The most micro-batches a list of actions holds in flight (forwarded, not yet
 /// backward; with W passes, not yet through W, which still needs part of the activations): the
 /// activations a stage keeps at its peak.
-inline int max_in_flight(const std::vector<Action>& actions) {
-  const auto done = splits_backward(actions) ? Action::Kind::kWeight : Action::Kind::kBackward;
-  int now = 0, most = 0;
-  for (const auto& a : actions) {
-    if (a.kind == Action::Kind::kForward) most = std::max(most, ++now);
-    if (a.kind == done) --now;
-  }
-  return most;
-}
+EPL_LINKED int max_in_flight(const std::vector<Action>& actions);
 
 /// \brief Gradient accumulation, the schedule of a single stage: F0 B0 F1 B1 ... one micro-batch
 /// in flight at a time, the gradients accumulating (pipeline.num_micro_batch).
@@ -229,25 +212,7 @@ class Interleaved {
 /// backward of a chunk c < chunks - 1 first receives its output's gradient, and a backward of
 /// chunk c > 0 then sends its input's gradient. Transfers between chunks of one rank are local
 /// and get no actions.
-inline std::vector<Action> with_communication(const std::vector<Action>& compute, int ranks, int chunks) {
-  std::vector<Action> out;
-  auto remote = [&](int a, int b) { return a % ranks != b % ranks; };
-  for (const auto& a : compute) {
-    const int c = a.chunk;
-    if (a.kind == Action::Kind::kForward) {
-      if (c > 0 && remote(c, c - 1)) out.push_back({Action::Kind::kRecvForward, a.micro_batch, c});
-      out.push_back(a);
-      if (c + 1 < chunks && remote(c, c + 1)) out.push_back({Action::Kind::kSendForward, a.micro_batch, c});
-    } else if (a.kind == Action::Kind::kBackward) {
-      if (c + 1 < chunks && remote(c, c + 1)) out.push_back({Action::Kind::kRecvBackward, a.micro_batch, c});
-      out.push_back(a);
-      if (c > 0 && remote(c, c - 1)) out.push_back({Action::Kind::kSendBackward, a.micro_batch, c});
-    } else {
-      out.push_back(a);
-    }
-  }
-  return out;
-}
+EPL_LINKED std::vector<Action> with_communication(const std::vector<Action>& compute, int ranks, int chunks);
 
 /// \brief A pipeline schedule as pipeline.strategy names it: what it runs on each stage, from the
 /// micro-batch count m, the chunks per rank v (its virtual stages; 1 unless virtual_stages) and
@@ -320,12 +285,7 @@ constexpr const ScheduleEntry* find_schedule(std::string_view name) {
 }
 
 /// \brief The schedule pipeline.strategy names; an unknown name is an error listing them.
-inline const ScheduleEntry& schedule_named(std::string_view name) {
-  if (const auto* e = find_schedule(name)) return *e;
-  std::string names;
-  for (const auto& e : kSchedules) names += (names.empty() ? "" : ", ") + std::string(e.name);
-  EPL_FAIL("pipeline.strategy = \"", name, "\" is not a schedule; choose one of ", names);
-}
+EPL_LINKED const ScheduleEntry& schedule_named(std::string_view name);
 
 /// \brief The fraction of a step a stage idles in an ideal pipeline of equal stages (the
 /// bubble): (p - 1) / (v m + p - 1); v = 1 for GPipe and 1F1B.
@@ -341,3 +301,8 @@ constexpr double theoretical_bubble(const ScheduleEntry& s, int stages, int micr
 }  // namespace strategy
 }  // namespace v0
 }  // namespace epl
+
+// The bodies: in every program that includes this header, or once in epl::precompiled (core/linked.hpp).
+#if EPL_LINKED_BODIES
+#include "epl/strategy/schedule.ipp"
+#endif

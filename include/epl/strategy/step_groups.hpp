@@ -19,6 +19,7 @@
 #include "epl/nn/pass.hpp"
 #include "epl/policy/gradient_sync.hpp"
 #include "epl/strategy/mesh.hpp"
+#include "epl/core/linked.hpp"
 
 namespace epl {
 inline namespace v0 {
@@ -29,73 +30,12 @@ using Download = std::function<void(const Tensor&, void*)>;
 
 /// \brief A fast hash of a tensor's bytes (64-bit words through mix64), for comparing copies. A
 /// tensor in memory host code cannot read (a GPU's) is hashed through a host copy by `download`.
-inline std::uint64_t content_hash(const Tensor& t, const Download& download = {}) {
-  std::vector<unsigned char> copy;
-  const auto* p = static_cast<const unsigned char*>(t.raw());
-  if (!host_reachable(t.device().kind)) {
-    EPL_CHECK(download != nullptr, "content_hash of a tensor on ", t.device().str(), " needs the device's download");
-    copy.resize(t.bytes());
-    download(t, copy.data());
-    p = copy.data();
-  }
-  const std::size_t n = t.bytes();
-  std::uint64_t h = n;
-  std::size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    std::uint64_t w;
-    std::memcpy(&w, p + i, 8);
-    h = mix64(h ^ w);
-  }
-  for (; i < n; ++i) h = mix64(h ^ p[i]);
-  return h;
-}
+EPL_LINKED std::uint64_t content_hash(const Tensor& t, const Download& download = {});
 
 /// \brief Each rank's rows of a global batch of `rows`: equal shares, or with `weights` (one per
 /// rank, positive) shares in proportion to them, by largest remainder, in whole multiples of
 /// `quantum` (the micro-batches each rank splits its rows into), at least one each.
-inline std::vector<std::int64_t> share_rows(std::int64_t rows, int ranks, const std::vector<double>& weights = {},
-                                            std::int64_t quantum = 1) {
-  EPL_CHECK(ranks >= 1 && (weights.empty() || static_cast<int>(weights.size()) == ranks), "share_rows: ", weights.size(),
-            " weights for ", ranks, " ranks");
-  std::vector<std::int64_t> out(static_cast<std::size_t>(ranks), rows / ranks);
-  if (weights.empty()) return out;
-  EPL_CHECK(quantum >= 1 && rows % quantum == 0 && rows / quantum >= ranks, "a global batch of ", rows, " rows cannot give each of ",
-            ranks, " data-parallel ranks of uneven speed (cluster.rank_speeds) a whole number of its ", quantum,
-            " micro-batch(es), one at least; use a batch that is a multiple of ", quantum, " and at least ", ranks * quantum, " rows");
-  const std::int64_t units = rows / quantum;
-  for (auto& o : out) o = 0;
-  double total = 0;
-  for (double w : weights) total += w;
-  // in proportion, rounded down but one at least; then the units left go to the largest
-  // fractions, or the ones over go from the shares furthest above their due (lowest rank first)
-  std::vector<double> exact(static_cast<std::size_t>(ranks));
-  std::int64_t given = 0;
-  for (int r = 0; r < ranks; ++r) {
-    const auto i = static_cast<std::size_t>(r);
-    exact[i] = static_cast<double>(units) * weights[i] / total;
-    out[i] = std::max<std::int64_t>(1, static_cast<std::int64_t>(std::floor(exact[i])));
-    given += out[i];
-  }
-  std::vector<int> order(static_cast<std::size_t>(ranks));
-  for (int r = 0; r < ranks; ++r) order[static_cast<std::size_t>(r)] = r;
-  auto due = [&](int r) { return exact[static_cast<std::size_t>(r)] - static_cast<double>(out[static_cast<std::size_t>(r)]); };
-  while (given != units) {
-    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return due(a) > due(b); });
-    if (given < units) {
-      ++out[static_cast<std::size_t>(order.front())];
-      ++given;
-    } else {
-      for (auto it = order.rbegin(); it != order.rend(); ++it)
-        if (out[static_cast<std::size_t>(*it)] > 1) {
-          --out[static_cast<std::size_t>(*it)];
-          --given;
-          break;
-        }
-    }
-  }
-  for (auto& o : out) o *= quantum;
-  return out;
-}
+EPL_LINKED std::vector<std::int64_t> share_rows(std::int64_t rows, int ranks, const std::vector<double>& weights = {}, std::int64_t quantum = 1);
 
 /// \brief Which rows of each global batch a rank reads: share `rank` of `ranks` shares, equal or,
 /// with `weights` (cluster.rank_speeds), in proportion to them.
@@ -174,32 +114,11 @@ class StepGroups {
 
   /// \brief Where this rank's `rows` lie in this step's global batch. With uneven shares, checks
   /// (over the data-parallel group) that every rank got its share of the batch they add up to.
-  RowPlace place(std::int64_t rows, std::int64_t step) {
-    const RowShare share = this->rows();
-    if (!uneven()) return {share.rank * rows, rows * share.ranks, 1.0};
-    std::vector<std::int64_t> all(static_cast<std::size_t>(share.ranks));
-    mesh_.data().all_gather(comm::Buffer(&rows, 1, DType::kI64), comm::Buffer(all.data(), share.ranks, DType::kI64));
-    std::int64_t total = 0;
-    for (auto r : all) total += r;
-    const auto expected = share_rows(total, share.ranks, weights_, quantum_);
-    for (int r = 0; r < share.ranks; ++r)
-      EPL_CHECK(all[static_cast<std::size_t>(r)] == expected[static_cast<std::size_t>(r)], "at step ", step, " data-parallel rank ",
-                r, " got ", all[static_cast<std::size_t>(r)], " rows, but its share of the global batch of ", total,
-                " rows by cluster.rank_speeds is ", expected[static_cast<std::size_t>(r)],
-                "; read the rows with data::WindowLoader and trainer.data_shard(), which carries the shares");
-    return {share.first_of(total), total, static_cast<double>(rows * share.ranks) / static_cast<double>(total)};
-  }
+  EPL_LINKED RowPlace place(std::int64_t rows, std::int64_t step);
 
   /// \brief Fails unless the ranks of a split group (unless colocated) and the stages of a
   /// pipeline were given the same rows (equal shares are the world's check: runtime's agree_on_call).
-  void check_rows(const Tensor& inputs, const Tensor& targets, std::int64_t step, const Download& download = {}) {
-    if (tensor_.valid() && !rows_over_tensor_)
-      same_rows(tensor_, inputs, targets, step, download, "tensor-parallel rank ", " of a split group",
-                "the ranks of an epl::Split group work on the same rows");
-    if (pipeline_.valid())
-      same_rows(pipeline_, inputs, targets, step, download, "pipeline stage ", "",
-                "the stages of one pipeline replica work on the same rows (stage 0 reads their inputs, the last stage their targets)");
-  }
+  EPL_LINKED void check_rows(const Tensor& inputs, const Tensor& targets, std::int64_t step, const Download& download = {});
 
   /// \brief The global batch's loss from this rank's: the last stage's, summed over the pipeline,
   /// then the mean over the ranks that share the batch.
@@ -222,13 +141,7 @@ class StepGroups {
     return std::sqrt(total);
   }
   /// \brief Fails unless every replica's parameters hash alike (h: this rank's hash).
-  void check_replicas(std::uint64_t h, std::int64_t step) {
-    std::vector<std::uint64_t> all(static_cast<std::size_t>(replicas_.size()));
-    replicas_.all_gather(comm::Buffer(&h, 1, DType::kI64), comm::Buffer(all.data(), replicas_.size(), DType::kI64));
-    for (std::size_t r = 1; r < all.size(); ++r)
-      EPL_CHECK(all[r] == all[0], "after step ", step, " the parameters of data-parallel rank ", r, " differ from rank 0's: the "
-                "replicas drifted apart (non-deterministic code on one rank, or a gradient that was not reduced)");
-  }
+  EPL_LINKED void check_replicas(std::uint64_t h, std::int64_t step);
 
   /// \brief The targets a rank's loss sees: its own rows, or under a colocated split the group's,
   /// micro-batch by micro-batch (each micro-batch's rows of every part in group order, as the
@@ -284,3 +197,8 @@ class StepGroups {
 }  // namespace strategy
 }  // namespace v0
 }  // namespace epl
+
+// The bodies: in every program that includes this header, or once in epl::precompiled (core/linked.hpp).
+#if EPL_LINKED_BODIES
+#include "epl/strategy/step_groups.ipp"
+#endif

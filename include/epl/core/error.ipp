@@ -1,0 +1,29 @@
+#pragma once
+/// \file
+/// \brief The bodies of the error helpers (the header declares them): included by that header in a
+/// header-only program, or compiled once into epl::precompiled (core/linked.hpp).
+#include "epl/core/error.hpp"
+
+namespace epl {
+inline namespace v0 {
+namespace detail {
+
+EPL_LINKED std::string with_rank(int rank, const std::string& what) {
+  const std::string prefix = "[rank " + std::to_string(rank) + "]";
+  return what.rfind(prefix, 0) == 0 ? what : prefix + " " + what;
+}
+
+EPL_LINKED std::string quoted(std::string_view text, std::size_t keep) {
+  if (text.size() <= keep) return "\"" + std::string(text) + "\"";
+  return "\"" + std::string(text.substr(0, keep)) + "...\" (" + std::to_string(text.size()) + " characters)";
+}
+}  // namespace detail
+
+EPL_LINKED std::string Error::format(const std::string& what, const char* file, int line) {
+  std::string where(file);
+  if (auto slash = where.rfind("include/epl/"); slash != std::string::npos) where = where.substr(slash + 8);
+  std::string prefix = current_rank() >= 0 ? "[rank " + std::to_string(current_rank()) + "] " : std::string();
+  return prefix + "epl error at " + where + ":" + std::to_string(line) + ": " + what;
+}
+}  // namespace v0
+}  // namespace epl
