@@ -1,8 +1,9 @@
 #pragma once
 /// \file
 /// \brief What a Trainer on device::Cpu instantiates that does not depend on the user's model: the
-/// gradient syncs and what they reduce and shard with, the executor of each sync's passes, and the
-/// optimizers' updaters. A program linked with epl::precompiled (EPL_PRECOMPILED) takes them from
+/// gradient syncs and what they reduce and shard with, the executor of each sync's passes, their
+/// chunks of units and recompute segments, the sequence-parallel collectives, the EMA's hook, and
+/// the optimizers' updaters. A program linked with epl::precompiled (EPL_PRECOMPILED) takes them from
 /// that library (`extern template`), compiled once, instead of compiling them again.
 
 // One list: declared `extern template` in a program linked with epl::precompiled, defined in that
@@ -15,11 +16,14 @@
 #ifdef EPL_MODEL_FREE
 #include "epl/device/cpu/cpu.hpp"
 #include "epl/nn/loss.hpp"
+#include "epl/nn/tensor_parallel.hpp"
 #include "epl/optim/adamw.hpp"
 #include "epl/optim/optimizer.hpp"
 #include "epl/optim/sgd.hpp"
 #include "epl/policy/gradient_sync.hpp"
+#include "epl/policy/homes/ema.hpp"
 #include "epl/strategy/executor.hpp"
+#include "epl/strategy/units.hpp"
 
 namespace epl {
 inline namespace v0 {
@@ -30,6 +34,23 @@ EPL_MODEL_FREE class policy::AllReduceSync<device::Cpu>;
 EPL_MODEL_FREE class policy::ZeroSync<device::Cpu>;
 EPL_MODEL_FREE class strategy::Executor<nn::Pass<device::Cpu, policy::AllReduceSync<device::Cpu>>, nn::SoftmaxCrossEntropy>;
 EPL_MODEL_FREE class strategy::Executor<nn::Pass<device::Cpu, policy::ZeroSync<device::Cpu>>, nn::SoftmaxCrossEntropy>;
+// the chunks of units each sync's passes run, their recompute segments, the sequence-parallel
+// collectives, and the EMA's hook
+EPL_MODEL_FREE class strategy::Chunk<nn::Pass<device::Cpu, policy::AllReduceSync<device::Cpu>>>;
+EPL_MODEL_FREE class strategy::Chunk<nn::Pass<device::Cpu, policy::ZeroSync<device::Cpu>>>;
+EPL_MODEL_FREE void strategy::choose_recompute_segments(std::vector<strategy::Chunk<nn::Pass<device::Cpu, policy::AllReduceSync<device::Cpu>>>>&,
+                                                        const std::vector<int>&, int, std::int64_t, int);
+EPL_MODEL_FREE void strategy::choose_recompute_segments(std::vector<strategy::Chunk<nn::Pass<device::Cpu, policy::ZeroSync<device::Cpu>>>>&,
+                                                        const std::vector<int>&, int, std::int64_t, int);
+EPL_MODEL_FREE Tensor nn::sequence_gather(nn::Pass<device::Cpu, policy::AllReduceSync<device::Cpu>>&, const Tensor&, const nn::SplitPart&,
+                                          const char*);
+EPL_MODEL_FREE Tensor nn::sequence_gather(nn::Pass<device::Cpu, policy::ZeroSync<device::Cpu>>&, const Tensor&, const nn::SplitPart&,
+                                          const char*);
+EPL_MODEL_FREE Tensor nn::sequence_reduce_scatter(nn::Pass<device::Cpu, policy::AllReduceSync<device::Cpu>>&, const Tensor&,
+                                                  const nn::SplitPart&, const char*);
+EPL_MODEL_FREE Tensor nn::sequence_reduce_scatter(nn::Pass<device::Cpu, policy::ZeroSync<device::Cpu>>&, const Tensor&, const nn::SplitPart&,
+                                                  const char*);
+EPL_MODEL_FREE class policy::EmaHook<device::Cpu>;
 EPL_MODEL_FREE class optim::Updater<optim::SGD>;
 EPL_MODEL_FREE void optim::Updater<optim::SGD>::step<device::Cpu>(const device::Cpu&, std::span<const Tensor>, std::span<const Tensor>,
                                                                 std::int64_t, double);
