@@ -17,6 +17,9 @@
 
 namespace epl {
 inline namespace v0 {
+namespace detail {
+extern const int link_epl_precompiled_or_drop_EPL_PRECOMPILED = 1;  // what core/linked.hpp's check refers to
+}  // namespace detail
 namespace device {
 template class BasicCpu<float>;
 template class BasicCpu<float, double>;

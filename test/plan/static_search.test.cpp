@@ -423,6 +423,14 @@ TEST_CASE("the run-time and compile-time searches: one candidate loop and one fo
                        doctest::Contains("fewer units"), Error);
   CHECK_THROWS_WITH_AS(plan::static_price<Uneven>({.ranks = 1}, batch, with({.data = 1}, [](auto& p) { p.zero = 1; })),
                        doctest::Contains("with one, give policies.zero = 0"), Error);
+  // one replica offloads through stage 3: its device holds none of the state the host holds
+  const auto offloaded = plan::static_price<Uneven>({.ranks = 1}, batch, with({.data = 1}, [](auto& p) {
+                                                      p.zero = 3;
+                                                      p.offload = true;
+                                                    }));
+  const auto kept = plan::static_price<Uneven>({.ranks = 1}, batch, {.data = 1});
+  CHECK(offloaded.bytes.state.device() < kept.bytes.state.device());
+  CHECK(offloaded.bytes.state.host_parameters > 0);
   CHECK_THROWS_WITH_AS(plan::static_price<Uneven>(four, batch, {.data = 2, .pipeline = 2, .schedule = nullptr}),
                        doctest::Contains("no schedule"), Error);
   CHECK_THROWS_WITH_AS(plan::static_price<Uneven>(four, batch, with({.data = 4}, [](auto& p) { p.amp = true; })),
@@ -463,8 +471,10 @@ TEST_CASE("the policy axes: each home's values, tried where no axis refuses them
     });
     return names;
   };
-  // one replica: no ZeRO stage, so no offload; recompute and AMP each way, the first axis slowest
-  CHECK(tried({.data = 1}) == std::vector<std::string>{"", " amp", " recompute", " recompute amp"});
+  // one replica: no ZeRO stage but 3 with offload (its per-layer gathers stream the host's shards);
+  // recompute and AMP each way, the first axis slowest
+  CHECK(tried({.data = 1}) == std::vector<std::string>{"", " amp", " recompute", " recompute amp", " zero3 offload", " zero3 offload amp",
+                                                       " zero3 offload recompute", " zero3 offload recompute amp"});
   // replicas: stages 0-3, offload only with stage 3: (4 + 1) x 2 x 2
   CHECK(tried({.data = 2}).size() == 20);
   // a schedule that splits backward refuses ZeRO 2 and 3 (and so offload): stages 0 and 1
@@ -478,10 +488,16 @@ TEST_CASE("the policy axes: each home's values, tried where no axis refuses them
   // what each refuses, by name
   policy::Choice c;
   c.offload = true;
-  CHECK(std::string(policy::refusal(c, {.data = 2})).find("give policies.zero = 3") != std::string::npos);
+  CHECK(std::string(policy::refusal(c, {.data = 2})->why).find("give policies.zero = 3") != std::string::npos);
   c.offload = false;
   c.zero = 4;
-  CHECK(std::string(policy::refusal(c, {.data = 2})).find("must be 0 to 3") != std::string::npos);
+  CHECK(std::string(policy::refusal(c, {.data = 2})->why).find("must be 0 to 3") != std::string::npos);
+  CHECK_THROWS_WITH_AS((void)(plan::Candidate{.data = 2, .policies = c}.keys()), doctest::Contains("policies.zero = 4 is not a ZeRO stage"),
+                       Error);
+  c.zero = 3;
+  CHECK(std::string(policy::refusal(c, {.data = 1})->why).find("or 3 with policies.offload") != std::string::npos);
+  c.offload = true;
+  CHECK(policy::refusal(c, {.data = 1}) == nullptr);
   // every choice broadcasts as kAxes integers and comes back the same, keys and name alike
   policy::for_each_choice(most, {.data = 2}, [](const policy::Choice& each) {
     std::int64_t wire[policy::kAxes] = {};

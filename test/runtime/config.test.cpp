@@ -40,6 +40,15 @@ TEST_CASE("command line, environment and code, in that order of precedence") {
   CHECK(c.get<std::int64_t>("pipeline.num_micro_batch") == 4);
   CHECK(c.source("pipeline.num_micro_batch") == Config::Source::kCommandLine);
   CHECK(c.program_args() == std::vector<std::string>{"--steps=7", "data.txt"});
+  // an EPL key written without its dot is a mistake, not the program's own argument
+  const char* underscored[] = {"prog", "--zero_level=v1"};
+  CHECK_THROWS_WITH_AS(Config::parse(2, underscored),
+                       doctest::Contains("option --zero_level is not EPL's key zero.level, which is dotted: write --zero.level=v1"), Error);
+  const char* attribute[] = {"prog", "--num_micro_batch", "4"};
+  CHECK_THROWS_WITH_AS(Config::parse(3, attribute), doctest::Contains("write --pipeline.num_micro_batch"), Error);
+  Config plain;
+  CHECK_THROWS_WITH_AS(plain.set_text("num_micro_batch", "2"), doctest::Contains("did you mean pipeline.num_micro_batch?"), Error);
+  CHECK_THROWS_WITH_AS(plain.set_text("zero-level", "v1"), doctest::Contains("did you mean zero.level?"), Error);
   c.set("pipeline.num_micro_batch", 8);
   CHECK(c.get<std::int64_t>("pipeline.num_micro_batch") == 8);
   c.set_text("pipeline.num_micro_batch", "2", Config::Source::kEnvironment);  // lower precedence: ignored

@@ -205,6 +205,7 @@ class Config {
   EPL_LINKED Entry& entry(std::string_view key);
   const Entry& entry(std::string_view key) const { return const_cast<Config*>(this)->entry(key); }
   [[noreturn]] EPL_LINKED void unknown(std::string_view key) const;
+  EPL_LINKED static std::string_view dotted_form(std::string_view key);
   EPL_LINKED void assign(Entry& e, ConfigValue v, Source src);
   EPL_LINKED static std::string what(const ConfigKey& k);
   // A choice's other name (ConfigKey::aliases) replaced by the choice.

@@ -167,12 +167,14 @@ EPL_LINKED void Config::unknown(std::string_view key) const {
   for (const auto& [name, e] : entries_)
     if ((name.find('.') != std::string::npos) == dotted) candidates.push_back(name);
   auto near = detail::nearest(key, candidates);
+  if (!dotted && near.empty()) near = dotted_form(key);  // zero_level, num_micro_batch: an EPL key without its dot
   std::string same_category;
   if (dotted)
     for (const auto& k : detail::config_keys())
       if (k.name.substr(0, k.name.find('.')) == key.substr(0, key.find('.')))
         same_category += (same_category.empty() ? "" : ", ") + std::string(k.name);
-  std::string hint = near.empty() ? std::string(";") : "; did you mean " + std::string(dotted ? "" : "--") + std::string(near) + "?";
+  const bool near_dotted = near.find('.') != std::string_view::npos;
+  std::string hint = near.empty() ? std::string(";") : "; did you mean " + std::string(near_dotted ? "" : "--") + std::string(near) + "?";
   if (dotted)
     EPL_FAIL("unknown config key ", detail::quoted(key), hint,
              !same_category.empty() ? " keys of that category: " + same_category
@@ -359,6 +361,9 @@ EPL_LINKED void Config::parse_args(int argc, const char* const* argv, bool stric
     auto known = entries_.find(key);
     const bool library_key = known != entries_.end() && !known->second.key.program;  // epl's own undotted keys (trace)
     if (!dotted && !strict && !library_key) {
+      const auto epl_key = dotted_form(key);  // --zero_level: EPL's zero.level mistyped, not the program's own
+      EPL_CHECK(epl_key.empty(), "option --", key, " is not EPL's key ", epl_key, ", which is dotted: write --", epl_key,
+                body.substr(key.size()), " (or declare --", key, " as the program's own flag)");
       args_.emplace_back(a);
       continue;
     }
@@ -379,6 +384,25 @@ EPL_LINKED void Config::parse_args(int argc, const char* const* argv, bool stric
     assign(e, parse(e, next), Source::kCommandLine);
     ++i;
   }
+}
+
+EPL_LINKED std::string_view Config::dotted_form(std::string_view key) {
+  // an EPL key written with '_' or '-' for its dot (zero_level, zero-level), or its attribute alone
+  // where only one key has it (num_micro_batch)
+  std::string_view alone;
+  int with_attribute = 0;
+  for (const auto& k : detail::config_keys()) {
+    const auto dot = k.name.find('.');
+    if (dot == std::string_view::npos) continue;
+    if (k.name.size() == key.size() && (key[dot] == '_' || key[dot] == '-') && k.name.substr(0, dot) == key.substr(0, dot) &&
+        k.name.substr(dot + 1) == key.substr(dot + 1))
+      return k.name;
+    if (k.name.substr(dot + 1) == key) {
+      alone = k.name;
+      ++with_attribute;
+    }
+  }
+  return with_attribute == 1 ? alone : std::string_view();
 }
 
 }  // namespace v0

@@ -20,6 +20,16 @@
 #elif defined(EPL_PRECOMPILED)
 #define EPL_LINKED
 #define EPL_LINKED_BODIES 0
+// A translation unit given EPL_PRECOMPILED by hand, in a program that does not link the library,
+// fails to link; this reference makes the first undefined name say why.
+namespace epl {
+inline namespace v0 {
+namespace detail {
+extern const int link_epl_precompiled_or_drop_EPL_PRECOMPILED;
+[[gnu::used]] inline const int* const precompiled_is_linked = &link_epl_precompiled_or_drop_EPL_PRECOMPILED;
+}  // namespace detail
+}  // namespace v0
+}  // namespace epl
 #else
 #define EPL_LINKED inline
 #define EPL_LINKED_BODIES 1

@@ -64,8 +64,8 @@ constexpr void for_each_choice(const Choice& most, const Layout& l, F&& fn) {
 }
 
 /// \brief Why choice c cannot run on layout l (the first axis that refuses it), or null.
-constexpr const char* refusal(const Choice& c, const Layout& l) {
-  const char* why = nullptr;
+constexpr const Refused* refusal(const Choice& c, const Layout& l) {
+  const Refused* why = nullptr;
   detail::each_axis(Homes{}, [&]<class H>() {
     if (why == nullptr) why = H::refusal(c, l);
   });

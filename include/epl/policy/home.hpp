@@ -31,7 +31,7 @@
 ///     static constexpr int choices(const auto& most);   // values to try: choose(0) ... choose(n - 1)
 ///     static constexpr void choose(int i, auto& choice);
 ///     static constexpr int index(const auto& choice);   // choose's inverse
-///     static constexpr const char* refusal(const auto& choice, const Layout&);  // why not (null: fine)
+///     static constexpr const Refused* refusal(const auto& choice, const Layout&);  // why not (null: fine)
 ///     static void keys(const auto& choice, auto& out);  // the configuration keys that run it
 ///     template <class K> static void apply(const auto& choice, K& keys);  // the same into policy::Keys
 ///     static void label(const auto& choice, std::string& s);  // its part of the plan's short name
@@ -61,6 +61,14 @@ struct Layout {
   int data = 1;                  ///< data-parallel replicas
   int pipeline = 1;              ///< pipeline stages
   bool splits_backward = false;  ///< the schedule splits backward into B and W passes (ZeroBubble)
+};
+
+/// \brief Why a planner axis's choice cannot run on a layout: the message, and a function named
+/// for the reason that throws it. A compile-time search that prices a refused choice calls it, so
+/// the compiler's diagnostic names the reason (g++ prints no string of a constant evaluation).
+struct Refused {
+  const char* why;
+  void (*fail)(const char* why);
 };
 
 /// \brief A policy's state that a checkpoint keeps beside the optimizer's: one value for each

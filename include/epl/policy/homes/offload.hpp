@@ -79,8 +79,16 @@ struct Offload {
   static constexpr int choices(const auto& most) { return most.offload ? 2 : 1; }
   static constexpr void choose(int i, auto& c) { c.offload = i == 1; }
   static constexpr int index(const auto& c) { return c.offload ? 1 : 0; }
-  static constexpr const char* refusal(const auto& c, const Layout&) {
-    return c.offload && c.zero != 3 ? "offload keeps ZeRO stage 3's shards in host memory: give policies.zero = 3 with it" : nullptr;
+  [[noreturn]] static void offload_without_zero_3(const char* why) { EPL_FAIL(why); }
+  [[noreturn]] static void zero_3_on_one_replica_without_offload(const char* why) { EPL_FAIL(why); }
+  static constexpr Refused kWithoutStage3{"offload keeps ZeRO stage 3's shards in host memory: give policies.zero = 3 with it",
+                                          &offload_without_zero_3};
+  static constexpr Refused kOneReplica{"ZeRO shards over the data-parallel ranks: with one, give policies.zero = 0 (or 3 with "
+                                       "policies.offload)", &zero_3_on_one_replica_without_offload};
+  static constexpr const Refused* refusal(const auto& c, const Layout& l) {
+    if (c.offload && c.zero != 3) return &kWithoutStage3;
+    if (!c.offload && c.zero == 3 && l.data == 1) return &kOneReplica;  // the zero home lets stage 3 through on one replica for offload
+    return nullptr;
   }
   static void keys(const auto& c, auto& out) { out.push_back({"offload.level", c.offload ? "v0" : ""}); }
   template <class K>

@@ -63,7 +63,8 @@ struct Zero {
     int zero_stage = 0;  ///< 0: every rank holds everything; 1, 2, 3: ZeRO
   };
 
-  // the planner's axis: every stage up to the compiled one, where there are replicas to shard over
+  // the planner's axis: every stage up to the compiled one where there are replicas to shard over;
+  // on one replica stage 3 only, which offload streams through (the offload home refuses it alone)
   struct Choice {
     int zero = 0;  ///< ZeRO stage (zero.level "", v0, v1, v2)
   };
@@ -71,10 +72,17 @@ struct Zero {
   static constexpr int choices(const auto& most) { return most.zero + 1; }
   static constexpr void choose(int i, auto& c) { c.zero = i; }
   static constexpr int index(const auto& c) { return c.zero; }
-  static constexpr const char* refusal(const auto& c, const Layout& l) {
-    if (c.zero < 0 || c.zero > 3) return "the ZeRO stage (policies.zero) must be 0 to 3";
-    if (c.zero > 0 && l.data == 1) return "ZeRO shards over the data-parallel ranks: with one, give policies.zero = 0";
-    if (c.zero >= 2 && l.pipeline > 1 && l.splits_backward) return "a schedule that splits backward (ZeroBubble) refuses ZeRO 2 and 3";
+  [[noreturn]] static void zero_stage_is_0_to_3(const char* why) { EPL_FAIL(why); }
+  [[noreturn]] static void zero_on_one_replica__give_zero_0(const char* why) { EPL_FAIL(why); }
+  [[noreturn]] static void zero_2_or_3_with_zero_bubble(const char* why) { EPL_FAIL(why); }
+  static constexpr Refused kStage{"the ZeRO stage (policies.zero) must be 0 to 3", &zero_stage_is_0_to_3};
+  static constexpr Refused kOneReplica{"ZeRO shards over the data-parallel ranks: with one, give policies.zero = 0",
+                                       &zero_on_one_replica__give_zero_0};
+  static constexpr Refused kSplitBackward{"a schedule that splits backward (ZeroBubble) refuses ZeRO 2 and 3", &zero_2_or_3_with_zero_bubble};
+  static constexpr const Refused* refusal(const auto& c, const Layout& l) {
+    if (c.zero < 0 || c.zero > 3) return &kStage;
+    if (c.zero > 0 && c.zero < 3 && l.data == 1) return &kOneReplica;
+    if (c.zero >= 2 && l.pipeline > 1 && l.splits_backward) return &kSplitBackward;
     return nullptr;
   }
   static void keys(const auto& c, auto& out) { out.push_back({"zero.level", level(c.zero)}); }
@@ -82,10 +90,13 @@ struct Zero {
   static void apply(const auto& c, K& k) {
     k.zero_level = level(c.zero);
   }
+  static std::string level(int stage) {
+    EPL_CHECK(stage >= 0 && stage <= 3, "a plan's policies.zero = ", stage, " is not a ZeRO stage; give 0, 1, 2 or 3");
+    return stage == 0 ? std::string() : "v" + std::to_string(stage - 1);
+  }
   static void label(const auto& c, std::string& s) {
     if (c.zero) s += " zero" + std::to_string(c.zero);
   }
-  static std::string level(int stage) { return stage == 0 ? std::string() : "v" + std::to_string(stage - 1); }
 
   /// zero.level: "" none, EPL's "v0" stage 1, "v1" stage 2, "v2" stage 3; unset, the compiled
   /// epl::Zero<k>. A stage above the compiled one is an error naming both.
