@@ -1,5 +1,6 @@
 // SGEMM GFLOP/s of the CPU backend against the machine's peak and against Eigen, in one process.
-// Each case alternates its timings seven times: epl's f32 gemm (its AVX-512 kernel), Eigen's own
+// Each case alternates its timings seven times: epl's f32 gemm (its AVX-512 or AVX2 kernel, as the
+// build's -march gives; Eigen's without either), Eigen's own
 // product on the same threads, a register-resident FMA loop on every thread (the physical limit
 // of the vector units), then AMP's bf16 GEMM on each kernel this CPU runs (rounded-f32: FMA on
 // operands rounded as packed; avx512-bf16: VDPBF16PS; amx: TDPBF16PS tiles), each beside its own
@@ -64,16 +65,16 @@ int main(int argc, char** argv) {
   for (K k : {K::kRoundedF32, K::kAvx512Bf16, K::kAmx})
     if (epl::detail::cpu::bf16_kernel_runs(k)) kernels.push_back(k);
   const auto& choice = epl::detail::cpu::bf16_choice();
-  std::fprintf(stderr, "%s, %d thread(s); AMP's bf16 kernel here: %s (VDPBF16PS / FMA measured %.2f)\n", bench::cpu_name().c_str(), threads,
-               epl::device::name(choice.kernel), choice.dpbf16_over_fma);
+  std::fprintf(stderr, "%s, %d thread(s); epl's f32 kernel here: %s; AMP's bf16 kernel here: %s (VDPBF16PS / FMA measured %.2f)\n",
+               bench::cpu_name().c_str(), threads, epl::detail::cpu::f32_kernel(), epl::device::name(choice.kernel), choice.dpbf16_over_fma);
   std::fprintf(stderr, "%-30s %16s %16s", "case (GFLOP/s, of its peak)", "epl f32", "eigen f32");
   for (K k : kernels) std::fprintf(stderr, " %16s", (std::string("bf16 ") + epl::device::name(k)).c_str());
   std::fprintf(stderr, "\n");
   using Mat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   std::vector<double> fma_peaks;              // every FMA peak timed, for the run's median
   std::map<K, std::vector<double>> bf16_peaks;  // and each bf16 kernel's instruction's
-  std::printf("{\"cpu\": \"%s\", \"threads\": %d, \"bf16_kernel\": \"%s\", \"dpbf16_over_fma\": %.3f, \"cases\": [", bench::cpu_name().c_str(),
-              threads, epl::device::name(choice.kernel), choice.dpbf16_over_fma);
+  std::printf("{\"cpu\": \"%s\", \"threads\": %d, \"f32_kernel\": \"%s\", \"bf16_kernel\": \"%s\", \"dpbf16_over_fma\": %.3f, \"cases\": [",
+              bench::cpu_name().c_str(), threads, epl::detail::cpu::f32_kernel(), epl::device::name(choice.kernel), choice.dpbf16_over_fma);
   for (std::size_t c = 0; c < std::size(cases); ++c) {
     const auto& k = cases[c];
     auto a = cpu.zeros(k.ta ? epl::Shape{k.k, k.m} : epl::Shape{k.m, k.k}, epl::DType::kF32);

@@ -63,6 +63,41 @@ TEST_CASE("gemm: f32 shapes that end inside every block of the packed kernel, be
       }
 }
 
+// The AVX2 kernel (sgemm_avx2.hpp), whichever kernel this build's GEMM uses: 6 x 16 register
+// tiles, 8 x 8 transposed packing, blocks of 168 rows, 256 k and 4080 columns. These shapes end
+// mid-tile, mid-transpose and mid-block, with AMP's operands rounded to bf16 and f16 as packed.
+TEST_CASE("gemm: the AVX2 kernel, every transpose, f32 and rounded bf16 and f16, shapes that end inside every block") {
+#if defined(EPL_SGEMM_AVX2)
+  namespace avx2 = detail::cpu::sgemm::avx2;
+  const test::Multiply avx2_gemm = [](const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& c, double alpha, double beta,
+                                      DType inputs) {
+    const auto run = [&]<class Round>() {
+      detail::cpu::sgemm::gemm<avx2::F32<Round>>(ta, tb, c.dim(0), c.dim(1), ta ? a.dim(0) : a.dim(1), static_cast<float>(alpha),
+                                                 a.data<float>(), a.dim(1), b.data<float>(), b.dim(1), static_cast<float>(beta),
+                                                 c.data<float>(), c.dim(1));
+    };
+    if (inputs == DType::kBF16) return run.operator()<avx2::RoundBF16>();
+    if (inputs == DType::kF16) return run.operator()<avx2::RoundF16>();
+    run.operator()<avx2::Keep>();
+  };
+  for (DType inputs : {DType::kF32, DType::kBF16, DType::kF16})
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        CAPTURE(inputs);
+        CAPTURE(ta);
+        CAPTURE(tb);
+        check_gemm<float>(ta, tb, 175, 70, 300, 0.0, inputs, avx2_gemm);
+        check_gemm<float>(ta, tb, 15, 33, 17, 2.0, inputs, avx2_gemm);
+        check_gemm<float>(ta, tb, 6, 16, 256, 1.0, inputs, avx2_gemm, 1.0);  // whole blocks, alpha 1
+        check_gemm<float>(ta, tb, 3, 4100, 9, 0.0, inputs, avx2_gemm);      // past a block of columns
+        check_gemm<float>(ta, tb, 1, 1, 1, 2.0, inputs, avx2_gemm);
+      }
+  check_gemm<float>(false, true, 40, 50, 1601, 0.0, DType::kBF16, avx2_gemm);  // k past six blocks
+#else
+  MESSAGE("this build has no AVX2 with FMA and F16C: the AVX2 kernel is not compiled");
+#endif
+}
+
 // AMP's GEMM: op(a) and op(b) rounded to bf16 or f16, products summed in f32. With AVX512-BF16
 // the packed kernel rounds bf16 pairs of k as it packs (odd k pads a zero), in blocks of 768
 // along k; otherwise, and for f16, rounded copies go through the f32 GEMM.

@@ -83,7 +83,7 @@ struct SavedState {
 /// \brief What a step hook is given when the run starts.
 struct HookStart {
   int row_shares = 1;              ///< the data-parallel row shares
-  std::span<const Tensor> owned;   ///< the values this rank updates (its ZeRO slices, or all it holds)
+  std::span<const Tensor> owned{}; ///< the values this rank updates (its ZeRO slices, or all it holds)
   bool host = false;               ///< the run keeps its state in the device's host pool (offload)
 };
 

@@ -21,14 +21,15 @@
 #include "epl/core/error.hpp"
 #include "epl/device/cpu/isa.hpp"
 #include "epl/device/cpu/sgemm_amx.hpp"
+#include "epl/device/cpu/sgemm_avx2.hpp"
 
 namespace epl {
 inline namespace v0 {
 namespace detail::cpu {
 
-/// Whether f32 GEMMs run epl's packed AVX-512 kernels (sgemm_avx512.hpp), which round AMP's
-/// operands as they pack them; elsewhere Eigen multiplies rounded copies.
-#if defined(__AVX512F__) && !defined(EPL_EIGEN_SGEMM)
+/// Whether f32 GEMMs run epl's packed kernels (sgemm_avx512.hpp, or sgemm_avx2.hpp on an AVX2
+/// target), which round AMP's operands as they pack them; elsewhere Eigen multiplies rounded copies.
+#if (defined(__AVX512F__) || defined(EPL_SGEMM_AVX2)) && !defined(EPL_EIGEN_SGEMM)
 inline constexpr bool kPackedGemm = true;
 #else
 inline constexpr bool kPackedGemm = false;

@@ -10,6 +10,7 @@
 #include "epl/device/cpu/bf16_kernel.hpp"
 #include "epl/device/cpu/parallel.hpp"
 #include "epl/device/cpu/sgemm_amx.hpp"
+#include "epl/device/cpu/sgemm_avx2.hpp"
 #include "epl/device/cpu/sgemm_avx512.hpp"
 
 namespace epl {
@@ -23,9 +24,21 @@ constexpr bool rounds_operands(DType inputs) {
   return kPackedGemm && std::is_same_v<T, float> && (inputs == DType::kBF16 || inputs == DType::kF16);
 }
 
+/// The kernel f32 GEMMs run in this build, as benchmarks print it: epl's AVX-512 14 x 32 tile,
+/// its AVX2 6 x 16 tile, or Eigen's product.
+constexpr const char* f32_kernel() {
+#if defined(__AVX512F__) && !defined(EPL_EIGEN_SGEMM)
+  return "avx512";
+#elif defined(EPL_SGEMM_AVX2) && !defined(EPL_EIGEN_SGEMM)
+  return "avx2";
+#else
+  return "eigen";
+#endif
+}
+
 /// One GEMM on the calling thread (Eigen runs serially inside a parallel region). f32 on an
-/// AVX-512 target uses epl's packed kernels (sgemm_avx512.hpp, sgemm_amx.hpp); everything else
-/// Eigen's. `inputs` bf16 or f16 (only where rounds_operands) rounds op(A) and op(B) to it; bf16
+/// AVX-512 target uses epl's packed kernels (sgemm_avx512.hpp, sgemm_amx.hpp), on an AVX2 one
+/// sgemm_avx2.hpp's; everything else Eigen's. `inputs` bf16 or f16 (only where rounds_operands) rounds op(A) and op(B) to it; bf16
 /// then multiplies on `kernel` (bf16_kernel.hpp chooses it), accumulating in f32.
 template <class T>
 void gemm_serial(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a, std::int64_t lda, const T* b,
@@ -43,6 +56,13 @@ void gemm_serial(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t 
     if (kernel == device::CpuBf16Kernel::kAvx512Bf16) return run.template operator()<sgemm::BF16>();
 #endif
     return run.template operator()<sgemm::F32<sgemm::RoundBF16>>();
+  }
+#elif defined(EPL_SGEMM_AVX2) && !defined(EPL_EIGEN_SGEMM)
+  if constexpr (std::is_same_v<T, float>) {  // bf16's only kernel here is the rounded f32 one
+    auto run = [&]<class Fmt>() { sgemm::gemm<Fmt>(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc); };
+    if (inputs == DType::kF16) return run.template operator()<sgemm::avx2::F32<sgemm::avx2::RoundF16>>();
+    if (inputs == DType::kBF16) return run.template operator()<sgemm::avx2::F32<sgemm::avx2::RoundBF16>>();
+    return run.template operator()<sgemm::avx2::F32<>>();
   }
 #endif
   (void)kernel;

@@ -13,15 +13,15 @@
 /// once into f32 accumulators, twice the f32 kernel's products per instruction; it treats
 /// subnormal inputs and results as zero), and AMX's tiles (sgemm_amx.hpp). A format says its
 /// register or tile block (kMR x kNR of C), its cache blocks, how it packs, and its kernel.
-/// Only compiled where the target has AVX-512F (BW for BF16's packing); blas.hpp falls back to
-/// Eigen elsewhere.
+/// Only compiled where the target has AVX-512F (BW for BF16's packing); blas.hpp takes
+/// sgemm_avx2.hpp's kernel on an AVX2 target, and Eigen's elsewhere. The driver is sgemm.hpp's.
+#include "epl/device/cpu/sgemm.hpp"
+
 #if defined(__AVX512F__)
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
-#include <memory>
 
 namespace epl {
 inline namespace v0 {
@@ -30,29 +30,6 @@ namespace sgemm {
 
 inline constexpr int kMR = 14, kNR = 32;
 inline constexpr std::int64_t kMC = 14 * 36, kNC = 4096;
-
-/// Per-thread packing buffers, 64-byte aligned, grown on demand and reused. Both formats pack
-/// 4-byte lanes (a float, or a pair of bf16), counted in `want` lanes.
-struct Workspace {
-  struct Free {
-    void operator()(void* p) const noexcept { std::free(p); }
-  };
-  std::unique_ptr<void, Free> a, b;
-  std::size_t a_size = 0, b_size = 0;
-  template <class Lane>
-  static Lane* grow(std::unique_ptr<void, Free>& p, std::size_t& size, std::size_t want) {
-    static_assert(sizeof(Lane) == 4);
-    if (size < want) {
-      p.reset(std::aligned_alloc(64, (want * sizeof(Lane) + 63) / 64 * 64));
-      size = want;
-    }
-    return static_cast<Lane*>(p.get());
-  }
-  static Workspace& local() {
-    static thread_local Workspace w;
-    return w;
-  }
-};
 
 // Transposes the 16 x 16 block r (r[i] = row i) in registers, so that r[j] holds column j:
 // 32-bit then 64-bit interleaves within 128-bit lanes, then two rounds of lane shuffles.
@@ -335,47 +312,6 @@ struct BF16 : RegisterTile<BF16> {
 };
 #define EPL_SGEMM_BF16 1  // the BF16 format is compiled (others name it only then)
 #endif
-
-/// C[m,n] = alpha op(A) op(B) + beta C on the calling thread; row-major, leading dimensions;
-/// op(A) and op(B) packed in the format Fmt (F32, BF16 where EPL_SGEMM_BF16, sgemm_amx.hpp's Amx).
-template <class Fmt = F32<>>
-inline void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a,
-                 std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c, std::int64_t ldc) {
-  using Lane = typename Fmt::Lane;
-  if (m == 0 || n == 0) return;
-  if (beta != 0.f && beta != 1.f)
-    for (std::int64_t i = 0; i < m; ++i)
-      for (std::int64_t j = 0; j < n; ++j) c[i * ldc + j] *= beta;
-  if (k == 0) {
-    if (beta == 0.f)
-      for (std::int64_t i = 0; i < m; ++i) std::fill_n(c + i * ldc, n, 0.f);
-    return;
-  }
-  constexpr std::int64_t kKC = Fmt::kKC, kPer = Fmt::kPerStep, kMR = Fmt::kMR, kNR = Fmt::kNR, kMC = Fmt::kMC, kNC = Fmt::kNC;
-  constexpr std::int64_t kLanes = Fmt::kLanes;
-  auto& ws = Workspace::local();
-  const std::int64_t nc_max = std::min(kNC, n), steps_max = (std::min(kKC, k) + kPer - 1) / kPer, mc_max = std::min(kMC, m);
-  Lane* bp = Workspace::grow<Lane>(ws.b, ws.b_size, static_cast<std::size_t>((nc_max + kNR - 1) / kNR * kNR * steps_max * kLanes));
-  Lane* ap = Workspace::grow<Lane>(ws.a, ws.a_size, static_cast<std::size_t>((mc_max + kMR - 1) / kMR * kMR * steps_max * kLanes));
-  [[maybe_unused]] typename Fmt::Session session;
-  for (std::int64_t jc = 0; jc < n; jc += kNC) {
-    const std::int64_t nc = std::min(kNC, n - jc);
-    for (std::int64_t pc = 0; pc < k; pc += kKC) {
-      const std::int64_t kc = std::min(kKC, k - pc), steps = (kc + kPer - 1) / kPer;
-      const bool accumulate = pc > 0 || beta != 0.f;  // the first k block overwrites C when beta == 0
-      Fmt::pack_b(tb, b, ldb, pc, kc, jc, nc, bp);
-      for (std::int64_t ic = 0; ic < m; ic += kMC) {
-        const std::int64_t mc = std::min(kMC, m - ic);
-        Fmt::pack_a(ta, a, lda, ic, mc, pc, kc, ap);
-        for (std::int64_t jr = 0; jr < nc; jr += kNR)
-          for (std::int64_t ir = 0; ir < mc; ir += kMR)
-            Fmt::kernel(steps, ap + ir * steps * kLanes, bp + jr * steps * kLanes, c + (ic + ir) * ldc + jc + jr, ldc,
-                        static_cast<int>(std::min<std::int64_t>(kMR, mc - ir)), static_cast<int>(std::min<std::int64_t>(kNR, nc - jr)),
-                        alpha, accumulate);
-      }
-    }
-  }
-}
 
 }  // namespace sgemm
 }  // namespace detail::cpu
