@@ -1,5 +1,5 @@
 #pragma once
-// Forced into every benchmark built with EPL_BENCH_CHECK_ONLY=ON (CI's presets): such a build
+// Forced into every benchmark built with EPL_CHECK_BUILD=ON (CI's presets): such a build
 // is unoptimized (-O0), made only to prove the benchmarks compile, so each one says at startup
 // that its figures mean nothing.
 #include <cstdio>
@@ -7,7 +7,7 @@
 namespace bench::detail {
 inline const bool kSaidCheckOnly = [] {
   std::fprintf(stderr,
-               "warning: this benchmark was built with EPL_BENCH_CHECK_ONLY=ON (-O0) to check that it compiles; "
+               "warning: this benchmark was built with EPL_CHECK_BUILD=ON (-O0) to check that it compiles; "
                "its figures mean nothing: configure without it (e.g. cmake --preset cpu-release -DEPL_BUILD_BENCH=ON)\n");
   return true;
 }();

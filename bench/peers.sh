@@ -1,7 +1,8 @@
 # The PyTorch peers of the benchmarks, tuned to their best here; sourced by the run_*.sh scripts.
 #   torch_peers THREADS   installs what a peer lacks, exports each peer's thread and kernel
 #                         settings, and sets peers=(python ...)
-# Debian's python3-torch runs on OpenBLAS (libopenblas0-openmp) forced to its AVX-512 kernels:
+# Debian's python3-torch runs on OpenBLAS (libopenblas0-openmp) forced to its AVX-512 kernels
+# (AVX2's where the CPU has no AVX-512):
 # without that package it falls to the reference BLAS (50 tokens/s, ~20x slower: a peer left slow
 # by a bad setting proves nothing), and OpenBLAS does not recognise these CPUs and otherwise picks
 # a ~3.5x slower kernel. PyPI's torch 2.x (MKL, oneDNN) lives in .venv-torch2, made here when
@@ -21,6 +22,13 @@ torch_peers() {
     rm -rf .venv-torch2
     python3 -m venv .venv-torch2 && .venv-torch2/bin/pip install --quiet --disable-pip-version-check torch numpy >&2
   fi
-  export OPENBLAS_CORETYPE=SkylakeX ATEN_CPU_CAPABILITY=avx512 OMP_NUM_THREADS=$1 OPENBLAS_NUM_THREADS=$1
+  # the widest vectors this CPU runs: AVX-512 (Zen 4, Xeons), else AVX2 (Zen 3), where forcing
+  # AVX-512 would stop the peer on an illegal instruction (#39: the scripts run on every CPU here)
+  if grep -qw avx512f /proc/cpuinfo; then
+    export OPENBLAS_CORETYPE=SkylakeX ATEN_CPU_CAPABILITY=avx512
+  else
+    export OPENBLAS_CORETYPE=Haswell ATEN_CPU_CAPABILITY=avx2
+  fi
+  export OMP_NUM_THREADS=$1 OPENBLAS_NUM_THREADS=$1
   peers=("/usr/bin/python3" ".venv-torch2/bin/python")
 }

@@ -38,7 +38,7 @@ import os
 print("peer settings: " + " ".join(f"{k}={os.environ.get(k, '')}" for k in
       ("OPENBLAS_CORETYPE", "ATEN_CPU_CAPABILITY", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "DEBIAN_LIBBLAS")) +
       "; BLAS: " + ", ".join(f"{k}: {v[0].get('blas', '?')}" for k, v in by.items() if not k.startswith("epl")))
-print(f"\nSGEMM in one process, medians of 7 alternations with an FMA loop (peak, median {gemm['peak_gflops']:.0f} GFLOP/s):")
+print(f"\nSGEMM in one process, medians of 7 alternations with an FMA loop (peak, median {gemm['peak_gflops']['fma']:.0f} GFLOP/s; epl's f32 kernel: {gemm.get('f32_kernel', '?')}):")
 print(f"  {'case':<32}{'epl GFLOP/s':>12}{'of peak':>9}{'Eigen':>8}{'of peak':>9}")
 for c in gemm["cases"]:
     print(f"  {c['case']:<32}{c['gflops']:>12.1f}{100*c['of_peak']:>8.1f}%{c['eigen_gflops']:>8.1f}{100*c['eigen_of_peak']:>8.1f}%")

@@ -18,8 +18,15 @@ foreach(mode package fetch)
   run(${CMAKE_COMMAND} -S ${EPL_SOURCE_DIR}/test/consumer -B ${WORK_DIR}/${mode} -G ${GENERATOR} -DCMAKE_BUILD_TYPE=Debug
       -DEPL_CONSUME=${mode} -DEPL_SOURCE_DIR=${EPL_SOURCE_DIR} -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix)
   # the two programs only: vendored, epl-checkpoint is checked as a target (CMakeLists.txt), and
-  # its build is ctest's own
-  run(${CMAKE_COMMAND} --build ${WORK_DIR}/${mode} --target consumer consumer_precompiled)
-  run(${WORK_DIR}/${mode}/consumer)
-  run(${WORK_DIR}/${mode}/consumer_precompiled)
+  # its build is ctest's own. Vendored, consumer_precompiled alone: it compiles the vendored
+  # epl::precompiled and links it with epl::epl; the header-only program differs only by that
+  # library, and the package's build checks it (CI time, #38: 20 s of a Debug compile)
+  set(programs consumer consumer_precompiled)
+  if(mode STREQUAL "fetch")
+    set(programs consumer_precompiled)
+  endif()
+  run(${CMAKE_COMMAND} --build ${WORK_DIR}/${mode} --target ${programs})
+  foreach(program IN LISTS programs)
+    run(${WORK_DIR}/${mode}/${program})
+  endforeach()
 endforeach()
