@@ -14,6 +14,9 @@ inline namespace v0 {
 namespace detail::cpu {
 namespace sgemm {
 
+/// Lanes every packed block has past its end, for a format's whole-vector stores (sgemm_avx2.hpp).
+inline constexpr std::int64_t kSlack = 16;
+
 /// Per-thread packing buffers, 64-byte aligned, grown on demand and reused. Every format packs
 /// 4-byte lanes (a float, or a pair of bf16), counted in `want` lanes.
 struct Workspace {
@@ -58,8 +61,9 @@ inline void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t 
   constexpr std::int64_t kLanes = Fmt::kLanes;
   auto& ws = Workspace::local();
   const std::int64_t nc_max = std::min(kNC, n), steps_max = (std::min(kKC, k) + kPer - 1) / kPer, mc_max = std::min(kMC, m);
-  Lane* bp = Workspace::grow<Lane>(ws.b, ws.b_size, static_cast<std::size_t>((nc_max + kNR - 1) / kNR * kNR * steps_max * kLanes));
-  Lane* ap = Workspace::grow<Lane>(ws.a, ws.a_size, static_cast<std::size_t>((mc_max + kMR - 1) / kMR * kMR * steps_max * kLanes));
+  // kSlack lanes past each block: a format may store a whole vector past a panel's last lanes
+  Lane* bp = Workspace::grow<Lane>(ws.b, ws.b_size, static_cast<std::size_t>((nc_max + kNR - 1) / kNR * kNR * steps_max * kLanes + kSlack));
+  Lane* ap = Workspace::grow<Lane>(ws.a, ws.a_size, static_cast<std::size_t>((mc_max + kMR - 1) / kMR * kMR * steps_max * kLanes + kSlack));
   [[maybe_unused]] typename Fmt::Session session;
   for (std::int64_t jc = 0; jc < n; jc += kNC) {
     const std::int64_t nc = std::min(kNC, n - jc);

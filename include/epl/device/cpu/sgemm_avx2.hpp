@@ -72,37 +72,42 @@ inline void transpose8(__m256 r[8]) {
 }
 
 // Copies the [rows, kc] block at src (rows <= 8 strided by ld, the rest zero) transposed:
-// dst[p * stride + i] = src[i * ld + p] for the lanes i that `lanes` stores, p < kc.
+// dst[p * stride + i] = src[i * ld + p] for i < 8, p < kc, whole vectors: with stride 6 (A's
+// panels) lanes 6 and 7 land on the next column's first two, stored next, or past the block's
+// end, into the workspace's slack (sgemm.hpp). AMD's Zen runs a masked store (VMASKMOVPS) as
+// microcode, tens of cycles, so packing stores whole vectors.
 template <class Round>
-inline void pack_transposed(const float* src, std::int64_t ld, std::int64_t rows, std::int64_t kc, float* dst, std::int64_t stride,
-                            __m256i lanes) {
+inline void pack_transposed(const float* src, std::int64_t ld, std::int64_t rows, std::int64_t kc, float* dst, std::int64_t stride) {
   __m256 r[8];
   for (std::int64_t p = 0; p < kc; p += 8) {
     const std::int64_t w = std::min<std::int64_t>(8, kc - p);
     const __m256i cols = first_lanes(w);
 #pragma GCC unroll 8
-    for (int i = 0; i < 8; ++i) r[i] = i < rows ? Round::apply(_mm256_maskload_ps(src + i * ld + p, cols)) : _mm256_setzero_ps();
+    for (int i = 0; i < 8; ++i)
+      r[i] = i >= rows ? _mm256_setzero_ps()
+                       : Round::apply(w == 8 ? _mm256_loadu_ps(src + i * ld + p) : _mm256_maskload_ps(src + i * ld + p, cols));
     transpose8(r);
-    for (std::int64_t j = 0; j < w; ++j) _mm256_maskstore_ps(dst + (p + j) * stride, lanes, r[j]);
+    for (std::int64_t j = 0; j < w; ++j) _mm256_storeu_ps(dst + (p + j) * stride, r[j]);
   }
 }
 
 // Copies rows p < kc of the [kc, width] block at src (rows ld apart) into panels of kPanel
 // columns, kc * kPanel floats apart: dst[(j / kPanel) * kc * kPanel + p * kPanel + j % kPanel],
-// zero past width. Walks each source row once, front to back, for the hardware prefetcher.
+// zero past width. Walks each source row once, front to back, for the hardware prefetcher. A
+// 6-wide panel's row is stored as a whole vector, its last two lanes on the next row's first
+// two (stored next), but for the panel's last row, whose overrun would land on the next panel.
 template <int kPanel, class Round>
 inline void pack_rows(const float* src, std::int64_t ld, std::int64_t width, std::int64_t kc, float* dst) {
   for (std::int64_t p = 0; p < kc; ++p) {
     const float* row = src + p * ld;
     float* out = dst + p * kPanel;
+    const bool last = p + 1 == kc;
     for (std::int64_t j = 0; j < width; j += kPanel, out += kc * kPanel)
       for (int h = 0; h < kPanel; h += 8) {
-        if (kPanel - h >= 8 && width - j - h >= 8) {
-          _mm256_storeu_ps(out + h, Round::apply(_mm256_loadu_ps(row + j + h)));
-          continue;
-        }
-        const __m256i valid = _mm256_and_si256(first_lanes(width - j - h), first_lanes(kPanel - h));
-        _mm256_maskstore_ps(out + h, first_lanes(kPanel - h), Round::apply(_mm256_maskload_ps(row + j + h, valid)));
+        const std::int64_t left = width - j - h;
+        const __m256 v = Round::apply(left >= 8 ? _mm256_loadu_ps(row + j + h) : _mm256_maskload_ps(row + j + h, first_lanes(left)));
+        if (kPanel - h >= 8 || !last) _mm256_storeu_ps(out + h, v);
+        else _mm256_maskstore_ps(out + h, first_lanes(kPanel - h), v);
       }
   }
 }
@@ -122,9 +127,8 @@ struct F32 {
                      float* dst) {
     if (ta)  // A stored [k, m]: each p is a contiguous run of rows
       return pack_rows<kMR, Round>(a + p0 * lda + i0, lda, mc, kc, dst);
-    for (std::int64_t ir = 0; ir < mc; ir += kMR)  // A stored [m, k]: transpose 8 x 8 blocks, keep 6 lanes
-      pack_transposed<Round>(a + (i0 + ir) * lda + p0, lda, std::min<std::int64_t>(kMR, mc - ir), kc, dst + ir * kc, kMR,
-                             first_lanes(kMR));
+    for (std::int64_t ir = 0; ir < mc; ir += kMR)  // A stored [m, k]: transpose 8 x 8 blocks
+      pack_transposed<Round>(a + (i0 + ir) * lda + p0, lda, std::min<std::int64_t>(kMR, mc - ir), kc, dst + ir * kc, kMR);
   }
   // op(B)[p0 + p, j0 + j] for p < kc, j < nc, into panels of kNR columns (zero-padded past nc).
   static void pack_b(bool tb, const float* b, std::int64_t ldb, std::int64_t p0, std::int64_t kc, std::int64_t j0, std::int64_t nc,
@@ -134,7 +138,7 @@ struct F32 {
     for (std::int64_t jr = 0; jr < nc; jr += kNR)  // B stored [n, k]: transpose 8 x 8 blocks
       for (std::int64_t h = 0; h < kNR; h += 8)
         pack_transposed<Round>(b + (j0 + jr + h) * ldb + p0, ldb, std::clamp<std::int64_t>(nc - jr - h, 0, 8), kc, dst + jr * kc + h,
-                               kNR, first_lanes(8));
+                               kNR);
   }
 
   // C[0:mr, 0:nr] (= or +=) alpha * Apanel * Bpanel over `steps` steps.
