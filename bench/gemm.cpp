@@ -9,6 +9,9 @@
 // percent within a minute, so a peak measured once is not a fair denominator. A table on stderr,
 // one JSON line on stdout.
 //   bench_gemm [--threads=N]
+//   bench_gemm --parts   where one thread's f32 GEMM spends its time (#39): the build's register
+//                        kernel alone, its panels resident in L1, against the FMA peak; then per
+//                        shape the shares of packing B, packing A and the kernels (sgemm::Parts)
 #include <Eigen/Core>
 #include <chrono>
 #include <cstdio>
@@ -47,20 +50,93 @@ struct Series {
     share.push_back(g / peak);
   }
 };
+struct Case { std::int64_t m, n, k; bool ta, tb; const char* what; };
+constexpr Case kCases[] = {{1024, 1024, 1024, false, false, "square 1024"},
+                           {2048, 1152, 384, false, true, "gpt-mini qkv forward (x W^T)"},
+                           {2048, 384, 1536, false, false, "gpt-mini mlp dx (dy W)"},
+                           {1536, 384, 2048, true, false, "gpt-mini mlp dW (dy^T x)"},
+                           {2048, 4096, 384, false, true, "gpt-mini lm head"}};
+
+#if (defined(__AVX512F__) || defined(EPL_SGEMM_AVX2)) && !defined(EPL_EIGEN_SGEMM)
+#if defined(__AVX512F__)
+using F32Format = epl::detail::cpu::sgemm::F32<>;
+#else
+using F32Format = epl::detail::cpu::sgemm::avx2::F32<>;
+#endif
+// The register kernel alone: `steps` k a call on the same panels (resident in L1), C one tile.
+double kernel_gflops(std::int64_t steps) {
+  using F = F32Format;
+  std::vector<float> a(static_cast<std::size_t>(F::kMR * steps + 16), 0.5f), b(static_cast<std::size_t>(F::kNR * steps + 16), 0.25f),
+      c(F::kMR * F::kNR);
+  float* bp = b.data() + (64 - reinterpret_cast<std::uintptr_t>(b.data()) % 64) / 4 % 16;  // the kernel loads B aligned
+  const long calls = 12'800'000 / steps;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (long i = 0; i < calls; ++i) F::kernel<float>(steps, a.data(), bp, c.data(), F::kNR, F::kMR, F::kNR, 1.f, i > 0);
+  return 2.0 * F::kMR * F::kNR * static_cast<double>(steps * calls) / seconds_since(t0) / 1e9;
+}
+int parts() {
+  using bench::median;
+  std::fprintf(stderr, "%s, 1 thread; epl's f32 kernel here: %s (%d x %d of C in registers)\n", bench::cpu_name().c_str(),
+               epl::detail::cpu::f32_kernel(), F32Format::kMR, F32Format::kNR);
+  std::printf("{\"cpu\": \"%s\", \"f32_kernel\": \"%s\", \"kernel_in_l1\": [", bench::cpu_name().c_str(), epl::detail::cpu::f32_kernel());
+  for (std::int64_t steps : {64, 256, 384}) {
+    std::vector<double> share;
+    for (int r = 0; r < 7; ++r) {
+      const double g = kernel_gflops(steps);
+      share.push_back(g / peak_gflops(1, Peak::kFma));
+    }
+    std::fprintf(stderr, "the kernel alone, %3lld k a call, panels in L1: %3.0f%% of the FMA peak\n", static_cast<long long>(steps),
+                 100 * median(share));
+    std::printf("%s{\"k\": %lld, \"of_peak\": %.3f}", steps == 64 ? "" : ", ", static_cast<long long>(steps), median(share));
+  }
+  std::printf("], \"cases\": [");
+  std::fprintf(stderr, "%-30s %9s %9s %9s %14s\n", "case (medians of 7)", "of peak", "pack B", "pack A", "kernels, peak");
+  for (std::size_t i = 0; i < std::size(kCases); ++i) {
+    const Case& k = kCases[i];
+    std::vector<float> a(static_cast<std::size_t>(k.m * k.k), 0.5f), b(static_cast<std::size_t>(k.k * k.n), 0.25f),
+        c(static_cast<std::size_t>(k.m * k.n));
+    std::vector<double> all, pb, pa, kern;
+    const double flop = 2.0 * static_cast<double>(k.m * k.n * k.k) / 1e9;
+    for (int r = 0; r < 7; ++r) {
+      epl::detail::cpu::sgemm::Parts p;
+      epl::detail::cpu::sgemm::gemm<F32Format>(k.ta, k.tb, k.m, k.n, k.k, 1.f, a.data(), k.ta ? k.m : k.k, b.data(), k.tb ? k.k : k.n,
+                                              0.f, c.data(), k.n, &p);
+      const double peak = peak_gflops(1, Peak::kFma), total = p.pack_b + p.pack_a + p.kernels;
+      all.push_back(flop / total / peak);
+      pb.push_back(p.pack_b / total);
+      pa.push_back(p.pack_a / total);
+      kern.push_back(flop / p.kernels / peak);
+    }
+    std::fprintf(stderr, "%-30s %8.0f%% %8.1f%% %8.1f%% %13.0f%%\n", k.what, 100 * median(all), 100 * median(pb), 100 * median(pa),
+                 100 * median(kern));
+    std::printf("%s{\"case\": \"%s\", \"of_peak\": %.3f, \"pack_b_share\": %.3f, \"pack_a_share\": %.3f, \"kernels_of_peak\": %.3f}",
+                i ? ", " : "", k.what, median(all), median(pb), median(pa), median(kern));
+  }
+  std::printf("]}\n");
+  return 0;
+}
+#else
+int parts() {
+  std::fprintf(stderr, "bench_gemm --parts: this build has no packed f32 kernel (AVX-512 or AVX2 with FMA and F16C): Eigen multiplies\n");
+  return 2;
+}
+#endif
 }  // namespace
 
 int main(int argc, char** argv) {
   int threads = 1;
-  for (int i = 1; i < argc; ++i)
-    if (std::string(argv[i]).rfind("--threads=", 0) == 0) threads = std::stoi(std::string(argv[i]).substr(10));
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg.rfind("--threads=", 0) == 0) threads = std::stoi(arg.substr(10));
+    else if (arg == "--parts") return parts();
+    else {
+      std::fprintf(stderr, "bench_gemm: unknown argument %s; use --threads=N or --parts\n", arg.c_str());
+      return 2;
+    }
+  }
   epl::device::Cpu cpu(0, threads);
   Eigen::setNbThreads(threads);
-  struct Case { std::int64_t m, n, k; bool ta, tb; const char* what; };
-  const Case cases[] = {{1024, 1024, 1024, false, false, "square 1024"},
-                        {2048, 1152, 384, false, true, "gpt-mini qkv forward (x W^T)"},
-                        {2048, 384, 1536, false, false, "gpt-mini mlp dx (dy W)"},
-                        {1536, 384, 2048, true, false, "gpt-mini mlp dW (dy^T x)"},
-                        {2048, 4096, 384, false, true, "gpt-mini lm head"}};
+  const auto& cases = kCases;
   std::vector<K> kernels;
   for (K k : {K::kRoundedF32, K::kAvx512Bf16, K::kAmx})
     if (epl::detail::cpu::bf16_kernel_runs(k)) kernels.push_back(k);

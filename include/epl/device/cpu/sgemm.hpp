@@ -5,6 +5,7 @@
 /// format's kernel, with op(B) packed once per block of columns and k, op(A) once per block of
 /// rows, into per-thread buffers. It names no instruction set; a format brings its own.
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
@@ -40,13 +41,25 @@ struct Workspace {
   }
 };
 
+/// Seconds a GEMM spent in each part, added up when gemm() is given one (bench_gemm --parts).
+struct Parts {
+  double pack_b = 0, pack_a = 0, kernels = 0;
+};
+
 /// C[m,n] = alpha op(A) op(B) + beta C on the calling thread; row-major, leading dimensions;
 /// op(A) and op(B) packed in the format Fmt, which says its blocks (kMR x kNR of C a kernel call,
 /// kMC rows, kKC k and kNC columns a packed block; kPerStep k and kLanes lanes a step), how it packs
-/// (pack_a, pack_b) and its kernel.
+/// (pack_a, pack_b) and its kernel. `parts`, when given, gets each part's time added.
 template <class Fmt>
 inline void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a,
-                 std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c, std::int64_t ldc) {
+                 std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c, std::int64_t ldc, Parts* parts = nullptr) {
+  using Clock = std::chrono::steady_clock;
+  auto mark = [&](double Parts::*part, Clock::time_point& since) {
+    if (!parts) return;
+    const auto now = Clock::now();
+    parts->*part += std::chrono::duration<double>(now - since).count();
+    since = now;
+  };
   using Lane = typename Fmt::Lane;
   if (m == 0 || n == 0) return;
   if (beta != 0.f && beta != 1.f)
@@ -70,15 +83,19 @@ inline void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t 
     for (std::int64_t pc = 0; pc < k; pc += kKC) {
       const std::int64_t kc = std::min(kKC, k - pc), steps = (kc + kPer - 1) / kPer;
       const bool accumulate = pc > 0 || beta != 0.f;  // the first k block overwrites C when beta == 0
+      Clock::time_point since = parts ? Clock::now() : Clock::time_point{};
       Fmt::pack_b(tb, b, ldb, pc, kc, jc, nc, bp);
+      mark(&Parts::pack_b, since);
       for (std::int64_t ic = 0; ic < m; ic += kMC) {
         const std::int64_t mc = std::min(kMC, m - ic);
         Fmt::pack_a(ta, a, lda, ic, mc, pc, kc, ap);
+        mark(&Parts::pack_a, since);
         for (std::int64_t jr = 0; jr < nc; jr += kNR)
           for (std::int64_t ir = 0; ir < mc; ir += kMR)
             Fmt::kernel(steps, ap + ir * steps * kLanes, bp + jr * steps * kLanes, c + (ic + ir) * ldc + jc + jr, ldc,
                         static_cast<int>(std::min<std::int64_t>(kMR, mc - ir)), static_cast<int>(std::min<std::int64_t>(kNR, nc - jr)),
                         alpha, accumulate);
+        mark(&Parts::kernels, since);
       }
     }
   }
