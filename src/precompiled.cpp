@@ -15,10 +15,29 @@
 #include "epl/runtime/trace.hpp"
 #include "epl/runtime/trainer.hpp"  // and model_free.hpp's list, defined here
 
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
 namespace epl {
 inline namespace v0 {
 namespace detail {
 extern const int link_epl_precompiled_or_drop_EPL_PRECOMPILED = 1;  // what core/linked.hpp's check refers to
+// This library is compiled for its build machine's instruction set (EPL_NATIVE: -march=native).
+// Run on a CPU without it, a program would stop at its first kernel on an illegal instruction;
+// it says why instead, before main.
+[[gnu::used]] const bool kIsaChecked = [] {
+  const std::string missing = cpu::missing_isa(cpu::compiled_isa(), cpu::isa());
+  if (!missing.empty()) {
+    std::fprintf(stderr,
+                 "epl: epl::precompiled was compiled for %s, which this CPU lacks: it was built with -march=native "
+                 "(EPL_NATIVE) on another machine; rebuild epl on this one, or configure it with -DEPL_NATIVE=OFF "
+                 "-DCMAKE_CXX_FLAGS=-march=<the oldest CPU it must run on>\n",
+                 missing.c_str());
+    std::_Exit(2);
+  }
+  return true;
+}();
 }  // namespace detail
 namespace device {
 template class BasicCpu<float>;

@@ -63,6 +63,30 @@ TEST_CASE("gemm: f32 shapes that end inside every block of the packed kernel, be
       }
 }
 
+// A build (epl::precompiled's, with EPL_NATIVE's -march=native) run on a CPU without its
+// instruction sets says which it lacks before main, instead of stopping on an illegal instruction.
+TEST_CASE("isa: what a build needs that the CPU lacks is named; this build runs here; the f32 kernel is named") {
+  using detail::cpu::Isa;
+  Isa built, zen3;
+  built.avx2 = built.avx512 = built.avx512_bf16 = true;
+  zen3.avx2 = true;
+  CHECK(detail::cpu::missing_isa(built, zen3) == "AVX-512 (F and BW), AVX512-BF16");
+  CHECK(detail::cpu::missing_isa(zen3, built) == "");
+  CHECK(detail::cpu::missing_isa(built, Isa{}) == "AVX2 with FMA and F16C, AVX-512 (F and BW), AVX512-BF16");
+  CHECK(detail::cpu::missing_isa(detail::cpu::compiled_isa(), detail::cpu::isa()) == "");
+  const std::string kernel = device::Cpu::f32_kernel();
+  CHECK(kernel == (detail::cpu::compiled_isa().avx512 ? "avx512" : detail::cpu::compiled_isa().avx2 ? "avx2" : "eigen"));
+}
+
+// A GEMM's mismatch names the sizes that differ, and an integer tensor reaching it what ids are for.
+TEST_CASE("gemm: a width that differs from the weight's is named; an i32 tensor is named as ids") {
+  const auto& d = test::cpu();
+  const Tensor x = d.zeros({64, 51}, DType::kF32), w = d.zeros({48, 96}, DType::kF32), y = d.zeros({64, 96}, DType::kF32);
+  CHECK_THROWS_WITH_AS(d.gemm(x, false, w, false, y), doctest::Contains("op(a)'s 51 columns must equal op(b)'s 48 rows"), Error);
+  const Tensor ids = d.zeros({64, 48}, DType::kI32);
+  CHECK_THROWS_WITH_AS(d.gemm(ids, false, w, false, y), doctest::Contains("integer tensors are ids"), Error);
+}
+
 // The AVX2 kernel (sgemm_avx2.hpp), whichever kernel this build's GEMM uses: 6 x 16 register
 // tiles, 8 x 8 transposed packing, blocks of 168 rows, 256 k and 4080 columns. These shapes end
 // mid-tile, mid-transpose and mid-block, with AMP's operands rounded to bf16 and f16 as packed.

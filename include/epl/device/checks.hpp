@@ -22,7 +22,11 @@ inline void defined(const Tensor& t, const char* op, const char* which) {
             "list it is never materialized: list every Parameter there, or allocate the tensor (device.empty)");
 }
 inline void same_dtype(const Tensor& a, const Tensor& b, const char* op) {
-  EPL_CHECK(a.dtype() == b.dtype(), op, ": dtypes ", name_of(a.dtype()), " and ", name_of(b.dtype()), " differ");
+  const bool ids = a.dtype() == DType::kI32 || a.dtype() == DType::kI64 || b.dtype() == DType::kI32 || b.dtype() == DType::kI64;
+  EPL_CHECK(a.dtype() == b.dtype(), op, ": dtypes ", name_of(a.dtype()), " and ", name_of(b.dtype()), " differ",
+            ids ? "; integer tensors are ids (tokens for nn::Embedding, class targets for the loss): a layer that computes "
+                  "on features takes them as f32"
+                : "");
 }
 inline void same(const Tensor& a, const Tensor& b, const char* op) {
   same_dtype(a, b, op);
@@ -46,7 +50,10 @@ inline GemmDims gemm_dims(const Tensor& a, bool ta, const Tensor& b, bool tb, co
   const std::int64_t m = ta ? a.shape().back() : a.shape().rows(), k = ta ? a.shape().rows() : a.shape().back();
   const std::int64_t kb = tb ? b.shape().back() : b.shape().rows(), n = tb ? b.shape().rows() : b.shape().back();
   EPL_CHECK(k == kb && c.shape().rows() == m && c.shape().back() == n, "gemm: op(a) is [", m, ", ", k, "], op(b) is [", kb, ", ",
-            n, "], c is ", c.shape());
+            n, "], c is ", c.shape(),
+            k != kb ? "; op(a)'s " + std::to_string(k) + " columns must equal op(b)'s " + std::to_string(kb) +
+                          " rows (a layer given inputs of another width than its weight's)"
+                    : "; c must be [" + std::to_string(m) + ", " + std::to_string(n) + "]");
   same_dtype(a, b, "gemm");
   same_dtype(a, c, "gemm");
   return {m, n, k};

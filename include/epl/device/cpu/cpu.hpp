@@ -102,6 +102,10 @@ class BasicCpu {
   /// \brief Forces that kernel for the whole process (nullopt: back to the measured choice), for
   /// tests and benchmarks; one this CPU or build cannot run is an error naming what it lacks.
   static void use_bf16_kernel(std::optional<CpuBf16Kernel> kernel);
+  /// \brief The kernel f32 GEMMs run, as compiled where the device's operations are (this
+  /// program, or epl::precompiled when it links it): "avx512" (epl's 14 x 32 register tile),
+  /// "avx2" (its 6 x 16 tile, AVX2 with FMA and F16C) or "eigen" (Eigen's product).
+  [[nodiscard]] static const char* f32_kernel();
   /// c = alpha op(a) op(b) + beta c on the 2-D views [rows, last] of a, b and c.
   /// \param inputs a half type (bf16, f16: AMP) rounds op(a) and op(b) to it (nearest even)
   /// before they multiply; products accumulate in c's dtype. f32 on an AVX-512 build rounds them

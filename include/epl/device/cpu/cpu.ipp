@@ -21,6 +21,11 @@ CpuBf16Kernel BasicCpu<Compute...>::bf16_kernel() {
 }
 
 template <class... Compute>
+const char* BasicCpu<Compute...>::f32_kernel() {
+  return epl::detail::cpu::f32_kernel();
+}
+
+template <class... Compute>
 void BasicCpu<Compute...>::use_bf16_kernel(std::optional<CpuBf16Kernel> kernel) {
   epl::detail::cpu::use_bf16_kernel(kernel);
 }

@@ -6,6 +6,7 @@
 /// kernels' build says what was compiled (`-march`); this says what may run here.
 #include <cerrno>
 #include <cstdint>
+#include <string>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <cpuid.h>
@@ -35,6 +36,7 @@ namespace detail::cpu {
 
 /// \brief The instruction sets the kernels choose among, as this CPU and its OS offer them.
 struct Isa {
+  bool avx2 = false;         ///< AVX2 with FMA and F16C, with the OS saving ymm registers
   bool avx512 = false;       ///< AVX-512 F and BW, with the OS saving zmm and mask registers
   bool avx512_bf16 = false;  ///< VDPBF16PS and VCVTNE2PS2BF16
   bool amx_bf16 = false;     ///< AMX tiles with TDPBF16PS, the tile data granted to this process
@@ -65,11 +67,13 @@ inline Isa probe() {
   Isa isa;
   unsigned a = 0, b = 0, c = 0, d = 0;
   if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27))) return isa;  // no OSXSAVE: no XGETBV
+  const bool fma_f16c = (c & (1u << 12)) && (c & (1u << 29)) && (c & (1u << 28));  // FMA, F16C, AVX
   const std::uint64_t saved = xcr0();
   constexpr std::uint64_t kAvx512State = 0xE6;            // SSE, AVX, opmask, ZMM upper halves, ZMM16-31
   constexpr std::uint64_t kTileState = (1ull << 17) | (1ull << 18);  // XTILECFG, XTILEDATA
   if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return isa;
   const unsigned ebx7 = b, edx7 = d;
+  isa.avx2 = fma_f16c && (ebx7 & (1u << 5)) && (saved & 0x6) == 0x6;  // AVX2; SSE and AVX state
   isa.avx512 = (ebx7 & (1u << 16)) && (ebx7 & (1u << 30)) && (saved & kAvx512State) == kAvx512State;
   if (isa.avx512 && __get_cpuid_count(7, 1, &a, &b, &c, &d)) isa.avx512_bf16 = (a & (1u << 5)) != 0;
   const bool amx = (edx7 & (1u << 24)) && (edx7 & (1u << 22));  // AMX-TILE, AMX-BF16
@@ -91,6 +95,33 @@ inline const Isa& isa() {
   return none;
 }
 #endif
+
+/// \brief Of the instruction sets above, those this translation unit was compiled for (-march).
+constexpr Isa compiled_isa() {
+  Isa i;
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+  i.avx2 = true;
+#endif
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+  i.avx512 = true;
+#endif
+#if defined(__AVX512BF16__)
+  i.avx512_bf16 = true;
+#endif
+  return i;
+}
+/// \brief The instruction sets code compiled for `compiled` needs that `cpu` lacks, named for a
+/// message ("" when it runs there). AMX is asked for at run time, so no build needs it.
+inline std::string missing_isa(const Isa& compiled, const Isa& cpu) {
+  std::string missing;
+  auto need = [&](bool built, bool has, const char* name) {
+    if (built && !has) missing += (missing.empty() ? "" : ", ") + std::string(name);
+  };
+  need(compiled.avx2, cpu.avx2, "AVX2 with FMA and F16C");
+  need(compiled.avx512, cpu.avx512, "AVX-512 (F and BW)");
+  need(compiled.avx512_bf16, cpu.avx512_bf16, "AVX512-BF16");
+  return missing;
+}
 
 }  // namespace detail::cpu
 }  // namespace v0
