@@ -75,6 +75,10 @@ inline Layout layout(const std::vector<nn::Parameter*>& order, const Materialize
 class Arena;
 template <class L, class D>
 Arena materialize(L& l, const D& d, MaterializeOptions opt = {});
+namespace detail {
+template <class D>
+Arena lay_out(const std::vector<nn::Parameter*>& visiting, const D& d, const MaterializeOptions& opt);
+}  // namespace detail
 
 
 /// \brief The flat buffers of a model's (owned) parameters: values (kParameters) and
@@ -125,8 +129,8 @@ class Arena {
   }
 
  private:
-  template <class L, class D>
-  friend Arena materialize(L&, const D&, MaterializeOptions);
+  template <class D>
+  friend Arena detail::lay_out(const std::vector<nn::Parameter*>&, const D&, const MaterializeOptions&);
   Tensor values_, grads_;
   std::int64_t size_ = 0;
   DType dtype_ = DType::kF32;
@@ -135,27 +139,11 @@ class Arena {
   int shards_ = 1;
 };
 
-/// \brief Numbers l's parameters and random streams in visiting order, lays the owned
-/// parameters out in one flat value buffer and one flat gradient buffer on device d, points
-/// each parameter's value and grad at its range, and draws the values: element i of parameter
-/// k is init(seed, k, its index in the whole parameter), so every rank, every shard and every
-/// run agree with the single-device model. Gradients start at zero.
-template <class L, class D>
-Arena materialize(L& l, const D& d, MaterializeOptions opt) {
-  EPL_CHECK(opt.align >= 1, "materialize: align ", opt.align, " must be at least 1");
-  EPL_CHECK(opt.shards >= 1, "materialize: shards ", opt.shards, " must be at least 1");
-  std::int64_t ordinal = 0;
-  std::vector<nn::Parameter*> visiting;
-  nn::for_each_parameter(l, [&](nn::Parameter& p) {
-    p.ordinal = ordinal++;
-    p.offset = -1;
-    p.value = {};
-    p.grad = {};
-    if (!opt.owned || opt.owned(p)) visiting.push_back(&p);
-  });
-  std::int64_t streams = 0;
-  nn::for_each_stream(l, [&](nn::RandomStream& s) { s.ordinal = streams++; });
-
+namespace detail {
+// materialize's model-free part: lays out the owned parameters `visiting` (in visiting order,
+// numbered) and draws their values; compiled once per device type, not once per model.
+template <class D>
+Arena lay_out(const std::vector<nn::Parameter*>& visiting, const D& d, const MaterializeOptions& opt) {
   Arena a;
   a.dtype_ = opt.dtype;
   a.order_.assign(visiting.rbegin(), visiting.rend());  // backward order
@@ -170,8 +158,6 @@ Arena materialize(L& l, const D& d, MaterializeOptions opt) {
   // Values are drawn on the host in double, in chunks (staging stays small however large a
   // parameter is), narrowed to the arena's dtype and uploaded. The staging is host memory on the
   // account of d's own index: thread ranks materialize at once, and each one's is its own rank's.
-  EPL_CHECK(opt.dtype == DType::kF32 || opt.dtype == DType::kF64, "materialize: parameters of dtype ", name_of(opt.dtype),
-            "; they are f32 or f64 (half precision is mixed precision's: its master weights stay f32)");
   constexpr std::int64_t kChunk = std::int64_t{1} << 16;
   auto& staging = host_allocator(d.id().index);
   for (auto* p : a.order_) {
@@ -190,6 +176,35 @@ Arena materialize(L& l, const D& d, MaterializeOptions opt) {
     }
   }
   return a;
+}
+inline void check(const MaterializeOptions& opt) {
+  EPL_CHECK(opt.align >= 1, "materialize: align ", opt.align, " must be at least 1");
+  EPL_CHECK(opt.shards >= 1, "materialize: shards ", opt.shards, " must be at least 1");
+  EPL_CHECK(opt.dtype == DType::kF32 || opt.dtype == DType::kF64, "materialize: parameters of dtype ", name_of(opt.dtype),
+            "; they are f32 or f64 (half precision is mixed precision's: its master weights stay f32)");
+}
+}  // namespace detail
+
+/// \brief Numbers l's parameters and random streams in visiting order, lays the owned
+/// parameters out in one flat value buffer and one flat gradient buffer on device d, points
+/// each parameter's value and grad at its range, and draws the values: element i of parameter
+/// k is init(seed, k, its index in the whole parameter), so every rank, every shard and every
+/// run agree with the single-device model. Gradients start at zero.
+template <class L, class D>
+Arena materialize(L& l, const D& d, MaterializeOptions opt) {
+  detail::check(opt);
+  std::int64_t ordinal = 0;
+  std::vector<nn::Parameter*> visiting;
+  nn::for_each_parameter(l, [&](nn::Parameter& p) {
+    p.ordinal = ordinal++;
+    p.offset = -1;
+    p.value = {};
+    p.grad = {};
+    if (!opt.owned || opt.owned(p)) visiting.push_back(&p);
+  });
+  std::int64_t streams = 0;
+  nn::for_each_stream(l, [&](nn::RandomStream& s) { s.ordinal = streams++; });
+  return detail::lay_out(visiting, d, opt);
 }
 
 }  // namespace param

@@ -2,9 +2,10 @@
 /// \file
 /// \brief What a Trainer on device::Cpu instantiates that does not depend on the user's model: the
 /// gradient syncs and what they reduce and shard with, the executor of each sync's passes, their
-/// chunks of units and recompute segments, the sequence-parallel collectives, the EMA's hook, and
-/// the optimizers' updaters. A program linked with epl::precompiled (EPL_PRECOMPILED) takes them from
-/// that library (`extern template`), compiled once, instead of compiling them again.
+/// chunks of units and recompute segments, the sequence-parallel collectives, the EMA's hook, the
+/// arena's layout (param::materialize past its walk of the model), and the optimizers' updaters. A
+/// program linked with epl::precompiled (EPL_PRECOMPILED) takes them from that library (`extern
+/// template`), compiled once, instead of compiling them again.
 
 // One list: declared `extern template` in a program linked with epl::precompiled, defined in that
 // library (src/precompiled.cpp includes this header with EPL_PRECOMPILED_SOURCE).
@@ -20,6 +21,7 @@
 #include "epl/optim/adamw.hpp"
 #include "epl/optim/optimizer.hpp"
 #include "epl/optim/sgd.hpp"
+#include "epl/param/arena.hpp"
 #include "epl/policy/gradient_sync.hpp"
 #include "epl/policy/homes/ema.hpp"
 #include "epl/strategy/executor.hpp"
@@ -51,6 +53,7 @@ EPL_MODEL_FREE Tensor nn::sequence_reduce_scatter(nn::Pass<device::Cpu, policy::
 EPL_MODEL_FREE Tensor nn::sequence_reduce_scatter(nn::Pass<device::Cpu, policy::ZeroSync<device::Cpu>>&, const Tensor&, const nn::SplitPart&,
                                                   const char*);
 EPL_MODEL_FREE class policy::EmaHook<device::Cpu>;
+EPL_MODEL_FREE param::Arena param::detail::lay_out(const std::vector<nn::Parameter*>&, const device::Cpu&, const param::MaterializeOptions&);
 EPL_MODEL_FREE class optim::Updater<optim::SGD>;
 EPL_MODEL_FREE void optim::Updater<optim::SGD>::step<device::Cpu>(const device::Cpu&, std::span<const Tensor>, std::span<const Tensor>,
                                                                 std::int64_t, double);
