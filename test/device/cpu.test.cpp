@@ -382,6 +382,50 @@ TEST_CASE("optimizer kernels follow PyTorch's update rules") {
   CHECK(test::values<double>(p)[1] == doctest::Approx(-2.0 * (1 - 0.001) - 0.01 * 0.25 / (0.25 + 1e-8)).epsilon(1e-12));
 }
 
+TEST_CASE("element-wise kernels in L1 blocks: AdamW, momentum, GELU's backward equal a scalar loop for lengths that end inside a block, 1 and 2 threads") {
+  // each kernel makes its statements' passes block by block (kL1Block); a block or a thread's
+  // range that ends early must still see every element once, in each pass
+  const std::int64_t block = epl::detail::cpu::kL1Block;
+  for (int threads : {1, 2}) {
+    device::Cpu d(0, threads);
+    for (std::int64_t n : {std::int64_t{1}, block - 1, block, 3 * block + 5, std::int64_t{1} << 16 | 7}) {
+      CAPTURE(threads);
+      CAPTURE(n);
+      std::vector<double> p0(n), g0(n), m0(n), v0(n), x0(n), dy0(n);  // f32 values, held in double
+      for (std::int64_t i = 0; i < n; ++i) {
+        p0[i] = 0.5f - 0.001f * static_cast<float>(i % 977);
+        g0[i] = 0.01f * static_cast<float>(i % 13) - 0.06f;
+        m0[i] = 0.001f * static_cast<float>(i % 7);
+        v0[i] = 1e-4f * static_cast<float>(i % 5);
+        x0[i] = 0.01f * static_cast<float>(i % 601) - 3.0f;
+        dy0[i] = 0.1f * static_cast<float>(i % 11) - 0.5f;
+      }
+      auto t = [&](const std::vector<double>& v) { return test::tensor<float>({n}, v); };
+      Tensor p = t(p0), g = t(g0), m = t(m0), v = t(v0), x = t(x0), dy = t(dy0), dx = d.zeros({n}, DType::kF32);
+      d.adamw_update(p, g, m, v, 1e-3, 0.9, 0.95, 1e-8, 0.1, 3, 0.5);
+      d.gelu_backward(x, dy, dx);
+      Tensor q = t(p0), u = t(m0);
+      d.momentum_update(q, g, u, 1e-2, 0.9, 0.01, true, 2.0);
+      const auto P = test::values<float>(p), M = test::values<float>(m), V = test::values<float>(v), DX = test::values<float>(dx),
+                 Q = test::values<float>(q), U = test::values<float>(u);
+      const double bc1 = 1 - std::pow(0.9, 3), bc2 = 1 - std::pow(0.95, 3);
+      for (std::int64_t i = 0; i < n; ++i) {
+        const double gi = 0.5 * g0[i], mi = 0.9 * m0[i] + 0.1 * gi, vi = 0.95 * v0[i] + 0.05 * gi * gi;
+        const double pi = p0[i] * (1 - 1e-4) - 1e-3 / bc1 * mi / (std::sqrt(vi / bc2) + 1e-8);
+        REQUIRE(M[i] == doctest::Approx(mi).epsilon(1e-5));
+        REQUIRE(V[i] == doctest::Approx(vi).epsilon(1e-5));
+        REQUIRE(P[i] == doctest::Approx(pi).epsilon(1e-5));
+        const double xi = x0[i], th = std::tanh(0.7978845608028654 * (xi + 0.044715 * xi * xi * xi));
+        const double dgelu = 0.5 * (1 + th) + 0.5 * xi * (1 - th * th) * 0.7978845608028654 * (1 + 3 * 0.044715 * xi * xi);
+        REQUIRE(DX[i] == doctest::Approx(dy0[i] * dgelu).epsilon(1e-5).scale(1));  // f32 tanh near x = -3 cancels
+        const double di = 2.0 * g0[i] + 0.01 * p0[i], ui = 0.9 * m0[i] + di;
+        REQUIRE(U[i] == doctest::Approx(ui).epsilon(1e-5));
+        REQUIRE(Q[i] == doctest::Approx(p0[i] - 1e-2 * (di + 0.9 * ui)).epsilon(1e-5));
+      }
+    }
+  }
+}
+
 TEST_CASE("device concepts: the CPU backend models every refinement") {
   static_assert(device_memory<device::Cpu>);
   static_assert(device_blas<device::Cpu>);
