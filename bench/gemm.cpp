@@ -57,8 +57,8 @@ constexpr Case kCases[] = {{1024, 1024, 1024, false, false, "square 1024"},
                            {1536, 384, 2048, true, false, "gpt-mini mlp dW (dy^T x)"},
                            {2048, 4096, 384, false, true, "gpt-mini lm head"}};
 
-#if (defined(__AVX512F__) || defined(EPL_SGEMM_AVX2)) && !defined(EPL_EIGEN_SGEMM)
-#if defined(__AVX512F__)
+#if EPL_SGEMM_F32
+#if EPL_SGEMM_F32 == 512
 using F32Format = epl::detail::cpu::sgemm::F32<>;
 #else
 using F32Format = epl::detail::cpu::sgemm::avx2::F32<>;

@@ -27,13 +27,22 @@ namespace epl {
 inline namespace v0 {
 namespace detail::cpu {
 
-/// Whether f32 GEMMs run epl's packed kernels (sgemm_avx512.hpp, or sgemm_avx2.hpp on an AVX2
-/// target), which round AMP's operands as they pack them; elsewhere Eigen multiplies rounded copies.
-#if (defined(__AVX512F__) || defined(EPL_SGEMM_AVX2)) && !defined(EPL_EIGEN_SGEMM)
-inline constexpr bool kPackedGemm = true;
+/// The f32 kernel this build's target compiles, the one condition every place that asks reads
+/// (the GEMM's dispatch, f32_kernel(), kPackedGemm, bench_gemm): 512, sgemm_avx512.hpp's; 256,
+/// sgemm_avx2.hpp's on an AVX2 target without AVX-512; 0, Eigen's product (EPL_EIGEN_SGEMM asks
+/// for it).
+#if defined(EPL_EIGEN_SGEMM)
+#define EPL_SGEMM_F32 0
+#elif defined(__AVX512F__)
+#define EPL_SGEMM_F32 512
+#elif defined(EPL_SGEMM_AVX2)
+#define EPL_SGEMM_F32 256
 #else
-inline constexpr bool kPackedGemm = false;
+#define EPL_SGEMM_F32 0
 #endif
+/// Whether f32 GEMMs run epl's packed kernels, which round AMP's operands as they pack them;
+/// elsewhere Eigen multiplies rounded copies.
+inline constexpr bool kPackedGemm = EPL_SGEMM_F32 != 0;
 /// Whether the packed formats for bf16 products are compiled (the target's instruction sets).
 #if defined(EPL_SGEMM_BF16) && !defined(EPL_EIGEN_SGEMM)
 inline constexpr bool kPackedBF16 = true;

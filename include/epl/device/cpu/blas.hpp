@@ -27,13 +27,7 @@ constexpr bool rounds_operands(DType inputs) {
 /// The kernel f32 GEMMs run in this build, as benchmarks print it: epl's AVX-512 14 x 32 tile,
 /// its AVX2 6 x 16 tile, or Eigen's product.
 constexpr const char* f32_kernel() {
-#if defined(__AVX512F__) && !defined(EPL_EIGEN_SGEMM)
-  return "avx512";
-#elif defined(EPL_SGEMM_AVX2) && !defined(EPL_EIGEN_SGEMM)
-  return "avx2";
-#else
-  return "eigen";
-#endif
+  return EPL_SGEMM_F32 == 512 ? "avx512" : EPL_SGEMM_F32 == 256 ? "avx2" : "eigen";
 }
 
 /// One GEMM on the calling thread (Eigen runs serially inside a parallel region). f32 on an
@@ -44,25 +38,23 @@ template <class T>
 void gemm_serial(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a, std::int64_t lda, const T* b,
                  std::int64_t ldb, T beta, T* c, std::int64_t ldc, DType inputs = DType::kF32,
                  device::CpuBf16Kernel kernel = device::CpuBf16Kernel::kRoundedF32) {
-#if defined(__AVX512F__) && !defined(EPL_EIGEN_SGEMM)
+#if EPL_SGEMM_F32
   if constexpr (std::is_same_v<T, float>) {
+#if EPL_SGEMM_F32 == 512
+    namespace fmt = sgemm;
+#else
+    namespace fmt = sgemm::avx2;  // bf16's only kernel here is the rounded f32 one
+#endif
     auto run = [&]<class Fmt>() { sgemm::gemm<Fmt>(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc); };
-    if (inputs == DType::kF16) return run.template operator()<sgemm::F32<sgemm::RoundF16>>();
-    if (inputs != DType::kBF16) return run.template operator()<sgemm::F32<>>();
+    if (inputs == DType::kF16) return run.template operator()<fmt::F32<fmt::RoundF16>>();
+    if (inputs != DType::kBF16) return run.template operator()<fmt::F32<>>();
 #if defined(EPL_SGEMM_AMX)
     if (kernel == device::CpuBf16Kernel::kAmx) return run.template operator()<sgemm::Amx<>>();
 #endif
 #if defined(EPL_SGEMM_BF16)
     if (kernel == device::CpuBf16Kernel::kAvx512Bf16) return run.template operator()<sgemm::BF16>();
 #endif
-    return run.template operator()<sgemm::F32<sgemm::RoundBF16>>();
-  }
-#elif defined(EPL_SGEMM_AVX2) && !defined(EPL_EIGEN_SGEMM)
-  if constexpr (std::is_same_v<T, float>) {  // bf16's only kernel here is the rounded f32 one
-    auto run = [&]<class Fmt>() { sgemm::gemm<Fmt>(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc); };
-    if (inputs == DType::kF16) return run.template operator()<sgemm::avx2::F32<sgemm::avx2::RoundF16>>();
-    if (inputs == DType::kBF16) return run.template operator()<sgemm::avx2::F32<sgemm::avx2::RoundBF16>>();
-    return run.template operator()<sgemm::avx2::F32<>>();
+    return run.template operator()<fmt::F32<fmt::RoundBF16>>();
   }
 #endif
   (void)kernel;
