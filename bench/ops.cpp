@@ -25,12 +25,6 @@
 #include "common.hpp"
 
 namespace {
-template <class Fn>
-double seconds(Fn&& fn) {
-  const auto t0 = std::chrono::steady_clock::now();
-  fn();
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 struct Op {
   std::string name, shape;
@@ -121,10 +115,10 @@ int main(int argc, char** argv) {
     Tensor from = filled({n}, 0, 1), to = cpu.empty({n}, DType::kF32);
     std::vector<double> t_op, t_copy;
     for (int r = 0; r <= rounds; ++r) {  // round 0 warms the pages and caches and is not kept
-      const double a = seconds(op.run);
+      const double a = bench::seconds(op.run);
       // the faster of memcpy (one thread) and a copy on the device's threads, as the ops run
-      const double b = std::min(seconds([&] { cpu.copy(from, to); }),
-                                seconds([&] { cpu.map(to, [](float e) { return e; }, from); }));
+      const double b = std::min(bench::seconds([&] { cpu.copy(from, to); }),
+                                bench::seconds([&] { cpu.map(to, [](float e) { return e; }, from); }));
       if (r == 0) continue;
       t_op.push_back(a);
       t_copy.push_back(b);

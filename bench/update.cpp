@@ -15,14 +15,6 @@
 
 #include "common.hpp"
 
-namespace {
-template <class Fn>
-double seconds(Fn&& fn) {
-  const auto t0 = std::chrono::steady_clock::now();
-  fn();
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-}  // namespace
 
 int main(int argc, char** argv) {
   std::int64_t n = 16 << 20;
@@ -48,14 +40,14 @@ int main(int argc, char** argv) {
   std::vector<double> a, b, c;
   std::int64_t step = 0;
   for (int round = 0; round < 8; ++round) {  // round 0 warms the pages and caches and is not kept
-    const double ta = seconds([&] {
+    const double ta = bench::seconds([&] {
       cpu.scale(g, unscale);
       cpu.scale(g, clip);
       cpu.adamw_update(p, g, m, v, 1e-4, 0.9, 0.95, 1e-8, 0.1, ++step);
     });
     cpu.scale(g, 1 / (unscale * clip));  // the next rounds read the same gradients
-    const double tb = seconds([&] { cpu.adamw_update(p, g, m, v, 1e-4, 0.9, 0.95, 1e-8, 0.1, ++step, unscale * clip); });
-    const double tc = seconds([&] { cpu.copy(p, copy); });
+    const double tb = bench::seconds([&] { cpu.adamw_update(p, g, m, v, 1e-4, 0.9, 0.95, 1e-8, 0.1, ++step, unscale * clip); });
+    const double tc = bench::seconds([&] { cpu.copy(p, copy); });
     if (round == 0) continue;
     a.push_back(ta);
     b.push_back(tb);
