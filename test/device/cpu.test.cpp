@@ -254,6 +254,36 @@ TEST_CASE("softmax_causal: row i sees columns 0..i and sums to one") {
                        doctest::Contains("needs [batch, t, t]"), Error);
 }
 
+TEST_CASE("softmax_causal: f32 rows of every length to 37, scores above the diagonal never reach the probabilities") {
+  // the kernel takes exp over whole vectors past a row's visible columns and zeroes the rest:
+  // infinities, NaN and huge values above the diagonal must not show
+  const std::int64_t t = 37;
+  std::vector<double> sv(2 * t * t);
+  for (std::int64_t b = 0; b < 2; ++b)
+    for (std::int64_t i = 0; i < t; ++i)
+      for (std::int64_t j = 0; j < t; ++j) {
+        const double masked[] = {std::numeric_limits<double>::infinity(), std::numeric_limits<double>::quiet_NaN(), 1e30, -1e30};
+        sv[(b * t + i) * t + j] = j <= i ? 0.37 * static_cast<double>((i * 7 + j * 3 + b) % 11) - 2.0 : masked[(i + j) % 4];
+      }
+  for (int threads : {1, 2}) {
+    device::Cpu d(0, threads);
+    Tensor s = test::tensor<float>({2, t, t}, sv), p = d.empty({2, t, t}, DType::kF32);
+    d.softmax_causal(s, p, 0.5);
+    const auto pv = test::values<float>(p);
+    for (std::int64_t r = 0; r < 2 * t; ++r) {
+      const std::int64_t i = r % t;
+      double z = 0;
+      for (std::int64_t j = 0; j <= i; ++j) z += std::exp(0.5 * static_cast<double>(static_cast<float>(sv[r * t + j])));
+      for (std::int64_t j = 0; j < t; ++j) {
+        CAPTURE(r);
+        CAPTURE(j);
+        const double expect = j <= i ? std::exp(0.5 * static_cast<double>(static_cast<float>(sv[r * t + j]))) / z : 0.0;
+        REQUIRE(pv[r * t + j] == doctest::Approx(expect).epsilon(1e-6));
+      }
+    }
+  }
+}
+
 TEST_CASE("embedding: gather, scatter-add with repeated ids, and ids out of range") {
   auto& d = test::cpu64();
   Tensor table = test::tensor({3, 2}, {0, 1, 10, 11, 20, 21});
