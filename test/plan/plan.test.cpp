@@ -46,6 +46,33 @@ TEST_CASE("plan: the pipeline's virtual stages are what runs, or an error naming
                        doctest::Contains("pipeline.num_virtual_stages = 4, but this run has no pipeline"), Error);
 }
 
+TEST_CASE("plan: a model's structure is what make reads of its type; a structure made by hand is checked, not divided by") {
+  struct Parts {
+    Replicate<2, nn::Linear> backbone;
+    Split<2, nn::Linear> head;
+  };
+  constexpr auto four = plan::structure_of<FourStages>();
+  static_assert(four.is_pipeline && four.declared_stages == 4 && four.tensor == 1 && four.devices_per_stage == 1);
+  constexpr auto parts = plan::structure_of<Parts>();
+  static_assert(!parts.is_pipeline && parts.declared_stages == 1 && parts.tensor == 2 && parts.devices_per_stage == 2);
+  static_assert(plan::structure_of<Marked>().marks_recompute && !plan::structure_of<Net>().marks_recompute);
+  // the template and the structure give the same plan
+  const auto compiled = policy::compiled<All>(false);
+  const plan::PlanOptions o{.micro_batches = 4, .stages = 4, .stages_given = true};
+  const auto a = plan::make<FourStages, All>(o, 4), b = plan::make(o, 4, four, compiled);
+  CHECK(a.pipeline == b.pipeline);
+  CHECK(a.chunks == b.chunks);
+  CHECK(a.micro_batches == b.micro_batches);
+  CHECK(a.schedule == b.schedule);
+  CHECK(a.policies.zero_stage == b.policies.zero_stage);
+  CHECK_THROWS_WITH_AS(plan::make({}, 2, {.tensor = 0}, compiled), doctest::Contains("tensor = 0, devices_per_stage = 1 and "
+                                                                                     "declared_stages = 1 are device and stage counts"), Error);
+  CHECK_THROWS_WITH_AS(plan::make({}, 2, {.devices_per_stage = -2}, compiled), doctest::Contains("at least 1 each"), Error);
+  CHECK_THROWS_WITH_AS(plan::make({}, 2, {.declared_stages = 3}, compiled), doctest::Contains("declares 3 stages but is not a Pipeline type"),
+                       Error);
+  CHECK_THROWS_WITH_AS(plan::make({}, 0, {}, compiled), doctest::Contains("a world of 0 ranks"), Error);
+}
+
 TEST_CASE("plan: Replicate<2> and Split<2> on 2 ranks without the colocation key name the key") {
   struct Parts {
     Replicate<2, nn::Linear> backbone;

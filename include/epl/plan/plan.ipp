@@ -113,6 +113,12 @@ inline void plan_speeds(const ModelStructure& model, const PlanOptions& opt, int
 }  // namespace detail
 
 EPL_LINKED Plan make(const PlanOptions& opt, int world_size, const ModelStructure& model, const policy::Compiled& compiled) {
+  EPL_CHECK(world_size >= 1, "plan::make: a world of ", world_size, " ranks; a run has at least one");
+  EPL_CHECK(model.tensor >= 1 && model.devices_per_stage >= 1 && model.declared_stages >= 1, "plan::make: the model structure's "
+            "tensor = ", model.tensor, ", devices_per_stage = ", model.devices_per_stage, " and declared_stages = ", model.declared_stages,
+            " are device and stage counts, at least 1 each; plan::structure_of<Model>() gives a model type's");
+  EPL_CHECK(model.is_pipeline || model.declared_stages == 1, "plan::make: the model structure declares ", model.declared_stages,
+            " stages but is not a Pipeline type (is_pipeline = false); a model that is not an epl::Pipeline declares 1");
   Plan plan;
   plan.micro_batches = opt.micro_batches;
   plan.prefer_intra_node = opt.prefer_intra_node;
