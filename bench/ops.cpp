@@ -11,7 +11,7 @@
 // computing (GELU's tanh, softmax's exp) or walks memory badly.
 //
 // Rounds alternate op, copy, op, copy ... (7 rounds after one that warms pages and caches);
-// medians. A table on stderr, JSON on stdout (and bench/results/ops.json with --json).
+// medians. A table on stderr, JSON on stdout (and in PATH with --json=PATH).
 //   bench_ops [--threads=N] [--rounds=N] [--json=PATH]
 #include <algorithm>
 #include <chrono>
@@ -40,20 +40,25 @@ struct Row {
 
 int main(int argc, char** argv) {
   int threads = 1, rounds = 7;
-  std::string json;
+  std::FILE* json = nullptr;  // opened first: a path that cannot be written fails before the runs
+  const char* usage = "bench_ops [--threads=N] [--rounds=N] [--json=PATH]";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a.rfind("--threads=", 0) == 0) threads = std::stoi(a.substr(10));
-    else if (a.rfind("--rounds=", 0) == 0) rounds = std::stoi(a.substr(9));
-    else if (a.rfind("--json=", 0) == 0) json = a.substr(7);
-    else {
-      std::fprintf(stderr, "bench_ops: unknown argument %s; use --threads=N --rounds=N --json=PATH\n", a.c_str());
+    if (a.rfind("--threads=", 0) == 0) threads = static_cast<int>(bench::int_arg("bench_ops", a, 10, 1, 1024));
+    else if (a.rfind("--rounds=", 0) == 0) rounds = static_cast<int>(bench::int_arg("bench_ops", a, 9, 1, 1000));
+    else if (a.rfind("--json=", 0) == 0 && !json) {
+      json = std::fopen(a.substr(7).c_str(), "w");
+      if (!json) {
+        std::fprintf(stderr, "bench_ops: cannot write %s\n", a.substr(7).c_str());
+        return 2;
+      }
+    } else if (a == "--help" || a == "-h") {
+      std::printf("usage: %s\n", usage);
+      return 0;
+    } else {
+      std::fprintf(stderr, "bench_ops: unknown argument %s; usage: %s\n", a.c_str(), usage);
       return 2;
     }
-  }
-  if (threads < 1 || rounds < 1) {
-    std::fprintf(stderr, "bench_ops: --threads and --rounds must be at least 1\n");
-    return 2;
   }
   using epl::DType;
   using epl::Tensor;
@@ -143,14 +148,9 @@ int main(int argc, char** argv) {
   }
   out += "]}";
   std::printf("%s\n", out.c_str());
-  if (!json.empty()) {
-    std::FILE* file = std::fopen(json.c_str(), "w");
-    if (!file) {
-      std::fprintf(stderr, "bench_ops: cannot write %s\n", json.c_str());
-      return 1;
-    }
-    std::fprintf(file, "%s\n", out.c_str());
-    std::fclose(file);
+  if (json) {
+    std::fprintf(json, "%s\n", out.c_str());
+    std::fclose(json);
   }
   return 0;
 }

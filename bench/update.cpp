@@ -21,8 +21,8 @@ int main(int argc, char** argv) {
   int threads = 1;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a.rfind("--elements=", 0) == 0) n = std::stoll(a.substr(11));
-    else if (a.rfind("--threads=", 0) == 0) threads = std::stoi(a.substr(10));
+    if (a.rfind("--elements=", 0) == 0) n = bench::int_arg("bench_update", a, 11, 1, std::int64_t{1} << 34);
+    else if (a.rfind("--threads=", 0) == 0) threads = static_cast<int>(bench::int_arg("bench_update", a, 10, 1, 1024));
     else {
       std::fprintf(stderr, "bench_update: unknown argument %s; use --elements=N --threads=N\n", a.c_str());
       return 2;

@@ -410,6 +410,17 @@ TEST_CASE("optimizer kernels follow PyTorch's update rules") {
   // step 1: mhat = g, vhat = g^2 -> p = p (1 - lr wd) - lr g / (|g| + eps)
   CHECK(test::values<double>(p)[0] == doctest::Approx(1.0 * (1 - 0.001) - 0.01 * 0.5 / (0.5 + 1e-8)).epsilon(1e-12));
   CHECK(test::values<double>(p)[1] == doctest::Approx(-2.0 * (1 - 0.001) - 0.01 * 0.25 / (0.25 + 1e-8)).epsilon(1e-12));
+  // called directly, a device's update checks what the Updater checks: no NaN written silently
+  CHECK_THROWS_WITH_AS(d.adamw_update(p, g, m, s, 0.01, 0.9, 0.999, 1e-8, 0.1, 0), doctest::Contains("step 0; steps count from 1"), Error);
+  CHECK_THROWS_WITH_AS(d.adamw_update(p, g, m, s, 0.01, 1.0, 0.999, 1e-8, 0.1, 1), doctest::Contains("betas (1, 0.999) must lie in [0, 1)"),
+                       Error);
+  CHECK_THROWS_WITH_AS(d.adamw_update(p, g, m, s, 0.01, 0.9, 0.999, 0, 0.1, 1), doctest::Contains("eps 0 must be positive"), Error);
+  CHECK_THROWS_WITH_AS(d.sgd_update(p, g, 0.1, 0, std::nan("")), doctest::Contains("sgd_update: gradient factor nan is not finite"), Error);
+  CHECK_THROWS_WITH_AS(d.momentum_update(p, g, v, std::numeric_limits<double>::infinity(), 0.9, 0, false),
+                       doctest::Contains("momentum_update: lr inf and weight decay 0 must be finite"), Error);
+  CHECK_THROWS_WITH_AS(d.momentum_update(p, g, v, 0.1, -0.5, 0, false), doctest::Contains("momentum -0.5 must be finite and not negative"),
+                       Error);
+  CHECK(test::values<double>(p)[1] == doctest::Approx(-2.0 * (1 - 0.001) - 0.01 * 0.25 / (0.25 + 1e-8)).epsilon(1e-12));  // untouched
 }
 
 TEST_CASE("element-wise kernels in L1 blocks: AdamW, momentum, GELU's backward equal a scalar loop for lengths that end inside a block, 1 and 2 threads") {

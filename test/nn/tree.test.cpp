@@ -98,6 +98,21 @@ TEST_CASE("tree: the members of each node, in visiting order, with their names")
   CHECK(checkpoint::index_names(wrapped).at(&std::get<1>(wrapped.body().body().layers).weight) == "replica.split.1.weight");
 }
 
+TEST_CASE("tree: an aggregate of parameters walks as const; a model of layers does not compile so (compile_fail.const_model_walk)") {
+  struct Pair {
+    nn::Parameter a{Shape{3, 2}, nn::Init::zeros()};
+    nn::Parameter b{Shape{5}, nn::Init::ones()};
+  };
+  const Pair pair;
+  std::vector<std::string> paths;
+  nn::visit_parameters(pair, [&](std::string_view path, const nn::Parameter&) { paths.emplace_back(path); });
+  CHECK(paths == std::vector<std::string>{"a", "b"});
+  int n = 0;
+  nn::for_each_parameter(pair, [&](const nn::Parameter&) { ++n; });
+  CHECK(n == 2);
+  CHECK(nn::parameter_count(pair) == 11);
+}
+
 TEST_CASE("tree: a leaf's own parameters are those outside its sub-layers") {
   nn::CausalSelfAttention attention(8, 2);
   int own = 0, all = 0;

@@ -2,6 +2,7 @@
 /// \file
 /// \brief The argument checks every device runs before a kernel, written once for all of them:
 /// matching sizes and dtypes, GEMM shapes, and the dtypes a device computes in.
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -89,6 +90,21 @@ decltype(auto) visit_among(DType t, std::string_view device, Fn&& fn) {
   ((types += (types.empty() ? "" : ", ") + std::string(name_of(dtype_v<Compute>))), ...);
   EPL_FAIL("dtype ", name_of(t), " is not computed by ", device, ", which computes in ", types,
            (t == DType::kF64 ? "; f64 (gradient checks) runs on device::CpuF64" : "; cast to a compute type first"));
+}
+
+// An optimizer update's hyper-parameters, checked where every device's update starts (the
+// Updater checks its own options; a program may call the device directly): a factor that is not
+// finite, a step of 0 (AdamW's bias corrections divide by 1 - beta^step) or a beta of 1 write NaN
+// or nothing, silently.
+inline void update(const char* op, double lr, double wd, double grad_scale) {
+  EPL_CHECK(std::isfinite(lr) && std::isfinite(wd), op, ": lr ", lr, " and weight decay ", wd, " must be finite numbers");
+  EPL_CHECK(std::isfinite(grad_scale), op, ": gradient factor ", grad_scale, " is not finite (AMP's unscale times the clip "
+            "coefficient: skip the step when the gradients overflowed)");
+}
+inline void adamw(double beta1, double beta2, double eps, std::int64_t step) {
+  EPL_CHECK(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1, "adamw_update: betas (", beta1, ", ", beta2, ") must lie in [0, 1)");
+  EPL_CHECK(std::isfinite(eps) && eps > 0, "adamw_update: eps ", eps, " must be positive and finite");
+  EPL_CHECK(step >= 1, "adamw_update: step ", step, "; steps count from 1 (the bias corrections divide by 1 - beta^step)");
 }
 
 }  // namespace device::detail

@@ -65,6 +65,9 @@ void for_each_member(N& node, Fn&& fn) {
   if constexpr (detail::is_walk_leaf_v<T>) {
     return;
   } else if constexpr (visitable<T>) {
+    static_assert(!std::is_const_v<std::remove_reference_t<N>>,
+                  "epl: a model walked as const: its layers name their members in visit(v), which is not a const member "
+                  "function; walk the model itself, not a const reference to it");
     node.visit([&](std::string_view name, auto& member) { fn(name, member); });
   } else if constexpr (reflect::is_reflectable_v<T>) {
     reflect::for_each_field(node, [&](auto& field, auto index) { fn(reflect::field_name_v<T, decltype(index)::value>, field); });
@@ -100,7 +103,8 @@ namespace detail {
 // The walks over one kind of leaf (Parameter, RandomStream) reach the caller's fn through a
 // pointer: the walk is compiled once per node type and leaf kind, not once more for every
 // caller's lambda (each of which used to instantiate the whole tree walk again: 40% of a test's
-// object code, #38). Node is const when the model is walked as const.
+// object code, #38). Node is const when the model is walked as const: an aggregate of parameters
+// can be; a layer's visit(v) is not a const member, so a model of layers cannot.
 template <class Node>
 struct LeafVisitor {
   void* fn;
@@ -159,7 +163,7 @@ void visit_nodes(L& l, Fn&& fn) {
 template <class L>
 std::int64_t parameter_count(L& l) {
   std::int64_t n = 0;
-  for_each_parameter(l, [&](Parameter& p) { n += p.global_shape().numel(); });
+  for_each_parameter(l, [&](const Parameter& p) { n += p.global_shape().numel(); });
   return n;
 }
 

@@ -334,6 +334,7 @@ void BasicCpu<Compute...>::permute_heads(const Tensor& tokens, const Tensor& hea
 template <class... Compute>
 void BasicCpu<Compute...>::sgd_update(const Tensor& p, const Tensor& g, double lr, double wd, double grad_scale) const {
   detail::same(p, g, "sgd_update");
+  detail::update("sgd_update", lr, wd, grad_scale);
   visit(p.dtype(), [&]<class T>() { epl::detail::cpu::sgd_update(p.data<T>(), g.data<T>(), p.numel(), T(lr), T(wd), T(grad_scale)); });
 }
 
@@ -342,6 +343,8 @@ void BasicCpu<Compute...>::momentum_update(const Tensor& p, const Tensor& g, con
                                               double grad_scale) const {
   detail::same(p, g, "momentum_update");
   detail::same(p, v, "momentum_update");
+  detail::update("momentum_update", lr, wd, grad_scale);
+  EPL_CHECK(std::isfinite(mu) && mu >= 0, "momentum_update: momentum ", mu, " must be finite and not negative");
   visit(p.dtype(), [&]<class T>() {
     epl::detail::cpu::momentum_update(p.data<T>(), g.data<T>(), v.data<T>(), p.numel(), T(lr), T(mu), T(wd), nesterov, T(grad_scale));
   });
@@ -353,6 +356,8 @@ void BasicCpu<Compute...>::adamw_update(const Tensor& p, const Tensor& g, const 
   detail::same(p, g, "adamw_update");
   detail::same(p, m, "adamw_update");
   detail::same(p, v, "adamw_update");
+  detail::update("adamw_update", lr, wd, grad_scale);
+  detail::adamw(beta1, beta2, eps, step);
   visit(p.dtype(), [&]<class T>() {
     epl::detail::cpu::adamw_update(p.data<T>(), g.data<T>(), m.data<T>(), v.data<T>(), p.numel(), T(lr), T(beta1),
                               T(beta2), T(eps), T(wd), step, T(grad_scale));

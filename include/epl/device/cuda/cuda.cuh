@@ -531,6 +531,7 @@ class Cuda {
   // Each reads the gradient as grad_scale g (AMP's unscale times the clip coefficient).
   void sgd_update(const Tensor& p, const Tensor& g, double lr, double wd, double grad_scale = 1) const {
     same(p, g, "sgd_update");
+    device::detail::update("sgd_update", lr, wd, grad_scale);
     visit_compute(p.dtype(), [&]<class T>() {
       elements(kernels::SgdStep<T>{p.data<T>(), g.data<T>(), T(lr), T(wd), T(grad_scale)}, p.numel());
     });
@@ -538,6 +539,8 @@ class Cuda {
   void momentum_update(const Tensor& p, const Tensor& g, const Tensor& v, double lr, double mu, double wd, bool nesterov,
                        double grad_scale = 1) const {
     same(p, g, "momentum_update");
+    device::detail::update("momentum_update", lr, wd, grad_scale);
+    EPL_CHECK(std::isfinite(mu) && mu >= 0, "momentum_update: momentum ", mu, " must be finite and not negative");
     same(p, v, "momentum_update");
     visit_compute(p.dtype(), [&]<class T>() {
       elements(kernels::MomentumStep<T>{p.data<T>(), g.data<T>(), v.data<T>(), T(lr), T(mu), T(wd), nesterov, T(grad_scale)},
@@ -549,6 +552,8 @@ class Cuda {
     same(p, g, "adamw_update");
     same(p, m, "adamw_update");
     same(p, v, "adamw_update");
+    device::detail::update("adamw_update", lr, wd, grad_scale);
+    device::detail::adamw(beta1, beta2, eps, step);
     visit_compute(p.dtype(), [&]<class T>() {
       elements(kernels::adamw_step<T>(p.data<T>(), g.data<T>(), m.data<T>(), v.data<T>(), T(lr), T(beta1), T(beta2), T(eps), T(wd), step,
                                          T(grad_scale)),
