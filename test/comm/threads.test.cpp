@@ -244,6 +244,36 @@ TEST_CASE("threads: a rank that never arrives is named after the timeout") {
   CHECK_THROWS_WITH_AS(comm::run_threads(3, late, quick()), doctest::Contains("ranks 1 did not arrive"), Error);
 }
 
+// Rank 2 arrives, then leaves (its handle cancelled, as a rank unwinding from a timeout of its
+// own does); rank 0 times out later. Rank 0 names rank 1 alone: rank 2 came. Two ranks timing
+// out together once named each other as missing, which sent the reader after a healthy rank.
+TEST_CASE("threads: a timeout names only the ranks that never arrived, not one that arrived and left") {
+  std::string message;
+  comm::run_threads(3, [&](comm::ThreadCommunicator& c) {
+    if (c.rank() == 1) {  // never arrives
+      std::this_thread::sleep_for(std::chrono::milliseconds(700));
+      return;
+    }
+    float x = 1;
+    if (c.rank() == 2) {
+      std::thread canceller([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        c.cancel("the test leaves");
+      });
+      CHECK_THROWS_WITH_AS(c.all_reduce(Buffer(&x, 1, DType::kF32), ReduceOp::kSum), doctest::Contains("was cancelled"), Error);
+      canceller.join();
+      return;
+    }
+    try {
+      c.all_reduce(Buffer(&x, 1, DType::kF32), ReduceOp::kSum);
+    } catch (const Error& e) {
+      message = e.what();
+    }
+  }, quick(400));
+  INFO(message);
+  CHECK(message.find("timed out after 400 ms at rank 0: ranks 1 did not arrive") != std::string::npos);
+}
+
 TEST_CASE("threads: a rank that returns while its peers wait for it fails them at once, named") {
   // not after the 60 s timeout: the rank's function has returned, so it can never arrive
   auto start = std::chrono::steady_clock::now();

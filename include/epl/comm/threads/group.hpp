@@ -145,7 +145,7 @@ class ThreadGroup {
       std::string why = wait_for_release(my, check);
       if (why.empty()) return;
       if (why == "wait") continue;
-      if (!withdraw(rank, my)) return;  // released meanwhile: the operation goes on
+      if (!withdraw(my)) return;  // released meanwhile: the operation goes on
       if (why.find(" timed out after ") != std::string::npos || why.find(" returned from ") != std::string::npos)
         abort_->raise(world_ranks_[rank], why);
       EPL_FAIL(why);
@@ -231,15 +231,13 @@ class ThreadGroup {
     }
   }
   // Takes this rank's arrival back, unless the barrier of generation `my` was released already
-  // (then the caller has passed it after all): true when withdrawn.
-  bool withdraw(int rank, std::uint64_t my) noexcept {
+  // (then the caller has passed it after all): true when withdrawn. The rank's record of having
+  // arrived stays: a peer that times out a moment later names only the ranks that never came
+  // (two ranks timing out together named each other's withdrawn arrival as missing).
+  bool withdraw(std::uint64_t my) noexcept {
     std::uint64_t s = state_.load();
-    while (generation_of(s) == my) {
-      if (state_.compare_exchange_weak(s, s - 1)) {
-        arrived_[static_cast<std::size_t>(rank)].store(0);
-        return true;
-      }
-    }
+    while (generation_of(s) == my)
+      if (state_.compare_exchange_weak(s, s - 1)) return true;
     return false;
   }
   // Spins briefly (a barrier of ranks on their own cores passes in well under a microsecond),
@@ -307,7 +305,7 @@ class ThreadGroup {
   std::atomic<int> sleepers_{0};
   std::mutex mutex_;
   std::condition_variable cv_;
-  std::vector<std::atomic<std::uint64_t>> arrived_;  // per rank: the generation it arrived for, + 1 (messages only)
+  std::vector<std::atomic<std::uint64_t>> arrived_;  // per rank: the last generation it arrived for, + 1 (messages only)
   std::mutex mail_mutex_;
   std::condition_variable mail_cv_;
   std::map<std::tuple<int, int, int>, std::deque<Message>> mail_;
