@@ -1,6 +1,7 @@
 // AMP's bf16 GEMM kernels (device/cpu/bf16_kernel.hpp, sgemm_amx.hpp): each one this CPU runs,
 // and AMX's driver, packing and kernel on emulated tiles on any AVX512-BF16 CPU, against a plain
 // loop over the rounded operands.
+#include <algorithm>
 #include <cstring>
 #include <optional>
 
@@ -99,6 +100,24 @@ TEST_CASE("bf16 kernels: AMX where it runs, else VDPBF16PS only where it measure
     CHECK(choice.kernel == CpuBf16Kernel::kRoundedF32);
   }
   CHECK(device::Cpu::bf16_kernel() == choice.kernel);
+}
+
+// The choice is timed once a process; a process that chose another kernel than its neighbour
+// trained to other losses (a resumed AMP run against the run it resumed). This binary compiles at
+// -O0, where the timed loops once measured memory instead of the instructions and their ratio sat
+// on the margin: 20 timings here must make one choice.
+TEST_CASE("bf16 kernels: the timed choice is the same every time, at -O0 too") {
+  const auto first = detail::cpu::choose_bf16_kernel();
+  double lo = first.dpbf16_over_fma, hi = first.dpbf16_over_fma;
+  for (int i = 0; i < 20; ++i) {
+    const auto again = detail::cpu::choose_bf16_kernel();
+    lo = std::min(lo, again.dpbf16_over_fma), hi = std::max(hi, again.dpbf16_over_fma);
+    INFO("timing ", i, ": VDPBF16PS / FMA ", again.dpbf16_over_fma, " (first ", first.dpbf16_over_fma, ")");
+    CHECK(again.kernel == first.kernel);
+  }
+  MESSAGE("VDPBF16PS / FMA over 21 timings: ", lo, " to ", hi, " (the margin: ", detail::cpu::kBf16DotMargin, ")");
+  if (detail::cpu::bf16_kernel_runs(CpuBf16Kernel::kAvx512Bf16) && !detail::cpu::bf16_kernel_runs(CpuBf16Kernel::kAmx))
+    CHECK(first.fma_gflops > 0);
 }
 
 TEST_CASE("bf16 kernels: forcing one this CPU or build cannot run names what it lacks") {

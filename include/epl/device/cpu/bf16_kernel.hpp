@@ -14,9 +14,6 @@
 #include <chrono>
 #include <cstring>
 #include <optional>
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
 
 #include "epl/core/error.hpp"
 #include "epl/device/cpu/isa.hpp"
@@ -57,46 +54,69 @@ inline constexpr bool kPackedAmx = false;
 /// How much faster than f32 FMA VDPBF16PS must measure to be chosen: its packing costs more.
 inline constexpr double kBf16DotMargin = 1.25;
 
-/// GFLOP/s of one thread issuing `op` on 12 independent chains (enough to hide its latency),
-/// each operation worth `flop` floating-point operations: an instruction's peak on this core.
-template <class V, class Op>
-double chains_gflops(long iters, V zero, Op op, double flop) {
-  V acc[12];
-  for (auto& a : acc) {
-    a = zero;
-    __asm__ volatile("" : "+v"(a));  // opaque: else the compiler sees 12 equal chains and keeps one
-  }
+// An instruction's peak is timed on 12 independent chains (enough to hide its latency) in
+// assembly: the same loop at every optimization level. The loop was C++ once, and at -O0 (a
+// check build's examples) its 12 accumulators lived in memory, so both loops measured a store's
+// forwarding latency, not the instructions: on an Intel Xeon whose VDPBF16PS runs at half FMA's
+// FLOP rate, -O0 measured 1.2-1.35x against the 1.25 margin, and each process chose either kernel
+// (a resumed AMP run printed another loss than the run it resumed; #39). The chains start at zero:
+// no denormal slows them. EPL_DETAIL_CHAIN is one link of chain n: op of registers 12 and 13 into n.
+#define EPL_DETAIL_CHAIN(op, reg, n) op " %%" reg "13, %%" reg "12, %%" reg #n "\n\t"
+#define EPL_DETAIL_TWELVE_CHAINS(op, reg)                                                              \
+  EPL_DETAIL_CHAIN(op, reg, 0) EPL_DETAIL_CHAIN(op, reg, 1) EPL_DETAIL_CHAIN(op, reg, 2)               \
+  EPL_DETAIL_CHAIN(op, reg, 3) EPL_DETAIL_CHAIN(op, reg, 4) EPL_DETAIL_CHAIN(op, reg, 5)               \
+  EPL_DETAIL_CHAIN(op, reg, 6) EPL_DETAIL_CHAIN(op, reg, 7) EPL_DETAIL_CHAIN(op, reg, 8)               \
+  EPL_DETAIL_CHAIN(op, reg, 9) EPL_DETAIL_CHAIN(op, reg, 10) EPL_DETAIL_CHAIN(op, reg, 11)
+// iters rounds of the 12 chains of `op` on `reg` registers (zmm or ymm), all 14 zeroed first
+#define EPL_DETAIL_PEAK_LOOP(op, reg, iters)                                                           \
+  do {                                                                                                 \
+    long rounds_ = (iters);                                                                            \
+    __asm__ volatile(                                                                                  \
+        "vxorps %%xmm0, %%xmm0, %%xmm0\n\tvxorps %%xmm1, %%xmm1, %%xmm1\n\t"                           \
+        "vxorps %%xmm2, %%xmm2, %%xmm2\n\tvxorps %%xmm3, %%xmm3, %%xmm3\n\t"                           \
+        "vxorps %%xmm4, %%xmm4, %%xmm4\n\tvxorps %%xmm5, %%xmm5, %%xmm5\n\t"                           \
+        "vxorps %%xmm6, %%xmm6, %%xmm6\n\tvxorps %%xmm7, %%xmm7, %%xmm7\n\t"                           \
+        "vxorps %%xmm8, %%xmm8, %%xmm8\n\tvxorps %%xmm9, %%xmm9, %%xmm9\n\t"                           \
+        "vxorps %%xmm10, %%xmm10, %%xmm10\n\tvxorps %%xmm11, %%xmm11, %%xmm11\n\t"                     \
+        "vxorps %%xmm12, %%xmm12, %%xmm12\n\tvxorps %%xmm13, %%xmm13, %%xmm13\n\t"                     \
+        "1:\n\t" EPL_DETAIL_TWELVE_CHAINS(op, reg) "dec %0\n\tjnz 1b\n\t"                                \
+        : "+r"(rounds_)                                                                                \
+        :                                                                                              \
+        : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10",     \
+          "xmm11", "xmm12", "xmm13", "cc");                                                            \
+  } while (false)
+
+/// GFLOP/s of `loop()`, which issues 12 x iters instructions worth `flop` each.
+template <class Loop>
+double peak_gflops(long iters, double flop, Loop&& loop) {
   const auto t0 = std::chrono::steady_clock::now();
-  for (long i = 0; i < iters; ++i)
-    for (auto& a : acc) a = op(a);
+  loop();
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  volatile float sink = 0;
-  for (auto& a : acc) sink = sink + reinterpret_cast<const float*>(&a)[0];
   return 12.0 * flop * static_cast<double>(iters) / std::max(s, 1e-9) / 1e9;
 }
 /// f32 FMA's peak on this core: 16 lanes (AVX-512) or 8 (AVX2), 2 FLOP each; 0 without FMA.
 inline double fma_gflops(long iters) {
+  iters = std::max(iters, 1L);
 #if defined(__AVX512F__)
-  const __m512 x = _mm512_set1_ps(0.999999f), y = _mm512_set1_ps(1e-7f);
-  return chains_gflops(iters, _mm512_setzero_ps(), [&](__m512 a) { return _mm512_fmadd_ps(a, x, y); }, 16 * 2.0);
+  return peak_gflops(iters, 16 * 2.0, [&] { EPL_DETAIL_PEAK_LOOP("vfmadd231ps", "zmm", iters); });
 #elif defined(__FMA__)
-  const __m256 x = _mm256_set1_ps(0.999999f), y = _mm256_set1_ps(1e-7f);
-  return chains_gflops(iters, _mm256_setzero_ps(), [&](__m256 a) { return _mm256_fmadd_ps(a, x, y); }, 8 * 2.0);
+  return peak_gflops(iters, 8 * 2.0, [&] { EPL_DETAIL_PEAK_LOOP("vfmadd231ps", "ymm", iters); });
 #else
-  (void)iters;
   return 0;
 #endif
 }
 /// VDPBF16PS's peak on this core: 16 lanes, each two products and two sums; 0 if not compiled.
 inline double dpbf16_gflops(long iters) {
+  iters = std::max(iters, 1L);
 #if defined(__AVX512BF16__)
-  const __m512bh x = _mm512_cvtne2ps_pbh(_mm512_set1_ps(0.999f), _mm512_set1_ps(1e-3f));
-  return chains_gflops(iters, _mm512_setzero_ps(), [&](__m512 a) { return _mm512_dpbf16_ps(a, x, x); }, 16 * 4.0);
+  return peak_gflops(iters, 16 * 4.0, [&] { EPL_DETAIL_PEAK_LOOP("vdpbf16ps", "zmm", iters); });
 #else
-  (void)iters;
   return 0;
 #endif
 }
+#undef EPL_DETAIL_PEAK_LOOP
+#undef EPL_DETAIL_TWELVE_CHAINS
+#undef EPL_DETAIL_CHAIN
 /// TDPBF16PS's peak on this core in the AMX kernel's pattern (four C tiles from two A and two B
 /// tiles), 16 x 16 x 32 products and sums each; 0 where AMX cannot run.
 inline double amx_gflops(long iters) {
