@@ -65,12 +65,16 @@ void softmax_causal(const T* s, T* p, std::int64_t batch, std::int64_t t, T scal
   parallel_for(batch * t, row_grain(t), [&](std::int64_t r0, std::int64_t r1) {
     for (std::int64_t r = r0; r < r1; ++r) {
       std::int64_t i = r % t, n = i + 1;
+      // exp runs on whole vectors to w, the visible columns rounded up to 16 (within the row):
+      // Eigen takes a row's last n % 16 through scalar std::exp, which cost the kernel as much as
+      // the vectors (#39). The masked scores' exponentials are zeroed, whatever they were.
+      const std::int64_t w = std::min(t, (n + 15) / 16 * 16);
       ConstRowMap<T> sr(s + r * t, n);
       RowMap<T> pr(p + r * t, n);
-      T mx = sr.maxCoeff() * scale;
-      pr = (sr * scale - mx).exp();
-      pr /= pr.sum();
+      const T mx = sr.maxCoeff() * scale;
+      RowMap<T>(p + r * t, w) = (ConstRowMap<T>(s + r * t, w) * scale - mx).exp();
       if (n < t) RowMap<T>(p + r * t + n, t - n).setZero();
+      pr /= pr.sum();
     }
   });
 }
