@@ -101,6 +101,9 @@ inline void update(const char* op, double lr, double wd, double grad_scale) {
   EPL_CHECK(std::isfinite(grad_scale), op, ": gradient factor ", grad_scale, " is not finite (AMP's unscale times the clip "
             "coefficient: skip the step when the gradients overflowed)");
 }
+inline void momentum(double mu) {
+  EPL_CHECK(std::isfinite(mu) && mu >= 0, "momentum_update: momentum ", mu, " must be finite and not negative");
+}
 inline void adamw(double beta1, double beta2, double eps, std::int64_t step) {
   EPL_CHECK(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1, "adamw_update: betas (", beta1, ", ", beta2, ") must lie in [0, 1)");
   EPL_CHECK(std::isfinite(eps) && eps > 0, "adamw_update: eps ", eps, " must be positive and finite");

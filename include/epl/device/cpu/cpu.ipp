@@ -344,7 +344,7 @@ void BasicCpu<Compute...>::momentum_update(const Tensor& p, const Tensor& g, con
   detail::same(p, g, "momentum_update");
   detail::same(p, v, "momentum_update");
   detail::update("momentum_update", lr, wd, grad_scale);
-  EPL_CHECK(std::isfinite(mu) && mu >= 0, "momentum_update: momentum ", mu, " must be finite and not negative");
+  detail::momentum(mu);
   visit(p.dtype(), [&]<class T>() {
     epl::detail::cpu::momentum_update(p.data<T>(), g.data<T>(), v.data<T>(), p.numel(), T(lr), T(mu), T(wd), nesterov, T(grad_scale));
   });

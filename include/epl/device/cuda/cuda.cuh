@@ -540,7 +540,7 @@ class Cuda {
                        double grad_scale = 1) const {
     same(p, g, "momentum_update");
     device::detail::update("momentum_update", lr, wd, grad_scale);
-    EPL_CHECK(std::isfinite(mu) && mu >= 0, "momentum_update: momentum ", mu, " must be finite and not negative");
+    device::detail::momentum(mu);
     same(p, v, "momentum_update");
     visit_compute(p.dtype(), [&]<class T>() {
       elements(kernels::MomentumStep<T>{p.data<T>(), g.data<T>(), v.data<T>(), T(lr), T(mu), T(wd), nesterov, T(grad_scale)},
