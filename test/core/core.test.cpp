@@ -21,6 +21,16 @@ TEST_CASE("shape: extents, rows, errors") {
   CHECK(s.str() == "[2, 3, 4]");
   CHECK_THROWS_WITH_AS(s[3], doctest::Contains("dimension 3 out of range"), Error);
   CHECK_THROWS_WITH_AS(Shape({1, -2}), doctest::Contains("negative extent -2"), Error);
+  // extents whose product overflows (it wrapped to 0 elements, and a tensor of 0 bytes was made)
+  const std::int64_t big = std::int64_t{1} << 40;
+  CHECK_THROWS_WITH_AS(Shape({big, big}), doctest::Contains("shape [1099511627776, 1099511627776] has more than 2^56 elements"), Error);
+  CHECK_THROWS_WITH_AS(Shape({std::int64_t{1} << 62, 4}), doctest::Contains("has more than 2^56 elements"), Error);
+  CHECK_THROWS_WITH_AS(test::cpu().empty({big, big}, DType::kF32), doctest::Contains("has more than 2^56 elements"), Error);
+  CHECK_THROWS_WITH_AS((void)Shape({big, 2}).with_back(big), doctest::Contains("has more than 2^56 elements"), Error);
+  CHECK_THROWS_WITH_AS((void)Shape({2, big}).with_front(big), doctest::Contains("has more than 2^56 elements"), Error);
+  CHECK_THROWS_WITH_AS((void)s.with_front(-1), doctest::Contains("negative extent -1"), Error);
+  CHECK(Shape({big, big, 0}).numel() == 0);  // no elements, however large the other extents
+  CHECK(Shape({Shape::kMaxElements}).numel() == Shape::kMaxElements);
 }
 
 TEST_CASE("tensor: views and slices share storage without copying") {

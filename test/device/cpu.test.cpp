@@ -173,6 +173,29 @@ TEST_CASE("gemm_batched equals one gemm per block") {
   }
 }
 
+TEST_CASE("cast: floats to integers convert whole numbers and refuse what the integer type cannot hold") {
+  auto& d = test::cpu();
+  auto f = d.empty({5}, DType::kF32);
+  auto ids = d.empty({5}, DType::kI32);
+  const float ok[] = {0.0f, 3.0f, -7.0f, 2147483520.0f, -2147483648.0f};
+  std::copy(std::begin(ok), std::end(ok), f.span<float>().begin());
+  d.cast(f, ids);
+  CHECK(std::vector<std::int32_t>(ids.span<std::int32_t>().begin(), ids.span<std::int32_t>().end()) ==
+        std::vector<std::int32_t>{0, 3, -7, 2147483520, -2147483647 - 1});
+  // NaN, infinities and values past the type's range had no defined conversion (NaN became INT_MIN)
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(), -1e30f, 2147483648.0f}) {
+    CAPTURE(bad);
+    f.span<float>()[2] = bad;
+    CHECK_THROWS_WITH_AS(d.cast(f, ids), doctest::Contains("cast of f32 [5] to i32: element 2 is"), Error);
+  }
+  auto longs = d.empty({5}, DType::kI64);
+  f.span<float>()[2] = 1e30f;
+  CHECK_THROWS_WITH_AS(d.cast(f, longs), doctest::Contains("which i64 cannot hold"), Error);
+  f.span<float>()[2] = 4e18f;
+  d.cast(f, longs);
+  CHECK(longs.span<std::int64_t>()[2] == static_cast<std::int64_t>(4e18f));
+}
+
 TEST_CASE("element-wise: add, mul, axpy, scale, fill, bias broadcast and its gradient") {
   auto& d = test::cpu64();
   Tensor a = test::tensor({2, 3}, {1, 2, 3, 4, 5, 6}), b = test::tensor({2, 3}, {6, 5, 4, 3, 2, 1});

@@ -32,6 +32,13 @@ DropGpt make_drop_gpt(std::int64_t dim = 16) {
   auto g = gpt::make_gpt(tiny(dim));
   return {g.embed, nn::Dropout(0.1), g.body, g.head};
 }
+// The same with 4 attention heads instead of 2: every shape as DropGpt's.
+DropGpt make_drop_gpt_4_heads(std::int64_t dim) {
+  auto shape = tiny(dim);
+  shape.heads = 4;
+  auto g = gpt::make_gpt(shape);
+  return {g.embed, nn::Dropout(0.1), g.body, g.head};
+}
 using Policy = Policies<Zero<3>, Amp<amp::BF16>>;
 
 // A fresh directory for one test, removed at the end.
@@ -472,6 +479,18 @@ TEST_CASE("checkpoint: damaged, missing and foreign checkpoints are refused nami
     CHECK((e.find("embed.tok.weight as f32 [32, 16] but this model's is f32 [32, 32]") != std::string::npos ||
            e.find("body.0.attn.1.qkv.weight as f32 [48, 16] but this model's is f32 [96, 32]") != std::string::npos));
   }
+  SUBCASE("another head count: the same shapes, another model") {
+    const auto e = [&] {
+      try {
+        (void)train(resume, make_drop_gpt_4_heads);
+      } catch (const std::exception& x) {
+        return std::string(x.what());
+      }
+      return std::string("no error");
+    }();
+    CHECK(e.find("was saved from a model whose layer body.0.attn.1 has options dim=16 heads=2, and this model's has dim=16 "
+                 "heads=4") != std::string::npos);
+  }
   SUBCASE("another seed") {
     Plan other = resume;
     other.seed = 6;
@@ -687,8 +706,8 @@ TEST_CASE("checkpoint: a directory is one run's, and a checkpoint is what its na
   SUBCASE("two runs saving into one directory") {
     T a(test::cpu(), config(), make_drop_gpt(), optim::AdamW({}), o), b(test::cpu(), config(), make_drop_gpt(), optim::AdamW({}), o);
     a.save(dir.path);
-    const std::string in_use = "is in use by another run (process " + std::to_string(::getpid()) + ")";
-    CHECK_THROWS_WITH_AS(b.save(dir.path), doctest::Contains(in_use.c_str()), Error);
+    // this process's own pid in the lock: the other run is a Trainer of this process, said so
+    CHECK_THROWS_WITH_AS(b.save(dir.path), doctest::Contains("is in use by another Trainer of this process"), Error);
     a.save(dir.path / "elsewhere");  // a's lock moves with it
     CHECK_NOTHROW(b.save(dir.path));
   }

@@ -150,7 +150,7 @@ TEST_CASE("replicate: a world size the strategy cannot use, and ranks that built
   CHECK_THROWS_WITH_AS(comm::run_threads(2, [&](comm::ThreadCommunicator& c) {
     Context ctx(c, 120 + c.rank());
     Trainer<Net, optim::SGD> t(ctx, Config{}, Net{nn::Linear(2, c.rank() == 0 ? 2 : 3)}, optim::SGD({}));
-  }, {.report = false}), doctest::Contains("ranks 0 and 1 disagree on the model's parameter count"), Error);
+  }, {.report = false}), doctest::Contains("ranks 0 and 1 disagree on the model's parameter count: 9 on rank 1, 6 on rank 0"), Error);
 }
 
 TEST_CASE("replicate: ranks with different batch shares are stopped at the first step, naming both") {
@@ -183,7 +183,11 @@ TEST_CASE("replicate: ranks that differ in a hyper-parameter, the seed, the lear
   };
   // 2 heads or 4 heads of a width of 16: the same parameter shapes, another model
   CHECK_THROWS_WITH_AS(run([](int r, gpt::Shape& s, double&, TrainerOptions&, Config&) { s.heads = r == 0 ? 2 : 4; }),
-                       doctest::Contains("ranks 0 and 1 disagree on the model's hyper-parameters (layer options such as attention heads"), Error);
+                       doctest::Contains("ranks 0 and 1 disagree on the hyper-parameters of layer body.0.attn.1 (this rank's: dim=16 heads="),
+                       Error);
+  // another layer count: the structure is named, not how many facts each rank has
+  CHECK_THROWS_WITH_AS(run([](int r, gpt::Shape& s, double&, TrainerOptions&, Config&) { s.layers = r == 0 ? 2 : 3; }),
+                       doctest::Contains("ranks 0 and 1 disagree on the model's parameter count"), Error);
   CHECK_THROWS_WITH_AS(run([](int r, gpt::Shape&, double&, TrainerOptions& o, Config&) { o.seed = 3 + r; }),
                        doctest::Contains("disagree on TrainerOptions::seed: 4 on rank 1, 3 on rank 0"), Error);
   CHECK_THROWS_WITH_AS(run([](int r, gpt::Shape&, double& lr, TrainerOptions&, Config&) { lr = r == 0 ? 0.05 : 0.1; }),

@@ -594,7 +594,11 @@ class DirectoryLock {
       const ssize_t n = ::pread(fd_, pid, sizeof pid - 1, 0);
       ::close(fd_);
       fd_ = -1;
-      EPL_FAIL("checkpoint directory ", dir.path(), " is in use by another run", n > 0 ? " (process " + std::string(pid, static_cast<std::size_t>(n)) + ")" : "",
+      const std::string holder(pid, static_cast<std::size_t>(std::max<ssize_t>(n, 0)));
+      EPL_CHECK(holder != std::to_string(::getpid()), "checkpoint directory ", dir.path(), " is in use by another Trainer of this "
+                "process, which holds its lock ", path_, "; give each Trainer a checkpoint.dir of its own, or destroy the first "
+                "before building the next on the same directory");
+      EPL_FAIL("checkpoint directory ", dir.path(), " is in use by another run", n > 0 ? " (process " + holder + ")" : "",
                ", which holds its lock ", path_, "; give each run a directory of its own, or wait for that run to end");
     }
     if (made || holds_a_pid(st)) write_pid(dir);

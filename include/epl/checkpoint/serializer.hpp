@@ -68,6 +68,8 @@ struct TrainerState {
   std::map<const nn::Parameter*, std::string> names;
   /// The same by the names checkpoints had before fields took their declared names (index_names).
   std::map<const nn::Parameter*, std::string> index_names;
+  /// Each layer's hyper-parameters by path (nn::layer_options): saved, and compared on resume.
+  std::vector<std::pair<std::string, std::string>> layer_options;
   std::string optimizer;                           ///< the optimizer's type, by name
   std::int64_t optimizer_steps = 0;
   const std::vector<Tensor>* optimizer_state = nullptr;  ///< kStateSlots buffers over the regions
@@ -92,6 +94,7 @@ template <class Model, class U, class D>
 void describe(TrainerState& s, Model& model, U& updater, const D& d) {
   nn::visit_parameters(model, [&](std::string_view path, nn::Parameter& p) { s.names[&p] = std::string(path); });
   s.index_names = index_names(model);
+  s.layer_options = nn::layer_options(model);
   using O = std::remove_cvref_t<decltype(updater.optimizer())>;
   s.optimizer = std::string(reflect::type_name<O>());
   s.optimizer_steps = updater.steps();
@@ -161,6 +164,8 @@ class BasicSerializer {
   // Rank 0, holding the lock: removes what saves that did not finish left behind.
   static void remove_unfinished(const files::Folder& folder);
   static std::string state_name(const std::string& parameter, std::size_t slot) { return parameter + "@state" + std::to_string(slot); }
+  // The manifest's scalar that holds a layer's options: "layer." and its path.
+  static std::string layer_options_name(const std::string& path) { return "layer." + path; }
   // Calls fn(parameter, its element range [b, e), the region, the offset of b in the region) for
   // every piece of a parameter that lies in one of this rank's regions.
   template <class Fn>

@@ -389,6 +389,7 @@ Manifest BasicSerializer<Unused>::merged_manifest(const std::vector<std::string>
   scalar("seed", std::to_string(s.seed));
   scalar("optimizer", s.optimizer);
   scalar("optimizer.steps", std::to_string(s.optimizer_steps));
+  for (const auto& [path, options] : s.layer_options) scalar(layer_options_name(path), options);
   if (s.schedule && s.schedule->active()) {  // what a resume must apply again: the schedule, and its rate at this step
     char exact[40];
     std::snprintf(exact, sizeof exact, "%.17g", s.optimizer_steps > 0 ? s.schedule->at(s.optimizer_steps) : 0.0);
@@ -510,6 +511,13 @@ void BasicSerializer<Unused>::check_same_run(const Manifest& m, const std::strin
   for (const auto& [name, t] : m.tensors)
     EPL_CHECK(name.find('@') != std::string::npos || ours.count(name), "checkpoint ", where, " holds parameter ", name, " ",
               t.shape, ", which this model lacks: it was saved from another model; resume with the model that saved it");
+  // what no shape shows: a head count, an eps (checkpoints before these lines have none to compare)
+  for (const auto& [path, options] : s.layer_options) {
+    const std::string* saved = m.scalar(layer_options_name(path));
+    EPL_CHECK(!saved || *saved == options, "checkpoint ", where, " was saved from a model whose layer ", path.empty() ? "(the model)" : path,
+              " has options ", *saved, ", and this model's has ", options, ": it was saved from another model; resume with the "
+              "model that saved it, or start a new run (another checkpoint.dir)");
+  }
   const std::string* optimizer = m.scalar("optimizer");
   EPL_CHECK(optimizer && *optimizer == s.optimizer, "checkpoint ", where, " was saved with optimizer ",
             optimizer ? *optimizer : std::string("(none named)"), " but this trainer's is ", s.optimizer,

@@ -20,13 +20,23 @@ class Shape {
   Shape() = default;
   Shape(std::initializer_list<std::int64_t> dims) {
     EPL_CHECK(static_cast<int>(dims.size()) <= kMaxRank, "shape rank ", dims.size(), " exceeds ", kMaxRank);
-    for (auto d : dims) push_back(d);
+    for (auto d : dims) {
+      EPL_CHECK(d >= 0, "negative extent ", d, " in a shape");
+      dims_[rank_++] = d;
+    }
+    check_size();  // the whole shape's: a zero extent anywhere makes it empty
   }
 
+  /// The most elements a shape may describe (2^56): its bytes then fit in 64 bits for every dtype,
+  /// and numel() never overflows.
+  static constexpr std::int64_t kMaxElements = std::int64_t{1} << 56;
+
+  /// Appends an extent; the extents so far must multiply to at most kMaxElements.
   void push_back(std::int64_t d) {
     EPL_CHECK(rank_ < kMaxRank, "shape rank exceeds ", kMaxRank);
     EPL_CHECK(d >= 0, "negative extent ", d, " in a shape");
     dims_[rank_++] = d;
+    check_size();
   }
   [[nodiscard]] int rank() const noexcept { return rank_; }
   [[nodiscard]] std::int64_t operator[](int i) const { return dims_[index(i)]; }
@@ -42,13 +52,18 @@ class Shape {
   /// \brief The same shape with its last extent replaced.
   [[nodiscard]] Shape with_back(std::int64_t d) const {
     Shape s = *this;
-    if (s.rank_ == 0) s.push_back(d); else s.dims_[s.rank_ - 1] = d;
+    if (s.rank_ == 0) return s.push_back(d), s;
+    EPL_CHECK(d >= 0, "negative extent ", d, " in a shape");
+    s.dims_[s.rank_ - 1] = d;
+    s.check_size();
     return s;
   }
   /// \brief The same shape with its first extent replaced.
   [[nodiscard]] Shape with_front(std::int64_t d) const {
     Shape s = *this;
+    EPL_CHECK(d >= 0, "negative extent ", d, " in a shape");
     s[0] = d;
+    s.check_size();
     return s;
   }
 
@@ -65,6 +80,16 @@ class Shape {
   [[nodiscard]] std::string str() const { return detail::concat(*this); }
 
  private:
+  // A product of extents past kMaxElements (most often a size that overflowed before it became
+  // an extent, or {1 << 40, 1 << 40}) would wrap numel() to garbage, 0 included: refused, named.
+  void check_size() const {
+    std::int64_t n = 1;
+    bool over = false;
+    for (int i = 0; i < rank_; ++i) over = over || __builtin_mul_overflow(n, dims_[i], &n) || n > kMaxElements;
+    for (int i = 0; i < rank_; ++i) over = over && dims_[i] != 0;  // a zero extent: no elements, however large the rest
+    EPL_CHECK(!over, "shape ", *this, " has more than 2^56 elements: an extent computed from a size that overflowed, or a size in "
+              "the wrong unit; give sizes whose product fits");
+  }
   int index(int i) const {
     if (i < 0) i += rank_;
     EPL_CHECK(i >= 0 && i < rank_, "dimension ", i, " out of range for a rank-", rank_, " shape");

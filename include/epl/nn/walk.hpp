@@ -12,9 +12,12 @@
 /// Every walk of a model goes through it: the ones below, and the walks over node kinds
 /// (nn/tree.hpp) that the strategies use.
 #include <array>
+#include <charconv>
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "epl/nn/parameter.hpp"
 #include "epl/reflect/fields.hpp"
@@ -157,6 +160,49 @@ template <class L, class Fn>
 void visit_nodes(L& l, Fn&& fn) {
   std::string path;
   detail::walk<true>(l, fn, path);
+}
+
+namespace detail {
+// " name=value" for a number, a flag or an enumerator (its value); nothing for other fields
+template <class F>
+void append_option(std::string& out, std::string_view name, const F& f) {
+  char buf[64];
+  std::to_chars_result r{buf, std::errc()};
+  if constexpr (std::is_same_v<F, bool>) {
+    const std::string_view text = f ? "true" : "false";
+    r.ptr = std::copy(text.begin(), text.end(), buf);
+  } else if constexpr (std::is_enum_v<F>) {
+    r = std::to_chars(buf, buf + sizeof buf, static_cast<long long>(f));
+  } else if constexpr (std::is_arithmetic_v<F>) {
+    r = std::to_chars(buf, buf + sizeof buf, f);  // the shortest text that reads back to f
+  } else {
+    return;
+  }
+  out.append(out.empty() ? "" : " ").append(name).append("=").append(buf, r.ptr);
+}
+}  // namespace detail
+
+/// \brief A layer's hyper-parameters, the numbers, flags and enumerators of its options(), as
+/// text: "dim=64 heads=4". Two layers of one type with the same text compute the same function of
+/// the same parameters.
+template <class O>
+std::string options_text(const O& o) {
+  std::string out;
+  if constexpr (reflect::is_reflectable_v<O>)
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      (detail::append_option(out, reflect::field_name_v<O, I>, reflect::get<I>(o)), ...);
+    }(std::make_index_sequence<reflect::field_count_v<O>>{});
+  return out;
+}
+/// \brief Each layer of l that has options(), by path, with its options_text, in visiting order:
+/// what a checkpoint records and a resume compares (a head count does not show in any shape).
+template <class L>
+std::vector<std::pair<std::string, std::string>> layer_options(L& l) {
+  std::vector<std::pair<std::string, std::string>> out;
+  visit_nodes(l, [&](std::string_view path, auto& node) {
+    if constexpr (requires { node.options(); }) out.emplace_back(std::string(path), options_text(node.options()));
+  });
+  return out;
 }
 
 /// \brief The number of scalar parameters of l (the whole model's, shards counted whole).

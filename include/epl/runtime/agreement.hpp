@@ -70,12 +70,14 @@ std::uint64_t hash_options(std::uint64_t h, const O& o) {
 }
 }  // namespace detail
 
-/// \brief Facts about a model: its structure (every node's path and type, every parameter's
-/// shape) and its layers' hyper-parameters (each layer's options()).
+/// \brief Facts about a model: its parameter count, its structure (every node's path and type,
+/// every parameter's shape) and each layer's hyper-parameters (its options(), as
+/// nn::options_text: a rank that differs is told which layer and what it has).
 template <class M>
 void add_model_facts(RunFacts& facts, M& model) {
-  std::uint64_t structure = 1469598103934665603ull, options = structure;
+  std::uint64_t structure = 1469598103934665603ull;
   std::int64_t parameters = 0;
+  std::vector<std::pair<std::string, std::string>> options;
   nn::visit_nodes(model, [&](std::string_view path, auto& node) {
     using N = std::remove_cvref_t<decltype(node)>;
     structure = detail::hash_text(detail::hash_text(structure, path), reflect::type_name<N>());
@@ -84,12 +86,13 @@ void add_model_facts(RunFacts& facts, M& model) {
       for (int i = 0; i < g.rank(); ++i) structure = detail::hash_value(structure, g[i]);
       parameters += g.numel();
     }
-    if constexpr (requires { node.options(); }) options = detail::hash_options(detail::hash_text(options, path), node.options());
+    if constexpr (requires { node.options(); }) options.emplace_back(std::string(path), nn::options_text(node.options()));
   });
-  facts.add("the model's parameter count", static_cast<std::uint64_t>(parameters), std::to_string(parameters));
+  facts.add_number("the model's parameter count", static_cast<double>(parameters));
   facts.add_hash("the model's structure (layer types and parameter shapes)", structure, "a different model");
-  facts.add_hash("the model's hyper-parameters (layer options such as attention heads, widths, eps)", options,
-                 "different layer options");
+  for (auto& [path, text] : options)
+    facts.add_hash("the hyper-parameters of layer " + (path.empty() ? std::string("(the model)") : path),
+                   detail::hash_text(1469598103934665603ull, text), text.empty() ? "(none)" : text);
 }
 
 /// \brief Facts about the EPL configuration keys (program flags may differ between ranks).

@@ -20,11 +20,11 @@ EPL_LINKED void check_agreement(comm::Communicator& group, const RunFacts& facts
   std::int64_t count = static_cast<std::int64_t>(facts.values().size());
   std::vector<std::int64_t> counts(static_cast<std::size_t>(n));
   group.all_gather(comm::Buffer(&count, 1, DType::kI64), comm::Buffer(counts.data(), n, DType::kI64));
-  for (int r = 1; r < n; ++r)
-    EPL_CHECK(counts[r] == counts[0], who, " rank ", r, " describes its run with ", counts[r], " facts, rank 0 with ", counts[0],
-              "; every rank must run the same program");
-  std::vector<std::uint64_t> mine = facts.values(), all(static_cast<std::size_t>(n) * mine.size());
-  group.all_gather(comm::Buffer(mine.data(), count, DType::kI64), comm::Buffer(all.data(), n * count, DType::kI64));
+  // the facts every rank has (a model of more layers has more): compared first, so that the first
+  // that differs (the structure, before any layer's options) is named, not the count
+  const std::int64_t common = *std::min_element(counts.begin(), counts.end());
+  std::vector<std::uint64_t> mine(facts.values().begin(), facts.values().begin() + common), all(static_cast<std::size_t>(n * common));
+  group.all_gather(comm::Buffer(mine.data(), common, DType::kI64), comm::Buffer(all.data(), n * common, DType::kI64));
   for (std::size_t i = 0; i < mine.size(); ++i)
     for (int r = 1; r < n; ++r) {
       const auto theirs = all[static_cast<std::size_t>(r) * mine.size() + i], first = all[i];
@@ -38,6 +38,9 @@ EPL_LINKED void check_agreement(comm::Communicator& group, const RunFacts& facts
       EPL_FAIL(who, " ranks 0 and ", r, " disagree on ", facts.labels()[i], values,
                "; every rank must build the same model and train it with the same settings");
     }
+  for (int r = 1; r < n; ++r)
+    EPL_CHECK(counts[r] == counts[0], who, " rank ", r, " describes its run with ", counts[r], " facts, rank 0 with ", counts[0],
+              "; every rank must run the same program");
 }
 namespace detail {
 
@@ -52,6 +55,8 @@ EPL_LINKED void check_batch_memory(const Tensor& inputs, const Tensor& targets, 
 }
 
 EPL_LINKED void check_batch(const Tensor& inputs, const Tensor& targets, DeviceId device, int m, int ranks, bool uneven) {
+  EPL_CHECK(inputs.defined() && targets.defined(), "the batch's ", !inputs.defined() ? "inputs are" : "targets are",
+            " an undefined (empty) tensor: make them on this rank's device (device.empty, device.upload or loader.next)");
   const std::int64_t rows = detail::rows_of(inputs), n_targets = detail::rows_of(targets);
   EPL_CHECK(n_targets == rows, "batch has ", rows, " inputs but ", n_targets, " targets");
   check_batch_memory(inputs, targets, device);

@@ -6,6 +6,7 @@
 /// the only part of the CPU device that needs Eigen. cpu.hpp includes it, unless the program links
 /// epl::precompiled, which compiles it once (src/precompiled.cpp).
 #include <cstring>
+#include <limits>
 
 #include "epl/device/cpu/blas.hpp"
 #include "epl/device/cpu/nn_kernels.hpp"
@@ -45,6 +46,17 @@ void BasicCpu<Compute...>::cast(const Tensor& src, const Tensor& dst) const {
   EPL_CHECK(src.numel() == dst.numel(), "cast of ", src.shape(), " into ", dst.shape());
   visit_any(src.dtype(), [&]<class From>() {
     visit_any(dst.dtype(), [&]<class To>() {
+      if constexpr (std::is_integral_v<To> && !std::is_integral_v<From>) {
+        // a float that To cannot hold (NaN, infinite, out of range) has no conversion in C++: refused
+        const double lo = static_cast<double>(std::numeric_limits<To>::min()), hi = -lo;
+        const From* x = src.data<From>();
+        for (std::int64_t i = 0; i < src.numel(); ++i) {
+          const double v = epl::detail::cpu::convert<double>(x[i]);
+          EPL_CHECK(v >= lo && v < hi, "cast of ", name_of(src.dtype()), " ", src.shape(), " to ", name_of(dst.dtype()), ": element ", i,
+                    " is ", v, ", which ", name_of(dst.dtype()), " cannot hold; an integer tensor holds ids and counts: make them "
+                    "finite whole numbers in [", lo, ", ", hi, ") first");
+        }
+      }
       epl::detail::cpu::cast(src.data<From>(), dst.data<To>(), src.numel());
     });
   });
