@@ -23,7 +23,7 @@ class Embedding {
     EPL_CHECK(vocab > 0 && dim > 0, "Embedding(", vocab, ", ", dim, "): both sizes must be positive");
   }
   explicit Embedding(Options o) : Embedding(o.vocab, o.dim) {}
-  [[nodiscard]] Options options() const { return {weight.global_shape()[0], weight.shape[1]}; }
+  [[nodiscard]] Options options() const { return {weight.global_shape()[0], weight.global_shape()[1]}; }
   template <class V> void visit(V&& v) { v("weight", weight); }
 
   /// \brief Runs vocabulary-parallel as part `part` of a split group (before materialize): it
@@ -79,7 +79,7 @@ class PositionEmbedding {
     EPL_CHECK(max_len > 0 && dim > 0, "PositionEmbedding(", max_len, ", ", dim, "): both sizes must be positive");
   }
   explicit PositionEmbedding(Options o) : PositionEmbedding(o.max_len, o.dim) {}
-  [[nodiscard]] Options options() const { return {weight.shape[0], weight.shape[1]}; }
+  [[nodiscard]] Options options() const { return {weight.global_shape()[0], weight.global_shape()[1]}; }
   template <class V> void visit(V&& v) { v("weight", weight); }
   /// \brief Its input is part `part` of the sequence (split.sequence_parallel): positions
   /// [index t, (index + 1) t) of its part's t tokens; the table stays whole on every rank.

@@ -29,7 +29,7 @@ class LayerNorm {
     EPL_CHECK(eps > 0, "LayerNorm(", dim, ", eps ", eps, "): eps must be positive");
   }
   explicit LayerNorm(Options o) : LayerNorm(o.dim, o.eps) {}
-  [[nodiscard]] Options options() const { return {gamma.shape.rank() ? gamma.shape[0] : 0, eps_}; }
+  [[nodiscard]] Options options() const { return {gamma.shape.rank() ? gamma.global_shape()[0] : 0, eps_}; }
   template <class V> void visit(V&& v) {
     v("weight", gamma);
     v("bias", beta);
