@@ -29,7 +29,8 @@ TEST_CASE("shape: extents, rows, errors") {
   CHECK_THROWS_WITH_AS((void)Shape({big, 2}).with_back(big), doctest::Contains("has more than 2^56 elements"), Error);
   CHECK_THROWS_WITH_AS((void)Shape({2, big}).with_front(big), doctest::Contains("has more than 2^56 elements"), Error);
   CHECK_THROWS_WITH_AS((void)s.with_front(-1), doctest::Contains("negative extent -1"), Error);
-  CHECK(Shape({big, big, 0}).numel() == 0);  // no elements, however large the other extents
+  CHECK_THROWS_WITH_AS(Shape({big, big, 0}), doctest::Contains("has more than 2^56 elements"), Error);  // numel() would overflow on the way
+  CHECK(Shape({big, 0, 1024}).numel() == 0);
   CHECK(Shape({Shape::kMaxElements}).numel() == Shape::kMaxElements);
 }
 

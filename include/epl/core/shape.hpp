@@ -20,18 +20,14 @@ class Shape {
   Shape() = default;
   Shape(std::initializer_list<std::int64_t> dims) {
     EPL_CHECK(static_cast<int>(dims.size()) <= kMaxRank, "shape rank ", dims.size(), " exceeds ", kMaxRank);
-    for (auto d : dims) {
-      EPL_CHECK(d >= 0, "negative extent ", d, " in a shape");
-      dims_[rank_++] = d;
-    }
-    check_size();  // the whole shape's: a zero extent anywhere makes it empty
+    for (auto d : dims) push_back(d);
   }
 
   /// The most elements a shape may describe (2^56): its bytes then fit in 64 bits for every dtype,
   /// and numel() never overflows.
   static constexpr std::int64_t kMaxElements = std::int64_t{1} << 56;
 
-  /// Appends an extent; the extents so far must multiply to at most kMaxElements.
+  /// Appends an extent; the nonzero extents must multiply to at most kMaxElements.
   void push_back(std::int64_t d) {
     EPL_CHECK(rank_ < kMaxRank, "shape rank exceeds ", kMaxRank);
     EPL_CHECK(d >= 0, "negative extent ", d, " in a shape");
@@ -82,11 +78,12 @@ class Shape {
  private:
   // A product of extents past kMaxElements (most often a size that overflowed before it became
   // an extent, or {1 << 40, 1 << 40}) would wrap numel() to garbage, 0 included: refused, named.
+  // The nonzero extents' product is bounded, so that no partial product in numel() overflows.
   void check_size() const {
     std::int64_t n = 1;
     bool over = false;
-    for (int i = 0; i < rank_; ++i) over = over || __builtin_mul_overflow(n, dims_[i], &n) || n > kMaxElements;
-    for (int i = 0; i < rank_; ++i) over = over && dims_[i] != 0;  // a zero extent: no elements, however large the rest
+    for (int i = 0; i < rank_; ++i)
+      if (dims_[i] != 0) over = over || __builtin_mul_overflow(n, dims_[i], &n) || n > kMaxElements;
     EPL_CHECK(!over, "shape ", *this, " has more than 2^56 elements: an extent computed from a size that overflowed, or a size in "
               "the wrong unit; give sizes whose product fits");
   }
