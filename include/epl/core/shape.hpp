@@ -1,6 +1,7 @@
 #pragma once
 /// \file
 /// \brief Shape: up to kMaxRank extents, row-major, held inline (no allocation per tensor).
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <initializer_list>
@@ -30,9 +31,8 @@ class Shape {
   /// Appends an extent; the nonzero extents must multiply to at most kMaxElements.
   void push_back(std::int64_t d) {
     EPL_CHECK(rank_ < kMaxRank, "shape rank exceeds ", kMaxRank);
-    EPL_CHECK(d >= 0, "negative extent ", d, " in a shape");
-    dims_[rank_++] = d;
-    check_size();
+    replace(rank_, d);
+    ++rank_;
   }
   [[nodiscard]] int rank() const noexcept { return rank_; }
   [[nodiscard]] std::int64_t operator[](int i) const { return dims_[index(i)]; }
@@ -48,18 +48,13 @@ class Shape {
   /// \brief The same shape with its last extent replaced.
   [[nodiscard]] Shape with_back(std::int64_t d) const {
     Shape s = *this;
-    if (s.rank_ == 0) return s.push_back(d), s;
-    EPL_CHECK(d >= 0, "negative extent ", d, " in a shape");
-    s.dims_[s.rank_ - 1] = d;
-    s.check_size();
+    if (s.rank_ == 0) s.push_back(d); else s.replace(s.rank_ - 1, d);
     return s;
   }
   /// \brief The same shape with its first extent replaced.
   [[nodiscard]] Shape with_front(std::int64_t d) const {
     Shape s = *this;
-    EPL_CHECK(d >= 0, "negative extent ", d, " in a shape");
-    s[0] = d;
-    s.check_size();
+    s.replace(index(0), d);
     return s;
   }
 
@@ -79,13 +74,26 @@ class Shape {
   // A product of extents past kMaxElements (most often a size that overflowed before it became
   // an extent, or {1 << 40, 1 << 40}) would wrap numel() to garbage, 0 included: refused, named.
   // The nonzero extents' product is bounded, so that no partial product in numel() overflows.
-  void check_size() const {
+  // Extent i (at most rank_: one past the last appends) becomes d, checked as every extent is, and
+  // only then: a refused extent leaves the shape as it was. A product of extents past
+  // kMaxElements (most often a size that overflowed before it became an extent, or
+  // {1 << 40, 1 << 40}) would wrap numel() to garbage, 0 included. The nonzero extents' product is
+  // bounded, so that no partial product in numel() overflows.
+  void replace(int i, std::int64_t d) {
+    EPL_CHECK(d >= 0, "negative extent ", d, " in a shape");
+    const int rank = std::max(rank_, i + 1);
     std::int64_t n = 1;
     bool over = false;
-    for (int i = 0; i < rank_; ++i)
-      if (dims_[i] != 0) over = over || __builtin_mul_overflow(n, dims_[i], &n) || n > kMaxElements;
-    EPL_CHECK(!over, "shape ", *this, " has more than 2^56 elements: an extent computed from a size that overflowed, or a size in "
-              "the wrong unit; give sizes whose product fits");
+    for (int j = 0; j < rank; ++j)
+      if (const std::int64_t e = j == i ? d : dims_[j]; e != 0) over = over || __builtin_mul_overflow(n, e, &n) || n > kMaxElements;
+    if (over) {
+      Shape would = *this;
+      would.dims_[i] = d;
+      would.rank_ = rank;
+      EPL_FAIL("shape ", would, " has more than 2^56 elements: an extent computed from a size that overflowed, or a size in the "
+               "wrong unit; give sizes whose product fits");
+    }
+    dims_[i] = d;
   }
   int index(int i) const {
     if (i < 0) i += rank_;

@@ -57,17 +57,6 @@ template <class T>
 std::uint64_t hash_value(std::uint64_t h, const T& v) {
   return hash_bytes(h, &v, sizeof v);
 }
-// The fields of an options struct (an aggregate of numbers and booleans), hashed.
-template <class O>
-std::uint64_t hash_options(std::uint64_t h, const O& o) {
-  if constexpr (reflect::is_reflectable_v<O>) {
-    reflect::for_each_field_const(o, [&](const auto& f) {
-      using F = std::remove_cvref_t<decltype(f)>;
-      if constexpr (std::is_arithmetic_v<F>) h = hash_value(h, static_cast<double>(f));
-    });
-  }
-  return h;
-}
 }  // namespace detail
 
 /// \brief Facts about a model: its parameter count, its structure (every node's path and type,

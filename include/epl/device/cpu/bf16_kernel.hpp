@@ -55,10 +55,11 @@ inline constexpr bool kPackedAmx = false;
 inline constexpr double kBf16DotMargin = 1.25;
 
 // An instruction's peak is timed on 12 independent chains (enough to hide its latency) in
-// assembly: the same loop at every optimization level. The loop was C++ once, and at -O0 (a
-// check build's examples) its 12 accumulators lived in memory, so both loops measured a store's
-// forwarding latency, not the instructions: on an Intel Xeon whose VDPBF16PS runs at half FMA's
-// FLOP rate, -O0 measured 1.2-1.35x against the 1.25 margin, and each process chose either kernel
+// assembly: the same loop at every optimization level. The loop was C++ once, and wherever the
+// compiler kept its 12 accumulators in memory (-O0, as a check build's examples are compiled, and
+// a small program at -O2) both loops measured a store's forwarding latency, not the instructions:
+// on an Intel Xeon whose VDPBF16PS runs at half FMA's FLOP rate, that measured 1.2-1.35x against
+// the 1.25 margin, and each process chose either kernel
 // (a resumed AMP run printed another loss than the run it resumed; #39). The chains start at zero:
 // no denormal slows them. EPL_DETAIL_CHAIN is one link of chain n: op of registers 12 and 13 into n.
 #define EPL_DETAIL_CHAIN(op, reg, n) op " %%" reg "13, %%" reg "12, %%" reg #n "\n\t"
