@@ -93,14 +93,17 @@ int parts() {
   std::fprintf(stderr, "%-30s %9s %9s %9s %14s\n", "case (medians of 7)", "of peak", "pack B", "pack A", "kernels, peak");
   for (std::size_t i = 0; i < std::size(kCases); ++i) {
     const Case& k = kCases[i];
-    std::vector<float> a(static_cast<std::size_t>(k.m * k.k), 0.5f), b(static_cast<std::size_t>(k.k * k.n), 0.25f),
-        c(static_cast<std::size_t>(k.m * k.n));
+    // operands from the device's allocator, in the memory a training step's GEMMs get (huge pages)
+    epl::device::Cpu cpu(0, 1);
+    auto a = cpu.zeros({k.m, k.k}, epl::DType::kF32), b = cpu.zeros({k.k, k.n}, epl::DType::kF32), c = cpu.zeros({k.m, k.n}, epl::DType::kF32);
+    cpu.fill(a, 0.5);
+    cpu.fill(b, 0.25);
     std::vector<double> all, pb, pa, kern;
     const double flop = 2.0 * static_cast<double>(k.m * k.n * k.k) / 1e9;
     for (int r = 0; r < 7; ++r) {
       epl::detail::cpu::sgemm::Parts p;
-      epl::detail::cpu::sgemm::gemm<F32Format>(k.ta, k.tb, k.m, k.n, k.k, 1.f, a.data(), k.ta ? k.m : k.k, b.data(), k.tb ? k.k : k.n,
-                                              0.f, c.data(), k.n, &p);
+      epl::detail::cpu::sgemm::gemm<F32Format>(k.ta, k.tb, k.m, k.n, k.k, 1.f, a.data<float>(), k.ta ? k.m : k.k, b.data<float>(),
+                                              k.tb ? k.k : k.n, 0.f, c.data<float>(), k.n, &p);
       const double peak = peak_gflops(1, Peak::kFma), total = p.pack_b + p.pack_a + p.kernels;
       all.push_back(flop / total / peak);
       pb.push_back(p.pack_b / total);

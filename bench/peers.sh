@@ -6,7 +6,10 @@
 # without that package it falls to the reference BLAS (50 tokens/s, ~20x slower: a peer left slow
 # by a bad setting proves nothing), and OpenBLAS does not recognise these CPUs and otherwise picks
 # a ~3.5x slower kernel. PyPI's torch 2.x (MKL, oneDNN) lives in .venv-torch2, made here when
-# missing.
+# missing. Huge pages are left off for both: torch 2.15 with THP_MEM_ALLOC_ENABLE=1 (its allocator's
+# madvise for blocks of 2 MiB and more, what epl's does by default) or GLIBC_TUNABLES=glibc.malloc.hugetlb=1
+# measured 10-15% slower on gpt-mini (5 alternating runs each, Intel Xeon, 2026-11-28): it does not
+# cache host blocks, so each step faults fresh huge pages in.
 torch_peers() {
   local missing=()
   for p in python3-torch libopenblas0-openmp; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done

@@ -1,11 +1,14 @@
 #include <Eigen/Core>
 
 #include <bit>
+#include <cstdio>
+#include <fstream>
 #include <cmath>
 #include <limits>
 
 #include "../helpers.hpp"
 #include "epl/core/timeline.hpp"
+#include "epl/device/cpu/sgemm.hpp"
 
 using namespace epl;
 
@@ -74,6 +77,45 @@ TEST_CASE("memory: accounting per device and category, current and peak") {
   CHECK(memory_stats(dev.id()).reserved > 0);  // blocks stay cached for the next step
   host_allocator(31).release_cached();
   CHECK(memory_stats(dev.id()).reserved == 0);
+}
+
+// The smaps entry of the mapping that holds p: its field (e.g. "THPeligible:"), or "" if none.
+std::string smaps_field(const void* p, const std::string& field) {
+  std::ifstream in("/proc/self/smaps");
+  const auto at = reinterpret_cast<std::uintptr_t>(p);
+  bool inside = false;
+  for (std::string line; std::getline(in, line);) {
+    unsigned long lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2 && line.find(':') > line.find('-')) inside = lo <= at && at < hi;
+    else if (inside && line.rfind(field, 0) == 0) return line;
+  }
+  return "";
+}
+
+TEST_CASE("memory: a host block of 2 MiB or more starts on a huge page and asks for transparent huge pages") {
+  auto& pool = host_allocator(32);
+  void* small = pool.allocate(4096);
+  CHECK(reinterpret_cast<std::uintptr_t>(small) % 64 == 0);
+  const std::size_t bytes = 6 * detail::kHugePage + 4096;  // 3 whole huge pages and a 4 KiB tail
+  void* big = pool.allocate(bytes);
+  CHECK(reinterpret_cast<std::uintptr_t>(big) % detail::kHugePage == 0);
+  std::ifstream mode_file("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string mode;
+  std::getline(mode_file, mode);
+  if (mode.find("[madvise]") != std::string::npos) {  // Debian's default: only advised memory gets huge pages
+    CHECK(smaps_field(big, "THPeligible:").find('1') != std::string::npos);
+    CHECK(smaps_field(static_cast<char*>(big) + bytes - 1, "THPeligible:").find('0') != std::string::npos);  // not the tail
+    CHECK(smaps_field(small, "THPeligible:").find('0') != std::string::npos);
+  } else {
+    MESSAGE("transparent huge pages are " << mode << " here: only the alignment is checked");
+  }
+  // the workspace the packed GEMMs pack into comes from the same place
+  detail::cpu::sgemm::Workspace w;
+  const float* packed = detail::cpu::sgemm::Workspace::grow<float>(w.b, w.b_size, 2 * detail::kHugePage / 4);
+  CHECK(reinterpret_cast<std::uintptr_t>(packed) % detail::kHugePage == 0);
+  pool.deallocate(small, 4096);
+  pool.deallocate(big, bytes);
+  pool.release_cached();
 }
 
 TEST_CASE("dtype: casts through half and bfloat16 round to the nearest representable value") {

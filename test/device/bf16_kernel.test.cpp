@@ -21,7 +21,7 @@ void check_shapes(bool ta, bool tb, const test::Multiply& multiply = {}) {
   check_gemm<float>(ta, tb, 521, 70, 1601, 0.0, DType::kBF16, multiply);
   check_gemm<float>(ta, tb, 48, 50, 33, 2.0, DType::kBF16, multiply);
   check_gemm<float>(ta, tb, 64, 64, 96, 1.0, DType::kBF16, multiply, 1.0);  // whole blocks, alpha 1: C through the tiles
-  check_gemm<float>(ta, tb, 33, 1100, 40, 0.0, DType::kBF16, multiply, 1.0);
+  check_gemm<float>(ta, tb, 33, 2100, 40, 0.0, DType::kBF16, multiply, 1.0);  // past AMX's blocks of 1024 columns and AVX-512's of 2048
   check_gemm<float>(ta, tb, 1, 1, 1, 2.0, DType::kBF16, multiply);
 }
 

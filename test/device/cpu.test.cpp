@@ -58,6 +58,7 @@ TEST_CASE("gemm: f32 shapes that end inside every block of the packed kernel, be
         CAPTURE(tb);
         CAPTURE(beta);
         check_gemm<float>(ta, tb, 521, 70, 400, beta);
+        check_gemm<float>(ta, tb, 17, 4129, 29, beta);  // past two blocks of columns (AVX-512's 2048, AVX2's 4080)
         check_gemm<float>(ta, tb, 15, 33, 17, beta);
         check_gemm<float>(ta, tb, 1, 1, 1, beta);
       }

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "epl/core/error.hpp"
+#include "epl/core/linked.hpp"
 
 namespace epl {
 inline namespace v0 {
@@ -182,10 +183,20 @@ class CachingAllocator final : public Allocator {
 };
 
 namespace detail {
-/// Host memory, 64-byte aligned.
+/// Bytes of host memory at least kHugePage long start on a huge-page boundary.
+inline constexpr std::size_t kHugePage = std::size_t{2} << 20;
+/// Host bytes for tensors and kernel workspaces, released with std::free; nullptr if the system
+/// has none. 64-byte aligned. A block of kHugePage bytes or more starts on a kHugePage boundary,
+/// and its whole huge pages are marked for Linux's transparent huge pages (madvise
+/// MADV_HUGEPAGE; this is what Debian's default THP mode, `madvise`, waits for). A GEMM over
+/// operands in 4 KiB pages misses the TLB at every row of a tile: in a virtual machine each miss
+/// walks two page tables (bench_gemm, docs/benchmarks.md).
+EPL_LINKED void* host_bytes(std::size_t size) noexcept;
+
+/// Host memory, from host_bytes.
 struct HostMemory {
   static void* allocate(DeviceId d, std::size_t size) {
-    void* p = std::aligned_alloc(64, size);
+    void* p = host_bytes(size);
     EPL_CHECK(p != nullptr, "host allocation of ", size, " bytes failed on ", d.str(), "; reduce the batch or model size");
     return p;
   }
@@ -226,3 +237,8 @@ inline HostAllocator& offload_allocator(int index = 0) {
 
 }  // namespace v0
 }  // namespace epl
+
+// The bodies: in every program that includes this header, or once in epl::precompiled (core/linked.hpp).
+#if EPL_LINKED_BODIES
+#include "epl/core/memory.ipp"
+#endif

@@ -9,6 +9,9 @@
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
+#include <new>
+
+#include "epl/core/memory.hpp"
 
 namespace epl {
 inline namespace v0 {
@@ -18,8 +21,9 @@ namespace sgemm {
 /// Lanes every packed block has past its end, for a format's whole-vector stores (sgemm_avx2.hpp).
 inline constexpr std::int64_t kSlack = 16;
 
-/// Per-thread packing buffers, 64-byte aligned, grown on demand and reused. Every format packs
-/// 4-byte lanes (a float, or a pair of bf16), counted in `want` lanes.
+/// Per-thread packing buffers, grown on demand and reused, from detail::host_bytes (huge pages
+/// for a block of op(B)). Every format packs 4-byte lanes (a float, or a pair of bf16), counted
+/// in `want` lanes.
 struct Workspace {
   struct Free {
     void operator()(void* p) const noexcept { std::free(p); }
@@ -30,7 +34,8 @@ struct Workspace {
   static Lane* grow(std::unique_ptr<void, Free>& p, std::size_t& size, std::size_t want) {
     static_assert(sizeof(Lane) == 4);
     if (size < want) {
-      p.reset(std::aligned_alloc(64, (want * sizeof(Lane) + 63) / 64 * 64));
+      p.reset(epl::detail::host_bytes(want * sizeof(Lane)));
+      if (!p) throw std::bad_alloc();
       size = want;
     }
     return static_cast<Lane*>(p.get());

@@ -29,7 +29,8 @@ namespace detail::cpu {
 namespace sgemm {
 
 inline constexpr int kMR = 14, kNR = 32;
-inline constexpr std::int64_t kMC = 14 * 36, kNC = 4096;
+// kNC: a packed B block of 3 MiB at k 384; 4096 (6 MiB) measured 3-6% slower on the lm head (docs/benchmarks.md)
+inline constexpr std::int64_t kMC = 14 * 36, kNC = 2048;
 
 // Transposes the 16 x 16 block r (r[i] = row i) in registers, so that r[j] holds column j:
 // 32-bit then 64-bit interleaves within 128-bit lanes, then two rounds of lane shuffles.
