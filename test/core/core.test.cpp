@@ -118,6 +118,28 @@ TEST_CASE("memory: a host block of 2 MiB or more starts on a huge page and asks 
   pool.release_cached();
 }
 
+// A stranger's 5000 thread ranks each took a model's worth while it fitted, together exhausted the
+// machine, and the kernel killed the process without a word. A large block is weighed against the
+// memory left before it is taken, one at a time: past it, the error names the tensor and the memory.
+TEST_CASE("memory: a host block larger than the memory left is refused naming the tensor, not left to the kernel's OOM killer") {
+  const std::int64_t left = detail::available_host_bytes();
+  if (left < 0) {
+    MESSAGE("this machine shows neither /proc/meminfo nor a cgroup v2 limit: nothing to check");
+    return;
+  }
+  CHECK(left > detail::kHostReserve);  // the test itself runs
+  device::Cpu dev(33);
+  const std::int64_t rows = (left + (std::int64_t{1} << 30)) / 4 / 1024;  // 1 GiB more than is left
+  const std::string names = "a f32 [" + std::to_string(rows) + ", 1024] tensor of activations: host allocation of ";
+  CHECK_THROWS_WITH_AS(dev.empty({rows, 1024}, DType::kF32, MemoryCategory::kActivations), doctest::Contains(names.c_str()), Error);
+  CHECK_THROWS_WITH_AS(dev.empty({rows, 1024}, DType::kF32), doctest::Contains("MiB available); reduce the batch or the model, the thread "
+                                                                                   "ranks that share this memory"), Error);
+  CHECK(memory_stats(dev.id()).total_current == 0);  // nothing charged
+  // one that fits is taken, filled (in memory before the next is weighed) and usable
+  Tensor fits = dev.zeros({1024, 1024}, DType::kF32);
+  CHECK(fits.span<float>()[1024 * 1024 - 1] == 0.0f);
+}
+
 TEST_CASE("dtype: casts through half and bfloat16 round to the nearest representable value") {
   auto& d = test::cpu();
   Tensor x = test::tensor({4}, {1.0, -2.5, 3.14159265, 65504.0});

@@ -9,7 +9,10 @@
 #include "epl/comm/threads/run_threads.hpp"
 #include "epl/core/files.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <filesystem>
 #include <functional>
 #include <fcntl.h>
@@ -452,6 +455,33 @@ TEST_CASE("checkpoint: damaged, missing and foreign checkpoints are refused nami
     fs::resize_file(shard, fs::file_size(shard) - 10);
     const auto e = error_of(resume);
     CHECK(e.find("rank-00001.bin is truncated") != std::string::npos);
+  }
+  SUBCASE("a NaN weight, its checksums signed again (a run saved after it diverged, or a file written by hand)") {
+    // a stranger's such checkpoint loaded, and failed 3 steps later with "the loss is nan ... lower the learning rate"
+    std::ifstream in(manifest);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    in.close();
+    checkpoint::Manifest m = checkpoint::parse(text, manifest.string());
+    const auto piece = std::find_if(m.pieces.begin(), m.pieces.end(), [](const checkpoint::Piece& p) {
+      return p.file == "rank-00001.bin" && p.tensor.find('@') == std::string::npos && p.end - p.begin >= 3;
+    });
+    REQUIRE(piece != m.pieces.end());
+    std::vector<char> bytes(piece->bytes);
+    {
+      std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
+      f.seekg(static_cast<std::streamoff>(piece->offset));
+      f.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+      const float nan = std::numeric_limits<float>::quiet_NaN();
+      std::memcpy(bytes.data() + 8, &nan, 4);  // element 2 of the piece
+      f.seekp(static_cast<std::streamoff>(piece->offset));
+      f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    }
+    piece->crc = checkpoint::crc32c(bytes.data(), bytes.size());
+    std::ofstream(manifest, std::ios::trunc) << checkpoint::format(m);
+    const auto e = error_of(resume);
+    CHECK(e.find("checkpoint " + ck.string() + " holds nan at element ") != std::string::npos);
+    CHECK(e.find(" of " + piece->tensor + ": a NaN or infinite value, saved after training diverged or written by hand; resume from "
+                 "an earlier step's checkpoint") != std::string::npos);
   }
   SUBCASE("a missing shard") {
     fs::remove(shard);

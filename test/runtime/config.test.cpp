@@ -3,6 +3,13 @@
 
 #include "../helpers.hpp"
 #include "epl/comm/threads/run_threads.hpp"
+#include "epl/runtime/launch.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <iterator>
 
 using namespace epl;
 
@@ -152,6 +159,45 @@ TEST_CASE("unknown EPL_* variables are refused naming the nearest key; rank coun
   unsetenv("EPL_PIPELINE_NUM_MICRO_BATCH");
 }
 
+// What fn writes to stderr.
+template <class Fn>
+std::string stderr_of(Fn fn) {
+  std::fflush(stderr);
+  char path[] = "/tmp/epl-stderr-XXXXXX";
+  const int fd = ::mkstemp(path);
+  const int saved = ::dup(2);
+  ::dup2(fd, 2);
+  ::close(fd);
+  fn();
+  std::fflush(stderr);
+  ::dup2(saved, 2);
+  ::close(saved);
+  std::ifstream in(path);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ::unlink(path);
+  return text;
+}
+
+// A stranger's --ranks=-1 ran one rank silently, and --ranks=5000 started 5000 thread ranks until
+// the kernel killed the process for its memory, where EPL_NUM_RANKS=5000 was refused.
+TEST_CASE("launch: a rank or thread count out of range is refused before any rank starts") {
+  const Config cfg;
+  struct Bad { LaunchOptions opt; const char* says; };
+  for (const Bad& bad : {Bad{{.ranks = -1}, "LaunchOptions::ranks is -1; give a number of thread ranks from 1 to 4096, or 0"},
+                         Bad{{.ranks = 5000}, "LaunchOptions::ranks is 5000"},
+                         Bad{{.ranks = 2, .threads_per_rank = -3}, "LaunchOptions::threads_per_rank is -3"}}) {
+    CAPTURE(bad.says);
+    bool ran = false;
+    int status = 0;
+    const std::string printed = stderr_of([&] { status = launch(cfg, [&](Context&) { ran = true; }, bad.opt); });
+    CHECK(status == kLaunchFailed);
+    CHECK_FALSE(ran);
+    CHECK(printed.find(bad.says) != std::string::npos);
+  }
+  CHECK_THROWS_WITH_AS(comm::run_threads(4097, [](comm::ThreadCommunicator&) {}), doctest::Contains("the rank count 4097 must be from 1 to 4096"),
+                       Error);
+}
+
 TEST_CASE("an environment block given as data is read as the process environment is") {
   const char* env[] = {"PATH=/usr/bin", "EPL_ZERO_LEVEL=v1", "EPL_NUM_RANKS=2", nullptr};
   Config c;
@@ -200,6 +246,11 @@ TEST_CASE("program flags: typed values, spaces or '=', lists, booleans, --help")
   Config h = Config::parse(2, help, steps, data);
   CHECK(h.help_requested());
   CHECK(h.usage("prog").find("--steps (an integer, default 200)  steps to run") != std::string::npos);
+  // an unset policy key is not shown as if "" meant off (a stranger read it so): the program's compiled policy decides
+  CHECK(h.usage("prog").find("--zero.level=\"\" (unset)\n") != std::string::npos);
+  CHECK(h.usage("prog").find("take its compiled epl::Zero, epl::Offload and epl::Amp") != std::string::npos);
+  const char* help_v1[] = {"prog", "--help", "--zero.level=v1"};
+  CHECK(Config::parse(3, help_v1, steps, data).usage("prog").find("--zero.level=\"v1\"\n") != std::string::npos);
   const char* help_mode[] = {"prog", "-h"};
   CHECK(Config::parse(2, help_mode, mode).usage("prog").find("--mode (a string, default \"fast\", one of fast|slow)  how") != std::string::npos);
   const char* defaults[] = {"prog"};

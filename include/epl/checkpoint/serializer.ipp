@@ -36,6 +36,25 @@ inline void check_names(const std::map<const nn::Parameter*, std::string>& names
   }
 }
 
+namespace detail {
+// Names the first NaN or infinity in a tensor's bytes (f32 or f64; other dtypes hold no such value
+// a load must refuse): "<source> holds <v> at element <i> of <tensor>: <fix>". A NaN in a weight
+// would otherwise surface steps later, as a NaN loss blamed on the learning rate or the inputs.
+inline void check_finite(const std::vector<unsigned char>& bytes, DType dtype, const std::string& source, const std::string& tensor,
+                         const char* fix) {
+  auto scan = [&](auto zero) {  // not [&]<class T>(T): nvcc's host pass mangles a template lambda here
+    using T = decltype(zero);
+    for (std::size_t i = 0; i + sizeof(T) <= bytes.size(); i += sizeof(T)) {
+      T v;
+      std::memcpy(&v, bytes.data() + i, sizeof(T));
+      EPL_CHECK(std::isfinite(v), source, " holds ", v, " at element ", i / sizeof(T), " of ", tensor, ": ", fix);
+    }
+  };
+  if (dtype == DType::kF32) scan(0.0f);
+  else if (dtype == DType::kF64) scan(0.0);
+}
+}  // namespace detail
+
 template <class Unused>
 BasicSerializer<Unused>::BasicSerializer() = default;
 template <class Unused>
@@ -242,18 +261,8 @@ void BasicSerializer<Unused>::load_safetensors(const std::filesystem::path& file
     // every value finite before any is loaded: a NaN would otherwise surface steps later
     for (const auto& entry : s.names) {
       const std::string& name = entry.second;  // not a structured binding: clang 14's lambdas cannot capture one
-      const auto bytes = f->read(name);
-      auto finite = [&](auto zero) {  // not [&]<class T>(T): nvcc's host pass mangles a template lambda here
-        using T = decltype(zero);
-        for (std::size_t i = 0; i + sizeof(T) <= bytes.size(); i += sizeof(T)) {
-          T v;
-          std::memcpy(&v, bytes.data() + i, sizeof(T));
-          EPL_CHECK(std::isfinite(v), "safetensors file ", file, " holds ", v, " at element ", i / sizeof(T), " of ", name,
-                    ": a NaN or infinite weight; train from finite weights");
-        }
-      };
-      if (s.arena->dtype() == DType::kF32) finite(0.0f);
-      else if (s.arena->dtype() == DType::kF64) finite(0.0);
+      detail::check_finite(f->read(name), s.arena->dtype(), "safetensors file " + file.string(), name,
+                           "a NaN or infinite weight; train from finite weights");
     }
   });
   // every rank's file holds finite weights of this model: only now does any rank load them
@@ -437,10 +446,15 @@ void BasicSerializer<Unused>::verify(const Reader& reader, const std::string& wh
     const std::string& name = s.names.at(&p);
     for (int k = -1; k < slots; ++k) {
       const std::string tensor = k < 0 ? name : state_name(name, static_cast<std::size_t>(k));
-      if (reader.has(tensor) && read.insert(tensor).second) (void)reader.whole(tensor);  // restore() names one missing
+      if (reader.has(tensor) && read.insert(tensor).second)  // restore() names one missing
+        detail::check_finite(reader.whole(tensor), m.tensors.at(tensor).dtype, "checkpoint " + where, tensor,
+                             "a NaN or infinite value, saved after training diverged or written by hand; resume from an earlier step's "
+                             "checkpoint (move this one aside)");
     }
     for (const auto& kept : s.policy_state)
-      if (const std::string tensor = kept_name(name, kept.suffix); reader.has(tensor) && read.insert(tensor).second) (void)reader.whole(tensor);
+      if (const std::string tensor = kept_name(name, kept.suffix); reader.has(tensor) && read.insert(tensor).second)
+        detail::check_finite(reader.whole(tensor), m.tensors.at(tensor).dtype, "checkpoint " + where, tensor,
+                             "a NaN or infinite value; resume from an earlier step's checkpoint (move this one aside)");
   });
 }
 

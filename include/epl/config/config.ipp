@@ -108,9 +108,14 @@ EPL_LINKED std::string Config::usage(std::string_view program, std::string_view 
     out += "  --" + name + " (" + detail::type_str(e.key.default_value) + ", default " + detail::value_str(e.key.default_value) +
            limits + ")  " + std::string(e.key.help) + "\n";
   }
-  out += "EPL keys (--category.attribute=value or EPL_CATEGORY_ATTRIBUTE): docs/config.md; now:\n";
-  for (const auto& [name, e] : entries_)
-    if (!e.key.program) out += "  --" + name + "=" + detail::value_str(e.value) + "\n";
+  out += "EPL keys (--category.attribute=value or EPL_CATEGORY_ATTRIBUTE): docs/config.md; now (\"\" (unset): the program decides, "
+         "e.g. zero.level, offload.level and amp.level take its compiled epl::Zero, epl::Offload and epl::Amp):\n";
+  for (const auto& [name, e] : entries_) {
+    if (e.key.program) continue;
+    const auto* text = std::get_if<std::string>(&e.value);
+    const bool unset = text && text->empty() && std::find(e.key.choices.begin(), e.key.choices.end(), "") != e.key.choices.end();
+    out += "  --" + name + "=" + detail::value_str(e.value) + (unset ? " (unset)" : "") + "\n";
+  }
   return out;
 }
 

@@ -193,9 +193,26 @@ inline constexpr std::size_t kHugePage = std::size_t{2} << 20;
 /// walks two page tables (bench_gemm, docs/benchmarks.md).
 EPL_LINKED void* host_bytes(std::size_t size) noexcept;
 
-/// Host memory, from host_bytes.
+/// Bytes of memory this process may still fill: Linux's MemAvailable plus free swap
+/// (/proc/meminfo), and no more than its cgroup's limit less its usage (cgroup v2's memory.max
+/// and memory.current); -1 where neither can be read.
+EPL_LINKED std::int64_t available_host_bytes() noexcept;
+
+/// What a large host block must leave of the machine's memory (available_host_bytes): room for
+/// the small blocks, the stacks and the libraries.
+inline constexpr std::int64_t kHostReserve = std::int64_t{256} << 20;
+
+/// A large host block (kHugePage bytes or more) for `d`, taken and filled while no other thread
+/// takes one, and only if it leaves kHostReserve of the memory available. Thread ranks share one
+/// machine's memory: unchecked, each took what fitted when it looked, together they exhausted it,
+/// and the kernel killed the process without a message (a stranger's 5000 ranks). Filled at once,
+/// the block is in memory before the next one is weighed.
+EPL_LINKED void* large_host_block(DeviceId d, std::size_t size);
+
+/// Host memory, from host_bytes; a large block through large_host_block.
 struct HostMemory {
   static void* allocate(DeviceId d, std::size_t size) {
+    if (size >= kHugePage) return large_host_block(d, size);
     void* p = host_bytes(size);
     EPL_CHECK(p != nullptr, "host allocation of ", size, " bytes failed on ", d.str(), "; reduce the batch or model size");
     return p;

@@ -1,10 +1,15 @@
 #pragma once
 /// \file
-/// \brief The body of host_bytes (the header declares it): included by that header in a
-/// header-only program, or compiled once into epl::precompiled (core/linked.hpp).
+/// \brief The bodies of host_bytes, available_host_bytes and large_host_block (the header declares
+/// them): included by that header in a header-only program, or compiled once into
+/// epl::precompiled (core/linked.hpp).
 #include <sys/mman.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <mutex>
 
 #include "epl/core/memory.hpp"
 
@@ -21,6 +26,48 @@ EPL_LINKED void* host_bytes(std::size_t size) noexcept {
   // A system without THP (or with it off) refuses or ignores the advice; 4 KiB pages still work.
   if (huge) (void)madvise(p, size / kHugePage * kHugePage, MADV_HUGEPAGE);
 #endif
+  return p;
+}
+
+// The number after `key` in a /proc or /sys file of "key value" lines (or of one value, key ""), or -1.
+EPL_LINKED std::int64_t file_number(const char* path, const char* key) noexcept {
+  std::FILE* f = std::fopen(path, "r");
+  if (!f) return -1;
+  char line[256];
+  std::int64_t found = -1;
+  const std::size_t n = std::strlen(key);
+  while (found < 0 && std::fgets(line, sizeof line, f)) {
+    if (std::strncmp(line, key, n) != 0) continue;
+    char* end = nullptr;
+    const long long v = std::strtoll(line + n, &end, 10);
+    if (end != line + n) found = v;
+  }
+  std::fclose(f);
+  return found;
+}
+
+EPL_LINKED std::int64_t available_host_bytes() noexcept {
+  std::int64_t left = -1;
+  if (const std::int64_t avail = file_number("/proc/meminfo", "MemAvailable:"); avail >= 0)
+    left = (avail + std::max<std::int64_t>(0, file_number("/proc/meminfo", "SwapFree:"))) * 1024;
+  // cgroup v2: "max" (no limit) reads as no number
+  const std::int64_t limit = file_number("/sys/fs/cgroup/memory.max", ""), used = file_number("/sys/fs/cgroup/memory.current", "");
+  if (limit >= 0 && used >= 0) left = left < 0 ? std::max<std::int64_t>(0, limit - used) : std::min(left, std::max<std::int64_t>(0, limit - used));
+  return left;
+}
+
+EPL_LINKED void* large_host_block(DeviceId d, std::size_t size) {
+  static std::mutex one_at_a_time;
+  const std::lock_guard lock(one_at_a_time);
+  const std::int64_t left = available_host_bytes();
+  const auto mib = [](std::int64_t bytes) { return std::to_string(bytes >> 20) + " MiB"; };
+  EPL_CHECK(left < 0 || static_cast<std::int64_t>(size) + kHostReserve <= left, "host allocation of ", mib(static_cast<std::int64_t>(size)),
+            " on ", d.str(), " would leave less than ", mib(kHostReserve), " of this machine's memory (", mib(left),
+            " available); reduce the batch or the model, the thread ranks that share this memory, or each rank's state "
+            "(zero.level shards it, offload.level moves it to the host pool)");
+  void* p = host_bytes(size);
+  EPL_CHECK(p != nullptr, "host allocation of ", size, " bytes failed on ", d.str(), "; reduce the batch or model size");
+  std::memset(p, 0, size);
   return p;
 }
 

@@ -57,8 +57,7 @@ class Tensor {
  public:
   Tensor() = default;
   Tensor(Allocator& alloc, Shape shape, DType dtype, MemoryCategory category)
-      : storage_(std::make_shared<Storage>(alloc, bytes_for(shape, dtype), category)),
-        shape_(shape), dtype_(dtype) {}
+      : storage_(storage_for(alloc, shape, dtype, category)), shape_(shape), dtype_(dtype) {}
 
   /// \brief A tensor over `bytes` at p that it neither owns nor accounts for, on device d: it must
   /// not outlive the memory.
@@ -121,6 +120,14 @@ class Tensor {
   }
 
  private:
+  // A new tensor's storage; an allocation that fails names the tensor as well.
+  static std::shared_ptr<Storage> storage_for(Allocator& alloc, const Shape& shape, DType dtype, MemoryCategory category) {
+    try {
+      return std::make_shared<Storage>(alloc, bytes_for(shape, dtype), category);
+    } catch (const Error& e) {
+      EPL_FAIL("a ", name_of(dtype), " ", shape, " tensor of ", name_of(category), ": ", e.detail());
+    }
+  }
   static std::size_t bytes_for(const Shape& s, DType t) {
     return std::max<std::size_t>(1, static_cast<std::size_t>(s.numel()) * size_of(t));
   }

@@ -61,6 +61,10 @@ template <class Fn>
       fn(ctx);
     }));
   try {
+    EPL_CHECK(opt.ranks >= 0 && opt.ranks <= comm::kMaxThreadRanks, "launch: LaunchOptions::ranks is ", opt.ranks, "; give a number of "
+              "thread ranks from 1 to ", comm::kMaxThreadRanks, ", or 0 for EPL_NUM_RANKS (1 when unset)");
+    EPL_CHECK(opt.threads_per_rank >= 0, "launch: LaunchOptions::threads_per_rank is ", opt.threads_per_rank,
+              "; give OpenMP threads per rank (1 or more), or 0 for the cores divided among the ranks");
     const int ranks = opt.ranks > 0 ? opt.ranks : comm::rank_count_from_env(1);
     int threads = opt.threads_per_rank;
     if (threads <= 0) threads = std::max(1, epl::detail::cpu::threads() / ranks);

@@ -42,6 +42,10 @@ inline std::string describe(const std::exception_ptr& e) {
 }
 }  // namespace detail
 
+/// \brief The most thread ranks one process starts: each rank is a thread that holds its own copy
+/// of what it trains, and more than this is a mistake rather than a plan.
+inline constexpr int kMaxThreadRanks = 4096;
+
 /// \brief Runs fn(ThreadCommunicator&) on n thread ranks and joins them. If a rank throws, its
 /// error is printed at once (ThreadLaunchOptions::report), the others' pending and later
 /// operations fail within 20 ms, and the first failure is rethrown here. A rank whose fn returns
@@ -50,7 +54,7 @@ inline std::string describe(const std::exception_ptr& e) {
 /// process (status 2).
 template <class Fn>
 void run_threads(int n, Fn&& fn, ThreadLaunchOptions opt = {}) {
-  EPL_CHECK(n >= 1, "run_threads: the rank count ", n, " must be at least 1");
+  EPL_CHECK(n >= 1 && n <= kMaxThreadRanks, "run_threads: the rank count ", n, " must be from 1 to ", kMaxThreadRanks);
   auto abort = std::make_shared<detail::AbortFlag>();
   std::vector<int> ranks(static_cast<std::size_t>(n));
   for (int r = 0; r < n; ++r) ranks[r] = r;
@@ -113,8 +117,9 @@ inline int rank_count_from_env(int fallback = 1) {
   std::string_view text(s);
   int n = 0;
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
-  EPL_CHECK(!text.empty() && ec == std::errc{} && end == text.data() + text.size() && n >= 1 && n <= 4096, "EPL_NUM_RANKS=",
-            epl::detail::quoted(text), " is not a rank count; set a whole number from 1 to 4096 (digits only)");
+  EPL_CHECK(!text.empty() && ec == std::errc{} && end == text.data() + text.size() && n >= 1 && n <= kMaxThreadRanks,
+            "EPL_NUM_RANKS=", epl::detail::quoted(text), " is not a rank count; set a whole number from 1 to ", kMaxThreadRanks,
+            " (digits only)");
   return n;
 }
 
