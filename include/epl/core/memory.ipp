@@ -64,7 +64,7 @@ EPL_LINKED void* large_host_block(DeviceId d, std::size_t size) {
   EPL_CHECK(left < 0 || static_cast<std::int64_t>(size) + kHostReserve <= left, "host allocation of ", mib(static_cast<std::int64_t>(size)),
             " on ", d.str(), " would leave less than ", mib(kHostReserve), " of this machine's memory (", mib(left),
             " available); reduce the batch or the model, the thread ranks that share this memory, or each rank's state "
-            "(zero.level shards it, offload.level moves it to the host pool)");
+            "(zero.level shards it across the ranks)");
   void* p = host_bytes(size);
   EPL_CHECK(p != nullptr, "host allocation of ", size, " bytes failed on ", d.str(), "; reduce the batch or model size");
   std::memset(p, 0, size);
