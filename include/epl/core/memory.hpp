@@ -202,18 +202,18 @@ EPL_LINKED std::int64_t available_host_bytes() noexcept;
 /// the small blocks, the stacks and the libraries.
 inline constexpr std::int64_t kHostReserve = std::int64_t{256} << 20;
 
-/// A large host block (kHugePage bytes or more) for `d`, taken and filled while no other thread
-/// takes one, and only if it leaves kHostReserve of the memory available. Thread ranks share one
-/// machine's memory: unchecked, each took what fitted when it looked, together they exhausted it,
-/// and the kernel killed the process without a message (a stranger's 5000 ranks). Filled at once,
-/// the block is in memory before the next one is weighed.
+/// A large host block (kHugePage bytes or more) for `d`, from host_bytes (nullptr as it gives),
+/// taken and filled while no other thread takes one, and refused if it would not leave
+/// kHostReserve of the memory available. Thread ranks share one machine's memory: unchecked, each
+/// took what fitted when it looked, together they exhausted it, and the kernel killed the process
+/// without a message (a stranger's 5000 ranks). Filled at once, the block is in memory before the
+/// next one is weighed.
 EPL_LINKED void* large_host_block(DeviceId d, std::size_t size);
 
 /// Host memory, from host_bytes; a large block through large_host_block.
 struct HostMemory {
   static void* allocate(DeviceId d, std::size_t size) {
-    if (size >= kHugePage) return large_host_block(d, size);
-    void* p = host_bytes(size);
+    void* p = size >= kHugePage ? large_host_block(d, size) : host_bytes(size);
     EPL_CHECK(p != nullptr, "host allocation of ", size, " bytes failed on ", d.str(), "; reduce the batch or model size");
     return p;
   }

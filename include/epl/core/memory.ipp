@@ -66,8 +66,7 @@ EPL_LINKED void* large_host_block(DeviceId d, std::size_t size) {
             " available); reduce the batch or the model, the thread ranks that share this memory, or each rank's state "
             "(zero.level shards it across the ranks)");
   void* p = host_bytes(size);
-  EPL_CHECK(p != nullptr, "host allocation of ", size, " bytes failed on ", d.str(), "; reduce the batch or model size");
-  std::memset(p, 0, size);
+  if (p) std::memset(p, 0, size);
   return p;
 }
 
