@@ -46,12 +46,24 @@ case "$mode" in
       build/pyenv/bin/pip install --quiet --disable-pip-version-check safetensors
     fi
     python=-DEPL_TEST_PYTHON=$PWD/build/pyenv/bin/python3
-    cuda=OFF
+    cuda=OFF frontend=
     if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then cuda=ON; fi
     export PATH=/usr/local/cuda/bin:$PATH
+    if [ $cuda = ON ]; then
+      # the cuDNN frontend's C++ headers, which fused attention on the GPU is built with: NVIDIA
+      # ships them in PyPI's nvidia-cudnn-frontend wheel (Debian 12 has no package); only include/ is kept
+      fe=build/deps/cudnn-frontend
+      if [ ! -f $fe/include/cudnn_frontend.h ]; then
+        build/pyenv/bin/pip download --quiet --disable-pip-version-check --no-deps --only-binary=:all: -d build/deps nvidia-cudnn-frontend==1.32.0
+        build/pyenv/bin/python3 -c 'import sys, zipfile
+z = zipfile.ZipFile(sys.argv[1])
+z.extractall(sys.argv[2], [n for n in z.namelist() if n.startswith("include/")])' build/deps/nvidia_cudnn_frontend-1.32.0-*.whl $fe
+      fi
+      frontend=-DCUDNN_FRONTEND_ROOT=$PWD/$fe
+    fi
     # g++ 12 (with the CUDA backend when nvcc is there), then clang 14: a header-only library is
     # compiled by its users' compilers, so the whole tree must build and pass with both.
-    cmake --preset ci -DEPL_ENABLE_CUDA=$cuda -DEPL_ENABLE_NCCL=$cuda "$python"
+    cmake --preset ci -DEPL_ENABLE_CUDA=$cuda -DEPL_ENABLE_NCCL=$cuda "$python" $frontend
     timed cmake --build --preset ci
     timed ctest --preset ci
     cmake --preset ci-clang "$python"

@@ -70,11 +70,46 @@ TEST_CASE("cuda gemm under AMP rounds the operands as the CPU does (bf16, f16), 
         cpu.gemm(a, ta, b, tb, c, 1.0, 0.5, low);
         CHECK(max_diff(to_host(g, dc), c) < 1e-5);
       }
+  // rows of n = 65537 (padded to 65544): the product is computed 1024 rows at a time into a padded
+  // buffer and copied back, here in two blocks, c read (beta) and written in each
+  for (bool ta : {false, true}) {
+    CAPTURE(ta);
+    const std::int64_t m = 1030, n = 65537, k = 13;
+    Tensor a = host_random(ta ? Shape{k, m} : Shape{m, k}, 6), b = host_random({n, k}, 7), c = host_random({m, n}, 8);
+    Tensor dc = to_gpu(g, c);
+    g.gemm(to_gpu(g, a), ta, to_gpu(g, b), true, dc, 0.5, 2.0, DType::kBF16);
+    cpu.gemm(a, ta, b, true, c, 0.5, 2.0, DType::kBF16);
+    CHECK(max_diff(to_host(g, dc), c) < 1e-5);
+  }
   Tensor a = host_random({3, 40, 64}, 4), b = host_random({3, 40, 64}, 5), c = cpu.zeros({3, 40, 40}, DType::kF32);
   Tensor dc = g.zeros({3, 40, 40}, DType::kF32);
   g.gemm_batched(to_gpu(g, a), false, to_gpu(g, b), true, dc, 0.125, 0.0, DType::kBF16);
   cpu.gemm_batched(a, false, b, true, c, 0.125, 0.0, DType::kBF16);
   CHECK(max_diff(to_host(g, dc), c) < 1e-5);
+}
+TEST_CASE("cuda gemm_bias: the bias added by the GEMM's epilogue equals gemm then add_row_vector on the CPU") {
+  device::Cuda g;
+  struct Case {
+    std::int64_t m, n, k;
+  };
+  // n a multiple of 8 (the epilogue on c itself), odd n (on the padded rows, bias padded with
+  // zeros), and rows of n past the padded buffer (two blocks)
+  for (Case s : {Case{64, 96, 40}, Case{33, 77, 45}, Case{1030, 65537, 13}})
+    for (DType low : {DType::kBF16, DType::kF16, DType::kF32}) {
+      CAPTURE(s.n);
+      CAPTURE(name_of(low));
+      Tensor x = host_random({s.m, s.k}, 11), w = host_random({s.n, s.k}, 12), bias = host_random({s.n}, 13), c = cpu.zeros({s.m, s.n}, DType::kF32);
+      Tensor dc = g.empty({s.m, s.n}, DType::kF32);
+      g.fill(dc, std::nan(""));
+      g.gemm_bias(to_gpu(g, x), false, to_gpu(g, w), true, dc, to_gpu(g, bias), low);
+      cpu.gemm(x, false, w, true, c, 1.0, 0.0, low);
+      cpu.add_row_vector(c, bias);
+      CHECK(max_diff(to_host(g, dc), c) < (low == DType::kF32 ? 1e-4 : 1e-5));
+    }
+  device::Cuda h;
+  CHECK_THROWS_WITH_AS(h.gemm_bias(h.zeros({4, 8}, DType::kF32), false, h.zeros({16, 8}, DType::kF32), true, h.empty({4, 16}, DType::kF32),
+                                   h.zeros({15}, DType::kF32), DType::kBF16),
+                       doctest::Contains("gemm_bias: bias [15]"), Error);
 }
 TEST_CASE("cuda gemm_batched equals the CPU") {
   device::Cuda g;
@@ -244,6 +279,122 @@ TEST_CASE("cuda causal and row softmax, forward and backward, equal the CPU") {
     CHECK(on_both(g, {host_random({11, t}, 3), host_zeros({11, t}), host_random({11, t}, 4), host_zeros({11, t})}, {1, 3}, rows) < 1e-6);
   }
 }
+#if EPL_CUDNN_FRONTEND
+namespace {
+// Causal attention in double on the host, per (batch, head): o, each row's log-sum-exp, and the
+// gradients of <o, dout> with respect to q, k and v, all read from and written to the token-major
+// layouts of device::Cuda::attention_causal ([b, t, 3 w] for q | k | v, [b, t, w] for o).
+struct AttentionRef {
+  std::vector<double> o, lse, dqkv;
+};
+AttentionRef attention_ref(const std::vector<double>& qkv, const std::vector<double>& dout, std::int64_t b, std::int64_t t,
+                           std::int64_t heads, std::int64_t hd, double scale) {
+  const std::int64_t w = heads * hd;
+  AttentionRef r{std::vector<double>(static_cast<std::size_t>(b * t * w)), std::vector<double>(static_cast<std::size_t>(b * heads * t)),
+                 std::vector<double>(qkv.size())};
+  auto at = [&](std::int64_t n, std::int64_t i, std::int64_t part, std::int64_t h) { return static_cast<std::size_t>((n * t + i) * 3 * w + part * w + h * hd); };
+  std::vector<double> p(static_cast<std::size_t>(t * t)), dp(static_cast<std::size_t>(t * t));
+  for (std::int64_t n = 0; n < b; ++n)
+    for (std::int64_t h = 0; h < heads; ++h) {
+      for (std::int64_t i = 0; i < t; ++i) {
+        double m = -1e300, sum = 0;
+        for (std::int64_t j = 0; j <= i; ++j) {
+          double s = 0;
+          for (std::int64_t e = 0; e < hd; ++e) s += qkv[at(n, i, 0, h) + e] * qkv[at(n, j, 1, h) + e];
+          p[i * t + j] = s * scale;
+          m = std::max(m, s * scale);
+        }
+        for (std::int64_t j = 0; j <= i; ++j) sum += (p[i * t + j] = std::exp(p[i * t + j] - m));
+        r.lse[static_cast<std::size_t>((n * heads + h) * t + i)] = m + std::log(sum);
+        for (std::int64_t e = 0; e < hd; ++e) {
+          double acc = 0;
+          for (std::int64_t j = 0; j <= i; ++j) acc += (p[i * t + j] / sum) * qkv[at(n, j, 2, h) + e];
+          r.o[static_cast<std::size_t>((n * t + i) * w + h * hd + e)] = acc;
+        }
+        for (std::int64_t j = 0; j <= i; ++j) p[i * t + j] /= sum;
+      }
+      for (std::int64_t i = 0; i < t; ++i) {  // dP = dO V^T, dS = P (dP - rowsum(P dP))
+        double rowsum = 0;
+        for (std::int64_t j = 0; j <= i; ++j) {
+          double s = 0;
+          for (std::int64_t e = 0; e < hd; ++e) s += dout[static_cast<std::size_t>((n * t + i) * w + h * hd + e)] * qkv[at(n, j, 2, h) + e];
+          dp[i * t + j] = s;
+          rowsum += s * p[i * t + j];
+        }
+        for (std::int64_t j = 0; j <= i; ++j) dp[i * t + j] = p[i * t + j] * (dp[i * t + j] - rowsum) * scale;
+      }
+      for (std::int64_t i = 0; i < t; ++i)
+        for (std::int64_t j = 0; j <= i; ++j)
+          for (std::int64_t e = 0; e < hd; ++e) {
+            r.dqkv[at(n, i, 0, h) + e] += dp[i * t + j] * qkv[at(n, j, 1, h) + e];                                   // dQ = dS K
+            r.dqkv[at(n, j, 1, h) + e] += dp[i * t + j] * qkv[at(n, i, 0, h) + e];                                   // dK = dS^T Q
+            r.dqkv[at(n, j, 2, h) + e] += p[i * t + j] * dout[static_cast<std::size_t>((n * t + i) * w + h * hd + e)];  // dV = P^T dO
+          }
+    }
+  return r;
+}
+std::vector<double> doubles(const Tensor& x) {
+  Tensor y = cpu.empty(x.shape(), DType::kF64);
+  cpu.cast(x, y);
+  return {y.span<double>().begin(), y.span<double>().end()};
+}
+double rel_norm(const std::vector<double>& a, const std::vector<double>& ref) {
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    num += (a[i] - ref[i]) * (a[i] - ref[i]);
+    den += ref[i] * ref[i];
+  }
+  return std::sqrt(num / den);
+}
+}  // namespace
+
+TEST_CASE("cuda fused attention (cuDNN SDPA), forward and backward, equals causal attention in double on the same half inputs") {
+  device::Cuda g;
+  struct Case {
+    std::int64_t b, t, heads, hd;
+  };
+  for (DType half : {DType::kBF16, DType::kF16})
+    for (Case c : {Case{2, 40, 2, 24}, Case{2, 257, 4, 64}, Case{1, 128, 2, 128}}) {
+      CAPTURE(name_of(half));
+      CAPTURE(c.t);
+      CAPTURE(c.hd);
+      const std::int64_t w = c.heads * c.hd;
+      const double scale = 1 / std::sqrt(static_cast<double>(c.hd));
+      // the inputs in the half type (as the layer rounds them), and the reference on exactly those values
+      Tensor qkv = cpu.empty({c.b, c.t, 3 * w}, half), dout = cpu.empty({c.b, c.t, w}, half);
+      cpu.cast(host_random(qkv.shape(), 31), qkv);
+      cpu.cast(host_random(dout.shape(), 32), dout);
+      const AttentionRef ref = attention_ref(doubles(qkv), doubles(dout), c.b, c.t, c.heads, c.hd, scale);
+      Tensor dqkv = to_gpu(g, qkv), o = g.empty({c.b, c.t, w}, half), stats = g.empty({c.b, c.heads, c.t}, DType::kF32);
+      Tensor dq = g.empty(qkv.shape(), half);
+      g.fill(o, std::nan(""));  // every element must be written
+      g.fill(dq, std::nan(""));
+      REQUIRE(g.attention_causal(dqkv, o, stats, c.heads, scale));  // cuDNN ran it: nothing fell back
+      REQUIRE(g.attention_causal_backward(dqkv, o, stats, to_gpu(g, dout), dq, c.heads, scale));
+      const double eo = rel_norm(doubles(to_host(g, o)), ref.o), el = rel_norm(doubles(to_host(g, stats)), ref.lse),
+                   ed = rel_norm(doubles(to_host(g, dq)), ref.dqkv);
+      MESSAGE(name_of(half), " b ", c.b, " t ", c.t, " heads ", c.heads, " of ", c.hd, ": |o - ref| / |ref| ", eo, ", log-sum-exp ", el,
+              ", d(q, k, v) ", ed);
+      // the probabilities are rounded to the half type before they multiply v (as the unfused
+      // path rounds them for its GEMM): bf16 keeps 8 bits, f16 11
+      const double tol = half == DType::kBF16 ? 1e-2 : 2e-3;
+      CHECK(eo < tol);
+      CHECK(el < 1e-5);
+      CHECK(ed < 2 * tol);
+    }
+}
+TEST_CASE("cuda fused attention: a head size cuDNN cannot stride runs unfused; wrong dtypes and shapes are errors naming them") {
+  device::Cuda g;
+  Tensor qkv = g.zeros({2, 16, 3 * 24}, DType::kBF16), o = g.empty({2, 16, 24}, DType::kBF16), stats = g.empty({2, 2, 16}, DType::kF32);
+  CHECK_FALSE(g.attention_causal(g.zeros({2, 16, 3 * 12}, DType::kBF16), g.empty({2, 16, 12}, DType::kBF16), stats, 2, 0.3));  // heads of 6
+  CHECK_THROWS_WITH_AS((void)g.attention_causal(g.zeros({2, 16, 72}, DType::kF32), g.empty({2, 16, 24}, DType::kF32), stats, 2, 0.3),
+                       doctest::Contains("must both be bf16 or f16"), Error);
+  CHECK_THROWS_WITH_AS((void)g.attention_causal(qkv, g.empty({2, 16, 25}, DType::kBF16), stats, 2, 0.3), doctest::Contains("[b, t, 3 width]"),
+                       Error);
+  CHECK_THROWS_WITH_AS((void)g.attention_causal(qkv, o, g.empty({2, 16}, DType::kF32), 2, 0.3), doctest::Contains("must be f32 [b, heads, t]"),
+                       Error);
+}
+#endif
 TEST_CASE("cuda embedding, its backward over repeated ids and a vocabulary part, equal the CPU for i32 and i64 ids") {
   device::Cuda g;
   for (DType it : {DType::kI32, DType::kI64}) {

@@ -344,6 +344,47 @@ TEST_CASE("kernel bodies: the backward bodies equal finite differences of the fo
     return dl;
   }) < 1e-7);
 }
+TEST_CASE("cuBLAS argument mapping, padded for the aligned kernels: zero-padded copies of k and n give the same product") {
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      CAPTURE(ta);
+      CAPTURE(tb);
+      const std::int64_t m = 5, n = 11, kk = 3;
+      const device::PaddedGemm pg = device::padded_gemm(ta, tb, m, n, kk);
+      CHECK(pg.n == 16);
+      CHECK(pg.k == 8);
+      CHECK(pg.a_cols % 8 == 0);
+      CHECK(pg.b_cols % 8 == 0);
+      const Tensor a = rnd(ta ? Shape{kk, m} : Shape{m, kk}, 1), b = rnd(tb ? Shape{n, kk} : Shape{kk, n}, 2);
+      Tensor c = zeros({m, n});
+      cpu.gemm(a, ta, b, tb, c);
+      // the copies: each operand's storage with zeros to the right and below, as device::Cuda makes them
+      auto padded = [](const Tensor& x, std::int64_t rows, std::int64_t cols) {
+        Tensor y = zeros({rows, cols});
+        for (std::int64_t r = 0; r < x.dim(0); ++r)
+          for (std::int64_t j = 0; j < x.dim(1); ++j) y.span<float>()[r * cols + j] = x.span<float>()[r * x.dim(1) + j];
+        return y;
+      };
+      const Tensor pa = padded(a, pg.a_rows, pg.a_cols), pb = padded(b, pg.b_rows, pg.b_cols);
+      const device::ColumnMajorGemm g = device::column_major_gemm(ta, tb, m, pg.n, pg.k);
+      CHECK(g.ld_first == pg.b_cols);
+      Tensor out = zeros({m, pg.n});
+      for (std::int64_t i = 0; i < g.rows; ++i)
+        for (std::int64_t j = 0; j < g.cols; ++j) {
+          double s = 0;
+          for (std::int64_t l = 0; l < g.inner; ++l) {
+            const float x = g.trans_first ? p<float>(pb)[l + i * pg.b_cols] : p<float>(pb)[i + l * pg.b_cols];
+            const float y = g.trans_second ? p<float>(pa)[j + l * pg.a_cols] : p<float>(pa)[l + j * pg.a_cols];
+            s += static_cast<double>(x) * y;
+          }
+          out.span<float>()[i + j * g.ldc] = static_cast<float>(s);
+        }
+      Tensor back = zeros({m, n});  // the rows of n_pad copied into c's rows of n
+      for (std::int64_t i = 0; i < m; ++i)
+        for (std::int64_t j = 0; j < n; ++j) back.span<float>()[i * n + j] = out.span<float>()[i * pg.n + j];
+      CHECK(diff(back, c) < 1e-6);
+    }
+}
 TEST_CASE("cuBLAS argument mapping: the column-major call it describes computes the row-major GEMM") {
   for (bool ta : {false, true})
     for (bool tb : {false, true}) {

@@ -26,6 +26,24 @@ constexpr ColumnMajorGemm column_major_gemm(bool ta, bool tb, std::int64_t m, st
   return {true, tb, ta, n, m, k, tb ? k : n, ta ? m : k, n};
 }
 
+/// \brief A GEMM padded for the tensor cores' aligned kernels (AMP on a GPU). cuBLAS runs a
+/// product whose k or whose output rows' length n is not a multiple of 8 half elements on its
+/// slowest kernels (`align1`: GPT-2's vocabulary of 50257 made its LM head 5x slower). So k and n
+/// are rounded up to `to`: the operands' copies (made anyway, to round them to the half type) are
+/// stored padded with zeros, which add nothing to any product, and the output is computed into a
+/// buffer with rows of n_pad and copied back. A copy keeps its storage's orientation: A is
+/// a_rows x a_cols (m x k_pad, or k_pad x m_pad when ta), B is b_rows x b_cols (k_pad x n_pad, or
+/// n_pad x k_pad when tb); their row lengths are the leading dimensions.
+struct PaddedGemm {
+  std::int64_t n, k;  ///< padded
+  std::int64_t a_rows, a_cols, b_rows, b_cols;
+};
+constexpr PaddedGemm padded_gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t to = 8) {
+  const auto up = [to](std::int64_t x) { return (x + to - 1) / to * to; };
+  const std::int64_t np = up(n), kp = up(k);
+  return {np, kp, ta ? kp : m, ta ? up(m) : kp, tb ? np : kp, tb ? kp : np};
+}
+
 }  // namespace device
 }  // namespace v0
 }  // namespace epl

@@ -58,6 +58,21 @@ class CausalSelfAttention {
     Tensor h = nn::forward(qkv, ctx, x);
     // this rank's heads: all of them, or its part's inside a split group
     const auto b = h.dim(0), t = h.dim(1), hd = dim_ / heads_, heads = heads_ / part_.parts, dim = dim_ / part_.parts;
+    if constexpr (fused_device<std::remove_cvref_t<decltype(d)>>) {
+      // under AMP, on a device with fused attention: q, k and v rounded to the matmul type once,
+      // as the unfused path rounds them for its GEMMs, and nothing of size t x t stored
+      if (is_half(ctx.matmul())) {
+        Tensor hh = ctx.empty(h.shape(), ctx.matmul()), oh = ctx.empty({b, t, dim}, ctx.matmul());
+        Tensor stats = ctx.empty({b, heads, t}, DType::kF32);
+        d.cast(h, hh);
+        if (d.attention_causal(hh, oh, stats, heads, scale())) {
+          Tensor merged = ctx.empty({b, t, dim}, x.dtype());
+          d.cast(oh, merged);
+          ctx.save(this, {hh, oh, stats}, kFused);
+          return nn::forward(proj, ctx, merged);
+        }
+      }
+    }
     Tensor q = ctx.empty({b, heads, t, hd}, x.dtype()), k = ctx.empty_like(q), v = ctx.empty_like(q);
     d.permute_heads(h, q, 0, true);
     d.permute_heads(h, k, dim, true);
@@ -79,8 +94,19 @@ class CausalSelfAttention {
   Tensor backward(Ctx& ctx, const Tensor& dy) {
     Tensor dmerged = nn::backward(proj, ctx, dy);  // [b, t, dim]
     Saved s = ctx.restore(this);
-    const Tensor &q = s[0], &k = s[1], &v = s[2], &p = s[3];
     const auto& d = ctx.device();
+    if constexpr (fused_device<std::remove_cvref_t<decltype(d)>>) {
+      if (s.aux == kFused) {
+        const Tensor &hh = s[0], &oh = s[1], &stats = s[2];
+        Tensor dout = ctx.empty(oh.shape(), oh.dtype()), dhh = ctx.empty_like(hh), dh = ctx.empty(hh.shape(), dmerged.dtype());
+        d.cast(dmerged, dout);  // rounded as the unfused path rounds it for its GEMMs
+        EPL_CHECK(d.attention_causal_backward(hh, oh, stats, dout, dhh, stats.dim(1), scale()),
+                  "CausalSelfAttention: the fused attention's backward declined a shape its forward ran");
+        d.cast(dhh, dh);
+        return nn::backward(qkv, ctx, dh);
+      }
+    }
+    const Tensor &q = s[0], &k = s[1], &v = s[2], &p = s[3];
     const auto b = q.dim(0), t = q.dim(2), hd = q.dim(3), heads = q.dim(1), dim = heads * hd;
     const Shape batched{b * heads, t, hd};
     Tensor dout = ctx.empty(q.shape(), q.dtype());
@@ -103,6 +129,14 @@ class CausalSelfAttention {
 
  private:
   [[nodiscard]] double scale() const { return 1.0 / std::sqrt(static_cast<double>(dim_ / heads_)); }
+  // A device with fused causal attention (device::Cuda built with cuDNN's frontend).
+  template <class D>
+  static constexpr bool fused_device = requires(const D& d, const Tensor& t) {
+    { d.attention_causal(t, t, t, std::int64_t{1}, 1.0) } -> std::same_as<bool>;
+    { d.attention_causal_backward(t, t, t, t, t, std::int64_t{1}, 1.0) } -> std::same_as<bool>;
+  };
+  static bool is_half(DType t) { return t == DType::kBF16 || t == DType::kF16; }
+  static constexpr std::uint64_t kFused = 1;  // Saved::aux of the fused path
   std::int64_t dim_ = 0, heads_ = 1;
   SplitPart part_;
 };

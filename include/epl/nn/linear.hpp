@@ -98,10 +98,19 @@ class Linear {
     // the whole input from the sequence parts, kept for backward (no second gather there)
     const Tensor x = seq_in_ ? sequence_gather(ctx, x_in, part_, "a column-parallel Linear") : x_in;
     Tensor y = ctx.empty(x.shape().with_back(local_out()), x.dtype());
-    d.gemm(x, false, weight.value, true, y, 1, 0, ctx.matmul());  // [rows, in] x [in, out]
+    using Dev = std::remove_cvref_t<decltype(d)>;
+    // the bias added by the GEMM itself where the device can (device::Cuda's epilogue), unless it
+    // must come after a row-parallel layer's sum
+    const bool bias_in_gemm = gemm_adds_bias<Dev> && opt_.bias && mode_ != Parallel::kRow;
+    if constexpr (gemm_adds_bias<Dev>) {
+      if (bias_in_gemm) d.gemm_bias(x, false, weight.value, true, y, bias.value, ctx.matmul());
+      else d.gemm(x, false, weight.value, true, y, 1, 0, ctx.matmul());
+    } else {
+      d.gemm(x, false, weight.value, true, y, 1, 0, ctx.matmul());  // [rows, in] x [in, out]
+    }
     if (mode_ == Parallel::kRow && seq_out_) y = sequence_reduce_scatter(ctx, y, part_, "a row-parallel Linear");  // this part of the sum
     else if (mode_ == Parallel::kRow) tensor_all_reduce(ctx, y, "a row-parallel Linear");  // the partial products' sum
-    if (opt_.bias) d.add_row_vector(y, bias.value);
+    if (opt_.bias && !bias_in_gemm) d.add_row_vector(y, bias.value);
     ctx.save(this, {x});
     return gather_ ? gather_columns(ctx, y) : y;
   }
@@ -126,6 +135,9 @@ class Linear {
   }
 
  private:
+  // A device whose GEMM can add a bias (c = op(a) op(b) + bias in one pass).
+  template <class D>
+  static constexpr bool gemm_adds_bias = requires(const D& d, const Tensor& t) { d.gemm_bias(t, false, t, true, t, t, DType::kF32); };
   // [..., out / N] parts -> [..., out] on every rank: all_gather gives [N, rows, out / N]
   template <class Ctx>
   Tensor gather_columns(Ctx& ctx, const Tensor& part) const {

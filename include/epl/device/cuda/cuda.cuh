@@ -8,9 +8,12 @@
 /// Bad ids and targets cannot be checked on the host before a kernel (they live on the GPU): the
 /// kernel reports the first one into mapped host memory, and the next synchronize() or
 /// download() throws the epl::Error naming it.
+#include <cublasLt.h>
+
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "epl/core/tensor.hpp"
@@ -21,6 +24,9 @@
 #include "epl/device/functors.hpp"
 #include "epl/device/cuda/kernels.cuh"
 #include "epl/device/lane.hpp"
+#if EPL_CUDNN_FRONTEND
+#include "epl/device/cuda/attention.cuh"
+#endif
 
 namespace epl {
 inline namespace v0 {
@@ -143,6 +149,79 @@ class CudaLane final : public Lane {
   CudaAllocator* alloc_;
   cudaStream_t stream_ = nullptr;
 };
+
+/// The key of a cuBLASLt plan: the column-major call's transposes, extents and leading dimensions.
+struct LtKey {
+  bool trans_first, trans_second;
+  std::int64_t rows, cols, inner, ld_first, ld_second, ldc;
+  cudaDataType half;
+  auto operator<=>(const LtKey&) const = default;
+};
+/// A cuBLASLt matmul with the bias epilogue for one key: descriptors and the heuristic's algorithm.
+struct LtPlan {
+  bool ok = false;
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t first = nullptr, second = nullptr, d = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+};
+/// One device's cuBLASLt handle, plans and workspace.
+class LtPlans {
+ public:
+  static constexpr std::size_t kWorkspace = std::size_t{32} << 20;
+  LtPlans() { EPL_CUBLAS_CHECK(cublasLtCreate(&handle)); }
+  ~LtPlans() {
+    for (auto& [k, p] : plans_) {
+      if (p.desc) cublasLtMatmulDescDestroy(p.desc);
+      for (auto* l : {p.first, p.second, p.d})
+        if (l) cublasLtMatrixLayoutDestroy(l);
+    }
+    if (handle) cublasLtDestroy(handle);
+  }
+  LtPlans(const LtPlans&) = delete;
+  LtPlans& operator=(const LtPlans&) = delete;
+
+  LtPlan& plan(const LtKey& k) {
+    std::lock_guard lock(mutex_);
+    auto [it, fresh] = plans_.try_emplace(k);
+    if (!fresh) return it->second;
+    LtPlan& p = it->second;
+    const cublasOperation_t ta = k.trans_first ? CUBLAS_OP_T : CUBLAS_OP_N, tb = k.trans_second ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    EPL_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    EPL_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+    EPL_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+    EPL_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+    // the operands as stored (column-major): op(first) is rows x inner, op(second) inner x cols
+    EPL_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.first, k.half, static_cast<std::uint64_t>(k.trans_first ? k.inner : k.rows),
+                                                static_cast<std::uint64_t>(k.trans_first ? k.rows : k.inner), k.ld_first));
+    EPL_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.second, k.half, static_cast<std::uint64_t>(k.trans_second ? k.cols : k.inner),
+                                                static_cast<std::uint64_t>(k.trans_second ? k.inner : k.cols), k.ld_second));
+    EPL_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.d, CUDA_R_32F, static_cast<std::uint64_t>(k.rows), static_cast<std::uint64_t>(k.cols), k.ldc));
+    cublasLtMatmulPreference_t pref = nullptr;
+    EPL_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    const std::size_t ws = kWorkspace;
+    EPL_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+    cublasLtMatmulHeuristicResult_t best{};
+    int found = 0;
+    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle, p.desc, p.first, p.second, p.d, p.d, pref, 1, &best, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    p.ok = st == CUBLAS_STATUS_SUCCESS && found > 0;
+    if (p.ok) p.algo = best.algo;
+    return p;
+  }
+  /// The workspace, from the device's pool at first use (kept: every plan may use all of it).
+  void* workspace(Allocator& alloc) {
+    std::call_once(ws_once_, [&] { workspace_ = Tensor(alloc, Shape{kWorkspace / 4}, DType::kF32, MemoryCategory::kWorkspace); });
+    return workspace_.raw();
+  }
+  cublasLtHandle_t handle = nullptr;
+
+ private:
+  std::mutex mutex_;
+  std::map<LtKey, LtPlan> plans_;
+  std::once_flag ws_once_;
+  Tensor workspace_;
+};
 }  // namespace detail
 
 /// \brief One CUDA device and its stream. Operations are asynchronous on the stream;
@@ -173,6 +252,10 @@ class Cuda {
     // takes them: the work that uses them finishes first
     if (stream_) cudaStreamSynchronize(stream_);
     lane_.reset();
+    lt_.reset();
+#if EPL_CUDNN_FRONTEND
+    attention_.reset();
+#endif
     if (report_) cudaFreeHost(report_);
     if (blas_) cublasDestroy(blas_);
     if (copy_stream_) cudaStreamDestroy(copy_stream_);
@@ -283,6 +366,21 @@ class Cuda {
             DType inputs = DType::kF32) const {
     const auto g = detail::gemm_dims(a, ta, b, tb, c);
     gemm_strided(1, ta, tb, g.m, g.n, g.k, alpha, a, 0, b, 0, beta, c, 0, inputs);
+  }
+  /// \brief c = op(a) op(b) + bias (added to every row of c), under AMP (`inputs` bf16 or f16):
+  /// the bias is added by the GEMM's epilogue (cuBLASLt), so c is written once instead of written,
+  /// read and written again by add_row_vector. Any other `inputs`, or a product cuBLASLt has no
+  /// epilogue kernel for, is gemm then add_row_vector: the same sum.
+  void gemm_bias(const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& c, const Tensor& bias, DType inputs) const {
+    const auto g = detail::gemm_dims(a, ta, b, tb, c);
+    EPL_CHECK(bias.numel() == g.n && bias.dtype() == c.dtype(), "gemm_bias: bias ", bias.shape(), " ", name_of(bias.dtype()),
+              " for rows of ", c.shape(), " ", name_of(c.dtype()));
+    if (inputs != DType::kBF16 && inputs != DType::kF16) {
+      gemm(a, ta, b, tb, c, 1, 0, inputs);
+      add_row_vector(c, bias);
+      return;
+    }
+    gemm_strided(1, ta, tb, g.m, g.n, g.k, 1, a, 0, b, 0, 0, c, 0, inputs, &bias);
   }
   void gemm_batched(const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& c, double alpha = 1, double beta = 0,
                     DType inputs = DType::kF32) const {
@@ -527,6 +625,39 @@ class Cuda {
     });
   }
 
+#if EPL_CUDNN_FRONTEND
+  /// \brief Fused causal attention (cuDNN's SDPA, flash attention): per head,
+  /// o = softmax_causal(scale q k^T) v, with q | k | v read from qkv [b, t, 3 width] (heads
+  /// inside each; width = heads × head_dim) and o [b, t, width], both bf16 or f16 (AMP's matmul
+  /// type); stats [b, heads, t] (f32) gets each row's log-sum-exp, for the backward. Nothing of
+  /// size t × t is stored. Returns false, having done nothing, where cuDNN declines the shape
+  /// (the reason is on stderr, once): the caller computes attention unfused then.
+  [[nodiscard]] bool attention_causal(const Tensor& qkv, const Tensor& o, const Tensor& stats, std::int64_t heads, double scale) const {
+    const auto s = attention_shape(qkv, o, stats, heads, scale, "attention_causal");
+    const std::int64_t ws = s ? attention().workspace(*s, false, stream_) : -1;
+    if (ws < 0) return false;
+    const Tensor work = workspace_bytes(ws);
+    attention().forward(*s, stream_, qkv.raw(), o.raw(), stats.data<float>(), work.defined() ? work.raw() : nullptr);
+    return true;
+  }
+  /// \brief The backward of attention_causal: dqkv [b, t, 3 width] (dq | dk | dv) from the
+  /// forward's qkv, o and stats and the output's gradient dout [b, t, width] (all in the forward's
+  /// half type). Returns false, having done nothing, where the forward would have.
+  [[nodiscard]] bool attention_causal_backward(const Tensor& qkv, const Tensor& o, const Tensor& stats, const Tensor& dout,
+                                               const Tensor& dqkv, std::int64_t heads, double scale) const {
+    const auto s = attention_shape(qkv, o, stats, heads, scale, "attention_causal_backward");
+    EPL_CHECK(dout.shape() == o.shape() && dout.dtype() == o.dtype() && dqkv.shape() == qkv.shape() && dqkv.dtype() == qkv.dtype(),
+              "attention_causal_backward: dout ", dout.shape(), " ", name_of(dout.dtype()), " and dqkv ", dqkv.shape(), " ",
+              name_of(dqkv.dtype()), " must match o ", o.shape(), " and qkv ", qkv.shape(), " in ", name_of(qkv.dtype()));
+    const std::int64_t ws = s ? attention().workspace(*s, true, stream_) : -1;
+    if (ws < 0) return false;
+    const Tensor work = workspace_bytes(ws);
+    attention().backward(*s, stream_, qkv.raw(), o.raw(), stats.data<float>(), dout.raw(), dqkv.raw(),
+                         work.defined() ? work.raw() : nullptr);
+    return true;
+  }
+#endif
+
   // ---- optimizer updates (over any range of the parameter arena) ---------------------
   // Each reads the gradient as grad_scale g (AMP's unscale times the clip coefficient).
   void sgd_update(const Tensor& p, const Tensor& g, double lr, double wd, double grad_scale = 1) const {
@@ -584,61 +715,151 @@ class Cuda {
   }
   void gemm_strided(std::int64_t batch, bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, double alpha,
                     const Tensor& a, std::int64_t sa, const Tensor& b, std::int64_t sb, double beta, const Tensor& c,
-                    std::int64_t sc, DType inputs) const {
+                    std::int64_t sc, DType inputs, const Tensor* bias = nullptr) const {
     EPL_CHECK(a.dtype() == b.dtype() && a.dtype() == c.dtype(), "gemm: dtypes ", name_of(a.dtype()), ", ", name_of(b.dtype()),
               ", ", name_of(c.dtype()), " differ");
     const bool low = inputs == DType::kBF16 || inputs == DType::kF16;
     EPL_CHECK(!low || a.dtype() == DType::kF32, "gemm: rounding ", name_of(a.dtype()), " operands to ", name_of(inputs),
               " (AMP) is done for f32 only on CUDA; train in f32 (TrainerOptions::dtype) or turn AMP off (amp.level = \"\")");
-    const ColumnMajorGemm cm = column_major_gemm(ta, tb, m, n, k);  // B first: see device/blas_args.hpp
     const auto op = [](bool t) { return t ? CUBLAS_OP_T : CUBLAS_OP_N; };
-    auto call = [&](const void* al, const void* first, std::int64_t ld_first, const void* second, std::int64_t ld_second, cudaDataType in,
-                    const void* be, cudaDataType out, cublasComputeType_t compute) {
+    // B first: see device/blas_args.hpp
+    auto call = [&](const ColumnMajorGemm& cm, const void* al, const void* first, std::int64_t ld_first, const void* second,
+                    std::int64_t ld_second, cudaDataType in, const void* be, void* out_c, std::int64_t ldc, cudaDataType out,
+                    cublasComputeType_t compute) {
       EPL_CUBLAS_CHECK(cublasGemmStridedBatchedEx(blas_, op(cm.trans_first), op(cm.trans_second), static_cast<int>(cm.rows),
                                                   static_cast<int>(cm.cols), static_cast<int>(cm.inner), al, first, in,
-                                                  static_cast<int>(ld_first), sb, second, in, static_cast<int>(ld_second), sa, be, c.raw(),
-                                                  out, static_cast<int>(cm.ldc), sc, static_cast<int>(batch), compute, CUBLAS_GEMM_DEFAULT));
+                                                  static_cast<int>(ld_first), sb, second, in, static_cast<int>(ld_second), sa, be, out_c,
+                                                  out, static_cast<int>(ldc), sc, static_cast<int>(batch), compute, CUBLAS_GEMM_DEFAULT));
     };
     if (low) {
       // AMP: the operands rounded to the half type (nearest even, as device::Cpu rounds them) into
       // workspace copies, multiplied on the tensor cores with f32 accumulation into f32 c. Not
       // CUBLAS_COMPUTE_32F_FAST_16BF on the f32 operands: with it cuBLAS ran TF32 kernels (measured
-      // on an H100 with Nsight Compute), at half the tensor cores' bf16 rate. A 2-D operand whose
-      // rows are not a multiple of 8 elements (GPT-2's vocabulary of 50257) is copied with its rows
-      // padded to one, so that cuBLAS can use its aligned kernels.
-      auto half_copy = [&](const Tensor& x, std::int64_t& ld) {
-        const std::int64_t cols = x.shape().back(), rows_ = cols > 0 ? x.numel() / cols : 0;
-        ld = batch == 1 && cols % 8 != 0 ? (cols + 7) / 8 * 8 : cols;
-        Tensor h = empty({rows_, ld}, inputs, MemoryCategory::kWorkspace);
-        const bool aligned = reinterpret_cast<std::uintptr_t>(x.raw()) % 16 == 0 && x.numel() % 4 == 0;
-        if (ld == cols && aligned) {
-          if (inputs == DType::kBF16)
-            launch(epl::detail::cuda::cast4<__nv_bfloat162>, x.numel() / 4, reinterpret_cast<const float4*>(x.raw()),
-                   reinterpret_cast<__nv_bfloat162*>(h.raw()), x.numel() / 4);
-          else
-            launch(epl::detail::cuda::cast4<__half2>, x.numel() / 4, reinterpret_cast<const float4*>(x.raw()),
-                   reinterpret_cast<__half2*>(h.raw()), x.numel() / 4);
-        } else if (ld == cols) {
-          cast(x, h);
-        } else {
-          visit_floating(inputs, [&]<class H>() {
-            launch(epl::detail::cuda::cast_pitched<float, N<H>>, rows_ * ld, ptr<float>(x), ptr<H>(h), rows_, cols, ld);
-          });
-        }
-        return h;
-      };
-      std::int64_t lda = 0, ldb = 0;
-      const Tensor ha = half_copy(a, lda), hb = half_copy(b, ldb);
+      // on an H100 with Nsight Compute), at half the tensor cores' bf16 rate.
       const float al = static_cast<float>(alpha), be = static_cast<float>(beta);
-      call(&al, hb.raw(), ldb, ha.raw(), lda, inputs == DType::kBF16 ? CUDA_R_16BF : CUDA_R_16F, &be, CUDA_R_32F, CUBLAS_COMPUTE_32F);
-      return;  // the copies go back to the stream-ordered cache while the GEMM runs: later work on the stream follows it
+      const cudaDataType half = inputs == DType::kBF16 ? CUDA_R_16BF : CUDA_R_16F;
+      if (batch == 1) {
+        // k and n padded to multiples of 8 with zeros (padded_gemm): an odd k or n put cuBLAS on
+        // its align1 kernels, 5x slower on GPT-2's LM head (vocabulary 50257)
+        const PaddedGemm pg = padded_gemm(ta, tb, m, n, k);
+        const Tensor ha = half_padded(a, pg.a_rows, pg.a_cols, inputs), hb = half_padded(b, pg.b_rows, pg.b_cols, inputs);
+        // the bias padded to n_pad with zeros, for an epilogue that adds it to the padded rows
+        const Tensor pbias = bias && pg.n != n ? zeros({pg.n}, DType::kF32, MemoryCategory::kWorkspace) : Tensor{};
+        if (pbias.defined()) EPL_CUDA_CHECK(cudaMemcpyAsync(pbias.raw(), bias->raw(), static_cast<std::size_t>(n) * 4, cudaMemcpyDeviceToDevice, stream_));
+        const float* bias_on = bias ? (pbias.defined() ? pbias.data<float>() : bias->data<float>()) : nullptr;
+        // rows_m rows of the product (and the bias) into out, rows of ldc
+        auto product = [&](std::int64_t rows_m, const void* a0, void* out, std::int64_t ldc) {
+          const ColumnMajorGemm cm = column_major_gemm(ta, tb, rows_m, pg.n, pg.k);
+          if (bias_on && lt_gemm(cm, al, hb.raw(), pg.b_cols, a0, pg.a_cols, half, be, out, ldc, bias_on)) return;
+          call(cm, &al, hb.raw(), pg.b_cols, a0, pg.a_cols, half, &be, out, ldc, CUDA_R_32F, CUBLAS_COMPUTE_32F);
+          if (bias_on)  // cuBLASLt had no epilogue kernel for it
+            launch(epl::detail::cuda::add_row_vector<float>, rows_m * ldc, static_cast<float*>(out), bias_on, rows_m * ldc, ldc);
+        };
+        if (pg.n == n) {
+          product(m, ha.raw(), c.raw(), n);
+          return;  // the copies go back to the stream-ordered cache while the GEMM runs: later work on the stream follows it
+        }
+        // rows of n_pad: computed a block of rows at a time into a buffer of at most 256 MiB, and
+        // copied into c's rows of n (the LM head's f32 logits need no second copy at full size)
+        const std::int64_t per = std::max<std::int64_t>(8, (std::int64_t{256} << 20) / (pg.n * 4) / 8 * 8);
+        const Tensor out = empty({std::min(m, per), pg.n}, DType::kF32, MemoryCategory::kWorkspace);
+        const auto rows_copy = [&](void* to, std::int64_t to_ld, const void* from, std::int64_t from_ld, std::int64_t rows_) {
+          EPL_CUDA_CHECK(cudaMemcpy2DAsync(to, static_cast<std::size_t>(to_ld) * 4, from, static_cast<std::size_t>(from_ld) * 4,
+                                           static_cast<std::size_t>(n) * 4, static_cast<std::size_t>(rows_), cudaMemcpyDeviceToDevice, stream_));
+        };
+        for (std::int64_t r0 = 0; r0 < m; r0 += per) {
+          const std::int64_t mc = std::min(per, m - r0);
+          float* c0 = c.data<float>() + r0 * n;
+          // op(A)'s rows r0..: rows of the copy, or its columns when ta (r0 is a multiple of 8: aligned)
+          const char* a0 = static_cast<const char*>(ha.raw()) + (ta ? r0 : r0 * pg.a_cols) * 2;
+          if (beta != 0) rows_copy(out.raw(), pg.n, c0, n, mc);
+          product(mc, a0, out.raw(), pg.n);
+          rows_copy(c0, n, out.raw(), pg.n, mc);
+        }
+        return;  // the copies go back to the stream-ordered cache while the GEMM runs: later work on the stream follows it
+      }
+      EPL_CHECK(bias == nullptr, "gemm: a bias for a batched product");
+      const ColumnMajorGemm cm = column_major_gemm(ta, tb, m, n, k);
+      const Tensor ha = half_padded(a, a.numel() / a.shape().back(), a.shape().back(), inputs),
+                   hb = half_padded(b, b.numel() / b.shape().back(), b.shape().back(), inputs);
+      call(cm, &al, hb.raw(), cm.ld_first, ha.raw(), cm.ld_second, half, &be, c.raw(), cm.ldc, CUDA_R_32F, CUBLAS_COMPUTE_32F);
+      return;
     }
+    const ColumnMajorGemm cm = column_major_gemm(ta, tb, m, n, k);
     visit_compute(a.dtype(), [&]<class T>() {
       const T al = T(alpha), be = T(beta);
       constexpr auto type = std::is_same_v<T, float> ? CUDA_R_32F : CUDA_R_64F;
-      call(&al, b.raw(), cm.ld_first, a.raw(), cm.ld_second, type, &be, type, std::is_same_v<T, float> ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_64F);
+      call(cm, &al, b.raw(), cm.ld_first, a.raw(), cm.ld_second, type, &be, c.raw(), cm.ldc, type,
+           std::is_same_v<T, float> ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_64F);
     });
   }
+  // D = alpha op(first) op(second) + beta D + bias (along D's column-major rows), half operands and
+  // f32 D, through cuBLASLt with the bias epilogue; false (nothing done) where it has no kernel for
+  // the shape. Its descriptors and the heuristic's choice are cached per shape.
+  bool lt_gemm(const ColumnMajorGemm& cm, float alpha, const void* first, std::int64_t ld_first, const void* second,
+               std::int64_t ld_second, cudaDataType half, float beta, void* d, std::int64_t ldc, const float* bias) const {
+    detail::LtPlan& plan = lt().plan({cm.trans_first, cm.trans_second, cm.rows, cm.cols, cm.inner, ld_first, ld_second, ldc, half});
+    if (!plan.ok) return false;
+    EPL_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+    EPL_CUBLAS_CHECK(cublasLtMatmul(lt().handle, plan.desc, &alpha, first, plan.first, second, plan.second, &beta, d, plan.d, d, plan.d,
+                                    &plan.algo, lt().workspace(*alloc_), detail::LtPlans::kWorkspace, stream_));
+    return true;
+  }
+  detail::LtPlans& lt() const {
+    std::call_once(lt_once_, [&] { lt_ = std::make_unique<detail::LtPlans>(); });
+    return *lt_;
+  }
+  // x (f32, its 2-D view rows x cols) rounded to `half` into a workspace copy [rows_out, cols_out],
+  // padded with zeros (none: the copy runs 16 bytes at a time).
+  Tensor half_padded(const Tensor& x, std::int64_t rows_out, std::int64_t cols_out, DType half) const {
+    const std::int64_t cols = x.shape().back(), rows_ = cols > 0 ? x.numel() / cols : 0;
+    Tensor h = empty({rows_out, cols_out}, half, MemoryCategory::kWorkspace);
+    const bool whole = rows_out == rows_ && cols_out == cols;
+    if (whole && reinterpret_cast<std::uintptr_t>(x.raw()) % 16 == 0 && x.numel() % 4 == 0) {
+      if (half == DType::kBF16)
+        launch(epl::detail::cuda::cast4<__nv_bfloat162>, x.numel() / 4, reinterpret_cast<const float4*>(x.raw()),
+               reinterpret_cast<__nv_bfloat162*>(h.raw()), x.numel() / 4);
+      else
+        launch(epl::detail::cuda::cast4<__half2>, x.numel() / 4, reinterpret_cast<const float4*>(x.raw()), reinterpret_cast<__half2*>(h.raw()),
+               x.numel() / 4);
+    } else if (whole && cols % 2 != 0) {
+      cast(x, h);
+    } else if (rows_out > 0 && cols_out > 0) {
+      const dim3 grid(static_cast<unsigned>(std::min<std::int64_t>((cols_out / 2 + 255) / 256, 64)),
+                      static_cast<unsigned>(std::min<std::int64_t>(rows_out, 65535)));
+      if (half == DType::kBF16)
+        epl::detail::cuda::cast_padded<<<grid, 256, 0, stream_>>>(ptr<float>(x), reinterpret_cast<__nv_bfloat162*>(h.raw()), rows_, cols,
+                                                                  rows_out, cols_out);
+      else
+        epl::detail::cuda::cast_padded<<<grid, 256, 0, stream_>>>(ptr<float>(x), reinterpret_cast<__half2*>(h.raw()), rows_, cols, rows_out,
+                                                                  cols_out);
+      EPL_CUDA_CHECK(cudaGetLastError());
+    }
+    return h;
+  }
+#if EPL_CUDNN_FRONTEND
+  detail::CudnnAttention& attention() const {
+    std::call_once(attention_once_, [&] { attention_ = std::make_unique<detail::CudnnAttention>(); });
+    return *attention_;
+  }
+  // The checked shape of a fused attention; none (unfused) for a head size cuDNN cannot stride.
+  static std::optional<detail::AttentionShape> attention_shape(const Tensor& qkv, const Tensor& o, const Tensor& stats,
+                                                               std::int64_t heads, double scale, const char* op) {
+    EPL_CHECK(qkv.rank() == 3 && o.rank() == 3 && qkv.dim(0) == o.dim(0) && qkv.dim(1) == o.dim(1) && qkv.dim(2) == 3 * o.dim(2) &&
+                  heads > 0 && o.dim(2) % heads == 0,
+              op, ": qkv ", qkv.shape(), " must be [b, t, 3 width] for o ", o.shape(), " [b, t, width] of ", heads, " heads");
+    EPL_CHECK(qkv.dtype() == o.dtype() && (o.dtype() == DType::kBF16 || o.dtype() == DType::kF16), op, ": qkv ", name_of(qkv.dtype()),
+              " and o ", name_of(o.dtype()), " must both be bf16 or f16 (AMP's matmul type)");
+    EPL_CHECK(stats.dtype() == DType::kF32 && stats.numel() == o.dim(0) * heads * o.dim(1), op, ": stats ", stats.shape(), " ",
+              name_of(stats.dtype()), " must be f32 [b, heads, t] = [", o.dim(0), ", ", heads, ", ", o.dim(1), "]");
+    const detail::AttentionShape s{o.dim(0), o.dim(1), heads, o.dim(2) / heads, o.dtype(), static_cast<float>(scale)};
+    if (s.head_dim % 8 != 0 || s.head_dim > 256) return std::nullopt;  // cuDNN's strides are whole 16 bytes
+    return s;
+  }
+  Tensor workspace_bytes(std::int64_t n) const {
+    return n > 0 ? empty({(n + 3) / 4}, DType::kF32, MemoryCategory::kWorkspace) : Tensor{};
+  }
+#endif
   // Launches of the bodies of device/bodies.hpp.
   template <class K>
   void rows(const K& k, std::int64_t n) const {
@@ -706,6 +927,12 @@ class Cuda {
   // buffer, may outlive this object.
   CudaAllocator* alloc_;
   PinnedAllocator* pinned_;
+#if EPL_CUDNN_FRONTEND
+  mutable std::once_flag attention_once_;
+  mutable std::unique_ptr<detail::CudnnAttention> attention_;  // cuDNN's handle and graphs, made at the first fused attention
+#endif
+  mutable std::once_flag lt_once_;
+  mutable std::unique_ptr<detail::LtPlans> lt_;  // cuBLASLt's handle and plans, made at the first GEMM with a bias
   mutable std::once_flag lane_once_;
   mutable std::shared_ptr<detail::CudaLane> lane_;
   cudaStream_t stream_ = nullptr;

@@ -48,12 +48,22 @@ template <class H2> __global__ void cast4(const float4* x, H2* y, std::int64_t n
     y[2 * i + 1] = pack2<H2>(v.z, v.w);
   }
 }
-/// y [rows, pitch] = x [rows, cols] converted, each row padded with zeros to `pitch` elements (a
-/// GEMM operand whose rows start at aligned addresses).
-template <class From, class To> __global__ void cast_pitched(const From* x, To* y, std::int64_t rows, std::int64_t cols, std::int64_t pitch) {
-  EPL_GRID_STRIDE(i, rows * pitch) {
-    const std::int64_t r = i / pitch, c = i - r * pitch;
-    y[i] = c < cols ? convert<To>(x[r * cols + c]) : convert<To>(0.0f);
+/// y [out_rows, pitch] = x [rows, cols] rounded to a half type, padded with zeros to the right and
+/// below (a GEMM operand padded for the aligned kernels, device/blas_args.hpp's padded_gemm). Rows
+/// over blockIdx.y, pairs of columns over x: no division, and a 4-byte store per thread (pitch is
+/// even).
+template <class H2> __global__ void cast_padded(const float* x, H2* y, std::int64_t rows, std::int64_t cols, std::int64_t out_rows,
+                                                std::int64_t pitch) {
+  const std::int64_t pairs = pitch / 2;
+  for (std::int64_t r = blockIdx.y; r < out_rows; r += gridDim.y) {
+    const float* src = x + r * cols;
+    H2* dst = y + r * pairs;
+    const bool in = r < rows;
+    for (std::int64_t p = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; p < pairs;
+         p += static_cast<std::int64_t>(blockDim.x) * gridDim.x) {
+      const std::int64_t c = 2 * p;
+      dst[p] = pack2<H2>(in && c < cols ? src[c] : 0.0f, in && c + 1 < cols ? src[c + 1] : 0.0f);
+    }
   }
 }
 template <class T> __global__ void add(const T* a, const T* b, T* out, std::int64_t n) { EPL_GRID_STRIDE(i, n) out[i] = a[i] + b[i]; }
