@@ -5,6 +5,11 @@
 # Prints a table and writes bench/results/gpt2_cuda.json.
 #   EPL_GPT2_BIN=build/gpu/bench/bench_gpt2_cuda bench/gpt2_cuda.sh [rounds=3] [batch=16]
 # tools/gpu_check.sh builds the binary and runs this.
+#   EPL_GPT2_BASE=path   a second epl binary (an earlier commit's) joins the rounds as "base epl",
+#                        for an A/B of a change in the same run
+#   EPL_GPT2_PROFILE=1   then one step of epl's binary under Nsight Compute (ncu, where it runs):
+#                        each kernel's share of the step's GPU time, the top 15 printed and all of
+#                        them written to bench/results/gpt2_cuda_kernels.csv
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-3}; batch=${2:-16}
@@ -12,7 +17,9 @@ bin=${EPL_GPT2_BIN:-build/gpu/bench/bench_gpt2_cuda}
 py=${EPL_PYTHON:-python3}
 mkdir -p bench/results
 log=bench/results/gpt2_cuda.log; : > "$log"
+base=${EPL_GPT2_BASE:-}
 for r in $(seq "$rounds"); do
+  [ -z "$base" ] || "$base" --batch="$batch" | sed 's/"impl": "epl/"impl": "base epl/' | tee -a "$log"
   "$bin" --batch="$batch" | tee -a "$log"
   "$py" bench/gpt2_torch.py --mode eager --batch "$batch" | tee -a "$log"
   "$py" bench/gpt2_torch.py --mode compile --batch "$batch" | tee -a "$log"
@@ -42,3 +49,34 @@ print(f"{'physical limit (dense bf16 peak)':<32}{limit:>11.0f}   ({peak / 1e12:.
 json.dump({"gpu": gpu, "batch": rows[0]["batch"], "context": T, "flops_per_token": flops, "peak_flops": peak,
            "limit_tokens_per_s": limit, "median_tokens_per_s": med, "runs": rows}, open("bench/results/gpt2_cuda.json", "w"), indent=1)
 PY
+
+if [ -n "${EPL_GPT2_PROFILE:-}" ]; then
+  if ! command -v ncu >/dev/null; then
+    echo "gpt2_cuda: ncu (Nsight Compute) not found; no kernel profile" >&2
+  else
+    # one step (no warm-up: the kernels are the same), each kernel timed alone; the clocks left as found
+    timeout 150 ncu --clock-control none --metrics gpu__time_duration.sum --csv --print-units base \
+        "$bin" --batch="$batch" --steps=1 --warmup=0 > bench/results/gpt2_cuda_ncu.csv 2>/dev/null || true
+    "$py" - bench/results/gpt2_cuda_ncu.csv <<'PY'
+import csv, collections, sys
+rows = [r for r in csv.reader(l for l in open(sys.argv[1]) if l.startswith('"'))]
+head, rows = rows[0], rows[1:]
+name, value, metric = head.index("Kernel Name"), head.index("Metric Value"), head.index("Metric Name")
+by = collections.defaultdict(lambda: [0.0, 0])
+for r in rows:
+    if r[metric] == "gpu__time_duration.sum":
+        k = r[name].split("(")[0][:90]
+        by[k][0] += float(r[value].replace(",", "")) * 1e-6
+        by[k][1] += 1
+total = sum(v[0] for v in by.values())
+print(f"\nepl's kernels in one step (Nsight Compute, each kernel alone): {total:.1f} ms of GPU time, {sum(v[1] for v in by.values())} launches")
+print(f"{'kernel':<92}{'launches':>9}{'ms':>9}{'share':>8}")
+for k, (ms, n) in sorted(by.items(), key=lambda kv: -kv[1][0])[:15]:
+    print(f"{k:<92}{n:>9}{ms:>9.2f}{100 * ms / total:>7.1f}%")
+with open("bench/results/gpt2_cuda_kernels.csv", "w") as f:
+    f.write("kernel,launches,ms,share\n")
+    for k, (ms, n) in sorted(by.items(), key=lambda kv: -kv[1][0]):
+        f.write(f'"{k}",{n},{ms:.4f},{ms / total:.4f}\n')
+PY
+  fi
+fi

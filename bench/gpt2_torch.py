@@ -3,7 +3,9 @@
 tanh GELU, learned positions, untied head), batch, context and AdamW, on random tokens, tuned to
 its best: bf16 autocast, scaled_dot_product_attention (flash, causal), fused AdamW, TF32 allowed
 for what stays f32. Prints one JSON line.
-    python3 bench/gpt2_torch.py --mode eager|compile [--batch 16 --steps 10 --warmup 3]
+    python3 bench/gpt2_torch.py --mode eager|compile [--batch 16 --steps 10 --warmup 3] [--text FILE]
+--text trains on a file's bytes (vocabulary 256; step s takes the consecutive windows s B .. s B +
+B - 1, as bench_gpt2_cuda --text does) from the first step, and prints every step's loss.
 """
 import argparse, json, math, time
 
@@ -18,8 +20,13 @@ p.add_argument("--steps", type=int, default=10)
 p.add_argument("--warmup", type=int, default=3)
 p.add_argument("--device", default="cuda")
 p.add_argument("--tiny", action="store_true", help="a small shape, to check the script on a CPU")
+p.add_argument("--text", help="train on this file's bytes, printing every step's loss")
 a = p.parse_args()
 V, T, L, H, C = (50257, 1024, 12, 12, 768) if not a.tiny else (97, 32, 2, 2, 32)
+if a.text:
+    text = torch.frombuffer(bytearray(open(a.text, "rb").read()), dtype=torch.uint8).long()
+    V, a.warmup = 256, 0
+    assert len(text) > 2 * T + 2, f"--text {a.text} has {len(text)} bytes; it needs more than {2 * T + 2}"
 B = a.batch
 torch.set_float32_matmul_precision("high")
 
@@ -57,10 +64,15 @@ model = Gpt().to(dev)
 opt = torch.optim.AdamW(model.parameters(), lr=6e-4, weight_decay=0.1, **({"fused": True} if dev.type == "cuda" else {}))
 step_fn = model if a.mode == "eager" else torch.compile(model)
 g = torch.Generator().manual_seed(7)
-secs, loss = [], 0.0
+secs, loss, losses = [], 0.0, []
 for s in range(a.warmup + a.steps):
-    x = torch.randint(0, V, (B, T), generator=g).to(dev)
-    y = torch.randint(0, V, (B, T), generator=g).to(dev)
+    if a.text:  # consecutive windows, wrapping around
+        starts = [((s * B + i) * T) % (len(text) - T - 1) for i in range(B)]
+        x = torch.stack([text[b:b + T] for b in starts]).to(dev)
+        y = torch.stack([text[b + 1:b + T + 1] for b in starts]).to(dev)
+    else:
+        x = torch.randint(0, V, (B, T), generator=g).to(dev)
+        y = torch.randint(0, V, (B, T), generator=g).to(dev)
     if dev.type == "cuda":
         torch.cuda.synchronize()
     t0 = time.perf_counter()
@@ -71,6 +83,7 @@ for s in range(a.warmup + a.steps):
     opt.step()
     opt.zero_grad(set_to_none=True)
     loss = l.item()  # waits for the step
+    losses.append(loss)
     if s >= a.warmup:
         secs.append(time.perf_counter() - t0)
 secs.sort()
@@ -78,4 +91,5 @@ step = secs[len(secs) // 2]
 peak = torch.cuda.max_memory_allocated() / 2**30 if dev.type == "cuda" else 0.0
 print(json.dumps({"impl": f"torch {torch.__version__} {a.mode}", "batch": B, "context": T,
                   "params": sum(q.numel() for q in model.parameters()), "step_ms": round(step * 1e3, 2),
-                  "tokens_per_s": round(B * T / step), "peak_gib": round(peak, 2), "loss": round(loss, 4)}))
+                  "tokens_per_s": round(B * T / step), "peak_gib": round(peak, 2), "loss": round(loss, 4),
+                  **({"text": a.text, "losses": losses} if a.text else {})}))

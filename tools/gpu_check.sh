@@ -17,6 +17,10 @@
 #                     checkout) are unpacked into a private prefix
 #   python3 with torch   the benchmark's peer
 # EPL_GPT2_ROUNDS (3) and EPL_GPT2_BATCH (16) set the benchmark's alternating rounds and batch.
+#
+# EPL_GPU_PREBUILT=1 skips the dependencies and the build: the binaries in $EPL_GPU_BUILD were
+# built on another machine (nvcc there, for sm_90: a GPU machine's time is short), and the CUDA
+# libraries they load come from PyTorch's wheels here (site-packages/nvidia/*/lib).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -27,6 +31,12 @@ say() { printf '\n== gpu_check: %s\n' "$*"; }
 
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
 
+if [ -n "${EPL_GPU_PREBUILT:-}" ]; then
+  site=$(python3 -c 'import site; print(site.getsitepackages()[0])')
+  libs=$(ls -d "$site"/nvidia/*/lib 2>/dev/null | paste -sd: || true)
+  export LD_LIBRARY_PATH="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  say "prebuilt binaries in $build; libraries from $site/nvidia"
+else
 # ---- the header-only dependencies ----------------------------------------------------------------
 prefix_args=()
 if [ ! -f /usr/include/eigen3/Eigen/Core ] || [ ! -f /usr/include/boost/pfr.hpp ] || [ ! -f /usr/include/doctest/doctest.h ]; then
@@ -76,6 +86,7 @@ targets=(epl_test_cuda epl_test_nccl)
 [ "$mode" = tests ] || targets+=(bench_gpt2_cuda)
 say "build ${targets[*]} on $jobs cores"
 cmake --build "$build" -j "$jobs" --target "${targets[@]}"
+fi
 
 # ---- tests ------------------------------------------------------------------------------------------
 status=0
