@@ -9,6 +9,8 @@
 // f32. --f32 multiplies f32. bench/gpt2_cuda.sh runs it against PyTorch (bench/gpt2_torch.py).
 #include <chrono>
 #include <cstdio>
+#include <exception>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -17,25 +19,64 @@
 #include "common.hpp"
 #include "epl/device/cuda/cuda.cuh"
 
+namespace {
+constexpr const char* kUsage = "bench_gpt2_cuda [--batch=B] [--steps=N] [--warmup=N] [--f32] [--text=FILE]";
+int run(int argc, char** argv);
+}  // namespace
+
 int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {  // an epl::Error (no GPU, out of memory, ...) is a message, not an abort
+    std::fprintf(stderr, "bench_gpt2_cuda: %s\n", e.what());
+    return 1;
+  }
+}
+
+namespace {
+// A JSON string's body: quotes, backslashes and control characters escaped.
+std::string json_escaped(const std::string& s) {
+  std::string out;
+  for (const char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (static_cast<unsigned char>(c) < 0x20) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\u%04x", c);
+      out += hex;
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+int run(int argc, char** argv) {
   std::int64_t batch = 16;
   int steps = 10, warmup = 3;
-  bool amp = true;
+  bool amp = true, text_given = false;
   std::string text;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a.rfind("--batch=", 0) == 0) batch = std::stoll(a.substr(8));
-    else if (a.rfind("--steps=", 0) == 0) steps = std::stoi(a.substr(8));
-    else if (a.rfind("--warmup=", 0) == 0) warmup = std::stoi(a.substr(9));
+    if (a.rfind("--batch=", 0) == 0) batch = bench::int_arg("bench_gpt2_cuda", a, 8, 1, 1 << 16);
+    else if (a.rfind("--steps=", 0) == 0) steps = static_cast<int>(bench::int_arg("bench_gpt2_cuda", a, 8, 1, 1 << 20));
+    else if (a.rfind("--warmup=", 0) == 0) warmup = static_cast<int>(bench::int_arg("bench_gpt2_cuda", a, 9, 0, 1 << 20));
     else if (a == "--f32") amp = false;
-    else if (a.rfind("--text=", 0) == 0) text = a.substr(7);
-    else {
-      std::fprintf(stderr, "bench_gpt2_cuda: unknown argument %s (--batch=B --steps=N --warmup=N --f32 --text=FILE)\n", a.c_str());
+    else if (a.rfind("--text=", 0) == 0) text = a.substr(7), text_given = true;
+    else if (a == "--help" || a == "-h") {
+      std::printf("usage: %s\n", kUsage);
+      return 0;
+    } else {
+      std::fprintf(stderr, "bench_gpt2_cuda: unknown argument %s; usage: %s\n", a.c_str(), kUsage);
       return 2;
     }
   }
   std::vector<std::int32_t> bytes;  // --text: the file's bytes
-  if (!text.empty()) {
+  if (text_given) {
+    std::error_code ec;
+    if (text.empty() || !std::filesystem::is_regular_file(text, ec)) {
+      std::fprintf(stderr, "bench_gpt2_cuda: --text=%s is not a readable file; give a text file's path\n", text.c_str());
+      return 2;
+    }
     std::ifstream in(text, std::ios::binary);
     if (!in) {
       std::fprintf(stderr, "bench_gpt2_cuda: --text=%s cannot be opened; give a readable text file\n", text.c_str());
@@ -43,7 +84,7 @@ int main(int argc, char** argv) {
     }
     bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
     for (auto& b : bytes) b &= 0xff;  // the chars' bytes, unsigned
-    if (bytes.size() < 2 * 1024 + 2) {
+    if (bytes.size() <= 2 * 1024 + 2) {
       std::fprintf(stderr, "bench_gpt2_cuda: --text=%s has %zu bytes; it needs more than 2050\n", text.c_str(), bytes.size());
       return 2;
     }
@@ -87,7 +128,7 @@ int main(int argc, char** argv) {
   epl::nn::for_each_parameter(trainer.model(), [&](epl::nn::Parameter& p) { params += p.value.numel(); });
   std::string curve;  // --text: every step's loss
   if (!text.empty()) {
-    curve = ", \"text\": \"" + text + "\", \"losses\": [";
+    curve = ", \"text\": \"" + json_escaped(text) + "\", \"losses\": [";
     for (std::size_t i = 0; i < losses.size(); ++i) curve += (i ? ", " : "") + std::to_string(losses[i]);
     curve += "]";
   }
@@ -96,4 +137,6 @@ int main(int argc, char** argv) {
               amp ? " amp bf16" : " f32", static_cast<long long>(batch), static_cast<long long>(shape.context),
               static_cast<long long>(params), step * 1e3, static_cast<double>(batch * shape.context) / step,
               static_cast<double>(epl::memory_stats(gpu.id()).total_peak) / (1 << 30), loss, curve.c_str());
+  return 0;
 }
+}  // namespace

@@ -11,13 +11,17 @@
 #                        each kernel's share of the step's GPU time, the top 15 printed and all of
 #                        them written to bench/results/gpt2_cuda_kernels.csv
 set -euo pipefail
+rel() { [ -z "$1" ] || realpath -m "$1"; }  # paths given are the caller's
+bin=$(rel "${EPL_GPT2_BIN:-$(dirname "$0")/../build/gpu/bench/bench_gpt2_cuda}")
+base=$(rel "${EPL_GPT2_BASE:-}")
 cd "$(dirname "$0")/.."
 rounds=${1:-3}; batch=${2:-16}
-bin=${EPL_GPT2_BIN:-build/gpu/bench/bench_gpt2_cuda}
+[[ "$rounds" =~ ^[1-9][0-9]*$ && "$batch" =~ ^[1-9][0-9]*$ ]] || { echo "gpt2_cuda: rounds ($rounds) and batch ($batch) must be positive integers" >&2; exit 2; }
+[ -x "$bin" ] || { echo "gpt2_cuda: no benchmark binary at $bin; build bench_gpt2_cuda or set EPL_GPT2_BIN" >&2; exit 2; }
+[ -z "$base" ] || [ -x "$base" ] || { echo "gpt2_cuda: EPL_GPT2_BASE=$base is not an executable" >&2; exit 2; }
 py=${EPL_PYTHON:-python3}
 mkdir -p bench/results
 log=bench/results/gpt2_cuda.log; : > "$log"
-base=${EPL_GPT2_BASE:-}
 for r in $(seq "$rounds"); do
   [ -z "$base" ] || "$base" --batch="$batch" | sed 's/"impl": "epl/"impl": "base epl/' | tee -a "$log"
   "$bin" --batch="$batch" | tee -a "$log"

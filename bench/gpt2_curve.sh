@@ -6,9 +6,12 @@
 # bench/results/gpt2_curve.json.
 #   EPL_GPT2_BIN=build/gpu/bench/bench_gpt2_cuda bench/gpt2_curve.sh TEXT [steps=200] [batch=16]
 set -euo pipefail
+[ $# -ge 1 ] || { echo "usage: bench/gpt2_curve.sh TEXT [steps=200] [batch=16]" >&2; exit 2; }
+text=$(realpath -m "$1"); steps=${2:-200}; batch=${3:-16}  # paths given are the caller's
+bin=$(realpath -m "${EPL_GPT2_BIN:-$(dirname "$0")/../build/gpu/bench/bench_gpt2_cuda}")
 cd "$(dirname "$0")/.."
-text=${1:?usage: bench/gpt2_curve.sh TEXT [steps] [batch]}; steps=${2:-200}; batch=${3:-16}
-bin=${EPL_GPT2_BIN:-build/gpu/bench/bench_gpt2_cuda}
+[[ "$steps" =~ ^[1-9][0-9]*$ && "$batch" =~ ^[1-9][0-9]*$ ]] || { echo "gpt2_curve: steps ($steps) and batch ($batch) must be positive integers" >&2; exit 2; }
+[ -x "$bin" ] || { echo "gpt2_curve: no benchmark binary at $bin; build bench_gpt2_cuda or set EPL_GPT2_BIN" >&2; exit 2; }
 py=${EPL_PYTHON:-python3}
 mkdir -p bench/results
 log=bench/results/gpt2_curve.log; : > "$log"

@@ -24,9 +24,14 @@ p.add_argument("--text", help="train on this file's bytes, printing every step's
 a = p.parse_args()
 V, T, L, H, C = (50257, 1024, 12, 12, 768) if not a.tiny else (97, 32, 2, 2, 32)
 if a.text:
-    text = torch.frombuffer(bytearray(open(a.text, "rb").read()), dtype=torch.uint8).long()
+    try:
+        raw = open(a.text, "rb").read()
+    except OSError as e:
+        raise SystemExit(f"gpt2_torch: --text {a.text} cannot be read ({e.strerror}); give a text file's path")
+    if len(raw) <= 2 * T + 2:
+        raise SystemExit(f"gpt2_torch: --text {a.text} has {len(raw)} bytes; it needs more than {2 * T + 2}")
+    text = torch.frombuffer(bytearray(raw), dtype=torch.uint8).long()
     V, a.warmup = 256, 0
-    assert len(text) > 2 * T + 2, f"--text {a.text} has {len(text)} bytes; it needs more than {2 * T + 2}"
 B = a.batch
 torch.set_float32_matmul_precision("high")
 

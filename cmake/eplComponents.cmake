@@ -27,7 +27,7 @@ if(EPL_ENABLE_CUDA)
     # fused attention (cuDNN's SDPA) is built with the cuDNN frontend's headers, where they are:
     # compiled once, into epl::cudnn_attention (the frontend costs nvcc 100 s a translation unit)
     if(EPL_CUDNN_FRONTEND)
-      find_package(CudnnFrontend 1.8 QUIET)
+      find_package(CudnnFrontend 1.8)  # not QUIET: a frontend too old, or a root without it, says so
     endif()
     if(CudnnFrontend_FOUND)
       add_library(epl_cudnn_attention STATIC ${PROJECT_SOURCE_DIR}/src/cudnn_attention.cpp)
@@ -42,9 +42,12 @@ if(EPL_ENABLE_CUDA)
         install(TARGETS epl_cudnn_attention EXPORT epl-cudaTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
       endif()
       message(STATUS "epl: fused attention on the GPU through cuDNN's frontend ${CudnnFrontend_VERSION} (${CUDNN_FRONTEND_INCLUDE_DIR})")
+    elseif(NOT EPL_CUDNN_FRONTEND)
+      message(STATUS "epl: fused attention on the GPU off (EPL_CUDNN_FRONTEND=OFF): attention runs unfused")
     else()
-      message(STATUS "epl: fused attention on the GPU off (attention runs unfused) — needs the cuDNN frontend's headers: "
-                     "pip install nvidia-cudnn-frontend, or set CUDNN_FRONTEND_ROOT")
+      message(STATUS "epl: fused attention on the GPU off (attention runs unfused) — needs the cuDNN frontend's headers, 1.8 or "
+                     "newer: pip install nvidia-cudnn-frontend, or set CUDNN_FRONTEND_ROOT to a folder holding "
+                     "include/cudnn_frontend.h${CUDNN_FRONTEND_ROOT_NOTE}")
     endif()
     # CMake 3.25 cannot map cuda_std_20 for CUDA 13, so the dialect is passed to nvcc directly.
     target_compile_options(epl_cuda INTERFACE $<$<COMPILE_LANGUAGE:CUDA>:--std=c++20 --expt-relaxed-constexpr>)

@@ -87,8 +87,12 @@ class CudnnAttention::Graphs {
     if (!fresh) return it->second;
     Plans& p = it->second;
     std::string why;
-    p.fwd = build(s, false, why);
-    if (p.fwd) p.bwd = build(s, true, why);
+    if (s.head_dim % 8 != 0 || s.head_dim > 256) {  // cuDNN's strides are whole 16 bytes; its kernels go to 256
+      why = "a head size of " + std::to_string(s.head_dim) + " is not a multiple of 8 up to 256";
+    } else {
+      p.fwd = build(s, false, why);
+      if (p.fwd) p.bwd = build(s, true, why);
+    }
     if (p.fwd && p.bwd) {
       p.ok = p.fwd->get_workspace_size(p.fwd_workspace).is_good() && p.bwd->get_workspace_size(p.bwd_workspace).is_good();
       if (!p.ok) why = "no workspace size";

@@ -22,16 +22,22 @@
 # built on another machine (nvcc there, for sm_90: a GPU machine's time is short), and the CUDA
 # libraries they load come from PyTorch's wheels here (site-packages/nvidia/*/lib).
 set -euo pipefail
+build=$(realpath -m "${EPL_GPU_BUILD:-$(dirname "$0")/../build/gpu}")  # a relative path is the caller's
 cd "$(dirname "$0")/.."
 root=$(pwd)
 mode=${1:-all}
-build=${EPL_GPU_BUILD:-build/gpu}
+case "$mode" in tests|bench|all) ;; *) echo "gpu_check: unknown mode '$mode'; use tests, bench or all" >&2; exit 2 ;; esac
 jobs=$(nproc)
 say() { printf '\n== gpu_check: %s\n' "$*"; }
 
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
 
 if [ -n "${EPL_GPU_PREBUILT:-}" ]; then
+  need=(test/epl_test_cuda test/epl_test_nccl)
+  [ "$mode" = tests ] || need+=(bench/bench_gpt2_cuda)
+  for b in "${need[@]}"; do
+    [ -x "$build/$b" ] || { echo "gpu_check: EPL_GPU_PREBUILT: $build/$b is missing; build it first (EPL_GPU_BUILD names the build folder)" >&2; exit 2; }
+  done
   site=$(python3 -c 'import site; print(site.getsitepackages()[0])')
   libs=$(ls -d "$site"/nvidia/*/lib 2>/dev/null | paste -sd: || true)
   export LD_LIBRARY_PATH="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"

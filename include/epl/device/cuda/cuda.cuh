@@ -237,6 +237,13 @@ class Cuda {
         pinned_(&device_pool<PinnedMemory>(DeviceId{DeviceKind::kHost, index, slot})) {
     EPL_CHECK(slot >= 0, "CUDA device ", index, ": slot ", slot, " must be non-negative (one per thread rank sharing the GPU)");
     int n = cuda_device_count();
+    if (n == 0) {  // why: no driver, a driver too old for this CUDA, or no GPU
+      int count = 0;
+      const cudaError_t e = cudaGetDeviceCount(&count);
+      EPL_FAIL("CUDA device ", index, " requested, but no CUDA device is visible",
+               e != cudaSuccess ? std::string(" (") + cudaGetErrorName(e) + ": " + cudaGetErrorString(e) + ")" : std::string(),
+               "; run on a machine with an NVIDIA GPU and a driver for this CUDA, or check CUDA_VISIBLE_DEVICES");
+    }
     EPL_CHECK(index >= 0 && index < n, "CUDA device ", index, " requested, ", n, " visible; check CUDA_VISIBLE_DEVICES");
     EPL_CUDA_CHECK(cudaSetDevice(index));
     EPL_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
@@ -634,10 +641,10 @@ class Cuda {
   /// (the reason is on stderr, once): the caller computes attention unfused then.
   [[nodiscard]] bool attention_causal(const Tensor& qkv, const Tensor& o, const Tensor& stats, std::int64_t heads, double scale) const {
     const auto s = attention_shape(qkv, o, stats, heads, scale, "attention_causal");
-    const std::int64_t ws = s ? attention().workspace(*s, false, stream_) : -1;
+    const std::int64_t ws = attention().workspace(s, false, stream_);
     if (ws < 0) return false;
     const Tensor work = workspace_bytes(ws);
-    attention().forward(*s, stream_, qkv.raw(), o.raw(), stats.data<float>(), work.defined() ? work.raw() : nullptr);
+    attention().forward(s, stream_, qkv.raw(), o.raw(), stats.data<float>(), work.defined() ? work.raw() : nullptr);
     return true;
   }
   /// \brief The backward of attention_causal: dqkv [b, t, 3 width] (dq | dk | dv) from the
@@ -649,10 +656,10 @@ class Cuda {
     EPL_CHECK(dout.shape() == o.shape() && dout.dtype() == o.dtype() && dqkv.shape() == qkv.shape() && dqkv.dtype() == qkv.dtype(),
               "attention_causal_backward: dout ", dout.shape(), " ", name_of(dout.dtype()), " and dqkv ", dqkv.shape(), " ",
               name_of(dqkv.dtype()), " must match o ", o.shape(), " and qkv ", qkv.shape(), " in ", name_of(qkv.dtype()));
-    const std::int64_t ws = s ? attention().workspace(*s, true, stream_) : -1;
+    const std::int64_t ws = attention().workspace(s, true, stream_);
     if (ws < 0) return false;
     const Tensor work = workspace_bytes(ws);
-    attention().backward(*s, stream_, qkv.raw(), o.raw(), stats.data<float>(), dout.raw(), dqkv.raw(),
+    attention().backward(s, stream_, qkv.raw(), o.raw(), stats.data<float>(), dout.raw(), dqkv.raw(),
                          work.defined() ? work.raw() : nullptr);
     return true;
   }
@@ -842,8 +849,8 @@ class Cuda {
     std::call_once(attention_once_, [&] { attention_ = std::make_unique<detail::CudnnAttention>(); });
     return *attention_;
   }
-  // The checked shape of a fused attention; none (unfused) for a head size cuDNN cannot stride.
-  static std::optional<detail::AttentionShape> attention_shape(const Tensor& qkv, const Tensor& o, const Tensor& stats,
+  // The checked shape of a fused attention (whether cuDNN runs it is CudnnAttention::workspace's answer).
+  static detail::AttentionShape attention_shape(const Tensor& qkv, const Tensor& o, const Tensor& stats,
                                                                std::int64_t heads, double scale, const char* op) {
     EPL_CHECK(qkv.rank() == 3 && o.rank() == 3 && qkv.dim(0) == o.dim(0) && qkv.dim(1) == o.dim(1) && qkv.dim(2) == 3 * o.dim(2) &&
                   heads > 0 && o.dim(2) % heads == 0,
@@ -852,9 +859,7 @@ class Cuda {
               " and o ", name_of(o.dtype()), " must both be bf16 or f16 (AMP's matmul type)");
     EPL_CHECK(stats.dtype() == DType::kF32 && stats.numel() == o.dim(0) * heads * o.dim(1), op, ": stats ", stats.shape(), " ",
               name_of(stats.dtype()), " must be f32 [b, heads, t] = [", o.dim(0), ", ", heads, ", ", o.dim(1), "]");
-    const detail::AttentionShape s{o.dim(0), o.dim(1), heads, o.dim(2) / heads, o.dtype(), static_cast<float>(scale)};
-    if (s.head_dim % 8 != 0 || s.head_dim > 256) return std::nullopt;  // cuDNN's strides are whole 16 bytes
-    return s;
+    return detail::AttentionShape{o.dim(0), o.dim(1), heads, o.dim(2) / heads, o.dtype(), static_cast<float>(scale)};
   }
   Tensor workspace_bytes(std::int64_t n) const {
     return n > 0 ? empty({(n + 3) / 4}, DType::kF32, MemoryCategory::kWorkspace) : Tensor{};
