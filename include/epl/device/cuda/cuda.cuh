@@ -13,7 +13,6 @@
 #include <cstring>
 #include <map>
 #include <mutex>
-#include <optional>
 #include <vector>
 
 #include "epl/core/tensor.hpp"
