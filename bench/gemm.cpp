@@ -12,6 +12,8 @@
 //   bench_gemm --parts   where one thread's f32 GEMM spends its time (#39): the build's register
 //                        kernel alone, its panels resident in L1, against the FMA peak; then per
 //                        shape the shares of packing B, packing A and the kernels (sgemm::Parts)
+//   bench_gemm --attention [--threads=N]   one gpt-mini attention layer's six GEMMs, dense against
+//                        skipping the causal triangle (device::Triangle)
 #include <Eigen/Core>
 #include <chrono>
 #include <cstdio>
@@ -23,26 +25,14 @@
 #include <epl/device/cpu/bf16_kernel.hpp>
 
 #include "common.hpp"
+#include "peak.hpp"
 
 namespace {
 using K = epl::device::CpuBf16Kernel;
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
-enum class Peak { kFma, kDpbf16, kAmx };
-// The instruction's loop on every thread at once (the machine's peak for `threads` cores).
-double peak_gflops(int threads, Peak kind) {
-  double total = 0;
-#if defined(_OPENMP)
-#pragma omp parallel num_threads(threads) reduction(+ : total)
-#endif
-  total += kind == Peak::kFma      ? epl::detail::cpu::fma_gflops(2'000'000)
-           : kind == Peak::kDpbf16 ? epl::detail::cpu::dpbf16_gflops(2'000'000)
-                                   : epl::detail::cpu::amx_gflops(100'000);
-  (void)threads;
-  return total;
-}
-Peak peak_of(K k) { return k == K::kAmx ? Peak::kAmx : k == K::kAvx512Bf16 ? Peak::kDpbf16 : Peak::kFma; }
+using bench::Peak, bench::peak_gflops, bench::peak_of;
 struct Series {
   std::vector<double> gflops, share;
   void add(double g, double peak) {
@@ -124,19 +114,62 @@ int parts() {
   return 2;
 }
 #endif
+
+// One gpt-mini attention layer's six batched GEMMs (48 heads of 256 x 256 scores, head size 64),
+// dense against device::Triangle (#39: causal attention skips its upper triangle), alternating
+// 11 times; medians. The probabilities are zero above the diagonal, as the softmax leaves them.
+int attention(int threads) {
+  using epl::device::Triangle;
+  using bench::median;
+  epl::device::Cpu cpu(0, threads);
+  const std::int64_t bh = 48, t = 256, hd = 64;
+  auto q = cpu.zeros({bh, t, hd}, epl::DType::kF32), k = cpu.zeros({bh, t, hd}, epl::DType::kF32), out = cpu.zeros({bh, t, hd}, epl::DType::kF32);
+  auto p = cpu.zeros({bh, t, t}, epl::DType::kF32), s = cpu.zeros({bh, t, t}, epl::DType::kF32);
+  cpu.fill(q, 0.5), cpu.fill(k, 0.25);
+  for (std::int64_t i = 0; i < bh * t; ++i)
+    for (std::int64_t j = 0; j <= i % t; ++j) p.data<float>()[i * t + j] = 1.0f / static_cast<float>(i % t + 1);
+  struct Op { const char* what; const epl::Tensor *a, *b, *c; bool ta, tb; Triangle tri; };
+  const Op ops[] = {{"scores q k^T", &q, &k, &s, false, true, Triangle::kLowerC}, {"out p v", &p, &k, &out, false, false, Triangle::kLowerA},
+                    {"dp = do v^T", &q, &k, &s, false, true, Triangle::kLowerC}, {"dv = p^T do", &p, &k, &out, true, false, Triangle::kUpperA},
+                    {"dq = ds k", &p, &k, &out, false, false, Triangle::kLowerA}, {"dk = ds^T q", &p, &q, &out, true, false, Triangle::kUpperA}};
+  std::fprintf(stderr, "%s, %d thread(s): one gpt-mini attention layer's GEMMs (%lld x %lld x %lld, %lld rows a block), medians of 11\n",
+               bench::cpu_name().c_str(), threads, static_cast<long long>(bh), static_cast<long long>(t), static_cast<long long>(hd),
+               static_cast<long long>(epl::detail::cpu::kTriangleRows));
+  std::fprintf(stderr, "%-16s %10s %12s %8s\n", "gemm", "dense ms", "triangle ms", "ratio");
+  std::printf("{\"cpu\": \"%s\", \"threads\": %d, \"rows\": %lld, \"ops\": [", bench::cpu_name().c_str(), threads,
+              static_cast<long long>(epl::detail::cpu::kTriangleRows));
+  double dense_total = 0, triangle_total = 0;
+  for (std::size_t i = 0; i < std::size(ops); ++i) {
+    const Op& o = ops[i];
+    std::vector<double> dense, triangle;
+    for (int r = 0; r < 11; ++r) {
+      dense.push_back(1e3 * bench::seconds([&] { cpu.gemm_batched(*o.a, o.ta, *o.b, o.tb, *o.c); }));
+      triangle.push_back(1e3 * bench::seconds([&] { cpu.gemm_batched(*o.a, o.ta, *o.b, o.tb, *o.c, 1, 0, epl::DType::kF32, o.tri); }));
+    }
+    dense_total += median(dense), triangle_total += median(triangle);
+    std::fprintf(stderr, "%-16s %10.3f %12.3f %8.2f\n", o.what, median(dense), median(triangle), median(triangle) / median(dense));
+    std::printf("%s{\"gemm\": \"%s\", \"dense_ms\": %.4f, \"triangle_ms\": %.4f}", i ? ", " : "", o.what, median(dense), median(triangle));
+  }
+  std::fprintf(stderr, "%-16s %10.3f %12.3f %8.2f\n", "all six", dense_total, triangle_total, triangle_total / dense_total);
+  std::printf("]}\n");
+  return 0;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
   int threads = 1;
+  bool attention_only = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg.rfind("--threads=", 0) == 0) threads = std::stoi(arg.substr(10));
     else if (arg == "--parts") return parts();
+    else if (arg == "--attention") attention_only = true;
     else {
-      std::fprintf(stderr, "bench_gemm: unknown argument %s; use --threads=N or --parts\n", arg.c_str());
+      std::fprintf(stderr, "bench_gemm: unknown argument %s; use --threads=N, --parts or --attention\n", arg.c_str());
       return 2;
     }
   }
+  if (attention_only) return attention(threads);
   epl::device::Cpu cpu(0, threads);
   Eigen::setNbThreads(threads);
   const auto& cases = kCases;

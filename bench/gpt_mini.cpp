@@ -10,6 +10,9 @@
 // gradient all-reduce time hidden behind the backward pass. With S > 1 the model is cut into S
 // stages (auto.auto_parallel) over the R ranks (R / S replicas), M micro-batches a step;
 // "peak_mib" is the largest rank's peak memory, "peak_mib_ranks" every rank's.
+// "limit_tokens_per_s" is the physical limit: the tokens/s of gpt::gemm_flops_per_token's work at
+// the peak rate of the instruction the run multiplies with (FMA, or AMP's bf16 kernel's) on all
+// its threads, that peak timed right after the steps; everything but the GEMMs counted as free.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -17,6 +20,7 @@
 
 #include "../examples/gpt/gpt.hpp"
 #include "epl/comm/threads/run_threads.hpp"
+#include "peak.hpp"
 
 #ifndef BENCH_IMPL
 #define BENCH_IMPL "epl"
@@ -109,6 +113,8 @@ int main(int argc, char** argv) {
     peak = *std::max_element(peaks.begin(), peaks.end());
   }
   const double tps = static_cast<double>(kBatch * kShape.context) / step_s;
+  const auto peak_kind = amp ? bench::peak_of(epl::device::Cpu::bf16_kernel()) : bench::Peak::kFma;
+  const double limit = bench::peak_gflops(ranks * threads, peak_kind) * 1e9 / gpt::gemm_flops_per_token(kShape);
   std::string impl = ranks == 1 ? std::string(BENCH_IMPL) + (amp ? std::string(" amp bf16 ") + epl::device::name(epl::device::Cpu::bf16_kernel()) : "") : std::string(BENCH_IMPL) + " dp " + std::to_string(ranks) + "x" + std::to_string(threads);
   if (stages > 1)
     impl = std::string(BENCH_IMPL) + " pp " + std::to_string(stages) + (ranks > stages ? "x dp " + std::to_string(ranks / stages) : "") +
@@ -116,7 +122,7 @@ int main(int argc, char** argv) {
   std::string per_rank;
   for (double p : peaks) per_rank += (per_rank.empty() ? "" : ", ") + std::to_string(p / 1048576.0);
   std::printf("{\"impl\": \"%s\", \"threads\": %d, \"ranks\": %d, \"params\": %lld, \"tokens_per_s\": %.1f, \"gflops\": %.1f, "
-              "\"step_s\": %.4f, \"loss\": %.4f, \"peak_mib\": %.1f, \"peak_mib_ranks\": [%s], \"overlap\": %.3f}\n",
+              "\"step_s\": %.4f, \"loss\": %.4f, \"peak_mib\": %.1f, \"peak_mib_ranks\": [%s], \"overlap\": %.3f, \"limit_tokens_per_s\": %.1f}\n",
               impl.c_str(), threads, ranks, static_cast<long long>(params), tps, tps * gpt::flops_per_token(kShape, params) / 1e9, step_s,
-              loss, peak / 1048576.0, per_rank.c_str(), overlap);
+              loss, peak / 1048576.0, per_rank.c_str(), overlap, limit);
 }

@@ -36,10 +36,21 @@ rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 by = {}
 for r in rows: by.setdefault(r["impl"], []).append(r)
 print(f"\ngpt-mini, {sys.argv[2]} thread(s), medians of alternating runs")
-print(f"{'implementation':<34}{'tokens/s':>10}{'peak MiB':>10}   runs (tokens/s)")
+# epl's rows also give their physical limit: the least GEMM work a token needs at the peak of the
+# instruction the run multiplied with (FMA, VDPBF16PS or AMX tiles), timed after each run
+print(f"{'implementation':<34}{'tokens/s':>10}{'peak MiB':>10}{'limit':>8}{'of it':>7}   runs (tokens/s)")
+med = {k: statistics.median(x["tokens_per_s"] for x in v) for k, v in by.items()}
+limit = {k: statistics.median(x["limit_tokens_per_s"] for x in v) for k, v in by.items() if "limit_tokens_per_s" in v[0]}
 for k, v in by.items():
     peak = statistics.median(x.get("peak_mib", float("nan")) for x in v)
-    print(f"{k:<34}{statistics.median(x['tokens_per_s'] for x in v):>10.1f}{peak:>10.1f}   " + " ".join(f"{x['tokens_per_s']:.0f}" for x in v))
+    lim = f"{limit[k]:>8.0f}{med[k] / limit[k]:>7.0%}" if k in limit else " " * 15
+    print(f"{k:<34}{med[k]:>10.1f}{peak:>10.1f}{lim}   " + " ".join(f"{x['tokens_per_s']:.0f}" for x in v))
+amp_rows = [k for k in limit if " amp " in k and "rounded-f32" not in k] or [k for k in limit if " amp " in k]
+peer_amp = [med[k] for k in med if not k.startswith("epl") and "bf16" in k]
+if amp_rows and peer_amp:
+    k, best = amp_rows[0], max(peer_amp)
+    print(f"#39's 1.5x the fastest peer's autocast = {1.5 * best:.0f} tokens/s = {1.5 * best / limit[k]:.0%} of {k}'s limit"
+          + (" (past it: not reachable on this CPU)" if 1.5 * best > limit[k] else ""))
 curve = {k: [float(x) for x in re.findall(r"^step +\d+ +loss +([0-9.]+)", open(f"bench/results/amp_curve_{k}.log").read(), re.M)]
          for k in ("f32", "O1")}
 rel = [abs(b - a) / a for a, b in zip(curve["f32"], curve["O1"])]
@@ -48,6 +59,6 @@ for s in (1, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100):
     print(f"step {s:>3}  {curve['f32'][s - 1]:.4f}  {curve['O1'][s - 1]:.4f}")
 print(f"largest relative difference over the 100 steps: {max(rel):.4f} (step {rel.index(max(rel)) + 1}); "
       f"mean of the last 10: f32 {statistics.mean(curve['f32'][-10:]):.4f}, O1 {statistics.mean(curve['O1'][-10:]):.4f}")
-json.dump({"threads": int(sys.argv[2]), "median_tokens_per_s": {k: statistics.median(x["tokens_per_s"] for x in v) for k, v in by.items()},
+json.dump({"threads": int(sys.argv[2]), "median_tokens_per_s": med, "limit_tokens_per_s": limit,
            "runs": rows, "gpt_loss_curve": curve, "gpt_loss_max_rel_diff": max(rel)}, open("bench/results/amp.json", "w"), indent=1)
 PY

@@ -34,6 +34,11 @@ print(f"{'implementation':<24}{'tokens/s':>10}{'GFLOP/s':>10}{'vs epl':>8}   run
 for k, v in by.items():
     print(f"{k:<24}{med[k]:>10.1f}{statistics.median(x['gflops'] for x in v):>10.1f}{med['epl']/med[k]:>8.2f}   " + " ".join(f"{x['tokens_per_s']:.0f}" for x in v))
 print(f"epl / fastest peer: {med['epl']/best_peer:.2f}")
+# the physical limit: the least GEMM work a token needs at the FMA peak timed after each epl run
+limit = statistics.median(x["limit_tokens_per_s"] for x in by["epl"])
+print(f"physical limit (the GEMMs alone at the FMA peak, all else free): {limit:.0f} tokens/s; epl at {med['epl']/limit:.0%} of it, "
+      f"the fastest peer at {best_peer/limit:.0%}; #39's 1.5x the fastest peer = {1.5*best_peer:.0f} tokens/s = {1.5*best_peer/limit:.0%} of the limit"
+      + (" (past it: not reachable on this CPU)" if 1.5 * best_peer > limit else ""))
 import os
 print("peer settings: " + " ".join(f"{k}={os.environ.get(k, '')}" for k in
       ("OPENBLAS_CORETYPE", "ATEN_CPU_CAPABILITY", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "DEBIAN_LIBBLAS")) +
@@ -43,5 +48,6 @@ print(f"  {'case':<32}{'epl GFLOP/s':>12}{'of peak':>9}{'Eigen':>8}{'of peak':>9
 for c in gemm["cases"]:
     print(f"  {c['case']:<32}{c['gflops']:>12.1f}{100*c['of_peak']:>8.1f}%{c['eigen_gflops']:>8.1f}{100*c['eigen_of_peak']:>8.1f}%")
 json.dump({"threads": int(sys.argv[2]), "median_tokens_per_s": med, "ratio_vs_fastest_peer": med["epl"]/best_peer,
+           "limit_tokens_per_s": limit, "target_of_limit": 1.5 * best_peer / limit,
            "runs": rows, "gemm": gemm}, open("bench/results/gpt_mini.json", "w"), indent=1)
 PY

@@ -84,4 +84,13 @@ inline RecomputedGpt make_recomputed_gpt(const Shape& s) {
 inline double flops_per_token(const Shape& s, std::int64_t params) {
   return 6.0 * static_cast<double>(params) + 12.0 * static_cast<double>(s.layers * s.context * s.dim);
 }
+/// The least GEMM work a token's training step needs (forward 2 FLOP a multiply-add, backward 4):
+/// a block's 12 dim^2 multiply-adds (q, k, v and out 4 dim^2, the MLP 8 dim^2), the head's
+/// vocab x dim, and causal attention's q k^T and p v over the (t + 1) / 2 keys a query sees on
+/// average. At a core's peak rate it gives the physical limit of tokens/s (bench/run_gpt_mini.sh):
+/// the embeddings, norms, softmax, loss and update are counted as free.
+inline double gemm_flops_per_token(const Shape& s) {
+  const double l = static_cast<double>(s.layers), d = static_cast<double>(s.dim);
+  return 6.0 * (12.0 * l * d * d + static_cast<double>(s.vocab) * d) + 6.0 * l * static_cast<double>(s.context + 1) * d;
+}
 }  // namespace gpt

@@ -1,6 +1,8 @@
 // The CPU backend against plain loops written independently here.
+#include <algorithm>
 #include <bit>
 #include <limits>
+#include <optional>
 #include "../helpers.hpp"
 #include "gemm_reference.hpp"
 
@@ -172,6 +174,84 @@ TEST_CASE("gemm_batched equals one gemm per block") {
     d.gemm(a.slice(i, i + 1).view({3, 5}), false, b.slice(i, i + 1).view({6, 5}), true, ci);
     CHECK(test::values<double>(c.slice(i, i + 1).view({3, 6})) == test::values<double>(ci));
   }
+}
+
+// Causal attention's GEMMs skip a triangle (device::Triangle): the entries kept are the dense
+// product's bit for bit, on f32 and on every bf16 kernel this CPU runs, for sizes that end inside
+// a row block and that span several; kLowerC leaves the upper triangle to the caller.
+TEST_CASE("gemm_batched over a triangle keeps the dense product's entries bit for bit") {
+  using device::Triangle;
+  auto& d = test::cpu();
+  std::vector<std::optional<device::CpuBf16Kernel>> kernels = {std::nullopt};
+  for (auto k : {device::CpuBf16Kernel::kRoundedF32, device::CpuBf16Kernel::kAvx512Bf16, device::CpuBf16Kernel::kAmx})
+    if (epl::detail::cpu::bf16_kernel_runs(k)) kernels.push_back(k);
+  for (const std::int64_t t : {40, 130, 256}) {
+    for (const DType inputs : {DType::kF32, DType::kBF16}) {
+      for (const auto& kernel : inputs == DType::kF32 ? std::vector<std::optional<device::CpuBf16Kernel>>{std::nullopt} : kernels) {
+        if (kernel) device::Cpu::use_bf16_kernel(*kernel);
+        CAPTURE(t);
+        CAPTURE(name_of(inputs));
+        CAPTURE(kernel ? device::name(*kernel) : "chosen");
+        const std::int64_t batch = 3, hd = 24;
+        Tensor q = test::random({batch, t, hd}, 1), k = test::random({batch, t, hd}, 2), p = test::random({batch, t, t}, 3);
+        for (std::int64_t b = 0; b < batch; ++b)  // probabilities: zero above the diagonal
+          for (std::int64_t i = 0; i < t; ++i)
+            for (std::int64_t j = i + 1; j < t; ++j) p.span<float>()[(b * t + i) * t + j] = 0;
+        auto both = [&](const Tensor& a, bool ta, const Tensor& b, bool tb, Shape out, Triangle tri) {
+          Tensor dense = d.zeros(out, DType::kF32), skipped = d.zeros(out, DType::kF32);
+          d.gemm_batched(a, ta, b, tb, dense, 1, 0, inputs);
+          d.gemm_batched(a, ta, b, tb, skipped, 1, 0, inputs, tri);
+          return std::pair{test::values(dense), test::values(skipped)};
+        };
+        {  // scores q k^T: the lower triangle
+          auto [dense, skipped] = both(q, false, k, true, {batch, t, t}, Triangle::kLowerC);
+          std::int64_t differ = 0;
+          for (std::int64_t b = 0; b < batch; ++b)
+            for (std::int64_t i = 0; i < t; ++i)
+              for (std::int64_t j = 0; j <= i; ++j) differ += dense[(b * t + i) * t + j] != skipped[(b * t + i) * t + j];
+          CHECK(differ == 0);
+        }
+        {  // p v and p^T v: whole results
+          auto [dense, skipped] = both(p, false, q, false, {batch, t, hd}, Triangle::kLowerA);
+          CHECK(dense == skipped);
+          auto [dense_t, skipped_t] = both(p, true, q, false, {batch, t, hd}, Triangle::kUpperA);
+          CHECK(dense_t == skipped_t);
+          CHECK(test::max_rel_diff(skipped, dense_t) > 0.01);  // the two are different products
+        }
+        device::Cpu::use_bf16_kernel(std::nullopt);
+      }
+    }
+  }
+  // and the work is left out: NaN planted where only skipped products read it stays out of the
+  // results (the dense product is all NaN there), and c's far upper triangle is not written
+  const std::int64_t t = 130, rows = epl::detail::cpu::kTriangleRows, hd = 8;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  auto block_end = [&](std::int64_t i) { return std::min(t, (i / rows + 1) * rows); };
+  // two probability-like matrices (zero above the diagonal): p multiplied as it is, pt transposed
+  Tensor v = test::random({1, t, hd}, 4), p = test::random({1, t, t}, 5), pt = test::random({1, t, t}, 6);
+  for (std::int64_t i = 0; i < t; ++i)
+    for (std::int64_t j = i + 1; j < t; ++j) {
+      p.span<float>()[i * t + j] = j >= block_end(i) ? nan : 0.0f;                 // past row i's block's last column
+      pt.span<float>()[i * t + j] = i < j / rows * rows ? nan : 0.0f;              // before column j's block's first row
+    }
+  Tensor out = d.zeros({1, t, hd}, DType::kF32), scores = d.zeros({1, t, t}, DType::kF32);
+  d.gemm_batched(p, false, v, false, out, 1, 0, DType::kF32, Triangle::kLowerA);
+  CHECK(std::ranges::none_of(test::values(out), [](double x) { return std::isnan(x); }));
+  d.gemm_batched(pt, true, v, false, out, 1, 0, DType::kF32, Triangle::kUpperA);
+  CHECK(std::ranges::none_of(test::values(out), [](double x) { return std::isnan(x); }));
+  d.fill(scores, 7.0);
+  d.gemm_batched(v, false, v, true, scores, 1, 0, DType::kF32, Triangle::kLowerC);
+  CHECK(scores.span<float>()[t - 1] == 7.0f);  // row 0's last column: past its row block's 64 + 16
+  d.gemm_batched(p, false, v, false, out, 1, 0, DType::kF32);
+  CHECK(std::isnan(test::values(out)[0]));  // the dense product does read them
+  d.gemm_batched(pt, true, v, false, out, 1, 0, DType::kF32);
+  CHECK(std::isnan(test::values(out)[(t - 1) * hd]));
+
+  const Tensor a = d.zeros({2, 3, 4}, DType::kF32), c = d.zeros({2, 3, 5}, DType::kF32);
+  CHECK_THROWS_WITH_AS(d.gemm_batched(a, false, d.zeros({2, 4, 5}, DType::kF32), false, c, 1, 0, DType::kF32, Triangle::kLowerC),
+                       doctest::Contains("gemm_batched: a triangle (of c) needs a square matrix; c is [3, 5]"), Error);
+  CHECK_THROWS_WITH_AS(d.gemm_batched(a, false, d.zeros({2, 4, 5}, DType::kF32), false, c, 1, 0, DType::kF32, Triangle::kUpperA),
+                       doctest::Contains("a triangle (of op(a)) needs a square matrix; c is [3, 5] and op(a) [3, 4]"), Error);
 }
 
 TEST_CASE("cast: floats to integers convert whole numbers and refuse what the integer type cannot hold") {

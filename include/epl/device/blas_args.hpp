@@ -6,11 +6,24 @@
 ///
 /// Row-major C[m, n] = op(A) op(B) is, read column-major, C^T = op(B)^T op(A)^T: a column-major
 /// product of n x k and k x m operands with B first, A second, and the same transposes.
+/// Also the triangle a batched GEMM may skip (causal attention's).
 #include <cstdint>
 
 namespace epl {
 inline namespace v0 {
 namespace device {
+
+/// \brief What a batched GEMM over causal t x t blocks may skip: attention's scores are wanted on
+/// and below the diagonal only, and its probabilities and their gradients are zero above it. A
+/// device whose gemm_batched takes it as its last argument (device::Cpu) leaves out that work,
+/// about half of attention's; one that does not multiplies everything, which gives the same
+/// values where they are wanted.
+enum class Triangle {
+  kNone,    ///< dense: every entry of c
+  kLowerC,  ///< c is square and only its entries on and below the diagonal are wanted (the others are unspecified)
+  kLowerA,  ///< op(a) is square and zero above its diagonal (the caller's promise)
+  kUpperA,  ///< op(a) is square and zero below its diagonal (the caller's promise)
+};
 
 /// \brief A column-major call C(rows x cols) = op(first) op(second), C with leading dimension ldc.
 struct ColumnMajorGemm {

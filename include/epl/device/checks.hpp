@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "epl/core/tensor.hpp"
+#include "epl/device/blas_args.hpp"
 
 namespace epl {
 inline namespace v0 {
@@ -70,6 +71,13 @@ inline GemmDims gemm_batched_dims(const Tensor& a, bool ta, const Tensor& b, boo
   same_dtype(a, b, "gemm_batched");
   same_dtype(a, c, "gemm_batched");
   return {m, n, k};
+}
+
+/// A triangle a batched GEMM skips is the square matrix it names.
+inline void triangle_fits(const GemmDims& g, Triangle tri) {
+  EPL_CHECK(tri == Triangle::kNone || (tri == Triangle::kLowerC ? g.m == g.n : g.m == g.k),
+            "gemm_batched: a triangle (", tri == Triangle::kLowerC ? "of c" : "of op(a)", ") needs a square matrix; c is [", g.m, ", ",
+            g.n, "] and op(a) [", g.m, ", ", g.k, "]");
 }
 
 /// Calls fn.template operator()<T>() with T the one of Compute... that is dtype t; any other

@@ -3,6 +3,7 @@
 /// \brief nn::CausalSelfAttention (multi-head, GPT-style) and nn::Mlp.
 #include <cmath>
 
+#include "epl/device/blas_args.hpp"
 #include "epl/nn/activation.hpp"
 #include "epl/nn/linear.hpp"
 
@@ -79,11 +80,11 @@ class CausalSelfAttention {
     d.permute_heads(h, v, 2 * dim, true);
     const Shape batched{b * heads, t, hd};
     Tensor s = ctx.empty({b * heads, t, t}, x.dtype());
-    d.gemm_batched(q.view(batched), false, k.view(batched), true, s, 1, 0, ctx.matmul());  // [bh, t, t]
+    causal_gemm(d, q.view(batched), false, k.view(batched), true, s, ctx.matmul(), device::Triangle::kLowerC);  // [bh, t, t]
     Tensor p = ctx.empty_like(s);
     d.softmax_causal(s, p, scale());
     Tensor o = ctx.empty(batched, x.dtype());
-    d.gemm_batched(p, false, v.view(batched), false, o, 1, 0, ctx.matmul());  // [bh, t, hd]
+    causal_gemm(d, p, false, v.view(batched), false, o, ctx.matmul(), device::Triangle::kLowerA);  // [bh, t, hd]
     Tensor merged = ctx.empty({b, t, dim}, x.dtype());
     d.permute_heads(merged, o.view({b, heads, t, hd}), 0, false);
     ctx.save(this, {q, k, v, p});
@@ -112,14 +113,14 @@ class CausalSelfAttention {
     Tensor dout = ctx.empty(q.shape(), q.dtype());
     d.permute_heads(dmerged, dout, 0, true);
     Tensor dp = ctx.empty_like(p);
-    d.gemm_batched(dout.view(batched), false, v.view(batched), true, dp, 1, 0, ctx.matmul());  // dP = dO V^T
+    causal_gemm(d, dout.view(batched), false, v.view(batched), true, dp, ctx.matmul(), device::Triangle::kLowerC);  // dP = dO V^T
     Tensor dv = ctx.empty_like(q);
-    d.gemm_batched(p, true, dout.view(batched), false, dv.view(batched), 1, 0, ctx.matmul());  // dV = P^T dO
+    causal_gemm(d, p, true, dout.view(batched), false, dv.view(batched), ctx.matmul(), device::Triangle::kUpperA);  // dV = P^T dO
     Tensor ds = ctx.empty_like(p);
     d.softmax_causal_backward(p, dp, ds, scale());
     Tensor dq = ctx.empty_like(q), dk = ctx.empty_like(q);
-    d.gemm_batched(ds, false, k.view(batched), false, dq.view(batched), 1, 0, ctx.matmul());  // dQ = dS K
-    d.gemm_batched(ds, true, q.view(batched), false, dk.view(batched), 1, 0, ctx.matmul());   // dK = dS^T Q
+    causal_gemm(d, ds, false, k.view(batched), false, dq.view(batched), ctx.matmul(), device::Triangle::kLowerA);  // dQ = dS K
+    causal_gemm(d, ds, true, q.view(batched), false, dk.view(batched), ctx.matmul(), device::Triangle::kUpperA);   // dK = dS^T Q
     Tensor dh = ctx.empty({b, t, 3 * dim}, q.dtype());
     d.permute_heads(dh, dq, 0, false);
     d.permute_heads(dh, dk, dim, false);
@@ -129,6 +130,14 @@ class CausalSelfAttention {
 
  private:
   [[nodiscard]] double scale() const { return 1.0 / std::sqrt(static_cast<double>(dim_ / heads_)); }
+  // The scores and probabilities are causal: on a device whose gemm_batched skips a triangle
+  // (device::Cpu) about half of attention's products are left out; elsewhere all are computed.
+  template <class D>
+  static void causal_gemm(const D& d, const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& c, DType inputs,
+                          device::Triangle tri) {
+    if constexpr (requires { d.gemm_batched(a, ta, b, tb, c, 1.0, 0.0, inputs, tri); }) d.gemm_batched(a, ta, b, tb, c, 1.0, 0.0, inputs, tri);
+    else d.gemm_batched(a, ta, b, tb, c, 1.0, 0.0, inputs);
+  }
   // A device with fused causal attention (device::Cuda built with cuDNN's frontend).
   template <class D>
   static constexpr bool fused_device = requires(const D& d, const Tensor& t) {

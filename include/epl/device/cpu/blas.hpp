@@ -7,6 +7,7 @@
 
 #include "epl/core/dtype.hpp"
 #include "epl/core/error.hpp"
+#include "epl/device/blas_args.hpp"
 #include "epl/device/cpu/bf16_kernel.hpp"
 #include "epl/device/cpu/parallel.hpp"
 #include "epl/device/cpu/sgemm_amx.hpp"
@@ -104,17 +105,46 @@ void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, T al
   });
 }
 
+/// Rows of a causal block each product of gemm_batched's takes at a time (device::Triangle): a row
+/// block multiplies up to the diagonal of its last row, so smaller blocks skip more of the upper
+/// triangle, and larger ones pack their operands for more rows.
+inline constexpr std::int64_t kTriangleRows = 64;
+
 /// batch independent GEMMs on consecutive [.., ..] blocks; parallel over the batch, each
-/// product single-threaded (Eigen runs serially inside a parallel region).
+/// product single-threaded (Eigen runs serially inside a parallel region). A triangle
+/// (device::Triangle) takes each block's rows kTriangleRows at a time, every such row block
+/// [r0, r1) multiplying only c's columns up to r1 (kLowerC, rounded up to whole 16-column
+/// vectors), op(a)'s columns up to r1 (kLowerA) or from r0 (kUpperA): the entries left out are
+/// unwanted or products of zeros. Each kept entry sums the same products in the same order as
+/// the dense product does (the zeros' products are exact), so kLowerA and kLowerC give its
+/// values bit for bit; kUpperA too while k fits one of the kernel's k blocks.
 template <class T>
 void gemm_batched(std::int64_t batch, bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k,
                   T alpha, const T* a, std::int64_t stride_a, const T* b, std::int64_t stride_b, T beta,
-                  T* c, std::int64_t stride_c, DType inputs = DType::kF32) {
+                  T* c, std::int64_t stride_c, DType inputs = DType::kF32, device::Triangle tri = device::Triangle::kNone) {
+  using device::Triangle;
   const std::int64_t lda = ta ? m : k, ldb = tb ? k : n;
   const auto kernel = inputs == DType::kBF16 ? bf16_kernel() : device::CpuBf16Kernel::kRoundedF32;
+  // one block's product for c's rows [r0, r1) over op(a)'s columns and op(b)'s rows [k0, k1), c's columns [0, n1)
+  auto part = [&](const T* ai, const T* bi, T* ci, std::int64_t r0, std::int64_t r1, std::int64_t k0, std::int64_t k1, std::int64_t n1) {
+    gemm_serial<T>(ta, tb, r1 - r0, n1, k1 - k0, alpha, ta ? ai + k0 * lda + r0 : ai + r0 * lda + k0, lda, tb ? bi + k0 : bi + k0 * ldb, ldb,
+                   beta, ci + r0 * n, n, inputs, kernel);
+  };
   parallel_for(batch, 1, [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t i = begin; i < end; ++i)
-      gemm_serial<T>(ta, tb, m, n, k, alpha, a + i * stride_a, lda, b + i * stride_b, ldb, beta, c + i * stride_c, n, inputs, kernel);
+    for (std::int64_t i = begin; i < end; ++i) {
+      const T *ai = a + i * stride_a, *bi = b + i * stride_b;
+      T* ci = c + i * stride_c;
+      if (tri == Triangle::kNone) {
+        part(ai, bi, ci, 0, m, 0, k, n);
+        continue;
+      }
+      for (std::int64_t r0 = 0; r0 < m; r0 += kTriangleRows) {
+        const std::int64_t r1 = std::min(m, r0 + kTriangleRows);
+        if (tri == Triangle::kLowerC) part(ai, bi, ci, r0, r1, 0, k, std::min(n, (r1 + 15) / 16 * 16));
+        else if (tri == Triangle::kLowerA) part(ai, bi, ci, r0, r1, 0, std::min(k, r1), n);
+        else part(ai, bi, ci, r0, r1, std::min(k, r0), k, n);
+      }
+    }
   });
 }
 

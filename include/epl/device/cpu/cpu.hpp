@@ -115,8 +115,11 @@ class BasicCpu {
   void gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& c,
             double alpha = 1, double beta = 0, DType inputs = DType::kF32) const;
   /// The same GEMM on each of the [batch, .., ..] blocks of rank-3 tensors.
+  /// \param tri a triangle the blocks' work may skip (causal attention's, device::Triangle):
+  /// about half of it. The entries c keeps are the dense product's, bit for bit with kLowerC and
+  /// kLowerA; c's entries above the diagonal under kLowerC are unspecified.
   void gemm_batched(const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& c,
-                    double alpha = 1, double beta = 0, DType inputs = DType::kF32) const;
+                    double alpha = 1, double beta = 0, DType inputs = DType::kF32, Triangle tri = Triangle::kNone) const;
 
   // ---- element-wise and reductions ---------------------------------------------------
   void add(const Tensor& a, const Tensor& b, const Tensor& out) const;

@@ -77,14 +77,15 @@ void BasicCpu<Compute...>::gemm(const Tensor& a, bool ta, const Tensor& b, bool 
 
 template <class... Compute>
 void BasicCpu<Compute...>::gemm_batched(const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& c,
-    double alpha, double beta, DType inputs) const {
+    double alpha, double beta, DType inputs, Triangle tri) const {
   const auto g = detail::gemm_batched_dims(a, ta, b, tb, c);
+  detail::triangle_fits(g, tri);
   const bool in_kernel = rounds_in_kernel(a, inputs);
   const Tensor ra = in_kernel ? a : rounded(a, inputs), rb = in_kernel ? b : rounded(b, inputs);
   const DType kernel_inputs = in_kernel ? inputs : DType::kF32;
   visit(a.dtype(), [&]<class T>() {
     epl::detail::cpu::gemm_batched<T>(a.dim(0), ta, tb, g.m, g.n, g.k, T(alpha), ra.data<T>(), g.m * g.k, rb.data<T>(), g.k * g.n,
-                                      T(beta), c.data<T>(), g.m * g.n, kernel_inputs);
+                                      T(beta), c.data<T>(), g.m * g.n, kernel_inputs, tri);
   });
 }
 
