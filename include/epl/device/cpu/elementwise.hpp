@@ -22,10 +22,15 @@ template <class T> using ArrayMap = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1
 template <class T> using ConstArrayMap = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
 
 /// The elements an element-wise kernel takes at a time: a kernel of several statements (AdamW's
-/// moments, then its parameters) makes its passes over a block while it is in L1 (five arrays of
-/// 1024 f32 are 20 KiB), not over a thread's whole range from memory (#39: AdamW moved its 14.7M
-/// parameters at 31% of a copy's bandwidth, one pass an Eigen statement).
-inline constexpr std::int64_t kL1Block = 1024;
+/// moments, then its parameters) makes its passes over a block while it is in L1, not over a
+/// thread's whole range from memory (#39: AdamW moved its 14.7M parameters at 31% of a copy's
+/// bandwidth, one pass an Eigen statement). Small enough that the next block's loads overlap this
+/// one's arithmetic: 256 f32 (1 KiB an array) ran AdamW in 10-12 ms where 1024 took 12-15 ms
+/// (Zen 4, bench_ops, alternating); layer norm, GELU and the softmax did not move.
+inline constexpr std::int64_t kL1Block = 256;
+/// A block's temporary, held on the stack (Eigen's dynamic array with a fixed most size): an
+/// evaluated expression that a Dynamic array would put on the heap once a block.
+template <class T> using BlockArray = Eigen::Array<T, Eigen::Dynamic, 1, Eigen::ColMajor, kL1Block, 1>;
 /// Calls fn(offset, length) for consecutive blocks of at most kL1Block of n elements, each
 /// thread its own range of blocks, in parallel.
 template <class Fn>
@@ -145,7 +150,7 @@ template <class T> void gelu_backward(const T* x, const T* dy, T* dx, std::int64
   const T c = T(0.7978845608028654), k = T(0.044715);
   chunked(n, [&](std::int64_t o, std::int64_t len) {
     ConstArrayMap<T> X(x + o, len), DY(dy + o, len);
-    auto t = (c * (X + k * X.cube())).tanh().eval();
+    const BlockArray<T> t = (c * (X + k * X.cube())).tanh();
     ArrayMap<T>(dx + o, len) =
         DY * (T(0.5) * (T(1) + t) + T(0.5) * X * (T(1) - t.square()) * c * (T(1) + T(3) * k * X.square()));
   });

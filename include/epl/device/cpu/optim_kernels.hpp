@@ -24,7 +24,7 @@ template <class T> void sgd_update(T* p, const T* g, std::int64_t n, T lr, T wd,
 template <class T> void momentum_update(T* p, const T* g, T* v, std::int64_t n, T lr, T mu, T wd, bool nesterov, T gs) {
   chunked(n, [&](std::int64_t o, std::int64_t len) {
     ArrayMap<T> P(p + o, len), V(v + o, len);
-    auto d = (ConstArrayMap<T>(g + o, len) * gs + wd * P).eval();
+    const BlockArray<T> d = ConstArrayMap<T>(g + o, len) * gs + wd * P;
     V = mu * V + d;
     if (nesterov) P -= lr * (d + mu * V); else P -= lr * V;
   });
@@ -37,7 +37,7 @@ void adamw_update(T* p, const T* g, T* m, T* v, std::int64_t n, T lr, T beta1, T
   const T step_size = lr / bc1, rbc2 = T(1) / std::sqrt(bc2);
   chunked(n, [&](std::int64_t o, std::int64_t len) {
     ArrayMap<T> P(p + o, len), M(m + o, len), V(v + o, len);
-    const auto G = (ConstArrayMap<T>(g + o, len) * gs).eval();
+    const auto G = ConstArrayMap<T>(g + o, len) * gs;  // read where used: cheaper than a block of it stored
     P *= T(1) - lr * wd;
     M = beta1 * M + (T(1) - beta1) * G;
     V = beta2 * V + (T(1) - beta2) * G.square();
