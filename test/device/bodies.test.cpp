@@ -37,6 +37,19 @@ double diff(const Tensor& a, const Tensor& b) { return test::max_rel_diff(test::
 template <class T>
 T* p(const Tensor& t) { return t.data<T>(); }
 constexpr int kLaneCounts[] = {1, 3, k::kLanes};
+// The column-major GEMM cuBLAS would run for g, on row-major buffers read with leading dimensions
+// ld_first and ld_second: c(i, j) at c[i + j ldc] = sum over l of op(first)(i, l) op(second)(l, j).
+void column_major_reference(const device::ColumnMajorGemm& g, const float* first, std::int64_t ld_first, const float* second,
+                            std::int64_t ld_second, float* c) {
+  auto at = [](const float* x, bool trans, std::int64_t ld, std::int64_t i, std::int64_t j) { return trans ? x[j + i * ld] : x[i + j * ld]; };
+  for (std::int64_t i = 0; i < g.rows; ++i)
+    for (std::int64_t j = 0; j < g.cols; ++j) {
+      double s = 0;
+      for (std::int64_t l = 0; l < g.inner; ++l)
+        s += static_cast<double>(at(first, g.trans_first, ld_first, i, l)) * at(second, g.trans_second, ld_second, l, j);
+      c[i + j * g.ldc] = static_cast<float>(s);
+    }
+}
 }  // namespace
 
 TEST_SUITE("cpu") {
@@ -369,16 +382,7 @@ TEST_CASE("cuBLAS argument mapping, padded for the aligned kernels: zero-padded 
       const device::ColumnMajorGemm g = device::column_major_gemm(ta, tb, m, pg.n, pg.k);
       CHECK(g.ld_first == pg.b_cols);
       Tensor out = zeros({m, pg.n});
-      for (std::int64_t i = 0; i < g.rows; ++i)
-        for (std::int64_t j = 0; j < g.cols; ++j) {
-          double s = 0;
-          for (std::int64_t l = 0; l < g.inner; ++l) {
-            const float x = g.trans_first ? p<float>(pb)[l + i * pg.b_cols] : p<float>(pb)[i + l * pg.b_cols];
-            const float y = g.trans_second ? p<float>(pa)[j + l * pg.a_cols] : p<float>(pa)[l + j * pg.a_cols];
-            s += static_cast<double>(x) * y;
-          }
-          out.span<float>()[i + j * g.ldc] = static_cast<float>(s);
-        }
+      column_major_reference(g, p<float>(pb), pg.b_cols, p<float>(pa), pg.a_cols, out.data<float>());
       Tensor back = zeros({m, n});  // the rows of n_pad copied into c's rows of n
       for (std::int64_t i = 0; i < m; ++i)
         for (std::int64_t j = 0; j < n; ++j) back.span<float>()[i * n + j] = out.span<float>()[i * pg.n + j];
@@ -398,17 +402,8 @@ TEST_CASE("cuBLAS argument mapping: the column-major call it describes computes 
       const device::ColumnMajorGemm g = device::column_major_gemm(ta, tb, m, n, kk);
       const float* first = g.first_is_b ? p<float>(b) : p<float>(a);
       const float* second = g.first_is_b ? p<float>(a) : p<float>(b);
-      auto at = [](const float* x, bool trans, std::int64_t ld, std::int64_t i, std::int64_t j) {  // op(X)(i, j), column-major
-        return trans ? x[j + i * ld] : x[i + j * ld];
-      };
       Tensor cm = zeros({m, n});
-      for (std::int64_t i = 0; i < g.rows; ++i)
-        for (std::int64_t j = 0; j < g.cols; ++j) {
-          double s = 0;
-          for (std::int64_t l = 0; l < g.inner; ++l)
-            s += at(first, g.trans_first, g.ld_first, i, l) * at(second, g.trans_second, g.ld_second, l, j);
-          cm.span<float>()[i + j * g.ldc] = static_cast<float>(s);
-        }
+      column_major_reference(g, first, g.ld_first, second, g.ld_second, cm.data<float>());
       CHECK(diff(cm, c) < 1e-6);
     }
 }
