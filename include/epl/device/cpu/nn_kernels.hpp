@@ -43,9 +43,10 @@ void layer_norm_backward(const T* x, const T* gamma, const T* mean, const T* rst
                          T* dx, T* dgamma, T* dbeta, std::int64_t rows, std::int64_t cols) {
   ConstRowMap<T> g(gamma, cols);
   parallel_for(rows, row_grain(cols), [&](std::int64_t r0, std::int64_t r1) {
+    Eigen::Array<T, 1, Eigen::Dynamic> xhat(cols), dxhat(cols);  // a range's rows reuse them (not a heap block a row)
     for (std::int64_t r = r0; r < r1; ++r) {
-      auto xhat = ((ConstRowMap<T>(x + r * cols, cols) - mean[r]) * rstd[r]).eval();
-      auto dxhat = (ConstRowMap<T>(dy + r * cols, cols) * g).eval();
+      xhat = (ConstRowMap<T>(x + r * cols, cols) - mean[r]) * rstd[r];
+      dxhat = ConstRowMap<T>(dy + r * cols, cols) * g;
       T m1 = dxhat.mean(), m2 = (dxhat * xhat).mean();
       RowMap<T>(dx + r * cols, cols) = rstd[r] * (dxhat - m1 - xhat * m2);
     }
