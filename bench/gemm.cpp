@@ -158,17 +158,22 @@ int attention(int threads) {
 
 int main(int argc, char** argv) {
   int threads = 1;
-  bool attention_only = false;
+  bool attention_only = false, parts_only = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    if (arg.rfind("--threads=", 0) == 0) threads = std::stoi(arg.substr(10));
-    else if (arg == "--parts") return parts();
+    if (arg.rfind("--threads=", 0) == 0) threads = static_cast<int>(bench::int_arg("bench_gemm", arg, 10, 1, 1024));
+    else if (arg == "--parts") parts_only = true;
     else if (arg == "--attention") attention_only = true;
     else {
       std::fprintf(stderr, "bench_gemm: unknown argument %s; use --threads=N, --parts or --attention\n", arg.c_str());
       return 2;
     }
   }
+  if (parts_only && (attention_only || threads != 1)) {
+    std::fprintf(stderr, "bench_gemm: --parts times one thread's GEMMs alone: give it without --attention or --threads\n");
+    return 2;
+  }
+  if (parts_only) return parts();
   if (attention_only) return attention(threads);
   epl::device::Cpu cpu(0, threads);
   Eigen::setNbThreads(threads);

@@ -36,9 +36,10 @@ for k, v in by.items():
 print(f"epl / fastest peer: {med['epl']/best_peer:.2f}")
 # the physical limit: the least GEMM work a token needs at the FMA peak timed after each epl run
 limit = statistics.median(x["limit_tokens_per_s"] for x in by["epl"])
-print(f"physical limit (the GEMMs alone at the FMA peak, all else free): {limit:.0f} tokens/s; epl at {med['epl']/limit:.0%} of it, "
-      f"the fastest peer at {best_peer/limit:.0%}; #39's 1.5x the fastest peer = {1.5*best_peer:.0f} tokens/s = {1.5*best_peer/limit:.0%} of the limit"
-      + (" (past it: not reachable on this CPU)" if 1.5 * best_peer > limit else ""))
+print(f"physical limit (the GEMMs alone at the FMA peak, all else free): {limit:.0f} tokens/s; epl at {med['epl']/limit:.0%} of it"
+      + ("; no peer ran" if best_peer != best_peer else
+         f", the fastest peer at {best_peer/limit:.0%}; #39's 1.5x the fastest peer = {1.5*best_peer:.0f} tokens/s = {1.5*best_peer/limit:.0%} of the limit"
+         + (" (past it: not reachable on this CPU)" if 1.5 * best_peer > limit else "")))
 import os
 print("peer settings: " + " ".join(f"{k}={os.environ.get(k, '')}" for k in
       ("OPENBLAS_CORETYPE", "ATEN_CPU_CAPABILITY", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "DEBIAN_LIBBLAS")) +

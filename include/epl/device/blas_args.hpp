@@ -15,9 +15,9 @@ namespace device {
 
 /// \brief What a batched GEMM over causal t x t blocks may skip: attention's scores are wanted on
 /// and below the diagonal only, and its probabilities and their gradients are zero above it. A
-/// device whose gemm_batched takes it as its last argument (device::Cpu) leaves out that work,
-/// about half of attention's; one that does not multiplies everything, which gives the same
-/// values where they are wanted.
+/// device whose gemm_batched takes it as its last argument (device::Cpu) leaves out that work
+/// (up to half of it: 62.5% is done at t = 256, blocks of 64 rows); one that does not multiplies
+/// everything, which gives the same values where they are wanted, up to the order of the sums.
 enum class Triangle {
   kNone,    ///< dense: every entry of c
   kLowerC,  ///< c is square and only its entries on and below the diagonal are wanted (the others are unspecified)

@@ -75,6 +75,8 @@ inline GemmDims gemm_batched_dims(const Tensor& a, bool ta, const Tensor& b, boo
 
 /// A triangle a batched GEMM skips is the square matrix it names.
 inline void triangle_fits(const GemmDims& g, Triangle tri) {
+  EPL_CHECK(tri == Triangle::kNone || tri == Triangle::kLowerC || tri == Triangle::kLowerA || tri == Triangle::kUpperA,
+            "gemm_batched: triangle ", static_cast<int>(tri), " is not a device::Triangle (kNone, kLowerC, kLowerA, kUpperA)");
   EPL_CHECK(tri == Triangle::kNone || (tri == Triangle::kLowerC ? g.m == g.n : g.m == g.k),
             "gemm_batched: a triangle (", tri == Triangle::kLowerC ? "of c" : "of op(a)", ") needs a square matrix; c is [", g.m, ", ",
             g.n, "] and op(a) [", g.m, ", ", g.k, "]");

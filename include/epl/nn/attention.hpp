@@ -131,7 +131,7 @@ class CausalSelfAttention {
  private:
   [[nodiscard]] double scale() const { return 1.0 / std::sqrt(static_cast<double>(dim_ / heads_)); }
   // The scores and probabilities are causal: on a device whose gemm_batched skips a triangle
-  // (device::Cpu) about half of attention's products are left out; elsewhere all are computed.
+  // (device::Cpu) up to half of attention's products are left out; elsewhere all are computed.
   template <class D>
   static void causal_gemm(const D& d, const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& c, DType inputs,
                           device::Triangle tri) {

@@ -116,8 +116,10 @@ inline constexpr std::int64_t kTriangleRows = 64;
 /// [r0, r1) multiplying only c's columns up to r1 (kLowerC, rounded up to whole 16-column
 /// vectors), op(a)'s columns up to r1 (kLowerA) or from r0 (kUpperA): the entries left out are
 /// unwanted or products of zeros. Each kept entry sums the same products in the same order as
-/// the dense product does (the zeros' products are exact), so kLowerA and kLowerC give its
-/// values bit for bit; kUpperA too while k fits one of the kernel's k blocks.
+/// the dense product does (the zeros' products are exact), so on epl's packed kernels kLowerA and
+/// kLowerC give its values bit for bit; kUpperA too while k fits one of the kernel's k blocks
+/// (its blocks start at r0, the dense product's at 0). Eigen's product blocks by the sizes it is
+/// given, so there the sums round differently.
 template <class T>
 void gemm_batched(std::int64_t batch, bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k,
                   T alpha, const T* a, std::int64_t stride_a, const T* b, std::int64_t stride_b, T beta,

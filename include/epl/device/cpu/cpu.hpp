@@ -115,9 +115,13 @@ class BasicCpu {
   void gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& c,
             double alpha = 1, double beta = 0, DType inputs = DType::kF32) const;
   /// The same GEMM on each of the [batch, .., ..] blocks of rank-3 tensors.
-  /// \param tri a triangle the blocks' work may skip (causal attention's, device::Triangle):
-  /// about half of it. The entries c keeps are the dense product's, bit for bit with kLowerC and
-  /// kLowerA; c's entries above the diagonal under kLowerC are unspecified.
+  /// \param tri a triangle the blocks' work may skip (causal attention's, device::Triangle): up
+  /// to half of it. c's entries above the diagonal under kLowerC are unspecified; the others sum
+  /// the dense product's products (the ones left out are of zeros: b must be finite). On epl's
+  /// packed f32 and bf16 kernels kLowerC and kLowerA give the dense values bit for bit, and
+  /// kUpperA while k fits one of the kernel's k blocks (AVX-512: 384 in f32, 768 in bf16; AVX2:
+  /// 256); past it, and on Eigen's product (f64, or a build without those kernels), the sums are
+  /// grouped by other block sizes and round differently.
   void gemm_batched(const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& c,
                     double alpha = 1, double beta = 0, DType inputs = DType::kF32, Triangle tri = Triangle::kNone) const;
 
