@@ -37,7 +37,7 @@ by = {}
 for r in rows: by.setdefault(r["impl"], []).append(r)
 print(f"\ngpt-mini, {sys.argv[2]} thread(s), medians of alternating runs")
 # epl's rows also give their physical limit: the least GEMM work a token needs at the peak of the
-# instruction the run multiplied with (FMA, VDPBF16PS or AMX tiles), timed after each run
+# instruction the run multiplied with (FMA, VDPBF16PS or AMX tiles), timed before and after each run
 print(f"{'implementation':<34}{'tokens/s':>10}{'peak MiB':>10}{'limit':>8}{'of it':>7}   runs (tokens/s)")
 med = {k: statistics.median(x["tokens_per_s"] for x in v) for k, v in by.items()}
 limit = {k: statistics.median(x["limit_tokens_per_s"] for x in v) for k, v in by.items() if "limit_tokens_per_s" in v[0]}

@@ -34,7 +34,7 @@ print(f"{'implementation':<24}{'tokens/s':>10}{'GFLOP/s':>10}{'vs epl':>8}   run
 for k, v in by.items():
     print(f"{k:<24}{med[k]:>10.1f}{statistics.median(x['gflops'] for x in v):>10.1f}{med['epl']/med[k]:>8.2f}   " + " ".join(f"{x['tokens_per_s']:.0f}" for x in v))
 print(f"epl / fastest peer: {med['epl']/best_peer:.2f}")
-# the physical limit: the least GEMM work a token needs at the FMA peak timed after each epl run
+# the physical limit: the least GEMM work a token needs at the FMA peak, timed before and after each epl run
 limit = statistics.median(x["limit_tokens_per_s"] for x in by["epl"])
 print(f"physical limit (the GEMMs alone at the FMA peak, all else free): {limit:.0f} tokens/s; epl at {med['epl']/limit:.0%} of it"
       + ("; no peer ran" if best_peer != best_peer else
