@@ -3,9 +3,6 @@
 /// \brief MPI's lifetime in a process (comm::MpiEnvironment), EPL_MPI_CHECK, and the process's
 /// failed state. Part of epl::mpi: the files of comm/mpi/ are the only ones that include <mpi.h>.
 #include <mpi.h>
-#if defined(__linux__)
-#include <sched.h>
-#endif
 
 #include <algorithm>
 #include <atomic>
@@ -144,10 +141,10 @@ class MpiWatchdog {
 /// MPI_Finalize waits for every peer to finalize too, so a failed rank would hold back its own
 /// error and leave the others waiting. epl::launch catches, prints and aborts before that.
 ///
-/// When it starts MPI and OMP_NUM_THREADS is not set (or empty), the calling thread's OpenMP
-/// regions take this process's share of its node's cores (core_share()), as thread ranks share a
-/// process's cores. OpenMP's default, every core in every process, put `mpirun -np 4` on 2 cores at
-/// 8 spinning threads, 2.2x slower than one thread each.
+/// When it starts MPI and OMP_NUM_THREADS is not set, the calling thread's OpenMP regions take
+/// this process's share of its node's cores: the cores it may run on divided by the processes of
+/// its node (at least 1), as thread ranks share a process's cores. OpenMP's default, every core
+/// in every process, put `mpirun -np 4` on 2 cores at 8 spinning threads, 2.2x slower than one each.
 class MpiEnvironment {
  public:
   MpiEnvironment(int* argc, char*** argv) {
@@ -158,55 +155,23 @@ class MpiEnvironment {
     EPL_MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
     owner_ = true;
     EPL_CHECK(provided >= MPI_THREAD_MULTIPLE, "this MPI library lacks MPI_THREAD_MULTIPLE; asynchronous collectives need it");
-    const char* asked = std::getenv("OMP_NUM_THREADS");
-    if (asked == nullptr || *asked == '\0') epl::detail::cpu::set_threads(core_share());
+    if (std::getenv("OMP_NUM_THREADS") == nullptr) epl::detail::cpu::set_threads(std::max(1, epl::detail::cpu::threads() / node_processes()));
   }
 
   /// \brief The processes of MPI_COMM_WORLD that share this process's node (its memory).
-  /// Collective over MPI_COMM_WORLD.
   static int node_processes() {
-    return on_node([](MPI_Comm node) {
-      int n = 1;
-      MPI_Comm_size(node, &n);
-      return n;
-    });
+    MPI_Comm node = MPI_COMM_NULL;
+    EPL_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+    int n = 1;
+    MPI_Comm_size(node, &n);
+    MPI_Comm_free(&node);
+    return n;
   }
-
-  /// \brief This process's share of its node's cores (at least 1): the cores it may run on divided
-  /// by the processes of its node that may run on any of them. Collective over MPI_COMM_WORLD.
-  /// Unbound (`--bind-to none`) every process of the node shares every core; bound to a core, a
-  /// process keeps its own; bound to a socket, it shares the socket's with that socket's processes.
-  static int core_share() {
-    return on_node([](MPI_Comm node) {
-      int n = 1;
-      MPI_Comm_size(node, &n);
-#if defined(__linux__)
-      cpu_set_t mine;
-      CPU_ZERO(&mine);  // all zero when unknown: then no peer counts this process as sharing
-      const bool known = sched_getaffinity(0, sizeof mine, &mine) == 0;
-      std::vector<cpu_set_t> all(static_cast<std::size_t>(n));
-      const int bytes = static_cast<int>(sizeof mine);
-      EPL_MPI_CHECK(MPI_Allgather(&mine, bytes, MPI_BYTE, all.data(), bytes, MPI_BYTE, node));
-      if (known) return share_of_cores(mine, all);
-#endif
-      return std::max(1, epl::detail::cpu::threads() / n);
-    });
+  ~MpiEnvironment() {
+    if (!owner_) return;
+    if (std::uncaught_exceptions() > 0) abort_job(2);
+    MPI_Finalize();
   }
-
-#if defined(__linux__)
-  /// \brief core_share()'s rule: the cores in `mine` divided by the processes of `node` (this
-  /// one included) whose cores meet them, at least 1.
-  static int share_of_cores(const cpu_set_t& mine, const std::vector<cpu_set_t>& node) {
-    int sharing = 0;
-    for (const auto& other : node) {
-      cpu_set_t both;
-      CPU_AND(&both, &other, &mine);
-      sharing += CPU_COUNT(&both) > 0 ? 1 : 0;
-    }
-    return std::max(1, CPU_COUNT(&mine) / std::max(1, sharing));
-  }
-#endif
-
   MpiEnvironment(const MpiEnvironment&) = delete;
   MpiEnvironment& operator=(const MpiEnvironment&) = delete;
 
@@ -220,17 +185,6 @@ class MpiEnvironment {
   }
 
  private:
-  // fn(the communicator of this node's processes), an int; the communicator freed after
-  template <class Fn>
-  static int on_node(Fn fn) {
-    MPI_Comm node = MPI_COMM_NULL;
-    EPL_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
-    struct Free {
-      MPI_Comm& c;
-      ~Free() { MPI_Comm_free(&c); }
-    } free_after{node};
-    return fn(node);
-  }
   bool owner_ = false;
 };
 
