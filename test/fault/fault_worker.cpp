@@ -180,7 +180,9 @@ int main(int argc, char** argv) try {
   const epl::Flag<std::int64_t> at_step{"at_step", 2, "the step in which it fails", {.min = 1}};
   const epl::Flag<std::int64_t> steps{"steps", 4, "steps to train", {.min = 1}};
   const epl::Flag<std::string> run_id{"run_id", "", "a marker to find this run's processes by"};
-  auto cfg = epl::Config::from_args(argc, argv, fault, where, fault_rank, at_step, steps, run_id);
+  const epl::Flag<std::int64_t> launch_ranks{"launch_ranks", 0, "LaunchOptions::ranks (unchecked here: launch checks it)"};
+  const epl::Flag<std::int64_t> launch_threads{"launch_threads", 0, "LaunchOptions::threads_per_rank (unchecked here: launch checks it)"};
+  auto cfg = epl::Config::from_args(argc, argv, fault, where, fault_rank, at_step, steps, run_id, launch_ranks, launch_threads);
   g_injector.fault = cfg.get(fault);
   g_injector.where = cfg.get(where);
   g_injector.rank = static_cast<int>(cfg.get(fault_rank));
@@ -208,7 +210,7 @@ int main(int argc, char** argv) try {
       train(ctx, c, net(), cfg.get(steps));
     }
     std::fprintf(stderr, "[rank %d] fault-worker: finished %lld steps\n", r, static_cast<long long>(cfg.get(steps)));
-  });
+  }, {.ranks = static_cast<int>(cfg.get(launch_ranks)), .threads_per_rank = static_cast<int>(cfg.get(launch_threads))});
 } catch (const std::exception& e) {
   std::fprintf(stderr, "%s\n", e.what());
   return 2;

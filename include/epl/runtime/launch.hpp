@@ -36,6 +36,16 @@ struct LaunchOptions {
 /// \brief The exit status of a failed launch.
 inline constexpr int kLaunchFailed = 2;
 
+namespace detail {
+/// \brief LaunchOptions' ranges, checked alike for thread ranks and MPI processes.
+inline void check_launch_options(const LaunchOptions& opt) {
+  EPL_CHECK(opt.ranks >= 0 && opt.ranks <= comm::kMaxThreadRanks, "launch: LaunchOptions::ranks is ", opt.ranks, "; give a number of "
+            "thread ranks from 1 to ", comm::kMaxThreadRanks, ", or 0 for EPL_NUM_RANKS (1 when unset)");
+  EPL_CHECK(opt.threads_per_rank >= 0, "launch: LaunchOptions::threads_per_rank is ", opt.threads_per_rank,
+            "; give OpenMP threads per rank (1 or more), or 0 for the cores divided among the ranks");
+}
+}  // namespace detail
+
 /// \brief The communication options of a configuration (communication.timeout).
 inline comm::CommOptions comm_options(const Config& cfg) {
   comm::CommOptions o;
@@ -54,6 +64,9 @@ template <class Fn>
   auto status = [&](int rc) { return rc == 0 && epl::detail::unthrown_failures().load() > unthrown ? kLaunchFailed : rc; };
   if (started_by_mpi())  // the process backend this program was built with (comm/launcher.hpp)
     return status(comm::ProcessLauncher::run(comm_opt, kLaunchFailed, [&](auto& world) {
+      detail::check_launch_options(opt);
+      EPL_CHECK(opt.ranks == 0 || opt.ranks == world.size(), "launch: LaunchOptions::ranks is ", opt.ranks, " (thread ranks), but this "
+                "program runs as ", world.size(), " MPI processes (mpirun -np ", world.size(), "); give 0 under mpirun");
       const int threads_asked = comm::rank_count_from_env(0);  // thread ranks: a different launch
       EPL_CHECK(threads_asked == 0 || threads_asked == world.size(), "EPL_NUM_RANKS=", threads_asked, " asks for thread ranks, but this "
                 "program runs as ", world.size(), " MPI processes (mpirun -np ", world.size(), "); unset EPL_NUM_RANKS under mpirun");
@@ -61,10 +74,7 @@ template <class Fn>
       fn(ctx);
     }));
   try {
-    EPL_CHECK(opt.ranks >= 0 && opt.ranks <= comm::kMaxThreadRanks, "launch: LaunchOptions::ranks is ", opt.ranks, "; give a number of "
-              "thread ranks from 1 to ", comm::kMaxThreadRanks, ", or 0 for EPL_NUM_RANKS (1 when unset)");
-    EPL_CHECK(opt.threads_per_rank >= 0, "launch: LaunchOptions::threads_per_rank is ", opt.threads_per_rank,
-              "; give OpenMP threads per rank (1 or more), or 0 for the cores divided among the ranks");
+    detail::check_launch_options(opt);
     const int ranks = opt.ranks > 0 ? opt.ranks : comm::rank_count_from_env(1);
     int threads = opt.threads_per_rank;
     if (threads <= 0) threads = std::max(1, epl::detail::cpu::threads() / ranks);
