@@ -2,7 +2,9 @@
 // here, uneven sizes, 16-bit types, sub-groups, asynchronous order, and disagreement reported.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <thread>
 #include <vector>
 
@@ -41,6 +43,19 @@ void check_all_reduce(std::int64_t count, ReduceOp op, bool in_place) {
 }  // namespace
 
 TEST_SUITE("mpi") {
+TEST_CASE("mpi: each process takes its node's share of the cores, unless OMP_NUM_THREADS says otherwise") {
+  // the processes of this node: every one of this test's, as mpirun starts them all here
+  const int node = comm::MpiEnvironment::node_processes();
+  CHECK(node == world().size());
+#if defined(_OPENMP)
+  const char* asked = std::getenv("OMP_NUM_THREADS");
+  const int share = asked ? std::atoi(asked) : std::max(1, omp_get_num_procs() / node);
+  CHECK(epl::detail::cpu::threads() == share);
+#else
+  CHECK(epl::detail::cpu::threads() == 1);
+#endif
+}
+
 TEST_CASE("mpi: all_reduce, every op and dtype, small (fused), medium (MPI) and large (ring) buffers, in and out of place") {
   // up to 24 KiB / (n - 1): the data rides the header exchange, in 3968-byte pieces (3000 floats:
   // several pieces on 2 ranks, MPI_Allreduce on 4); > 1 MiB: the ring, uneven shares; 1500007:
