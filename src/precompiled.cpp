@@ -14,6 +14,7 @@
 #include "epl/device/cpu/cpu.hpp"
 #include "epl/runtime/trace.hpp"
 #include "epl/runtime/trainer.hpp"  // and model_free.hpp's list, defined here
+#include "epl/tune/auto_plan.hpp"    // the planner's model-free bodies (EPL_LINKED)
 
 #include <cstdio>
 #include <cstdlib>
@@ -53,6 +54,8 @@ namespace checkpoint {
 template class BasicSerializer<void>;
 template std::size_t export_safetensors<void>(const std::filesystem::path&, const std::filesystem::path&, std::string_view);
 }  // namespace checkpoint
+template plan::Profile plan::detail::profile_units(const std::vector<strategy::Unit<nn::Pass<device::Cpu>>>&, nn::SoftmaxCrossEntropy&,
+                                                   const device::Cpu&, comm::Communicator&, int, const Tensor&, const Tensor&, int, DType);
 template void write_trace<void>(comm::Communicator&, const Timeline&, const std::string&);
 template class BasicTracer<void>;
 }  // namespace v0

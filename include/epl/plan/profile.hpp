@@ -17,6 +17,8 @@
 #include <vector>
 
 #include "epl/core/files.hpp"
+#include "epl/core/linked.hpp"
+#include "epl/device/cpu/cpu.hpp"
 #include "epl/device/device.hpp"
 #include "epl/nn/loss.hpp"
 #include "epl/param/arena.hpp"
@@ -142,33 +144,12 @@ class ProbeGroup {
 };
 }  // namespace detail
 
-/// \brief Measures model's units on device d with the batch (inputs, targets) of `rows` rows: each
-/// unit's activation bytes (from the allocator's accounting) and its forward and backward times
-/// (each the fastest of `repeats` runs, the whole batch's and one row's interleaved; Profile::spread
-/// says how far the runs disagreed), and its parameters; `matmul` bf16 or f16 times AMP's GEMMs. The model is copied and drawn once, whole,
-/// on d (a model too large for one device is profiled on its parts by the caller). Run it on a
-/// device whose account nothing else charges meanwhile (before starting thread ranks).
-template <class Model, class Loss = nn::SoftmaxCrossEntropy, class D>
-Profile profile(const Model& model, const D& d, const Tensor& inputs, const Tensor& targets, int repeats = 3,
-                DType matmul = DType::kF32) {
-  EPL_CHECK(inputs.defined() && inputs.rank() > 0 && inputs.dim(0) > 0, "profile: the probe batch has no rows; give it one or more");
-  EPL_CHECK(targets.defined() && targets.rank() > 0 && targets.dim(0) == inputs.dim(0), "profile: the probe batch has ",
-            inputs.dim(0), " input rows but ", targets.defined() && targets.rank() > 0 ? targets.dim(0) : 0, " target rows");
-  EPL_CHECK(repeats >= 1, "profile: repeats = ", repeats, " must be at least 1");
-  using Pass = nn::Pass<D>;
-  // A split model is probed as one rank of its group: part 0 of each split layer, its collectives
-  // over a stand-in group, so the bytes and times are a split rank's.
-  constexpr int parts = tensor_degree_v<Model>;
-  Model copy = model;
-  bool vocab_parallel = false;
-  if constexpr (parts > 1) vocab_parallel = shard_model(copy, nn::SplitPart{0, parts}, false).sharded_output;
-  comm::Communicator group(detail::ProbeGroup{parts});
-  param::Arena arena = param::materialize(copy, d, {.seed = 1});
-  std::vector<strategy::Unit<Pass>> units;
-  strategy::flatten<Pass>(copy, units);
-  Loss loss;
-  if constexpr (requires { loss.parallelize(nn::SplitPart{}); })
-    if (vocab_parallel) loss.parallelize(nn::SplitPart{0, parts});
+namespace detail {
+/// \brief profile's measurements of a model's `units` (flattened, drawn) and its loss, a rank of a
+/// split group of `parts` (`group` the stand-in): compiled once for the CPU under epl::precompiled.
+template <class Pass, class Loss, class D>
+Profile profile_units(const std::vector<strategy::Unit<Pass>>& units, Loss& loss, const D& d, comm::Communicator& group, int parts,
+                      const Tensor& inputs, const Tensor& targets, int repeats, DType matmul) {
   Profile p;
   p.tensor = parts;
   p.rows = inputs.dim(0);
@@ -283,71 +264,57 @@ Profile profile(const Model& model, const D& d, const Tensor& inputs, const Tens
   }
   return p;
 }
+}  // namespace detail
+
+/// \brief Measures model's units on device d with the batch (inputs, targets) of `rows` rows: each
+/// unit's activation bytes (from the allocator's accounting) and its forward and backward times
+/// (each the fastest of `repeats` runs, the whole batch's and one row's interleaved; Profile::spread
+/// says how far the runs disagreed), and its parameters; `matmul` bf16 or f16 times AMP's GEMMs. The model is copied and drawn once, whole,
+/// on d (a model too large for one device is profiled on its parts by the caller). Run it on a
+/// device whose account nothing else charges meanwhile (before starting thread ranks).
+template <class Model, class Loss = nn::SoftmaxCrossEntropy, class D>
+Profile profile(const Model& model, const D& d, const Tensor& inputs, const Tensor& targets, int repeats = 3,
+                DType matmul = DType::kF32) {
+  EPL_CHECK(inputs.defined() && inputs.rank() > 0 && inputs.dim(0) > 0, "profile: the probe batch has no rows; give it one or more");
+  EPL_CHECK(targets.defined() && targets.rank() > 0 && targets.dim(0) == inputs.dim(0), "profile: the probe batch has ",
+            inputs.dim(0), " input rows but ", targets.defined() && targets.rank() > 0 ? targets.dim(0) : 0, " target rows");
+  EPL_CHECK(repeats >= 1, "profile: repeats = ", repeats, " must be at least 1");
+  using Pass = nn::Pass<D>;
+  // A split model is probed as one rank of its group: part 0 of each split layer, its collectives
+  // over a stand-in group, so the bytes and times are a split rank's.
+  constexpr int parts = tensor_degree_v<Model>;
+  Model copy = model;
+  bool vocab_parallel = false;
+  if constexpr (parts > 1) vocab_parallel = shard_model(copy, nn::SplitPart{0, parts}, false).sharded_output;
+  comm::Communicator group(detail::ProbeGroup{parts});
+  param::Arena arena = param::materialize(copy, d, {.seed = 1});
+  std::vector<strategy::Unit<Pass>> units;
+  strategy::flatten<Pass>(copy, units);
+  Loss loss;
+  if constexpr (requires { loss.parallelize(nn::SplitPart{}); })
+    if (vocab_parallel) loss.parallelize(nn::SplitPart{0, parts});
+  return detail::profile_units<Pass>(units, loss, d, group, parts, inputs, targets, repeats, matmul);
+}
+
+// A program linked with epl::precompiled takes the CPU's probe from that library, compiled once.
+#if defined(EPL_PRECOMPILED) && !defined(EPL_PRECOMPILED_SOURCE)
+extern template Profile detail::profile_units(const std::vector<strategy::Unit<nn::Pass<device::Cpu>>>&, nn::SoftmaxCrossEntropy&,
+                                              const device::Cpu&, comm::Communicator&, int, const Tensor&, const Tensor&, int, DType);
+#endif
 
 /// \brief Writes a profile to `path` under `key` (what it was measured for: the model's shape,
 /// the device), so a later run reads it back instead of measuring again (load_profile).
-inline void save_profile(const Profile& p, const std::filesystem::path& path, const std::string& key) {
-  EPL_CHECK(key.find_first_of("\r\n") == std::string::npos, "plan::save_profile: the key \"", detail::shown(key),
-            "\" holds a line break; a profile's key is one line (its file could never be read back)");
-  std::ostringstream f;
-  f.precision(17);
-  f << "epl-profile 5\n" << key << "\n" << p.rows << ' ' << p.tokens_per_row << ' ' << p.input_bytes << ' ' << p.tensor << ' ' << p.repeats
-    << ' ' << p.spread << ' ' << p.units.size() << '\n';
-  for (const auto& u : p.units)
-    f << u.name << ' ' << u.parameters << ' ' << u.macs_per_token << ' ' << u.activation_bytes << ' ' << u.output_bytes << ' '
-      << u.backward_bytes << ' ' << u.weight_bytes << ' ' << u.split_backward_bytes << ' ' << u.forward_seconds << ' '
-      << u.backward_seconds << ' ' << u.fixed_seconds << '\n';
-  f << "end\n";  // a file cut short anywhere, even inside the last figure, lacks it
-  files::write_file(path, f.str(), "planner's calibration file");  // whole or not at all: a reader sees the old or the new
-}
+EPL_LINKED void save_profile(const Profile& p, const std::filesystem::path& path, const std::string& key);
 
 /// \brief The profile save_profile wrote to `path` under `key`; nullopt when there is no file or it
 /// was measured for another key. A file that is not a profile is an error naming it.
-inline std::optional<Profile> load_profile(const std::filesystem::path& path, const std::string& key) {
-  auto opened = detail::open_calibration(path);
-  if (!opened) return std::nullopt;
-  auto& f = *opened;
-  std::string magic, saved;
-  std::getline(f, magic);
-  EPL_CHECK(magic.rfind("epl-profile ", 0) == 0, "the planner's calibration file ", path, " is not one (its first line is \"",
-            detail::shown(magic), "\"); delete it to measure again");
-  EPL_CHECK(magic == "epl-profile 5" || magic == "epl-profile 4" || magic == "epl-profile 3" || magic == "epl-profile 2",
-            "the planner's calibration file ", path, " was written by another version of epl (\"", detail::shown(magic),
-            "\"; this one reads \"epl-profile 5\"); delete it to measure again");
-  // an older probe's (split layers measured whole; no spread; no weight-pass bytes): measure again
-  if (magic != "epl-profile 5") return std::nullopt;
-  EPL_CHECK(static_cast<bool>(std::getline(f, saved)), "the planner's calibration file ", path,
-            " is truncated or corrupt (no key line); delete it to measure again");
-  if (saved != key) return std::nullopt;
-  Profile p;
-  std::size_t n = 0;
-  f >> p.rows >> p.tokens_per_row >> p.input_bytes >> p.tensor >> p.repeats >> p.spread >> n;
-  EPL_CHECK(f.good() && n > 0 && n < (1u << 24) && p.tensor >= 1 && p.repeats >= 1 && p.spread >= 0 && std::isfinite(p.spread),
-            "the planner's calibration file ", path, " is truncated or corrupt; delete it to measure again");
-  p.units.resize(n);
-  for (auto& u : p.units)
-    f >> u.name >> u.parameters >> u.macs_per_token >> u.activation_bytes >> u.output_bytes >> u.backward_bytes >> u.weight_bytes >>
-        u.split_backward_bytes >> u.forward_seconds >> u.backward_seconds >> u.fixed_seconds;
-  std::string end, more;
-  f >> end;
-  EPL_CHECK(!f.fail() && end == "end" && !(f >> more) && p.rows >= 1 && p.tokens_per_row >= 1 && p.input_bytes >= 0,
-            "the planner's calibration file ", path, " is truncated or corrupt; delete it to measure again");
-  for (const auto& u : p.units) {
-    auto bytes = [](std::int64_t b, bool may_be_negative) {
-      return b <= detail::kMostBytesPerRow && (may_be_negative ? b >= -detail::kMostBytesPerRow : b >= 0);
-    };
-    const bool sane = u.parameters >= 0 && u.macs_per_token >= 0 && bytes(u.activation_bytes, true) && bytes(u.output_bytes, false) &&
-                      bytes(u.backward_bytes, false) && bytes(u.weight_bytes, false) && bytes(u.split_backward_bytes, false) &&
-                      std::isfinite(u.macs_per_token) && u.forward_seconds >= 0 && u.backward_seconds >= 0 && u.fixed_seconds >= 0 &&
-                      u.forward_seconds <= detail::kMostSeconds && u.backward_seconds <= detail::kMostSeconds &&
-                      u.fixed_seconds <= detail::kMostSeconds;
-    EPL_CHECK(sane, "the planner's calibration file ", path, " holds impossible figures for unit ", u.name,
-              " (negative, not finite, a time over ", detail::kMostSeconds, " s, or bytes a row over ", detail::kMostBytesPerRow,
-              "); delete it to measure again");
-  }
-  return p;
-}
+EPL_LINKED std::optional<Profile> load_profile(const std::filesystem::path& path, const std::string& key);
 
 }  // namespace plan
 }  // namespace v0
 }  // namespace epl
+
+// The bodies: in every program that includes this header, or once in epl::precompiled (core/linked.hpp).
+#if EPL_LINKED_BODIES
+#include "epl/plan/profile.ipp"
+#endif

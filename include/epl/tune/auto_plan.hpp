@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "epl/config/config.hpp"
+#include "epl/core/linked.hpp"
 #include "epl/config/run_options.hpp"
 #include "epl/data/data.hpp"
 #include "epl/optim/optimizer.hpp"
@@ -55,34 +56,18 @@ struct AutoPlanOptions {
 };
 
 namespace detail {
-// A candidate as kEncoded integers (the schedule by its place in strategy::kSchedules, then each
-// policy axis's value), to broadcast.
-inline constexpr int kEncoded = 5 + policy::kAxes;
-inline void encode(const plan::Candidate& c, std::int64_t* out) {
-  const auto schedule = static_cast<std::int64_t>(strategy::schedule_index(strategy::schedule_named(c.schedule)));
-  const std::int64_t v[] = {c.data, c.pipeline, c.micro_batches, schedule, c.virtual_stages};
-  std::copy(std::begin(v), std::end(v), out);
-  policy::encode(c.policies, out + 5);
-}
-inline plan::Candidate decode(const std::int64_t* v, int tensor) {
-  return {.data = static_cast<int>(v[0]), .pipeline = static_cast<int>(v[1]), .micro_batches = static_cast<int>(v[2]), .tensor = tensor,
-          .schedule = std::string(strategy::schedule_at(static_cast<std::size_t>(v[3])).name), .virtual_stages = static_cast<int>(v[4]),
-          .policies = policy::decode(v + 5)};
-}
 // A batch of `rows` rows on the CPU, the sample's rows over and over (the measured steps' data: a
 // step's time does not depend on which rows it reads).
-inline Batch tiled(const device::Cpu& cpu, const Batch& sample, std::int64_t rows) {
-  auto tile = [&](const Tensor& t) {
-    Shape shape = t.shape();
-    shape[0] = rows;
-    Tensor out = cpu.empty(shape, t.dtype());
-    const std::size_t row = t.bytes() / static_cast<std::size_t>(t.dim(0));
-    for (std::int64_t r = 0; r < rows; ++r)
-      std::memcpy(static_cast<char*>(out.raw()) + r * row, static_cast<const char*>(t.raw()) + (r % t.dim(0)) * row, row);
-    return out;
-  };
-  return {tile(sample.inputs), tile(sample.targets)};
-}
+EPL_LINKED Batch tiled(const device::Cpu& cpu, const Batch& sample, std::int64_t rows);
+// auto_plan's model-free steps (auto_plan.ipp), compiled once: the checks of its options and of
+// the sample (the same rows on every rank), which give the probe's rows; the cluster the plans are
+// priced on (its all-reduce measured) and the run's other keys; rank 0's shortlist, agreed by
+// every rank; and the account of the choice, with the chosen plan's keys set in cfg.
+EPL_LINKED std::int64_t check_sample(Context& ctx, const Batch& sample);
+EPL_LINKED plan::Cluster cluster_of(Context& ctx, const Config& cfg, const AutoPlanOptions& o, plan::PlanOptions& base);
+EPL_LINKED std::vector<plan::Estimate> agreed_shortlist(Context& ctx, const plan::SearchResult& found, std::size_t k, int tensor);
+EPL_LINKED Config chosen(Context& ctx, const Config& cfg, const plan::SearchResult& found, const std::vector<plan::Estimate>& plans,
+                         const std::vector<bench::Measured>& measured, bool stand_in, const AutoPlanOptions& o);
 // An optimizer to time the plans with: its default options (the update's cost does not depend on them).
 template <class O>
 O stand_in() {
@@ -96,31 +81,7 @@ inline constexpr bool has_stand_in = requires { O(typename O::Options{}); } || s
 /// \brief The α and β of `world`'s all-reduce (a collective): the median time of 9 small and 9
 /// large messages, the slowest rank's, read as a ring's 2 (n - 1) messages of 2 (n - 1) / n of
 /// the bytes. A world of one: the default link (nothing is sent).
-inline plan::Link measure_all_reduce(comm::Communicator& world) {
-  const int n = world.size();
-  if (n == 1) return {};
-  auto median_seconds = [&](std::int64_t count) {
-    std::vector<float> buf(static_cast<std::size_t>(count), 1.0f);
-    std::vector<double> t;
-    for (int i = 0; i < 9; ++i) {
-      world.barrier();
-      const auto t0 = std::chrono::steady_clock::now();
-      world.all_reduce(comm::Buffer(buf.data(), count, DType::kF32), comm::Buffer(buf.data(), count, DType::kF32), comm::ReduceOp::kSum);
-      t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    }
-    std::sort(t.begin(), t.end());
-    double s = t[t.size() / 2];
-    world.all_reduce(comm::Buffer(&s, 1, DType::kF64), comm::Buffer(&s, 1, DType::kF64), comm::ReduceOp::kMax);
-    return s;
-  };
-  const std::int64_t small = 16, large = 1 << 20;
-  const double ts = median_seconds(small), tl = median_seconds(large);
-  const double moved = 2.0 * (n - 1) / n * 4.0 * static_cast<double>(large);
-  plan::Link l;
-  l.alpha = std::max(1e-7, ts / (2.0 * (n - 1)));
-  l.beta = moved / std::max(1e-9, tl - 2.0 * (n - 1) * l.alpha);
-  return l;
-}
+EPL_LINKED plan::Link measure_all_reduce(comm::Communicator& world);
 
 /// \brief cfg with the fastest plan's keys when auto.auto_parallel = true and pipeline.num_stages
 /// is not set (else cfg as it is): every rank profiles the model on its device with the rows of
@@ -134,27 +95,7 @@ Config auto_plan(Context& ctx, const Config& cfg, const Model& model, const Batc
             o.measure, ", rounds = ", o.rounds, ", steps = ", o.steps, "; repeats, rounds and steps must be at least 1 and measure at "
             "least 0 (0 or 1: choose by prediction alone)");
   if (!cfg.get(keys::auto_parallel) || cfg.source(keys::num_stages) != Config::Source::kDefault) return cfg;
-  auto& world = ctx.world();
-  const int n = world.size();
-  // the probe: at most 4 rows of the sample
-  EPL_CHECK(sample.inputs.defined() && sample.inputs.rank() > 0 && sample.inputs.dim(0) >= 2, "auto_plan: the sample batch has ",
-            sample.inputs.defined() && sample.inputs.rank() > 0 ? sample.inputs.dim(0) : 0, " row",
-            sample.inputs.defined() && sample.inputs.rank() > 0 && sample.inputs.dim(0) == 1 ? "" : "s", "; give 2 or more (4 is "
-            "what the probe uses): with one row it cannot tell a unit's fixed cost a call from its cost a row, and every micro-batch "
-            "count would be priced alike");
-  const std::int64_t rows = std::min<std::int64_t>(sample.inputs.dim(0), 4);
-  EPL_CHECK(detail::rows_of(sample.targets) == sample.inputs.dim(0), "auto_plan: the sample batch has ", sample.inputs.dim(0),
-            " input rows but ", detail::rows_of(sample.targets), " target rows; give one target row an input row");
-  detail::check_batch_memory(sample.inputs, sample.targets, ctx.cpu().id());
-  {  // the measured plans train on the sample, and a pipeline's stages check they read the same rows
-    std::uint64_t h = 1469598103934665603ull;
-    for (const Tensor* t : {&sample.inputs, &sample.targets}) h = detail::hash_bytes(h, t->raw(), t->bytes());
-    std::int64_t low = std::bit_cast<std::int64_t>(h), high = low;
-    world.all_reduce(comm::Buffer(&low, 1, DType::kI64), comm::Buffer(&low, 1, DType::kI64), comm::ReduceOp::kMin);
-    world.all_reduce(comm::Buffer(&high, 1, DType::kI64), comm::Buffer(&high, 1, DType::kI64), comm::ReduceOp::kMax);
-    EPL_CHECK(low == high, "auto_plan: the ranks were given different sample batches; give every rank the same rows (the "
-              "plans it measures train on them; read them with one seed on every rank, not from the rank's data shard)");
-  }
+  const std::int64_t rows = detail::check_sample(ctx, sample);
   Model counted = model;
   const std::string key = std::string(reflect::type_name<Model>()) + " rows " + std::to_string(rows) + " of " +
                           sample.inputs.shape().str() + " " + std::to_string(nn::parameter_count(counted)) + " parameters";
@@ -169,19 +110,13 @@ Config auto_plan(Context& ctx, const Config& cfg, const Model& model, const Batc
   if (!prof) prof = plan::profile<Model, Loss>(model, ctx.cpu(), x, y, o.repeats);
   if (compiled.amp != DType::kF32 && !amp) amp = plan::profile<Model, Loss>(model, ctx.cpu(), x, y, o.repeats, compiled.amp);
   // rank 0 writes what it measured; the others may be reading the old file: it is replaced whole
-  world.barrier();
+  ctx.world().barrier();
   if (!o.cache.empty() && fresh && ctx.rank() == 0) {
     plan::save_profile(*prof, o.cache, key);
     if (amp) plan::save_profile(*amp, o.cache.string() + ".amp", key);
   }
-  plan::Cluster cluster{.ranks = n};
-  if (o.budget > 0) cluster.bytes_per_rank = o.budget;
-  cluster.data = cluster.pipeline = cluster.tensor = measure_all_reduce(world);
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  if (n > cores) cluster.cores = cores;  // more ranks than this machine's cores: they share them (thread ranks, one host's processes)
-  // the run's other keys, and its ranks' speeds (cluster.rank_speeds), price each plan as it will run
-  plan::PlanOptions base = plan_options(cfg, {});
-  base.rank_speeds = rank_speeds(cfg, ctx.cpu(), world);
+  plan::PlanOptions base;
+  const plan::Cluster cluster = detail::cluster_of(ctx, cfg, o, base);
   const auto found = [&] {
     try {
       return plan::search<Model, Policy>(model, *prof, cluster, global_rows, Optimizer::kStateSlots,
@@ -195,76 +130,29 @@ Config auto_plan(Context& ctx, const Config& cfg, const Model& model, const Batc
   }();
   // rank 0's top plans, on every rank (each rank probed for itself: their rankings may differ).
   // They are measured when the optimizer can stand in for the run's (built from its default options).
-  const bool can_measure = detail::has_stand_in<Optimizer> && o.measure > 1;
-  const auto listed = plan::shortlist(found, can_measure ? static_cast<std::size_t>(o.measure) : 1);
-  std::int64_t k = static_cast<std::int64_t>(listed.size());
-  world.broadcast(comm::Buffer(&k, 1, DType::kI64), 0);
-  std::vector<std::int64_t> top(static_cast<std::size_t>(detail::kEncoded * k));
-  if (ctx.rank() == 0)
-    for (std::int64_t i = 0; i < k; ++i) detail::encode(found.plans[listed[static_cast<std::size_t>(i)]].candidate, top.data() + detail::kEncoded * i);
-  world.broadcast(comm::Buffer(top.data(), detail::kEncoded * k, DType::kI64), 0);
-  std::vector<plan::Estimate> plans(static_cast<std::size_t>(k));  // rank 0's predictions (what it prints), with its candidates
-  for (std::size_t i = 0; i < plans.size(); ++i) {
-    if (i < listed.size()) plans[i] = found.plans[listed[i]];
-    plans[i].candidate = detail::decode(top.data() + detail::kEncoded * i, plan::tensor_degree_v<Model>);
-  }
-  std::size_t chosen = 0;
-  std::string account;  // rank 0's, printed and kept in o.log
-  std::string why = "chosen as the fastest of the plans that fit (predicted";
-  why += o.measure > 1 && !detail::has_stand_in<Optimizer> ? "; not measured: the optimizer cannot be built from default options)" : ")";
-  if constexpr (detail::has_stand_in<Optimizer>) if (k > 1) {
+  constexpr bool stand_in = detail::has_stand_in<Optimizer>;
+  const auto plans = detail::agreed_shortlist(ctx, found, stand_in && o.measure > 1 ? static_cast<std::size_t>(o.measure) : 1,
+                                              plan::tensor_degree_v<Model>);
+  std::vector<bench::Measured> measured;
+  if constexpr (stand_in) if (plans.size() > 1) {
     // Measured before choosing: the top plans trained in turns on tiles of the sample, with no
     // checkpoint or trace of the run's (it has not begun).
     Config trial = cfg;
     trial.set(keys::checkpoint_dir, std::string());
     trial.set(keys::checkpoint_every, std::int64_t{0});
     trial.set(keys::trace, std::string());
-    const auto measured = bench::combinations<Model, Optimizer, Policy>(
+    measured = bench::combinations<Model, Optimizer, Policy>(
         ctx, trial, plans, [&] { return model; }, detail::stand_in<Optimizer>(),
         [&](const data::Shard& shard) { return [b = detail::tiled(ctx.cpu(), sample, shard.rows_of(global_rows))] { return b; }; },
         {.warmup = 1, .steps = o.steps, .rounds = o.rounds});
-    chosen = bench::choose(measured);  // the fastest, or fewer stages within the noise of it
-    const std::size_t first = bench::fastest(measured);
-    why = chosen == first ? "chosen as the fastest measured of " + std::to_string(k) + " (the fastest predicted of each layout, then of each shape)"
-                          : "chosen over the fastest measured (" + plans[first].candidate.str() + ", " +
-                                std::to_string(static_cast<int>(std::lround(100 * (measured[chosen].rank_key() / measured[first].rank_key() - 1)))) +
-                                "% faster) for fewer pipeline stages within the measurement's noise, of " + std::to_string(k) +
-                                " measured (the fastest predicted of each layout, then of each shape)";
-    if (ctx.rank() == 0) {
-      std::string table = "measured before choosing (" + std::to_string(o.rounds) + " rounds of " + std::to_string(o.steps) +
-                          (o.steps == 1 ? " step" : " steps") + ", alternating; the slowest rank's median step, and its round's step over the round's median "
-                          "plan's, the median over rounds: what ranks them):\n";
-      char line[512];
-      for (std::size_t i = 0; i < plans.size(); ++i) {
-        std::snprintf(line, sizeof line, "  %-34s predicted %9.3f ms  measured %9.3f ms  x%.3f  (spread %3.0f%%)%s\n",
-                      plans[i].candidate.str().c_str(), 1e3 * plans[i].seconds, 1e3 * measured[i].seconds, measured[i].rank_key() /
-                      (measured[i].relative > 0 ? 1.0 : measured[first].seconds), 100 * measured[i].spread(), i == chosen ? "  <- chosen" : "");
-        table += line;
-      }
-      account = table;
-    }
   }
-  const plan::Candidate& c = plans[chosen].candidate;
-  if (o.chosen) *o.chosen = c;
-  if (ctx.rank() == 0) {
-    account += "auto.auto_parallel: " + c.str() + " on " + std::to_string(n) + (n == 1 ? " rank, " : " ranks, ") + why + ":\n" +
-               plan::report(found, 5);
-    const auto place = std::find_if(found.plans.begin(), found.plans.end(), [&](const plan::Estimate& e) { return e.candidate.str() == c.str(); });
-    if (place != found.plans.end() && place - found.plans.begin() >= 5) {
-      char line[512];
-      std::snprintf(line, sizeof line, "the chosen plan, number %zd by prediction: %.2f MiB, %.3f ms, bubble %.1f%%\n",
-                    place - found.plans.begin() + 1, static_cast<double>(place->device_bytes()) / (1024.0 * 1024.0), 1e3 * place->seconds,
-                    100 * place->bubble);
-      account += line;
-    }
-    if (o.print) std::printf("%s", account.c_str());
-    std::fflush(stdout);
-    if (o.log) *o.log = account;
-  }
-  Config out = cfg;
-  for (const auto& [k, v] : c.keys()) out.set_text(k, v);
-  return out;
+  return detail::chosen(ctx, cfg, found, plans, measured, stand_in, o);
 }
 
 }  // namespace v0
 }  // namespace epl
+
+// The model-free bodies: in every program that includes this header, or once in epl::precompiled (core/linked.hpp).
+#if EPL_LINKED_BODIES
+#include "epl/tune/auto_plan.ipp"
+#endif

@@ -1,0 +1,184 @@
+#pragma once
+/// \file
+/// \brief The model-free bodies of epl::auto_plan's steps and of measure_all_reduce (the header
+/// declares them): included by that header in a header-only program, or compiled once into
+/// epl::precompiled (core/linked.hpp).
+#include <algorithm>
+#include <bit>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "epl/tune/auto_plan.hpp"
+
+namespace epl {
+inline namespace v0 {
+
+EPL_LINKED plan::Link measure_all_reduce(comm::Communicator& world) {
+  const int n = world.size();
+  if (n == 1) return {};
+  auto median_seconds = [&](std::int64_t count) {
+    std::vector<float> buf(static_cast<std::size_t>(count), 1.0f);
+    std::vector<double> t;
+    for (int i = 0; i < 9; ++i) {
+      world.barrier();
+      const auto t0 = std::chrono::steady_clock::now();
+      world.all_reduce(comm::Buffer(buf.data(), count, DType::kF32), comm::Buffer(buf.data(), count, DType::kF32), comm::ReduceOp::kSum);
+      t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::sort(t.begin(), t.end());
+    double s = t[t.size() / 2];
+    world.all_reduce(comm::Buffer(&s, 1, DType::kF64), comm::Buffer(&s, 1, DType::kF64), comm::ReduceOp::kMax);
+    return s;
+  };
+  const std::int64_t small = 16, large = 1 << 20;
+  const double ts = median_seconds(small), tl = median_seconds(large);
+  const double moved = 2.0 * (n - 1) / n * 4.0 * static_cast<double>(large);
+  plan::Link l;
+  l.alpha = std::max(1e-7, ts / (2.0 * (n - 1)));
+  l.beta = moved / std::max(1e-9, tl - 2.0 * (n - 1) * l.alpha);
+  return l;
+}
+
+namespace detail {
+// A candidate as kEncoded integers (the schedule by its place in strategy::kSchedules, then each
+// policy axis's value), to broadcast.
+inline constexpr int kEncoded = 5 + policy::kAxes;
+inline void encode(const plan::Candidate& c, std::int64_t* out) {
+  const auto schedule = static_cast<std::int64_t>(strategy::schedule_index(strategy::schedule_named(c.schedule)));
+  const std::int64_t v[] = {c.data, c.pipeline, c.micro_batches, schedule, c.virtual_stages};
+  std::copy(std::begin(v), std::end(v), out);
+  policy::encode(c.policies, out + 5);
+}
+inline plan::Candidate decode(const std::int64_t* v, int tensor) {
+  return {.data = static_cast<int>(v[0]), .pipeline = static_cast<int>(v[1]), .micro_batches = static_cast<int>(v[2]), .tensor = tensor,
+          .schedule = std::string(strategy::schedule_at(static_cast<std::size_t>(v[3])).name), .virtual_stages = static_cast<int>(v[4]),
+          .policies = policy::decode(v + 5)};
+}
+EPL_LINKED Batch tiled(const device::Cpu& cpu, const Batch& sample, std::int64_t rows) {
+  auto tile = [&](const Tensor& t) {
+    Shape shape = t.shape();
+    shape[0] = rows;
+    Tensor out = cpu.empty(shape, t.dtype());
+    const std::size_t row = t.bytes() / static_cast<std::size_t>(t.dim(0));
+    for (std::int64_t r = 0; r < rows; ++r)
+      std::memcpy(static_cast<char*>(out.raw()) + r * row, static_cast<const char*>(t.raw()) + (r % t.dim(0)) * row, row);
+    return out;
+  };
+  return {tile(sample.inputs), tile(sample.targets)};
+}
+
+EPL_LINKED std::int64_t check_sample(Context& ctx, const Batch& sample) {
+  auto& world = ctx.world();
+  const int n = world.size();
+  // the probe: at most 4 rows of the sample
+  EPL_CHECK(sample.inputs.defined() && sample.inputs.rank() > 0 && sample.inputs.dim(0) >= 2, "auto_plan: the sample batch has ",
+            sample.inputs.defined() && sample.inputs.rank() > 0 ? sample.inputs.dim(0) : 0, " row",
+            sample.inputs.defined() && sample.inputs.rank() > 0 && sample.inputs.dim(0) == 1 ? "" : "s", "; give 2 or more (4 is "
+            "what the probe uses): with one row it cannot tell a unit's fixed cost a call from its cost a row, and every micro-batch "
+            "count would be priced alike");
+  const std::int64_t rows = std::min<std::int64_t>(sample.inputs.dim(0), 4);
+  EPL_CHECK(detail::rows_of(sample.targets) == sample.inputs.dim(0), "auto_plan: the sample batch has ", sample.inputs.dim(0),
+            " input rows but ", detail::rows_of(sample.targets), " target rows; give one target row an input row");
+  detail::check_batch_memory(sample.inputs, sample.targets, ctx.cpu().id());
+  {  // the measured plans train on the sample, and a pipeline's stages check they read the same rows
+    std::uint64_t h = 1469598103934665603ull;
+    for (const Tensor* t : {&sample.inputs, &sample.targets}) h = detail::hash_bytes(h, t->raw(), t->bytes());
+    std::int64_t low = std::bit_cast<std::int64_t>(h), high = low;
+    world.all_reduce(comm::Buffer(&low, 1, DType::kI64), comm::Buffer(&low, 1, DType::kI64), comm::ReduceOp::kMin);
+    world.all_reduce(comm::Buffer(&high, 1, DType::kI64), comm::Buffer(&high, 1, DType::kI64), comm::ReduceOp::kMax);
+    EPL_CHECK(low == high, "auto_plan: the ranks were given different sample batches; give every rank the same rows (the "
+              "plans it measures train on them; read them with one seed on every rank, not from the rank's data shard)");
+  }
+  return rows;
+}
+
+EPL_LINKED plan::Cluster cluster_of(Context& ctx, const Config& cfg, const AutoPlanOptions& o, plan::PlanOptions& base) {
+  auto& world = ctx.world();
+  const int n = world.size();
+  plan::Cluster cluster{.ranks = n};
+  if (o.budget > 0) cluster.bytes_per_rank = o.budget;
+  cluster.data = cluster.pipeline = cluster.tensor = measure_all_reduce(world);
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (n > cores) cluster.cores = cores;  // more ranks than this machine's cores: they share them (thread ranks, one host's processes)
+  // the run's other keys, and its ranks' speeds (cluster.rank_speeds), price each plan as it will run
+  base = plan_options(cfg, {});
+  base.rank_speeds = rank_speeds(cfg, ctx.cpu(), world);
+  return cluster;
+}
+
+EPL_LINKED std::vector<plan::Estimate> agreed_shortlist(Context& ctx, const plan::SearchResult& found, std::size_t k_most, int tensor) {
+  auto& world = ctx.world();
+  const auto listed = plan::shortlist(found, k_most);
+  std::int64_t k = static_cast<std::int64_t>(listed.size());
+  world.broadcast(comm::Buffer(&k, 1, DType::kI64), 0);
+  std::vector<std::int64_t> top(static_cast<std::size_t>(kEncoded * k));
+  if (ctx.rank() == 0)
+    for (std::int64_t i = 0; i < k; ++i) encode(found.plans[listed[static_cast<std::size_t>(i)]].candidate, top.data() + kEncoded * i);
+  world.broadcast(comm::Buffer(top.data(), kEncoded * k, DType::kI64), 0);
+  std::vector<plan::Estimate> plans(static_cast<std::size_t>(k));  // rank 0's predictions (what it prints), with its candidates
+  for (std::size_t i = 0; i < plans.size(); ++i) {
+    if (i < listed.size()) plans[i] = found.plans[listed[i]];
+    plans[i].candidate = decode(top.data() + kEncoded * i, tensor);
+  }
+  return plans;
+}
+
+EPL_LINKED Config chosen(Context& ctx, const Config& cfg, const plan::SearchResult& found, const std::vector<plan::Estimate>& plans,
+                         const std::vector<bench::Measured>& measured, bool stand_in, const AutoPlanOptions& o) {
+  const int n = ctx.world().size();
+  std::size_t chosen = 0;
+  std::string account;  // rank 0's, printed and kept in o.log
+  std::string why = "chosen as the fastest of the plans that fit (predicted";
+  why += o.measure > 1 && !stand_in ? "; not measured: the optimizer cannot be built from default options)" : ")";
+  const auto k = plans.size();
+  if (!measured.empty()) {
+    chosen = bench::choose(measured);  // the fastest, or fewer stages within the noise of it
+    const std::size_t first = bench::fastest(measured);
+    why = chosen == first ? "chosen as the fastest measured of " + std::to_string(k) + " (the fastest predicted of each layout, then of each shape)"
+                          : "chosen over the fastest measured (" + plans[first].candidate.str() + ", " +
+                                std::to_string(static_cast<int>(std::lround(100 * (measured[chosen].rank_key() / measured[first].rank_key() - 1)))) +
+                                "% faster) for fewer pipeline stages within the measurement's noise, of " + std::to_string(k) +
+                                " measured (the fastest predicted of each layout, then of each shape)";
+    if (ctx.rank() == 0) {
+      std::string table = "measured before choosing (" + std::to_string(o.rounds) + " rounds of " + std::to_string(o.steps) +
+                          (o.steps == 1 ? " step" : " steps") + ", alternating; the slowest rank's median step, and its round's step over the round's median "
+                          "plan's, the median over rounds: what ranks them):\n";
+      char line[512];
+      for (std::size_t i = 0; i < plans.size(); ++i) {
+        std::snprintf(line, sizeof line, "  %-34s predicted %9.3f ms  measured %9.3f ms  x%.3f  (spread %3.0f%%)%s\n",
+                      plans[i].candidate.str().c_str(), 1e3 * plans[i].seconds, 1e3 * measured[i].seconds, measured[i].rank_key() /
+                      (measured[i].relative > 0 ? 1.0 : measured[first].seconds), 100 * measured[i].spread(), i == chosen ? "  <- chosen" : "");
+        table += line;
+      }
+      account = table;
+    }
+  }
+  const plan::Candidate& c = plans[chosen].candidate;
+  if (o.chosen) *o.chosen = c;
+  if (ctx.rank() == 0) {
+    account += "auto.auto_parallel: " + c.str() + " on " + std::to_string(n) + (n == 1 ? " rank, " : " ranks, ") + why + ":\n" +
+               plan::report(found, 5);
+    const auto place = std::find_if(found.plans.begin(), found.plans.end(), [&](const plan::Estimate& e) { return e.candidate.str() == c.str(); });
+    if (place != found.plans.end() && place - found.plans.begin() >= 5) {
+      char line[512];
+      std::snprintf(line, sizeof line, "the chosen plan, number %zd by prediction: %.2f MiB, %.3f ms, bubble %.1f%%\n",
+                    place - found.plans.begin() + 1, static_cast<double>(place->device_bytes()) / (1024.0 * 1024.0), 1e3 * place->seconds,
+                    100 * place->bubble);
+      account += line;
+    }
+    if (o.print) std::printf("%s", account.c_str());
+    std::fflush(stdout);
+    if (o.log) *o.log = account;
+  }
+  Config out = cfg;
+  for (const auto& [k, v] : c.keys()) out.set_text(k, v);
+  return out;
+}
+}  // namespace detail
+
+}  // namespace v0
+}  // namespace epl
