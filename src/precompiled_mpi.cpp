@@ -1,6 +1,9 @@
 // epl::precompiled's part for MPI programs (compiled when epl is built with MPI): the type-erased
-// model of the MPI backend, so an MPI program does not compile every collective of it itself.
+// model of the MPI backend and the launcher's run over MPI_COMM_WORLD, so an MPI program does not
+// compile every collective of it itself.
 #define EPL_PRECOMPILED_SOURCE
+#define EPL_PRECOMPILED_MPI_DEFINITIONS  // MpiLauncher::run_world's one definition
+#include "epl/comm/mpi/launcher.hpp"
 #include "epl/comm/mpi/mpi.hpp"
 
 namespace epl {

@@ -63,14 +63,14 @@ template <class Fn>
   const int unthrown = epl::detail::unthrown_failures().load();  // failures a destructor printed (a trace it could not write)
   auto status = [&](int rc) { return rc == 0 && epl::detail::unthrown_failures().load() > unthrown ? kLaunchFailed : rc; };
   if (started_by_mpi())  // the process backend this program was built with (comm/launcher.hpp)
-    return status(comm::ProcessLauncher::run(comm_opt, kLaunchFailed, [&](auto& world) {
+    return status(comm::ProcessLauncher::run(comm_opt, kLaunchFailed, [&](comm::Communicator& world) {
       detail::check_launch_options(opt);
       EPL_CHECK(opt.ranks == 0 || opt.ranks == world.size(), "launch: LaunchOptions::ranks is ", opt.ranks, " (thread ranks), but this "
                 "program runs as ", world.size(), " MPI processes (mpirun -np ", world.size(), "); give 0 under mpirun");
       const int threads_asked = comm::rank_count_from_env(0);  // thread ranks: a different launch
       EPL_CHECK(threads_asked == 0 || threads_asked == world.size(), "EPL_NUM_RANKS=", threads_asked, " asks for thread ranks, but this "
                 "program runs as ", world.size(), " MPI processes (mpirun -np ", world.size(), "); unset EPL_NUM_RANKS under mpirun");
-      Context ctx(world, -1, opt.threads_per_rank);
+      Context ctx(std::move(world), -1, opt.threads_per_rank);
       fn(ctx);
     }));
   try {
