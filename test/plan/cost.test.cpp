@@ -159,6 +159,9 @@ TEST_CASE("cost: the probe measures a unit's activation bytes from the allocator
   CHECK(p.tokens_per_row == 4);
   CHECK_THROWS_WITH_AS(plan::profile(model, test::cpu(), x, test::ids({2}, 8, 2)), doctest::Contains("3 input rows but 2 target rows"),
                        Error);
+  // one row cannot part a unit's fixed cost from its cost a row: every micro-batch count would be priced alike (found by a stranger)
+  CHECK_THROWS_WITH_AS(plan::profile(model, test::cpu(), x.slice(0, 1), targets.slice(0, 1)),
+                       doctest::Contains("the probe batch has 1 row; give it 2 or more"), Error);
 }
 
 TEST_CASE("cost: plan::fits at run time names the largest part, the policy that shrinks it, and by how much") {
@@ -226,6 +229,10 @@ TEST_CASE("cost: a declared pipeline is planned at run time, one stage a rank or
   crawl.rank_speeds = {1, 1e-300, 1, 1};
   CHECK_THROWS_WITH_AS((plan::estimate<gpt::TwoStageGpt, All>(model, prof, {.data = 2, .pipeline = 2}, {.ranks = 4}, 16, 2, crawl)),
                        doctest::Contains("below a millionth of the fastest"), Error);
+  // a candidate's split degree is the model type's: a candidate that says otherwise is told so (found by a stranger)
+  CHECK_THROWS_WITH_AS((plan::estimate<gpt::TwoStageGpt, All>(model, prof, {.data = 1, .pipeline = 2, .tensor = 2}, {.ranks = 4}, 16, 2)),
+                       doctest::Contains("uses 2 ranks, but the cluster has 4 (its split degree is the model type's epl::Split, 1, "
+                                         "not the candidate's 2)"), Error);
   // a profile of the whole model for its split type: the split degree is named
   const auto split = gpt::make_split_gpt<2>(shape);
   const auto whole = plan::profile(gpt::make_gpt(shape), test::cpu(), sample, targets, 1);

@@ -93,6 +93,7 @@ struct Estimate {
   double tensor_seconds = 0;       ///< the split group's all-reduces of the busiest rank (part of compute_seconds' path)
   double host_seconds = 0;         ///< offload: the shards' parameters and gradients moved between host and device
   double seconds = 0;              ///< predicted step time
+  std::int64_t rows = 0;           ///< the global batch it was priced for, rows a step (0: not given)
   [[nodiscard]] std::int64_t device_bytes() const noexcept { return state.device() + activations; }
   /// \brief The largest of parameters, gradients, optimizer state, activations, by name.
   [[nodiscard]] std::string biggest() const {

@@ -84,7 +84,10 @@ EPL_LINKED void check_estimate(const Profile& prof, const Candidate& c, const Cl
             "plan::estimate: the cluster's ranks (", cluster.ranks, "), the batch's rows (", rows, "), the candidate's degrees and "
             "micro-batches must be at least 1, and the optimizer's state slots (", slots, ") at least 0");
   EPL_CHECK(c.data * c.pipeline * tensor == cluster.ranks, "candidate ", c.str(), " uses ", c.data * c.pipeline * tensor,
-            " ranks, but the cluster has ", cluster.ranks);
+            " ranks, but the cluster has ", cluster.ranks,
+            c.tensor != tensor ? " (its split degree is the model type's epl::Split, " + std::to_string(tensor) + ", not the candidate's " +
+                                     std::to_string(c.tensor) + ")"
+                               : std::string());
   EPL_CHECK(rows % (c.data * c.micro_batches) == 0, "candidate ", c.str(), ": a global batch of ", rows, " rows does not divide into ",
             c.data, " replicas x ", c.micro_batches, " micro-batches");
 }
@@ -95,6 +98,7 @@ EPL_LINKED Estimate estimate_cut(const Plan& plan, const Profile& prof, const Ca
   Estimate e;
   e.candidate = c;
   e.candidate.tensor = plan.tensor;
+  e.rows = rows;
   for (const auto& s : state) {
     e.state.parameters = std::max(e.state.parameters, s.parameters);
     e.state.gradients = std::max(e.state.gradients, s.gradients);

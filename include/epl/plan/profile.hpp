@@ -275,7 +275,10 @@ Profile profile_units(const std::vector<strategy::Unit<Pass>>& units, Loss& loss
 template <class Model, class Loss = nn::SoftmaxCrossEntropy, class D>
 Profile profile(const Model& model, const D& d, const Tensor& inputs, const Tensor& targets, int repeats = 3,
                 DType matmul = DType::kF32) {
-  EPL_CHECK(inputs.defined() && inputs.rank() > 0 && inputs.dim(0) > 0, "profile: the probe batch has no rows; give it one or more");
+  EPL_CHECK(inputs.defined() && inputs.rank() > 0 && inputs.dim(0) >= 2, "profile: the probe batch has ",
+            inputs.defined() && inputs.rank() > 0 ? inputs.dim(0) : 0, inputs.defined() && inputs.rank() > 0 && inputs.dim(0) == 1 ? " row" : " rows",
+            "; give it 2 or more (4 is what auto_plan uses): with fewer it cannot tell a unit's fixed cost a call from its cost a row, "
+            "and every micro-batch count would be priced alike");
   EPL_CHECK(targets.defined() && targets.rank() > 0 && targets.dim(0) == inputs.dim(0), "profile: the probe batch has ",
             inputs.dim(0), " input rows but ", targets.defined() && targets.rank() > 0 ? targets.dim(0) : 0, " target rows");
   EPL_CHECK(repeats >= 1, "profile: repeats = ", repeats, " must be at least 1");

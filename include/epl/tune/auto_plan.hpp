@@ -124,7 +124,7 @@ Config auto_plan(Context& ctx, const Config& cfg, const Model& model, const Batc
     } catch (const Error& e) {
       // a profile read back from the cache that does not describe this model: the file is the fix
       if (fresh || o.cache.empty()) throw;
-      EPL_FAIL(e.what(), " (the profile was read from the planner's calibration file ", o.cache,
+      EPL_FAIL(e.detail(), " (the profile was read from the planner's calibration file ", o.cache,
                ", written for this model type and sample shape: if the model changed otherwise, delete the file to measure again)");
     }
   }();

@@ -78,7 +78,7 @@ EPL_LINKED std::int64_t check_sample(Context& ctx, const Batch& sample) {
   EPL_CHECK(sample.inputs.defined() && sample.inputs.rank() > 0 && sample.inputs.dim(0) >= 2, "auto_plan: the sample batch has ",
             sample.inputs.defined() && sample.inputs.rank() > 0 ? sample.inputs.dim(0) : 0, " row",
             sample.inputs.defined() && sample.inputs.rank() > 0 && sample.inputs.dim(0) == 1 ? "" : "s", "; give 2 or more (4 is "
-            "what the probe uses): with one row it cannot tell a unit's fixed cost a call from its cost a row, and every micro-batch "
+            "what the probe uses): with fewer it cannot tell a unit's fixed cost a call from its cost a row, and every micro-batch "
             "count would be priced alike");
   const std::int64_t rows = std::min<std::int64_t>(sample.inputs.dim(0), 4);
   EPL_CHECK(detail::rows_of(sample.targets) == sample.inputs.dim(0), "auto_plan: the sample batch has ", sample.inputs.dim(0),

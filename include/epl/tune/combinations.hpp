@@ -59,6 +59,7 @@ struct Trial {
   virtual ~Trial() = default;
   virtual Batch next() = 0;
   virtual double step(const Batch& b) = 0;
+  [[nodiscard]] virtual data::Shard shard() const = 0;  ///< this rank's share of each batch
 };
 // combinations' body, compiled once: each plan's Trial made by `start` from its configuration.
 EPL_LINKED std::vector<Measured> measure_plans(Context& ctx, const std::vector<plan::Estimate>& plans, int tensor,
@@ -88,6 +89,7 @@ std::vector<Measured> combinations(Context& ctx, const Config& cfg, const std::v
         : trainer(ctx, c, make(), optimizer, to), batch(batches(trainer.data_shard())) {}
     Batch next() override { return batch(); }
     double step(const Batch& b) override { return trainer.step(b); }
+    [[nodiscard]] data::Shard shard() const override { return trainer.data_shard(); }
   };
   return detail::measure_plans(ctx, plans, plan::tensor_degree_v<Model>, o, [&](const Config& c) -> std::unique_ptr<detail::Trial> {
     return std::make_unique<Run>(ctx, c, make, optimizer, batches, o.trainer);

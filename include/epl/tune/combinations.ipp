@@ -4,7 +4,9 @@
 /// plan), relative_steps, fastest and choose (the header declares them): included by that header
 /// in a header-only program, or compiled once into epl::precompiled (core/linked.hpp).
 #include <algorithm>
+#include <bit>
 #include <chrono>
+#include <string>
 #include <vector>
 
 #include "epl/tune/combinations.hpp"
@@ -55,6 +57,20 @@ EPL_LINKED std::vector<Measured> measure_plans(Context& ctx, const std::vector<p
     EPL_CHECK(ranks == world.size(), "bench::combinations: plan ", e.candidate.str(), " was made for ", ranks, " ranks, but this run has ",
               world.size(), "; search with a cluster of ", world.size(), " ranks");
   }
+  {  // every rank measures the same plans in the same order: other lists would leave the ranks in different trainers' collectives
+    std::uint64_t h = 1469598103934665603ull;
+    for (const auto& e : plans) {
+      const std::string s = e.candidate.str() + "@" + std::to_string(e.rows) + ";";
+      h = epl::detail::hash_bytes(h, s.data(), s.size());
+    }
+    std::int64_t low[2] = {static_cast<std::int64_t>(plans.size()), std::bit_cast<std::int64_t>(h)}, high[2] = {low[0], low[1]};
+    world.all_reduce(comm::Buffer(low, 2, DType::kI64), comm::Buffer(low, 2, DType::kI64), comm::ReduceOp::kMin);
+    world.all_reduce(comm::Buffer(high, 2, DType::kI64), comm::Buffer(high, 2, DType::kI64), comm::ReduceOp::kMax);
+    EPL_CHECK(low[0] == high[0] && low[1] == high[1], "bench::combinations: the ranks were given different plans (",
+              low[0] == high[0] ? std::to_string(low[0]) + " each, not the same ones" : "from " + std::to_string(low[0]) + " to " +
+                                                                                        std::to_string(high[0]) + " of them",
+              "); give every rank the same list in the same order (rank 0's, broadcast, as auto_plan does)");
+  }
   std::vector<Measured> out(plans.size());
   std::vector<std::vector<double>> secs(plans.size());
   // each plan's median step of each round, in ns: [plan][round]
@@ -70,6 +86,12 @@ EPL_LINKED std::vector<Measured> measure_plans(Context& ctx, const std::vector<p
       std::vector<double> this_round;
       for (int s = 0; s < o.warmup + o.steps; ++s) {
         const Batch b = trial->next();
+        if (s == 0 && e.rows > 0) {  // the rows the plan was priced for: this rank's share of its global batch
+          const std::int64_t want = trial->shard().rows_of(e.rows), got = b.inputs.defined() && b.inputs.rank() > 0 ? b.inputs.dim(0) : 0;
+          EPL_CHECK(got == want, "bench::combinations: plan ", e.candidate.str(), " was priced for a global batch of ", e.rows,
+                    " rows, ", want, " of them this rank's, but `batches` gave it ", got, "; give each plan's batches "
+                    "shard.rows_of(the global batch it was searched for) rows");
+        }
         world.barrier();
         const std::int64_t before = memory_stats(id).current_of(MemoryCategory::kActivations);
         memory_account(id).reset_peaks();
@@ -119,6 +141,7 @@ EPL_LINKED std::size_t fastest(const std::vector<Measured>& measured) {
 }
 
 EPL_LINKED std::size_t choose(const std::vector<Measured>& measured) {
+  EPL_CHECK(!measured.empty(), "bench::choose: no plan was measured");
   const std::size_t best = fastest(measured);
   std::size_t pick = best;
   for (std::size_t i = 0; i < measured.size(); ++i) {
