@@ -280,8 +280,11 @@ TEST_CASE("bench::combinations: ranks given different plans, and batches of othe
     });
     return errors;
   };
-  for (const auto& e : run(0)) CHECK(e.find("bench::combinations: the ranks were given different plans (from 1 to 2 of them); give every "
-                                             "rank the same list") != std::string::npos);
+  for (const auto& e : run(0)) {
+    INFO(e);
+    CHECK(e.find("bench::combinations: the ranks 0 and 1 disagree on the number of plans: 1 on rank 1, 2 on rank 0; give every rank "
+                 "the same plans in the same order") != std::string::npos);
+  }
   for (const auto& e : run(1)) {
     INFO(e);
     CHECK(e.find("was priced for a global batch of 8 rows") != std::string::npos);

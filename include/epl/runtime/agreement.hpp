@@ -103,8 +103,10 @@ void add_optimizer_facts(RunFacts& facts, const O& opt) {
 }
 
 /// \brief All-gathers every rank's facts over group and fails, naming the first fact on which a
-/// rank differs from rank 0 with both values, unless all agree. `who` says what the ranks are.
-EPL_LINKED void check_agreement(comm::Communicator& group, const RunFacts& facts, std::string_view who);
+/// rank differs from rank 0 with both values, unless all agree. `who` says what the ranks are;
+/// `fix` what the error tells the user to do.
+EPL_LINKED void check_agreement(comm::Communicator& group, const RunFacts& facts, std::string_view who,
+                                std::string_view fix = "every rank must build the same model and train it with the same settings");
 
 namespace detail {
 inline std::int64_t rows_of(const Tensor& t) { return t.defined() && t.rank() > 0 ? t.dim(0) : 0; }

@@ -14,7 +14,7 @@ EPL_LINKED void add_config_facts(RunFacts& facts, const Config& cfg) {
   }
 }
 
-EPL_LINKED void check_agreement(comm::Communicator& group, const RunFacts& facts, std::string_view who) {
+EPL_LINKED void check_agreement(comm::Communicator& group, const RunFacts& facts, std::string_view who, std::string_view fix) {
   if (group.size() == 1) return;
   const int n = group.size();
   std::int64_t count = static_cast<std::int64_t>(facts.values().size());
@@ -35,8 +35,7 @@ EPL_LINKED void check_agreement(comm::Communicator& group, const RunFacts& facts
                  detail::concat(std::bit_cast<double>(first)) + " on rank 0";
       else if (group.rank() == r || group.rank() == 0)
         values = " (this rank's: " + facts.shown()[i] + ")";
-      EPL_FAIL(who, " ranks 0 and ", r, " disagree on ", facts.labels()[i], values,
-               "; every rank must build the same model and train it with the same settings");
+      EPL_FAIL(who, " ranks 0 and ", r, " disagree on ", facts.labels()[i], values, "; ", fix);
     }
   for (int r = 1; r < n; ++r)
     EPL_CHECK(counts[r] == counts[0], who, " rank ", r, " describes its run with ", counts[r], " facts, rank 0 with ", counts[0],

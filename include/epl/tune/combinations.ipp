@@ -4,7 +4,6 @@
 /// plan), relative_steps, fastest and choose (the header declares them): included by that header
 /// in a header-only program, or compiled once into epl::precompiled (core/linked.hpp).
 #include <algorithm>
-#include <bit>
 #include <chrono>
 #include <string>
 #include <vector>
@@ -58,18 +57,13 @@ EPL_LINKED std::vector<Measured> measure_plans(Context& ctx, const std::vector<p
               world.size(), "; search with a cluster of ", world.size(), " ranks");
   }
   {  // every rank measures the same plans in the same order: other lists would leave the ranks in different trainers' collectives
-    std::uint64_t h = 1469598103934665603ull;
-    for (const auto& e : plans) {
-      const std::string s = e.candidate.str() + "@" + std::to_string(e.rows) + ";";
-      h = epl::detail::hash_bytes(h, s.data(), s.size());
-    }
-    std::int64_t low[2] = {static_cast<std::int64_t>(plans.size()), std::bit_cast<std::int64_t>(h)}, high[2] = {low[0], low[1]};
-    world.all_reduce(comm::Buffer(low, 2, DType::kI64), comm::Buffer(low, 2, DType::kI64), comm::ReduceOp::kMin);
-    world.all_reduce(comm::Buffer(high, 2, DType::kI64), comm::Buffer(high, 2, DType::kI64), comm::ReduceOp::kMax);
-    EPL_CHECK(low[0] == high[0] && low[1] == high[1], "bench::combinations: the ranks were given different plans (",
-              low[0] == high[0] ? std::to_string(low[0]) + " each, not the same ones" : "from " + std::to_string(low[0]) + " to " +
-                                                                                        std::to_string(high[0]) + " of them",
-              "); give every rank the same list in the same order (rank 0's, broadcast, as auto_plan does)");
+    RunFacts facts;
+    std::string listed;
+    for (const auto& e : plans) listed += e.candidate.str() + " for " + std::to_string(e.rows) + " rows; ";
+    facts.add_number("the number of plans", static_cast<double>(plans.size()));
+    facts.add_hash("the plans", epl::detail::hash_text(1469598103934665603ull, listed), listed);
+    check_agreement(world, facts, "bench::combinations: the",
+                    "give every rank the same plans in the same order (rank 0's, broadcast, as auto_plan does)");
   }
   std::vector<Measured> out(plans.size());
   std::vector<std::vector<double>> secs(plans.size());
