@@ -71,16 +71,18 @@ struct PricedChunk {
   std::vector<strategy::Segment> segments;
 };
 template <class Pass>
+PricedUnit priced(const strategy::Unit<Pass>& u) {
+  PricedUnit p{u.name, 0, 0, u.traffic};
+  u.parameters(u.layer, [&](nn::Parameter& q) {
+    p.parameters += q.global_shape().numel();
+    p.local += q.shape.numel();
+  });
+  return p;
+}
+template <class Pass>
 PricedChunk priced(const strategy::Chunk<Pass>& chunk) {
   PricedChunk out{{}, chunk.segments()};
-  for (const auto& u : chunk.units()) {
-    PricedUnit p{u.name, 0, 0, u.traffic};
-    u.parameters(u.layer, [&](nn::Parameter& q) {
-      p.parameters += q.global_shape().numel();
-      p.local += q.shape.numel();
-    });
-    out.units.push_back(std::move(p));
-  }
+  for (const auto& u : chunk.units()) out.units.push_back(priced(u));
   return out;
 }
 // The checks of estimate's arguments, before the plan is made; `tensor` the model's split degree.

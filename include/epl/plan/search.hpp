@@ -72,10 +72,7 @@ SearchResult search(const Model& model, const Profile& prof, const Cluster& clus
   std::vector<strategy::Unit<Pass>> flat;
   strategy::flatten<Pass>(copy, flat);
   std::vector<detail::PricedUnit> units;
-  for (const auto& u : flat) {
-    auto& p = units.emplace_back(detail::PricedUnit{u.name, 0, 0, u.traffic});
-    u.parameters(u.layer, [&](nn::Parameter& q) { p.parameters += q.global_shape().numel(); });
-  }
+  for (const auto& u : flat) units.push_back(detail::priced(u));
   return detail::search_units(prof, cluster, rows, slots, o, t, policy::reach(policy::compiled<Policy>(false)), units,
                               [&](const Combination& combination) {
                                 return estimate<Model, Policy, D>(model, combination.policies.amp ? *o.amp_profile : prof,
