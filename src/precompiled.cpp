@@ -54,8 +54,12 @@ namespace checkpoint {
 template class BasicSerializer<void>;
 template std::size_t export_safetensors<void>(const std::filesystem::path&, const std::filesystem::path&, std::string_view);
 }  // namespace checkpoint
-template plan::Profile plan::detail::profile_units(const std::vector<strategy::Unit<nn::Pass<device::Cpu>>>&, nn::SoftmaxCrossEntropy&,
-                                                   const device::Cpu&, comm::Communicator&, int, const Tensor&, const Tensor&, int, DType);
+template plan::Profile plan::detail::profile_units(const std::vector<strategy::Unit<nn::Pass<device::Cpu, policy::AllReduceSync<device::Cpu>>>>&,
+                                                   nn::SoftmaxCrossEntropy&, const device::Cpu&, comm::Communicator&, int, const Tensor&,
+                                                   const Tensor&, int, DType);
+template plan::Profile plan::detail::profile_units(const std::vector<strategy::Unit<nn::Pass<device::Cpu, policy::ZeroSync<device::Cpu>>>>&,
+                                                   nn::SoftmaxCrossEntropy&, const device::Cpu&, comm::Communicator&, int, const Tensor&,
+                                                   const Tensor&, int, DType);
 template void write_trace<void>(comm::Communicator&, const Timeline&, const std::string&);
 template class BasicTracer<void>;
 }  // namespace v0

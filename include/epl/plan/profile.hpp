@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -25,6 +26,7 @@
 #include "epl/plan/calibration_file.hpp"
 #include "epl/plan/plan.hpp"
 #include "epl/plan/shard.hpp"
+#include "epl/policy/gradient_sync.hpp"
 #include "epl/strategy/step_groups.hpp"
 
 namespace epl {
@@ -145,6 +147,15 @@ class ProbeGroup {
 }  // namespace detail
 
 namespace detail {
+// The hooks of the probe's passes: none for a stateless type (nn::NoHooks); a gradient sync
+// (policy::AllReduceSync, policy::ZeroSync at stage 0) over no parameters, which reduces and
+// gathers nothing, so the probe runs the Trainer's own pass type and shares its layers' code.
+template <class Hooks, class D>
+std::unique_ptr<Hooks> idle_hooks(const D& d, comm::Communicator& group, param::Arena& none) {
+  if constexpr (std::is_empty_v<Hooks> && std::is_default_constructible_v<Hooks>) return nullptr;
+  else return std::make_unique<Hooks>(d, group, nullptr, none, policy::SyncOptions{});
+}
+
 /// \brief profile's measurements of a model's `units` (flattened, drawn) and its loss, a rank of a
 /// split group of `parts` (`group` the stand-in): compiled once for the CPU under epl::precompiled.
 template <class Pass, class Loss, class D>
@@ -164,6 +175,8 @@ Profile profile_units(const std::vector<strategy::Unit<Pass>>& units, Loss& loss
   p.units.back().name = "loss";
   const DeviceId id = d.id();
   auto& account = memory_account(id);
+  param::Arena none;  // the idle sync's: no parameters, so no bucket and no shard
+  auto hooks = idle_hooks<typename Pass::hooks_type>(d, group, none);
   // One run of forward, loss and backward of the rows of x: each unit's forward and backward, in
   // seconds per call; with `record`, the bytes. `left[split]` gets what each unit's backward left
   // allocated (per row), a whole backward's (split false) or a B pass's (true, its W deferred).
@@ -172,7 +185,7 @@ Profile profile_units(const std::vector<strategy::Unit<Pass>>& units, Loss& loss
   auto measure = [&](const Tensor& x, const Tensor& y, bool record, bool split = false) {
     std::vector<std::pair<double, double>> t(p.units.size());
     const auto rows = x.dim(0);
-    Pass pass(d, nn::PassOptions{.training = true, .seed = 1, .recompute = nn::RecomputeMode::kNone, .matmul = matmul}, nullptr,
+    Pass pass(d, nn::PassOptions{.training = true, .seed = 1, .recompute = nn::RecomputeMode::kNone, .matmul = matmul}, hooks.get(),
               nn::Groups{.tensor = parts > 1 ? &group : nullptr});
     typename Pass::Deferred weight_pass;
     if (split) pass.defer_into(&weight_pass);
@@ -271,8 +284,10 @@ Profile profile_units(const std::vector<strategy::Unit<Pass>>& units, Loss& loss
 /// (each the fastest of `repeats` runs, the whole batch's and one row's interleaved; Profile::spread
 /// says how far the runs disagreed), and its parameters; `matmul` bf16 or f16 times AMP's GEMMs. The model is copied and drawn once, whole,
 /// on d (a model too large for one device is profiled on its parts by the caller). Run it on a
-/// device whose account nothing else charges meanwhile (before starting thread ranks).
-template <class Model, class Loss = nn::SoftmaxCrossEntropy, class D>
+/// device whose account nothing else charges meanwhile (before starting thread ranks). The probe
+/// runs the passes of a Trainer with `Policy` (their gradient sync idle), so a program that trains
+/// that Trainer compiles the layers' forward and backward once for both.
+template <class Model, class Loss = nn::SoftmaxCrossEntropy, class D, class Policy = Policies<>>
 Profile profile(const Model& model, const D& d, const Tensor& inputs, const Tensor& targets, int repeats = 3,
                 DType matmul = DType::kF32) {
   EPL_CHECK(inputs.defined() && inputs.rank() > 0 && inputs.dim(0) >= 2, "profile: the probe batch has ",
@@ -282,7 +297,7 @@ Profile profile(const Model& model, const D& d, const Tensor& inputs, const Tens
   EPL_CHECK(targets.defined() && targets.rank() > 0 && targets.dim(0) == inputs.dim(0), "profile: the probe batch has ",
             inputs.dim(0), " input rows but ", targets.defined() && targets.rank() > 0 ? targets.dim(0) : 0, " target rows");
   EPL_CHECK(repeats >= 1, "profile: repeats = ", repeats, " must be at least 1");
-  using Pass = nn::Pass<D>;
+  using Pass = nn::Pass<D, policy::gradient_sync_t<Policy, D>>;
   // A split model is probed as one rank of its group: part 0 of each split layer, its collectives
   // over a stand-in group, so the bytes and times are a split rank's.
   constexpr int parts = tensor_degree_v<Model>;
@@ -301,8 +316,12 @@ Profile profile(const Model& model, const D& d, const Tensor& inputs, const Tens
 
 // A program linked with epl::precompiled takes the CPU's probe from that library, compiled once.
 #if defined(EPL_PRECOMPILED) && !defined(EPL_PRECOMPILED_SOURCE)
-extern template Profile detail::profile_units(const std::vector<strategy::Unit<nn::Pass<device::Cpu>>>&, nn::SoftmaxCrossEntropy&,
-                                              const device::Cpu&, comm::Communicator&, int, const Tensor&, const Tensor&, int, DType);
+extern template Profile detail::profile_units(const std::vector<strategy::Unit<nn::Pass<device::Cpu, policy::AllReduceSync<device::Cpu>>>>&,
+                                              nn::SoftmaxCrossEntropy&, const device::Cpu&, comm::Communicator&, int, const Tensor&,
+                                              const Tensor&, int, DType);
+extern template Profile detail::profile_units(const std::vector<strategy::Unit<nn::Pass<device::Cpu, policy::ZeroSync<device::Cpu>>>>&,
+                                              nn::SoftmaxCrossEntropy&, const device::Cpu&, comm::Communicator&, int, const Tensor&,
+                                              const Tensor&, int, DType);
 #endif
 
 /// \brief Writes a profile to `path` under `key` (what it was measured for: the model's shape,

@@ -107,8 +107,8 @@ Config auto_plan(Context& ctx, const Config& cfg, const Model& model, const Batc
   }
   const Tensor x = sample.inputs.slice(0, rows), y = sample.targets.slice(0, rows);
   const bool fresh = !prof || (compiled.amp != DType::kF32 && !amp);
-  if (!prof) prof = plan::profile<Model, Loss>(model, ctx.cpu(), x, y, o.repeats);
-  if (compiled.amp != DType::kF32 && !amp) amp = plan::profile<Model, Loss>(model, ctx.cpu(), x, y, o.repeats, compiled.amp);
+  if (!prof) prof = plan::profile<Model, Loss, device::Cpu, Policy>(model, ctx.cpu(), x, y, o.repeats);
+  if (compiled.amp != DType::kF32 && !amp) amp = plan::profile<Model, Loss, device::Cpu, Policy>(model, ctx.cpu(), x, y, o.repeats, compiled.amp);
   // rank 0 writes what it measured; the others may be reading the old file: it is replaced whole
   ctx.world().barrier();
   if (!o.cache.empty() && fresh && ctx.rank() == 0) {
