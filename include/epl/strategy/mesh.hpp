@@ -9,6 +9,7 @@
 /// instead. One device is a world of one: every axis of size 1, the same code.
 #include <string>
 
+#include "epl/core/linked.hpp"
 #include "epl/comm/any_communicator.hpp"
 
 namespace epl {
@@ -51,20 +52,8 @@ class Mesh {
  public:
   /// \brief Splits world into the groups of shape; fails, naming both numbers, when the world
   /// size is not a multiple of the devices one replica spans (pipeline x tensor).
-  Mesh(comm::Communicator& world, MeshShape shape) : world_(&world), shape_(shape) {
-    EPL_CHECK(shape.pipeline >= 1 && shape.tensor >= 1, "mesh: pipeline ", shape.pipeline, " and tensor ", shape.tensor,
-              " sizes must be at least 1");
-    const int per_replica = shape.pipeline * shape.tensor;
-    EPL_CHECK(world.size() % per_replica == 0, "world size ", world.size(), " cannot hold model replicas of ", per_replica,
-              " devices each (pipeline ", shape.pipeline, " x tensor ", shape.tensor, "); use a world size that is a multiple of ",
-              per_replica);
-    data_size_ = world.size() / per_replica;
-    coord_ = coord_of(world.rank());
-    // Each axis' group: the ranks that share the other two coordinates (colour), ordered along it.
-    pipeline_ = world.split(coord_.data * shape.tensor + coord_.tensor, coord_.pipeline);
-    data_ = world.split(coord_.pipeline * shape.tensor + coord_.tensor, coord_.data);
-    tensor_ = world.split(coord_.pipeline * data_size_ + coord_.data, coord_.tensor);
-  }
+  EPL_LINKED Mesh(comm::Communicator& world, MeshShape shape);
+
 
   [[nodiscard]] comm::Communicator& world() const noexcept { return *world_; }
   [[nodiscard]] comm::Communicator& pipeline() noexcept { return pipeline_; }
@@ -104,3 +93,8 @@ class Mesh {
 }  // namespace strategy
 }  // namespace v0
 }  // namespace epl
+
+// The bodies: in every program that includes this header, or once in epl::precompiled (core/linked.hpp).
+#if EPL_LINKED_BODIES
+#include "epl/strategy/mesh.ipp"
+#endif

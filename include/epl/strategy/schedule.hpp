@@ -70,16 +70,7 @@ class Accumulate {
     EPL_CHECK(micro_batches >= 1, "pipeline.num_micro_batch = ", micro_batches, " must be at least 1");
   }
   [[nodiscard]] int micro_batches() const noexcept { return m_; }
-  [[nodiscard]] std::vector<Action> actions(int stage = 0, int stages = 1) const {
-    EPL_CHECK(stages == 1 && stage == 0, "gradient accumulation is the schedule of one stage; a model of ", stages,
-              " stages needs a pipeline schedule (pipeline.strategy)");
-    std::vector<Action> a;
-    for (int m = 0; m < m_; ++m) {
-      a.push_back({Action::Kind::kForward, m});
-      a.push_back({Action::Kind::kBackward, m});
-    }
-    return a;
-  }
+  [[nodiscard]] EPL_LINKED std::vector<Action> actions(int stage = 0, int stages = 1) const;
 
  private:
   int m_;
@@ -95,13 +86,7 @@ class GPipe {
     EPL_CHECK(micro_batches >= 1, "pipeline.num_micro_batch = ", micro_batches, " must be at least 1");
   }
   [[nodiscard]] int micro_batches() const noexcept { return m_; }
-  [[nodiscard]] std::vector<Action> actions(int stage, int stages) const {
-    check_stage(stage, stages);
-    std::vector<Action> a;
-    for (int m = 0; m < m_; ++m) a.push_back({Action::Kind::kForward, m, stage});
-    for (int m = 0; m < m_; ++m) a.push_back({Action::Kind::kBackward, m, stage});
-    return a;
-  }
+  [[nodiscard]] EPL_LINKED std::vector<Action> actions(int stage, int stages) const;
 
  private:
   static void check_stage(int stage, int stages) {
@@ -119,18 +104,7 @@ class OneFOneB {
     EPL_CHECK(micro_batches >= 1, "pipeline.num_micro_batch = ", micro_batches, " must be at least 1");
   }
   [[nodiscard]] int micro_batches() const noexcept { return m_; }
-  [[nodiscard]] std::vector<Action> actions(int stage, int stages) const {
-    EPL_CHECK(stages >= 1 && stage >= 0 && stage < stages, "stage ", stage, " of a pipeline of ", stages, " stages");
-    const int warmup = std::min(stages - stage - 1, m_);
-    std::vector<Action> a;
-    for (int m = 0; m < warmup; ++m) a.push_back({Action::Kind::kForward, m, stage});
-    for (int i = 0; i < m_ - warmup; ++i) {
-      a.push_back({Action::Kind::kForward, warmup + i, stage});
-      a.push_back({Action::Kind::kBackward, i, stage});
-    }
-    for (int m = m_ - warmup; m < m_; ++m) a.push_back({Action::Kind::kBackward, m, stage});
-    return a;
-  }
+  [[nodiscard]] EPL_LINKED std::vector<Action> actions(int stage, int stages) const;
 
  private:
   int m_;
@@ -151,16 +125,7 @@ class ZeroBubble {
     EPL_CHECK(micro_batches >= 1, "pipeline.num_micro_batch = ", micro_batches, " must be at least 1");
   }
   [[nodiscard]] int micro_batches() const noexcept { return m_; }
-  [[nodiscard]] std::vector<Action> actions(int stage, int stages) const {
-    std::vector<Action> a;
-    int weights = 0;  // W passes placed: micro-batches [0, weights)
-    for (const auto& x : OneFOneB(m_).actions(stage, stages)) {
-      a.push_back(x);
-      if (x.kind == Action::Kind::kBackward && x.micro_batch >= stage) a.push_back({Action::Kind::kWeight, weights++, stage});
-    }
-    while (weights < m_) a.push_back({Action::Kind::kWeight, weights++, stage});
-    return a;
-  }
+  [[nodiscard]] EPL_LINKED std::vector<Action> actions(int stage, int stages) const;
 
  private:
   int m_;
@@ -181,26 +146,7 @@ class Interleaved {
   [[nodiscard]] int virtual_stages() const noexcept { return v_; }
   /// \param stage the rank's place on the pipeline axis (0 .. ranks - 1)
   /// \param ranks the ranks on the pipeline axis (p); chunk c of the model runs on rank c % p
-  [[nodiscard]] std::vector<Action> actions(int stage, int ranks) const {
-    const int p = ranks, v = v_;
-    EPL_CHECK(p >= 1 && stage >= 0 && stage < p, "stage ", stage, " of a pipeline of ", p, " ranks");
-    EPL_CHECK(m_ % p == 0, "the interleaved schedule needs pipeline.num_micro_batch (", m_, ") to be a multiple of the ",
-              p, " pipeline ranks");
-    const int total = m_ * v;
-    // the i-th forward (or backward) of this rank: micro-batch and chunk, Megatron's order
-    auto micro = [&](int i) { return (i / (p * v)) * p + i % p; };
-    auto chunk_f = [&](int i) { return ((i / p) % v) * p + stage; };
-    auto chunk_b = [&](int i) { return (v - 1 - (i / p) % v) * p + stage; };
-    const int warmup = std::min(total, (p - stage - 1) * 2 + (v - 1) * p);
-    std::vector<Action> a;
-    for (int i = 0; i < warmup; ++i) a.push_back({Action::Kind::kForward, micro(i), chunk_f(i)});
-    for (int i = 0; i < total - warmup; ++i) {
-      a.push_back({Action::Kind::kForward, micro(warmup + i), chunk_f(warmup + i)});
-      a.push_back({Action::Kind::kBackward, micro(i), chunk_b(i)});
-    }
-    for (int i = total - warmup; i < total; ++i) a.push_back({Action::Kind::kBackward, micro(i), chunk_b(i)});
-    return a;
-  }
+  [[nodiscard]] EPL_LINKED std::vector<Action> actions(int stage, int ranks) const;
 
  private:
   int m_, v_;

@@ -77,20 +77,9 @@ class StepGroups {
   ///        over the tensor axis too: each rank of a split group reads rows of its own
   /// \param weights each data-parallel rank's share of the batch (cluster.rank_speeds); empty: equal
   /// \param quantum uneven shares are whole multiples of it (the micro-batches)
-  StepGroups(comm::Communicator& world, MeshShape shape, bool rows_over_tensor, std::vector<double> weights = {},
-             std::int64_t quantum = 1)
-      : mesh_(world, shape), rows_over_tensor_(rows_over_tensor), weights_(std::move(weights)), quantum_(quantum) {
-    EPL_CHECK(weights_.empty() || (!rows_over_tensor_ && static_cast<int>(weights_.size()) == mesh_.data_size()),
-              "uneven data-parallel shares (cluster.rank_speeds) need one weight per data-parallel rank and a split that is "
-              "not colocated with a replicated part; leave cluster.rank_speeds unset");
-    replicas_ = mesh_.data().split(0, 0);
-    if (rows_over_tensor_) {
-      stage_ = world.split(mesh_.coord().pipeline, world.rank());
-      sharers_ = stage_.split(0, 0);
-    }
-    if (mesh_.tensor_size() > 1) tensor_ = mesh_.tensor().split(0, 0);
-    if (mesh_.pipeline_size() > 1) pipeline_ = mesh_.pipeline().split(0, 0);
-  }
+  EPL_LINKED StepGroups(comm::Communicator& world, MeshShape shape, bool rows_over_tensor, std::vector<double> weights = {},
+                        std::int64_t quantum = 1);
+
   StepGroups(const StepGroups&) = delete;
   StepGroups& operator=(const StepGroups&) = delete;
 
