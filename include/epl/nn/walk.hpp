@@ -196,13 +196,22 @@ std::string options_text(const O& o) {
 }
 /// \brief Each layer of l that has options(), by path, with its options_text, in visiting order:
 /// what a checkpoint records and a resume compares (a head count does not show in any shape).
+namespace detail {
+// layer_options' visitor: a type of its own, not a lambda of each model's, so that every layer
+// type's walk is compiled once whatever model holds it.
+struct OptionsOf {
+  std::vector<std::pair<std::string, std::string>> out;
+  template <class N>
+  void operator()(std::string_view path, N& node) {
+    if constexpr (requires { node.options(); }) out.emplace_back(std::string(path), options_text(node.options()));
+  }
+};
+}  // namespace detail
 template <class L>
 std::vector<std::pair<std::string, std::string>> layer_options(L& l) {
-  std::vector<std::pair<std::string, std::string>> out;
-  visit_nodes(l, [&](std::string_view path, auto& node) {
-    if constexpr (requires { node.options(); }) out.emplace_back(std::string(path), options_text(node.options()));
-  });
-  return out;
+  detail::OptionsOf options;
+  visit_nodes(l, options);
+  return std::move(options.out);
 }
 
 /// \brief The number of scalar parameters of l (the whole model's, shards counted whole).

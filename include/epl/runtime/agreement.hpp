@@ -62,26 +62,34 @@ std::uint64_t hash_value(std::uint64_t h, const T& v) {
 /// \brief Facts about a model: its parameter count, its structure (every node's path and type,
 /// every parameter's shape) and each layer's hyper-parameters (its options(), as
 /// nn::options_text: a rank that differs is told which layer and what it has).
-template <class M>
-void add_model_facts(RunFacts& facts, M& model) {
+namespace detail {
+// add_model_facts' visitor: a type of its own, not a lambda of each model's, so that every layer
+// type's walk is compiled once whatever model holds it.
+struct ModelFacts {
   std::uint64_t structure = 1469598103934665603ull;
   std::int64_t parameters = 0;
   std::vector<std::pair<std::string, std::string>> options;
-  nn::visit_nodes(model, [&](std::string_view path, auto& node) {
-    using N = std::remove_cvref_t<decltype(node)>;
-    structure = detail::hash_text(detail::hash_text(structure, path), reflect::type_name<N>());
-    if constexpr (std::is_same_v<N, nn::Parameter>) {
+  template <class N>
+  void operator()(std::string_view path, N& node) {
+    using T = std::remove_cvref_t<N>;
+    structure = hash_text(hash_text(structure, path), reflect::type_name<T>());
+    if constexpr (std::is_same_v<T, nn::Parameter>) {
       const Shape g = node.global_shape();
-      for (int i = 0; i < g.rank(); ++i) structure = detail::hash_value(structure, g[i]);
+      for (int i = 0; i < g.rank(); ++i) structure = hash_value(structure, g[i]);
       parameters += g.numel();
     }
     if constexpr (requires { node.options(); }) options.emplace_back(std::string(path), nn::options_text(node.options()));
-  });
-  facts.add_number("the model's parameter count", static_cast<double>(parameters));
-  facts.add_hash("the model's structure (layer types and parameter shapes)", structure, "a different model");
-  for (auto& [path, text] : options)
-    facts.add_hash("the hyper-parameters of layer " + (path.empty() ? std::string("(the model)") : path),
-                   detail::hash_text(1469598103934665603ull, text), text.empty() ? "(none)" : text);
+  }
+};
+// What add_model_facts found, told to facts.
+EPL_LINKED void add_model_facts(RunFacts& facts, const ModelFacts& found);
+}  // namespace detail
+
+template <class M>
+void add_model_facts(RunFacts& facts, M& model) {
+  detail::ModelFacts found;
+  nn::visit_nodes(model, found);
+  detail::add_model_facts(facts, found);
 }
 
 /// \brief Facts about the EPL configuration keys (program flags may differ between ranks).

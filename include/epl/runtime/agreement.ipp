@@ -7,6 +7,14 @@
 namespace epl {
 inline namespace v0 {
 
+EPL_LINKED void detail::add_model_facts(RunFacts& facts, const ModelFacts& found) {
+  facts.add_number("the model's parameter count", static_cast<double>(found.parameters));
+  facts.add_hash("the model's structure (layer types and parameter shapes)", found.structure, "a different model");
+  for (const auto& [path, text] : found.options)
+    facts.add_hash("the hyper-parameters of layer " + (path.empty() ? std::string("(the model)") : path),
+                   hash_text(1469598103934665603ull, text), text.empty() ? "(none)" : text);
+}
+
 EPL_LINKED void add_config_facts(RunFacts& facts, const Config& cfg) {
   for (const auto& k : Config::keys()) {
     const std::string v = cfg.value_text(k.name);
