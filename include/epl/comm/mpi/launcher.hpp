@@ -10,8 +10,6 @@
 #include <functional>
 
 #include "epl/comm/any_communicator.hpp"
-#include "epl/comm/mpi/communicator.hpp"
-#include "epl/comm/mpi/environment.hpp"
 
 namespace epl {
 inline namespace v0 {
@@ -30,6 +28,19 @@ namespace comm {
 #define EPL_MPI_LINKED inline
 #define EPL_MPI_LINKED_BODIES 1
 #endif
+}  // namespace comm
+}  // namespace v0
+}  // namespace epl
+
+// The MPI backend and <mpi.h>: only where run_world's body is compiled.
+#if EPL_MPI_LINKED_BODIES
+#include "epl/comm/mpi/communicator.hpp"
+#include "epl/comm/mpi/environment.hpp"
+#endif
+
+namespace epl {
+inline namespace v0 {
+namespace comm {
 
 struct MpiLauncher {
   static constexpr bool kAvailable = true;
