@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "epl/core/linked.hpp"
 #include "epl/core/random.hpp"
 #include "epl/core/tensor.hpp"
 
@@ -65,6 +66,14 @@ struct Parameter {
 
   Parameter() = default;
   Parameter(Shape s, Init i) : shape(s), init(i) {}
+  // Copied and moved by a call (the one definition, parameter.ipp): a model's layers hold dozens
+  // of parameters, and copies inlined into every layer's and model's copy were a tenth of a
+  // program's object code (#38).
+  EPL_LINKED Parameter(const Parameter&);
+  EPL_LINKED Parameter(Parameter&&) noexcept;
+  EPL_LINKED Parameter& operator=(const Parameter&);
+  EPL_LINKED Parameter& operator=(Parameter&&) noexcept;
+  EPL_LINKED ~Parameter();
 
   [[nodiscard]] bool materialized() const noexcept { return value.defined(); }
   [[nodiscard]] std::int64_t numel() const noexcept { return shape.numel(); }
@@ -119,3 +128,8 @@ struct RandomStream {
 }  // namespace nn
 }  // namespace v0
 }  // namespace epl
+
+// The bodies: in every program that includes this header, or once in epl::precompiled (core/linked.hpp).
+#if EPL_LINKED_BODIES
+#include "epl/nn/parameter.ipp"
+#endif
