@@ -3,7 +3,8 @@
 /// \brief What a Trainer on device::Cpu instantiates that does not depend on the user's model: the
 /// gradient syncs and what they reduce and shard with, the executor of each sync's passes, their
 /// chunks of units and recompute segments, the sequence-parallel collectives, the EMA's hook, the
-/// arena's layout (param::materialize past its walk of the model), and the optimizers' updaters. A
+/// arena's layout (param::materialize past its walk of the model), the optimizers' updaters, and
+/// the Trainer's model-free half (detail::TrainerCore) for each of them and each sync. A
 /// program linked with epl::precompiled (EPL_PRECOMPILED) takes them from that library (`extern
 /// template`), compiled once, instead of compiling them again.
 
@@ -24,6 +25,7 @@
 #include "epl/param/arena.hpp"
 #include "epl/policy/gradient_sync.hpp"
 #include "epl/policy/homes/ema.hpp"
+#include "epl/runtime/trainer_core.hpp"
 #include "epl/strategy/executor.hpp"
 #include "epl/strategy/units.hpp"
 
@@ -69,6 +71,13 @@ EPL_MODEL_FREE void optim::Updater<optim::AdamW>::step<device::Cpu>(const device
                                                                 std::int64_t, double);
 EPL_MODEL_FREE const std::vector<Tensor>& optim::Updater<optim::AdamW>::restore<device::Cpu>(const device::Cpu&, std::int64_t, std::int64_t,
                                                                                          DType);
+// the Trainer's half that no model changes, for each optimizer and gradient sync
+EPL_MODEL_FREE class detail::TrainerCore<optim::SGD, nn::SoftmaxCrossEntropy, device::Cpu, policy::AllReduceSync<device::Cpu>>;
+EPL_MODEL_FREE class detail::TrainerCore<optim::SGD, nn::SoftmaxCrossEntropy, device::Cpu, policy::ZeroSync<device::Cpu>>;
+EPL_MODEL_FREE class detail::TrainerCore<optim::Momentum, nn::SoftmaxCrossEntropy, device::Cpu, policy::AllReduceSync<device::Cpu>>;
+EPL_MODEL_FREE class detail::TrainerCore<optim::Momentum, nn::SoftmaxCrossEntropy, device::Cpu, policy::ZeroSync<device::Cpu>>;
+EPL_MODEL_FREE class detail::TrainerCore<optim::AdamW, nn::SoftmaxCrossEntropy, device::Cpu, policy::AllReduceSync<device::Cpu>>;
+EPL_MODEL_FREE class detail::TrainerCore<optim::AdamW, nn::SoftmaxCrossEntropy, device::Cpu, policy::ZeroSync<device::Cpu>>;
 }  // namespace v0
 }  // namespace epl
 #undef EPL_MODEL_FREE

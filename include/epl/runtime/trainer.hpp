@@ -4,11 +4,11 @@
 /// policy. It holds no strategy or policy logic: the plan decides (plan::make, the one
 /// can_implement), the schedule runs the passes (strategy::Executor), the gradient sync reduces
 /// and shards (policy::gradient_sync), the optimizer updates ranges (optim::Updater), and the
-/// serializer saves and loads (checkpoint::Serializer). A step, top to bottom, is step() below.
-#include <cmath>
-#include <filesystem>
+/// serializer saves and loads (checkpoint::Serializer). A step, top to bottom, is
+/// detail::TrainerCore::step (runtime/trainer_core.hpp): the half that does not depend on the model,
+/// shared by every Trainer of a program. This file is the half that does: the model cut, drawn
+/// and named.
 #include <memory>
-#include <optional>
 
 #include "epl/checkpoint/serializer.hpp"
 #include "epl/config/run_options.hpp"
@@ -17,19 +17,25 @@
 #include "epl/optim/optimizer.hpp"
 #include "epl/param/arena.hpp"
 #include "epl/plan/shard.hpp"
-#include "epl/policy/hooks.hpp"
 #include "epl/policy/gradient_sync.hpp"
 #include "epl/runtime/agreement.hpp"
 #include "epl/runtime/context.hpp"
 #include "epl/runtime/divergence.hpp"
 #include "epl/runtime/model_free.hpp"  // under epl::precompiled: what a Trainer uses that no model changes
 #include "epl/runtime/progress.hpp"
-#include "epl/runtime/trace.hpp"
-#include "epl/strategy/executor.hpp"
-#include "epl/strategy/step_groups.hpp"
+#include "epl/runtime/trainer_core.hpp"
 
 namespace epl {
 inline namespace v0 {
+
+namespace detail {
+// A Trainer's model, in a base of its own ahead of the run's: built before the run and destroyed
+// after it, as the chunks, the arena and ZeRO's shards point into it.
+template <class Model>
+struct ModelHolder {
+  Model model_;
+};
+}  // namespace detail
 
 /// \brief Trains Model with Optimizer on device type D, on one device or over the ranks of an
 /// epl::Context.
@@ -49,20 +55,21 @@ inline namespace v0 {
 /// \tparam D the device type (device::Cpu)
 template <class Model, optim::optimizer Optimizer, class Policy = Policies<>, class Loss = nn::SoftmaxCrossEntropy,
           class D = device::Cpu>
-class Trainer {
+class Trainer : private detail::ModelHolder<Model>,
+                public detail::TrainerCore<Optimizer, Loss, D, policy::gradient_sync_t<Policy, D>> {
   static_assert((nn::require_layer<Model>(), true));
   static_assert((device::require_trainable<D>(), true));
   static_assert(is_policies<Policy>::value, "epl::Trainer's third argument is an epl::Policies<...> list: wrap the policy, as "
                                             "epl::Policies<epl::Zero<3>>");
   using Sync = policy::gradient_sync_t<Policy, D>;  // also the passes' hooks
-  using Pass = nn::Pass<D, Sync>;
+  using Core = detail::TrainerCore<Optimizer, Loss, D, Sync>;
+  using Pass = typename Core::Pass;
 
  public:
   /// \brief Trains over the ranks of ctx (data parallel, pipelined, split, as the model and the
   /// configuration say), on device d.
   Trainer(Context& ctx, const D& device, const Config& cfg, Model model, Optimizer optimizer, TrainerOptions opt = {})
-      : device_(&device), world_(&ctx.world()), model_(std::move(model)), updater_(std::move(optimizer)), opt_(std::move(opt)) {
-    if constexpr (requires { device.lane(); }) world_->attach(device.lane());  // its groups move the device's buffers
+      : detail::ModelHolder<Model>{std::move(model)}, Core(ctx, device, std::move(optimizer), std::move(opt)) {
     if constexpr (device::trainable<D>) init(cfg);  // else the one static_assert above says why
   }
   /// \brief Trains over the ranks of ctx on the rank's CPU.
@@ -71,8 +78,7 @@ class Trainer {
       : Trainer(ctx, ctx.cpu(), cfg, std::move(model), std::move(optimizer), std::move(opt)) {}
   /// \brief Trains on one device: a world of one, the same code.
   Trainer(const D& device, const Config& cfg, Model model, Optimizer optimizer, TrainerOptions opt = {})
-      : device_(&device), solo_(comm::Communicator::solo_on(device)), world_(&*solo_), model_(std::move(model)),
-        updater_(std::move(optimizer)), opt_(std::move(opt)) {
+      : detail::ModelHolder<Model>{std::move(model)}, Core(device, std::move(optimizer), std::move(opt)) {
     if constexpr (device::trainable<D>) init(cfg);
   }
   // A temporary device would be gone before the first step: keep the device alive beside the Trainer.
@@ -81,319 +87,54 @@ class Trainer {
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
 
-  /// \brief One optimizer step on batch (this rank's share of the global batch); returns the
-  /// global batch's mean loss. A collective: every rank calls it.
-  double step(const Batch& batch) {
-    if constexpr (!device::trainable<D>) return 0;  // the static_assert above is the one error
-    else {
-      agree_on_call(*world_, Call::kStep, steps_ + 1, detail::rows_of(batch.inputs), world_->size() == groups_->mesh().data_size(),
-                    !groups_->uneven(), updater_.next_learning_rate());
-      detail::check_batch(batch.inputs, batch.targets, device_->id(), plan_.micro_batches, groups_->rows().ranks, groups_->uneven());
-      place_ = groups_->place(detail::rows_of(batch.inputs), steps_ + 1);  // uneven shares: checked, and the loss's weight
-      groups_->check_rows(batch.inputs, batch.targets, steps_ + 1, reader());
-      if (!std::exchange(stepped_, true)) config_.check_all_read();  // a key nothing read (io.slicing alone) is an error
-      serializer_.before_step();
-      hooks_.before_gradients(*device_, steps_, [&]() -> decltype(auto) {  // gradient_checkpoint.check_gradients' reference
-        (void)compute_gradients(batch, nn::RecomputeMode::kNone);
-        return sync_->owned_grads();
-      });
-      const double mine = place_.weight * compute_gradients(batch, plan_.policies.recompute);  // schedule, then sync.finish()
-      const double loss = groups_->loss(mine);
-      hooks_.after_gradients(*device_, sync_->owned_grads(), *world_);
-      if (opt_.check_finite) detail::check_finite_loss(*world_, loss, mine, steps_ + 1, plan_.policies);
-      // AMP's factor and the clip coefficient are read with the gradients by the update, not applied in passes of their own
-      const double unscale = hooks_.gradient_factor();
-      if (plan_.policies.clip_after_reduce) last_grad_norm_ = groups_->norm(sync_->sum_squares()) * unscale;
-      const bool finite = std::isfinite(last_grad_norm_);
-      if (hooks_.accept(finite, steps_ + 1, world_->rank() == 0)) {  // AMP: an overflow skips the update
-        if (opt_.check_finite && !finite)
-          detail::fail_non_finite_gradient(model_, arena_, [&](const nn::Parameter& p) { return sync_->grad_of(p); }, *device_,
-                                           last_grad_norm_, steps_ + 1, plan_.policies, world_->size());
-        const bool clips = plan_.policies.clip_after_reduce && opt_.clip_norm > 0;
-        updater_.step(*device_, std::span<const Tensor>(sync_->owned_values()), std::span<const Tensor>(sync_->owned_grads()),
-                      plan_.policies.apply_groups, unscale * (clips ? optim::clip_coefficient(last_grad_norm_, opt_.clip_norm) : 1.0));
-        hooks_.after_update(*device_, sync_->owned_values());  // the EMA of the weights
-      }
-      sync_->after_update();  // ZeRO: the updated slices meet again
-      ++steps_;
-      if (opt_.check_replicas_every > 0 && groups_->mesh().data_size() > 1 && sync_->stage() < 3 &&
-          (steps_ == 1 || steps_ % opt_.check_replicas_every == 0))
-        compare_replicas();
-      if (serializer_.due(steps_)) save(serializer_.dir());
-      return loss;
-    }
-  }
+  // step, evaluate, save, resume, load and the accessors of the run: detail::TrainerCore's.
 
-  /// \brief The loss on batch without training (dropout off, no update), over this rank's rows
-  /// (pipelined: the last stage's loss, on every rank).
-  double evaluate(const Batch& batch) {
-    if constexpr (!device::trainable<D>) return 0;
-    else {
-      agree_on_call(*world_, Call::kEvaluate, steps_, 0, false);
-      detail::check_batch_memory(batch.inputs, batch.targets, device_->id());
-      const Tensor targets = groups_->targets(*device_, batch.targets, 1);
-      const double loss = executor_->run(plan_.forward_only(groups_->mesh().coord().pipeline), {batch.inputs, targets, 1},
-                                         [&](int, int) { return pass(0, 1, false, nn::RecomputeMode::kNone); });
-      sync_->release_all();
-      return groups_->stage_loss(loss);
-    }
-  }
-
-  /// \brief Data parallel: fails unless every replica holds bit-identical parameters.
-  void check_replicas() {
-    agree_on_call(*world_, Call::kCheckReplicas, steps_, 0, false);
-    compare_replicas();
-  }
-  /// \brief ZeRO stage 3 keeps only this rank's shard of the parameters between layers: this
-  /// gathers all of them so model() can be read (a collective over the data-parallel group; every
-  /// rank calls it). They stay until the next step or evaluation. Other runs: no-op.
-  void gather_parameters() {
-    agree_on_call(*world_, Call::kGather, steps_, 0, false);
-    sync_->gather_all();
-  }
-
-  /// \brief Saves the whole training state into dir/step-N (N = steps()): every parameter and the
-  /// optimizer's state (each rank writes what it holds), the step, the optimizer's step count, the
-  /// loss scale, the watched loaders' positions and the configuration. A collective: every rank
-  /// calls it. The directory appears complete or not at all; a rank that fails ends the save on
-  /// every rank with its error; the run holds dir's lock from its first save on. Returns the directory.
-  std::filesystem::path save(const std::filesystem::path& dir) {
-    agree_on_call(*world_, Call::kSave, steps_, 0, false);
-    return serializer_.save(dir, state());
-  }
-  /// \brief Loads the newest complete checkpoint in dir and returns its directory; nullopt,
-  /// changing nothing, when dir holds none. A collective.
-  std::optional<std::filesystem::path> resume(const std::filesystem::path& dir) {
-    agree_on_call(*world_, Call::kResume, steps_, 0, false);
-    sync_->release_all();  // ZeRO stage 3: parameters gathered for the user would be copied back over the loaded ones
-    auto s = state();
-    auto from = serializer_.resume(dir, s);
-    if (from) sync_->after_update();  // each rank loaded its slices: they meet again
-    return from;
-  }
-  /// \brief Loads a checkpoint (a step-N directory save wrote) saved by any layout; a checkpoint of
-  /// another model, optimizer or seed, or a missing, truncated or corrupt file, is an error naming
-  /// the file, on every rank. A collective.
-  void load(const std::filesystem::path& checkpoint) {
-    reload([&](checkpoint::TrainerState& s) { serializer_.load(checkpoint, s); });
-  }
-  /// \brief Sets every parameter from a safetensors file whose tensors carry the model's parameter
-  /// names (parameter_names()): an export of a checkpoint (any layout), or PyTorch's
-  /// `safetensors.torch.save_file(model.state_dict(), path)` of a model of the same architecture.
-  /// Strict, as PyTorch's load_state_dict(strict=True); the optimizer's state and the step stay.
-  /// A collective.
-  void load_safetensors(const std::filesystem::path& file) {
-    reload([&](checkpoint::TrainerState& s) {
-      serializer_.load_safetensors(file, s);
-      hooks_.replaced(*device_, sync_->owned_values());  // an EMA starts from the loaded weights
-    });
-  }
-  /// \brief fn(device, owned values, hooks) with the values this rank updates (its ZeRO slices, or all
-  /// it holds) and the policies' step hooks, where a policy swaps weights in (epl::swap_ema). A collective.
-  template <class Fn>
-  void with_owned_values(Fn&& fn) {
-    agree_on_call(*world_, Call::kOwnedValues, steps_, 0, false);
-    sync_->release_all();
-    fn(*device_, std::span<const Tensor>(sync_->owned_values()), hooks_);
-    sync_->after_update();
-  }
   /// \brief Every parameter's name, in visiting order: its path of field and member names in the
   /// model (`body.0.attn.1.qkv.weight`), the names checkpoints and safetensors files use.
   [[nodiscard]] std::vector<std::string> parameter_names() {
     std::vector<std::string> names;
-    nn::visit_parameters(model_, [&](std::string_view path, nn::Parameter&) { names.emplace_back(path); });
+    nn::visit_parameters(this->model_, [&](std::string_view path, nn::Parameter&) { names.emplace_back(path); });
     return names;
   }
-  /// \brief Makes loader's position part of the saved state and, when this run resumed, moves it
-  /// to the saved position. Watch the same loaders in the same order in every run.
-  void watch(data::WindowLoader& loader) { serializer_.watch(loader); }
-  [[nodiscard]] const std::optional<std::filesystem::path>& resumed_from() const noexcept { return serializer_.resumed_from(); }
-
   /// \brief The model; pipelined, only this rank's stages' parameters are materialized.
-  [[nodiscard]] Model& model() noexcept { return model_; }
-  [[nodiscard]] Optimizer& optimizer() noexcept { return updater_.optimizer(); }
-  [[nodiscard]] const D& device() const noexcept { return *device_; }
-  [[nodiscard]] std::int64_t steps() const noexcept { return steps_; }
-  [[nodiscard]] std::int64_t micro_batches() const noexcept { return plan_.micro_batches; }
-  /// \brief The rows of each global batch this rank reads (its data-parallel share): hand it to
-  /// the loader (data::WindowLoader(..., trainer.data_shard())).
-  [[nodiscard]] data::Shard data_shard() const {
-    const auto r = groups_->rows();
-    return {r.rank, r.ranks, r.weights, r.quantum};
-  }
-  /// \brief What this run does on its world: pipeline ranks, chunks, schedule, policies.
-  [[nodiscard]] const plan::Plan& plan() const noexcept { return plan_; }
-  /// \brief This rank's list of actions for a step (the schedule's, with sends and receives).
-  [[nodiscard]] const std::vector<strategy::Action>& actions() const noexcept { return actions_; }
-  /// \brief The model chunks (pipeline stages) this rank runs.
-  [[nodiscard]] const std::vector<strategy::Chunk<Pass>>& local_chunks() const { return executor_->chunks(); }
-  [[nodiscard]] double last_grad_norm() const noexcept { return last_grad_norm_; }
-  /// \brief The learning rate of the last update (the lr.* schedule's, or the optimizer's options().lr).
-  [[nodiscard]] double learning_rate() const { return updater_.learning_rate(); }
-  /// \brief The fraction of the last step's gradient all-reduce time hidden behind backward.
-  [[nodiscard]] double last_overlap() const noexcept { return sync_->last_overlap(); }
-  [[nodiscard]] std::size_t gradient_buckets() const noexcept { return sync_->buckets(); }
-  /// \brief gradient_checkpoint.check_gradients: the largest absolute difference, over every rank,
-  /// between the first step's gradients with and without recompute (none until the check ran).
-  [[nodiscard]] std::optional<double> checkpoint_gradient_difference() const { return hooks_.template get<policy::home::Recompute>().difference(); }
-  /// \brief The dtype this run's GEMMs round their operands to: bf16 or f16 under AMP, else f32.
-  [[nodiscard]] DType amp() const noexcept { return plan_.policies.matmul; }
-  /// \brief Under AMP, the loss scale of the next step (policy::LossScaler's rule); 1 without.
-  [[nodiscard]] double loss_scale() const noexcept { return hooks_.template get<policy::home::Amp>().loss_scale(); }
-  /// \brief Steps whose update AMP skipped because a gradient overflowed (0 without AMP).
-  [[nodiscard]] std::int64_t skipped_steps() const noexcept { return hooks_.template get<policy::home::Amp>().skipped(); }
-  /// \brief Whether this run keeps weights, gradients and optimizer state in the host pool.
-  [[nodiscard]] bool offloaded() const noexcept { return plan_.policies.offload; }
-  /// \brief The ZeRO stage this run uses (0: none): zero.level, or the compiled epl::Zero<k>.
-  [[nodiscard]] int zero_stage() const noexcept { return plan_.policies.zero_stage; }
-  /// \brief The flat parameter and gradient buffers (this rank's stages'; under ZeRO 2 the
-  /// gradients and under ZeRO 3 the values too are not kept whole: those buffers are empty).
-  [[nodiscard]] const param::Arena& arena() const noexcept { return arena_; }
-  [[nodiscard]] strategy::Mesh& mesh() noexcept { return groups_->mesh(); }
-  /// \brief Bytes the gradient reduction moved so far (the data-parallel group's counts).
-  [[nodiscard]] comm::CommStats gradient_stats() const { return groups_->mesh().data().stats(); }
-  /// \brief Bytes the pipeline's sends and receives moved so far.
-  [[nodiscard]] comm::CommStats pipeline_stats() const { return executor_->stats(); }
-  /// \brief This rank's spans when the `trace` key names a file, else null.
-  [[nodiscard]] const Timeline* timeline() const noexcept { return tracer_.timeline(); }
+  [[nodiscard]] Model& model() noexcept { return this->model_; }
 
  private:
-  void compare_replicas() {
-    EPL_CHECK(sync_->stage() < 3, "check_replicas compares the replicas' whole parameters, which ZeRO stage 3 never holds (each "
-              "rank keeps its shard); it runs under zero.level \"\", \"v0\" and \"v1\"");
-    groups_->check_replicas(strategy::content_hash(arena_.values(), reader()), steps_);
-  }
-  // How host code reads this device's tensors (a GPU's memory only through a download).
-  [[nodiscard]] strategy::Download reader() const { return [d = device_](const Tensor& t, void* h) { d->download(t, h); }; }
+  // The model cut for this rank's place (its split parts, its stages' chunks), its parameters
+  // drawn, the ranks agreed; then the run (TrainerCore::start).
   void init(const Config& cfg) {
-    config_ = cfg;
-    auto options = plan_options(cfg, opt_);
-    options.rank_speeds = rank_speeds(cfg, *device_, *world_);  // uneven devices: shares and stage cuts
-    plan_ = plan::make<Model, Policy>(options, world_->size(), device::computes<D, double>());
-    const auto& policies = plan_.policies;
-    groups_.emplace(*world_, plan_.mesh_shape(), plan_.rows_over_tensor(), plan_.data_weights, plan_.micro_batches);
-    auto& mesh = groups_->mesh();
+    this->config_ = cfg;
+    auto options = plan_options(cfg, this->opt_);
+    options.rank_speeds = rank_speeds(cfg, *this->device_, *this->world_);  // uneven devices: shares and stage cuts
+    this->plan_ = plan::make<Model, Policy>(options, this->world_->size(), device::computes<D, double>());
+    const auto& plan = this->plan_;
+    auto& groups = this->groups_.emplace(*this->world_, plan.mesh_shape(), plan.rows_over_tensor(), plan.data_weights, plan.micro_batches);
+    auto& mesh = groups.mesh();
     const int stage = mesh.coord().pipeline;
     // The Split parts sharded for this rank's place on the tensor axis, before anything is drawn.
     const nn::SplitPart part{mesh.coord().tensor, mesh.tensor_size()};
-    const bool vocab_parallel = plan::shard_model(model_, part, plan_.rows_over_tensor(), plan_.sequence_parallel).sharded_output;
-    auto chunks = plan::local_chunks<Pass>(model_, plan_, stage);
+    const bool vocab_parallel = plan::shard_model(this->model_, part, plan.rows_over_tensor(), plan.sequence_parallel).sharded_output;
+    auto chunks = plan::local_chunks<Pass>(this->model_, plan, stage);
     // This rank's chunks' parameters materialized (every parameter is numbered), in ZeRO's blocks.
-    const auto mo = plan::arena_options(chunks, plan_.chunks_of(stage), plan_, mesh.data_size(), opt_.seed);
-    arena_ = param::materialize(model_, *device_, mo);
-    check_agreement(*world_, run_facts(model_, cfg, updater_.optimizer(), opt_), world_->size() == mesh.data_size() ? "data-parallel" : "the");
+    const auto mo = plan::arena_options(chunks, plan.chunks_of(stage), plan, mesh.data_size(), this->opt_.seed);
+    this->arena_ = param::materialize(this->model_, *this->device_, mo);
+    check_agreement(*this->world_, run_facts(this->model_, cfg, this->updater_.optimizer(), this->opt_),
+                    this->world_->size() == mesh.data_size() ? "data-parallel" : "the");
     // Gradients meet over the data axis; a colocated split's replicated part (the parameters
     // before its first Split, at the end of the backward-ordered arena) over data and tensor.
-    std::int64_t replicated_from = arena_.size();
-    if (plan_.rows_over_tensor())
-      plan::for_each_parameter_before_split(model_, [&](nn::Parameter& p) {
+    std::int64_t replicated_from = this->arena_.size();
+    if (plan.rows_over_tensor())
+      plan::for_each_parameter_before_split(this->model_, [&](nn::Parameter& p) {
         if (p.materialized()) replicated_from = std::min(replicated_from, p.offset);
       });
-    // Replicas start from one copy: rank 0's.
-    if (mesh.data_size() > 1) mesh.data().broadcast(arena_.values().slice(0, replicated_from), 0);
-    if (auto* g = groups_->stage_group()) g->broadcast(arena_.values().slice(replicated_from, arena_.size()), 0);
-    sync_ = std::make_unique<Sync>(*device_, mesh.data(), groups_->stage_group(), arena_,
-                                   policy::SyncOptions::of(policies, plan_.rows_over_tensor() ? replicated_from : -1, mesh.tensor_size() > 1));
-    updater_.keep_state_in_host_pool(policies.offload);
-    updater_.set_schedule(lr_schedule(cfg, opt_));
-    hooks_.start(*device_, policies, {.row_shares = groups_->rows().ranks, .owned = sync_->owned_values(), .host = policies.offload});
-    actions_ = plan_.actions(stage);
-    executor_.emplace(*device_, std::move(chunks), plan_.chunks, plan_.pipeline, stage, mesh.pipeline());
-    if (vocab_parallel) executor_->loss().parallelize(part);
-    tracer_.open(cfg.get(keys::trace), *world_);
-    executor_->set_timeline(tracer_.timeline());
-    sync_->set_timeline(tracer_.timeline());
-    groups_->set_timeline(tracer_.timeline());
-    serializer_.configure(cfg, opt_.checkpoint_phase);
-    auto s = state();
-    serializer_.open(s);
-    if (serializer_.resumed_from()) sync_->after_update();
+    this->start(cfg, std::move(chunks), part, vocab_parallel, replicated_from);
   }
 
-  // A pass of chunk c for micro-batch m of `count`: the run's seed, step, the global index of its
-  // first sample, the scale of its loss gradient, what it recomputes and AMP's GEMM precision.
-  Pass pass(int m, int count, bool training, nn::RecomputeMode recompute, std::int64_t first = 0) {
-    // this rank's share of the mean: 1 / M of its rows' mean, times its weight among uneven shares
-    const double scale = hooks_.loss_factor() / count * (training ? place_.weight : 1.0);
-    return Pass(*device_, nn::PassOptions{training, opt_.seed, static_cast<std::uint64_t>(steps_), static_cast<std::uint64_t>(m), first,
-                                          scale, recompute, plan_.policies.matmul},
-                sync_.get(), groups_->layer_groups());
+  void describe_model(checkpoint::TrainerState& s) override { checkpoint::describe(s, this->model_, this->updater_, *this->device_); }
+  [[noreturn]] void fail_non_finite(double norm) override {
+    detail::fail_non_finite_gradient(this->model_, this->arena_, [&](const nn::Parameter& p) { return this->sync_->grad_of(p); },
+                                     *this->device_, norm, this->steps_ + 1, this->plan_.policies, this->world_->size());
   }
-  // Forward and backward of every micro-batch on the schedule, and the gradients reduced (with
-  // communication.clip_after_allreduce=false, clipped before); returns this rank's loss.
-  double compute_gradients(const Batch& batch, nn::RecomputeMode recompute) {
-    const int count = plan_.micro_batches;
-    const std::int64_t per = batch.inputs.dim(0) / count, first = place_.first;
-    const auto end = plan_.policies.end_taskgraph;
-    sync_->begin_step();
-    const double loss = executor_->run(actions_, {batch.inputs, groups_->targets(*device_, batch.targets, count), count},
-                                       [&](int c, int m) {
-                                         return pass(m, count, true, end < 0 || c <= end ? recompute : nn::RecomputeMode::kNone, first + m * per);
-                                       },
-                                       [&](int m) { sync_->backward_of(m, count); });
-    if (!plan_.policies.clip_after_reduce) {  // EPL's per-replica clipping, of each replica's gradients before the reduction
-      last_grad_norm_ = groups_->norm(sync_->sum_squares());
-      if (opt_.clip_norm > 0) optim::scale_to_norm(*device_, std::span<const Tensor>(sync_->owned_grads()), last_grad_norm_, opt_.clip_norm);
-    }
-    sync_->finish();
-    return loss;
-  }
-
-  // A load (a collective): into this rank's values, then the replicas or ZeRO slices meet again.
-  template <class Fn>
-  void reload(Fn&& into) {
-    agree_on_call(*world_, Call::kLoad, steps_, 0, false);
-    sync_->release_all();  // as in resume
-    auto s = state();
-    into(s);
-    sync_->after_update();
-  }
-
-  // What the serializer saves and loads: views of the arena, the optimizer and the scaler.
-  checkpoint::TrainerState state() {
-    checkpoint::TrainerState s;
-    s.world = world_;
-    s.step = &steps_;
-    s.arena = &arena_;
-    const auto ranges = sync_->owned_ranges();
-    const auto values = sync_->owned_values();
-    std::int64_t at = 0;
-    for (std::size_t u = 0; u < ranges.size(); at += ranges[u].size(), ++u) s.regions.push_back({ranges[u], values[u], at});
-    const auto& c = groups_->mesh().coord();
-    const bool zero = sync_->stage() > 0;  // one copy of what replicas share: data rank 0, or under ZeRO each its slices
-    s.writes = [zero, c](const nn::Parameter& p) { return (zero || c.data == 0) && (!p.shard.whole() || c.tensor == 0); };
-    checkpoint::describe(s, model_, updater_, *device_);
-    s.scaler = hooks_.template get<policy::home::Amp>().scaler();
-    hooks_.saved(*device_, values, s.policy_state);
-    s.seed = opt_.seed;
-    s.data = groups_->mesh().data_size();
-    s.tensor = groups_->mesh().tensor_size();
-    s.pipeline = groups_->mesh().pipeline_size();
-    s.zero = sync_->stage();
-    return s;
-  }
-
-  const D* device_;
-  DeviceClaim claim_{device_->id()};  // one thread per GPU slot (or device::Isolated index)
-  std::optional<comm::Communicator> solo_;
-  comm::Communicator* world_;
-  Model model_;
-  optim::Updater<Optimizer> updater_;
-  TrainerOptions opt_;
-  Config config_;
-  plan::Plan plan_;
-  std::optional<strategy::StepGroups> groups_;
-  param::Arena arena_;
-  std::unique_ptr<Sync> sync_;
-  policy::Hooks<D> hooks_;  // the policies' step hooks: AMP's loss scale and verdict, recompute's check, the EMA
-  std::vector<strategy::Action> actions_;
-  std::optional<strategy::Executor<Pass, Loss>> executor_;
-  Tracer tracer_;
-  checkpoint::Serializer serializer_;
-  std::int64_t steps_ = 0;
-  strategy::RowPlace place_;  // this step's rows in the global batch
-  bool stepped_ = false;  // this trainer took a step
-  double last_grad_norm_ = 0;
 };
 
 }  // namespace v0
