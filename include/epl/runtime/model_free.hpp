@@ -4,7 +4,8 @@
 /// gradient syncs and what they reduce and shard with, the executor of each sync's passes, their
 /// chunks of units and recompute segments, the sequence-parallel collectives, the EMA's hook, the
 /// arena's layout (param::materialize past its walk of the model), the optimizers' updaters, and
-/// the Trainer's model-free half (detail::TrainerCore) for each of them and each sync. A
+/// the Trainer's model-free half (detail::TrainerCore) for each of them and each sync, and the
+/// built-in layers' forward and backward in each sync's passes. A
 /// program linked with epl::precompiled (EPL_PRECOMPILED) takes them from that library (`extern
 /// template`), compiled once, instead of compiling them again.
 
@@ -17,7 +18,12 @@
 #endif
 #ifdef EPL_MODEL_FREE
 #include "epl/device/cpu/cpu.hpp"
+#include "epl/nn/activation.hpp"
+#include "epl/nn/attention.hpp"
+#include "epl/nn/embedding.hpp"
+#include "epl/nn/linear.hpp"
 #include "epl/nn/loss.hpp"
+#include "epl/nn/norm.hpp"
 #include "epl/nn/tensor_parallel.hpp"
 #include "epl/optim/adamw.hpp"
 #include "epl/optim/optimizer.hpp"
@@ -71,6 +77,47 @@ EPL_MODEL_FREE void optim::Updater<optim::AdamW>::step<device::Cpu>(const device
                                                                 std::int64_t, double);
 EPL_MODEL_FREE const std::vector<Tensor>& optim::Updater<optim::AdamW>::restore<device::Cpu>(const device::Cpu&, std::int64_t, std::int64_t,
                                                                                          DType);
+// the built-in layers' forward and backward (nn::forward, nn::backward) in each sync's passes
+namespace detail {
+using CpuReducePass = nn::Pass<device::Cpu, policy::AllReduceSync<device::Cpu>>;
+using CpuZeroPass = nn::Pass<device::Cpu, policy::ZeroSync<device::Cpu>>;
+}  // namespace detail
+EPL_MODEL_FREE Tensor nn::forward(nn::Linear&, epl::detail::CpuReducePass&, const Tensor&);
+EPL_MODEL_FREE Tensor nn::backward(nn::Linear&, epl::detail::CpuReducePass&, const Tensor&);
+EPL_MODEL_FREE Tensor nn::forward(nn::LayerNorm&, epl::detail::CpuReducePass&, const Tensor&);
+EPL_MODEL_FREE Tensor nn::backward(nn::LayerNorm&, epl::detail::CpuReducePass&, const Tensor&);
+EPL_MODEL_FREE Tensor nn::forward(nn::Embedding&, epl::detail::CpuReducePass&, const Tensor&);
+EPL_MODEL_FREE Tensor nn::backward(nn::Embedding&, epl::detail::CpuReducePass&, const Tensor&);
+EPL_MODEL_FREE Tensor nn::forward(nn::PositionEmbedding&, epl::detail::CpuReducePass&, const Tensor&);
+EPL_MODEL_FREE Tensor nn::backward(nn::PositionEmbedding&, epl::detail::CpuReducePass&, const Tensor&);
+EPL_MODEL_FREE Tensor nn::forward(nn::CausalSelfAttention&, epl::detail::CpuReducePass&, const Tensor&);
+EPL_MODEL_FREE Tensor nn::backward(nn::CausalSelfAttention&, epl::detail::CpuReducePass&, const Tensor&);
+EPL_MODEL_FREE Tensor nn::forward(nn::Mlp&, epl::detail::CpuReducePass&, const Tensor&);
+EPL_MODEL_FREE Tensor nn::backward(nn::Mlp&, epl::detail::CpuReducePass&, const Tensor&);
+EPL_MODEL_FREE Tensor nn::forward(nn::GELU&, epl::detail::CpuReducePass&, const Tensor&);
+EPL_MODEL_FREE Tensor nn::backward(nn::GELU&, epl::detail::CpuReducePass&, const Tensor&);
+EPL_MODEL_FREE Tensor nn::forward(nn::ReLU&, epl::detail::CpuReducePass&, const Tensor&);
+EPL_MODEL_FREE Tensor nn::backward(nn::ReLU&, epl::detail::CpuReducePass&, const Tensor&);
+EPL_MODEL_FREE Tensor nn::forward(nn::Dropout&, epl::detail::CpuReducePass&, const Tensor&);
+EPL_MODEL_FREE Tensor nn::backward(nn::Dropout&, epl::detail::CpuReducePass&, const Tensor&);
+EPL_MODEL_FREE Tensor nn::forward(nn::Linear&, epl::detail::CpuZeroPass&, const Tensor&);
+EPL_MODEL_FREE Tensor nn::backward(nn::Linear&, epl::detail::CpuZeroPass&, const Tensor&);
+EPL_MODEL_FREE Tensor nn::forward(nn::LayerNorm&, epl::detail::CpuZeroPass&, const Tensor&);
+EPL_MODEL_FREE Tensor nn::backward(nn::LayerNorm&, epl::detail::CpuZeroPass&, const Tensor&);
+EPL_MODEL_FREE Tensor nn::forward(nn::Embedding&, epl::detail::CpuZeroPass&, const Tensor&);
+EPL_MODEL_FREE Tensor nn::backward(nn::Embedding&, epl::detail::CpuZeroPass&, const Tensor&);
+EPL_MODEL_FREE Tensor nn::forward(nn::PositionEmbedding&, epl::detail::CpuZeroPass&, const Tensor&);
+EPL_MODEL_FREE Tensor nn::backward(nn::PositionEmbedding&, epl::detail::CpuZeroPass&, const Tensor&);
+EPL_MODEL_FREE Tensor nn::forward(nn::CausalSelfAttention&, epl::detail::CpuZeroPass&, const Tensor&);
+EPL_MODEL_FREE Tensor nn::backward(nn::CausalSelfAttention&, epl::detail::CpuZeroPass&, const Tensor&);
+EPL_MODEL_FREE Tensor nn::forward(nn::Mlp&, epl::detail::CpuZeroPass&, const Tensor&);
+EPL_MODEL_FREE Tensor nn::backward(nn::Mlp&, epl::detail::CpuZeroPass&, const Tensor&);
+EPL_MODEL_FREE Tensor nn::forward(nn::GELU&, epl::detail::CpuZeroPass&, const Tensor&);
+EPL_MODEL_FREE Tensor nn::backward(nn::GELU&, epl::detail::CpuZeroPass&, const Tensor&);
+EPL_MODEL_FREE Tensor nn::forward(nn::ReLU&, epl::detail::CpuZeroPass&, const Tensor&);
+EPL_MODEL_FREE Tensor nn::backward(nn::ReLU&, epl::detail::CpuZeroPass&, const Tensor&);
+EPL_MODEL_FREE Tensor nn::forward(nn::Dropout&, epl::detail::CpuZeroPass&, const Tensor&);
+EPL_MODEL_FREE Tensor nn::backward(nn::Dropout&, epl::detail::CpuZeroPass&, const Tensor&);
 // the Trainer's half that no model changes, for each optimizer and gradient sync
 EPL_MODEL_FREE class detail::TrainerCore<optim::SGD, nn::SoftmaxCrossEntropy, device::Cpu, policy::AllReduceSync<device::Cpu>>;
 EPL_MODEL_FREE class detail::TrainerCore<optim::SGD, nn::SoftmaxCrossEntropy, device::Cpu, policy::ZeroSync<device::Cpu>>;

@@ -150,7 +150,7 @@ class TrainerCore {
   TrainerCore(const D& device, Optimizer optimizer, TrainerOptions opt)
       : device_(&device), solo_(comm::Communicator::solo_on(device)), world_(&*solo_), updater_(std::move(optimizer)),
         opt_(std::move(opt)) {}
-  virtual ~TrainerCore() = default;
+  virtual ~TrainerCore();
 
   // What only the model knows: its parameters' names and the optimizer's view of them, for a
   // checkpoint (checkpoint::describe); and, when the gradient norm is not finite, the error naming
@@ -219,6 +219,9 @@ class TrainerCore {
   // What the serializer saves and loads: views of the arena, the optimizer and the scaler.
   checkpoint::TrainerState state();
 };
+
+template <class Optimizer, class Loss, class D, class Sync>
+TrainerCore<Optimizer, Loss, D, Sync>::~TrainerCore() = default;
 
 template <class Optimizer, class Loss, class D, class Sync>
 double TrainerCore<Optimizer, Loss, D, Sync>::step(const Batch& batch) {
