@@ -9,12 +9,20 @@
 /// program linked with epl::precompiled (EPL_PRECOMPILED) takes them from that library (`extern
 /// template`), compiled once, instead of compiling them again.
 
-// One list: declared `extern template` in a program linked with epl::precompiled, defined in that
-// library (src/precompiled.cpp includes this header with EPL_PRECOMPILED_SOURCE).
+// One list in two parts: declared `extern template` in a program linked with epl::precompiled,
+// defined in that library, the first part by src/precompiled.cpp (EPL_PRECOMPILED_SOURCE), the
+// second, the Trainer's core and the layers' passes (EPL_MODEL_FREE_RUN), by
+// src/precompiled_run.cpp (EPL_PRECOMPILED_RUN_SOURCE), so that a parallel build compiles the two
+// at once.
 #if defined(EPL_PRECOMPILED_SOURCE)
 #define EPL_MODEL_FREE template
+#define EPL_MODEL_FREE_RUN extern template
+#elif defined(EPL_PRECOMPILED_RUN_SOURCE)
+#define EPL_MODEL_FREE extern template
+#define EPL_MODEL_FREE_RUN template
 #elif defined(EPL_PRECOMPILED)
 #define EPL_MODEL_FREE extern template
+#define EPL_MODEL_FREE_RUN extern template
 #endif
 #ifdef EPL_MODEL_FREE
 #include "epl/device/cpu/cpu.hpp"
@@ -82,50 +90,51 @@ namespace detail {
 using CpuReducePass = nn::Pass<device::Cpu, policy::AllReduceSync<device::Cpu>>;
 using CpuZeroPass = nn::Pass<device::Cpu, policy::ZeroSync<device::Cpu>>;
 }  // namespace detail
-EPL_MODEL_FREE Tensor nn::forward(nn::Linear&, epl::detail::CpuReducePass&, const Tensor&);
-EPL_MODEL_FREE Tensor nn::backward(nn::Linear&, epl::detail::CpuReducePass&, const Tensor&);
-EPL_MODEL_FREE Tensor nn::forward(nn::LayerNorm&, epl::detail::CpuReducePass&, const Tensor&);
-EPL_MODEL_FREE Tensor nn::backward(nn::LayerNorm&, epl::detail::CpuReducePass&, const Tensor&);
-EPL_MODEL_FREE Tensor nn::forward(nn::Embedding&, epl::detail::CpuReducePass&, const Tensor&);
-EPL_MODEL_FREE Tensor nn::backward(nn::Embedding&, epl::detail::CpuReducePass&, const Tensor&);
-EPL_MODEL_FREE Tensor nn::forward(nn::PositionEmbedding&, epl::detail::CpuReducePass&, const Tensor&);
-EPL_MODEL_FREE Tensor nn::backward(nn::PositionEmbedding&, epl::detail::CpuReducePass&, const Tensor&);
-EPL_MODEL_FREE Tensor nn::forward(nn::CausalSelfAttention&, epl::detail::CpuReducePass&, const Tensor&);
-EPL_MODEL_FREE Tensor nn::backward(nn::CausalSelfAttention&, epl::detail::CpuReducePass&, const Tensor&);
-EPL_MODEL_FREE Tensor nn::forward(nn::Mlp&, epl::detail::CpuReducePass&, const Tensor&);
-EPL_MODEL_FREE Tensor nn::backward(nn::Mlp&, epl::detail::CpuReducePass&, const Tensor&);
-EPL_MODEL_FREE Tensor nn::forward(nn::GELU&, epl::detail::CpuReducePass&, const Tensor&);
-EPL_MODEL_FREE Tensor nn::backward(nn::GELU&, epl::detail::CpuReducePass&, const Tensor&);
-EPL_MODEL_FREE Tensor nn::forward(nn::ReLU&, epl::detail::CpuReducePass&, const Tensor&);
-EPL_MODEL_FREE Tensor nn::backward(nn::ReLU&, epl::detail::CpuReducePass&, const Tensor&);
-EPL_MODEL_FREE Tensor nn::forward(nn::Dropout&, epl::detail::CpuReducePass&, const Tensor&);
-EPL_MODEL_FREE Tensor nn::backward(nn::Dropout&, epl::detail::CpuReducePass&, const Tensor&);
-EPL_MODEL_FREE Tensor nn::forward(nn::Linear&, epl::detail::CpuZeroPass&, const Tensor&);
-EPL_MODEL_FREE Tensor nn::backward(nn::Linear&, epl::detail::CpuZeroPass&, const Tensor&);
-EPL_MODEL_FREE Tensor nn::forward(nn::LayerNorm&, epl::detail::CpuZeroPass&, const Tensor&);
-EPL_MODEL_FREE Tensor nn::backward(nn::LayerNorm&, epl::detail::CpuZeroPass&, const Tensor&);
-EPL_MODEL_FREE Tensor nn::forward(nn::Embedding&, epl::detail::CpuZeroPass&, const Tensor&);
-EPL_MODEL_FREE Tensor nn::backward(nn::Embedding&, epl::detail::CpuZeroPass&, const Tensor&);
-EPL_MODEL_FREE Tensor nn::forward(nn::PositionEmbedding&, epl::detail::CpuZeroPass&, const Tensor&);
-EPL_MODEL_FREE Tensor nn::backward(nn::PositionEmbedding&, epl::detail::CpuZeroPass&, const Tensor&);
-EPL_MODEL_FREE Tensor nn::forward(nn::CausalSelfAttention&, epl::detail::CpuZeroPass&, const Tensor&);
-EPL_MODEL_FREE Tensor nn::backward(nn::CausalSelfAttention&, epl::detail::CpuZeroPass&, const Tensor&);
-EPL_MODEL_FREE Tensor nn::forward(nn::Mlp&, epl::detail::CpuZeroPass&, const Tensor&);
-EPL_MODEL_FREE Tensor nn::backward(nn::Mlp&, epl::detail::CpuZeroPass&, const Tensor&);
-EPL_MODEL_FREE Tensor nn::forward(nn::GELU&, epl::detail::CpuZeroPass&, const Tensor&);
-EPL_MODEL_FREE Tensor nn::backward(nn::GELU&, epl::detail::CpuZeroPass&, const Tensor&);
-EPL_MODEL_FREE Tensor nn::forward(nn::ReLU&, epl::detail::CpuZeroPass&, const Tensor&);
-EPL_MODEL_FREE Tensor nn::backward(nn::ReLU&, epl::detail::CpuZeroPass&, const Tensor&);
-EPL_MODEL_FREE Tensor nn::forward(nn::Dropout&, epl::detail::CpuZeroPass&, const Tensor&);
-EPL_MODEL_FREE Tensor nn::backward(nn::Dropout&, epl::detail::CpuZeroPass&, const Tensor&);
+EPL_MODEL_FREE_RUN Tensor nn::forward(nn::Linear&, epl::detail::CpuReducePass&, const Tensor&);
+EPL_MODEL_FREE_RUN Tensor nn::backward(nn::Linear&, epl::detail::CpuReducePass&, const Tensor&);
+EPL_MODEL_FREE_RUN Tensor nn::forward(nn::LayerNorm&, epl::detail::CpuReducePass&, const Tensor&);
+EPL_MODEL_FREE_RUN Tensor nn::backward(nn::LayerNorm&, epl::detail::CpuReducePass&, const Tensor&);
+EPL_MODEL_FREE_RUN Tensor nn::forward(nn::Embedding&, epl::detail::CpuReducePass&, const Tensor&);
+EPL_MODEL_FREE_RUN Tensor nn::backward(nn::Embedding&, epl::detail::CpuReducePass&, const Tensor&);
+EPL_MODEL_FREE_RUN Tensor nn::forward(nn::PositionEmbedding&, epl::detail::CpuReducePass&, const Tensor&);
+EPL_MODEL_FREE_RUN Tensor nn::backward(nn::PositionEmbedding&, epl::detail::CpuReducePass&, const Tensor&);
+EPL_MODEL_FREE_RUN Tensor nn::forward(nn::CausalSelfAttention&, epl::detail::CpuReducePass&, const Tensor&);
+EPL_MODEL_FREE_RUN Tensor nn::backward(nn::CausalSelfAttention&, epl::detail::CpuReducePass&, const Tensor&);
+EPL_MODEL_FREE_RUN Tensor nn::forward(nn::Mlp&, epl::detail::CpuReducePass&, const Tensor&);
+EPL_MODEL_FREE_RUN Tensor nn::backward(nn::Mlp&, epl::detail::CpuReducePass&, const Tensor&);
+EPL_MODEL_FREE_RUN Tensor nn::forward(nn::GELU&, epl::detail::CpuReducePass&, const Tensor&);
+EPL_MODEL_FREE_RUN Tensor nn::backward(nn::GELU&, epl::detail::CpuReducePass&, const Tensor&);
+EPL_MODEL_FREE_RUN Tensor nn::forward(nn::ReLU&, epl::detail::CpuReducePass&, const Tensor&);
+EPL_MODEL_FREE_RUN Tensor nn::backward(nn::ReLU&, epl::detail::CpuReducePass&, const Tensor&);
+EPL_MODEL_FREE_RUN Tensor nn::forward(nn::Dropout&, epl::detail::CpuReducePass&, const Tensor&);
+EPL_MODEL_FREE_RUN Tensor nn::backward(nn::Dropout&, epl::detail::CpuReducePass&, const Tensor&);
+EPL_MODEL_FREE_RUN Tensor nn::forward(nn::Linear&, epl::detail::CpuZeroPass&, const Tensor&);
+EPL_MODEL_FREE_RUN Tensor nn::backward(nn::Linear&, epl::detail::CpuZeroPass&, const Tensor&);
+EPL_MODEL_FREE_RUN Tensor nn::forward(nn::LayerNorm&, epl::detail::CpuZeroPass&, const Tensor&);
+EPL_MODEL_FREE_RUN Tensor nn::backward(nn::LayerNorm&, epl::detail::CpuZeroPass&, const Tensor&);
+EPL_MODEL_FREE_RUN Tensor nn::forward(nn::Embedding&, epl::detail::CpuZeroPass&, const Tensor&);
+EPL_MODEL_FREE_RUN Tensor nn::backward(nn::Embedding&, epl::detail::CpuZeroPass&, const Tensor&);
+EPL_MODEL_FREE_RUN Tensor nn::forward(nn::PositionEmbedding&, epl::detail::CpuZeroPass&, const Tensor&);
+EPL_MODEL_FREE_RUN Tensor nn::backward(nn::PositionEmbedding&, epl::detail::CpuZeroPass&, const Tensor&);
+EPL_MODEL_FREE_RUN Tensor nn::forward(nn::CausalSelfAttention&, epl::detail::CpuZeroPass&, const Tensor&);
+EPL_MODEL_FREE_RUN Tensor nn::backward(nn::CausalSelfAttention&, epl::detail::CpuZeroPass&, const Tensor&);
+EPL_MODEL_FREE_RUN Tensor nn::forward(nn::Mlp&, epl::detail::CpuZeroPass&, const Tensor&);
+EPL_MODEL_FREE_RUN Tensor nn::backward(nn::Mlp&, epl::detail::CpuZeroPass&, const Tensor&);
+EPL_MODEL_FREE_RUN Tensor nn::forward(nn::GELU&, epl::detail::CpuZeroPass&, const Tensor&);
+EPL_MODEL_FREE_RUN Tensor nn::backward(nn::GELU&, epl::detail::CpuZeroPass&, const Tensor&);
+EPL_MODEL_FREE_RUN Tensor nn::forward(nn::ReLU&, epl::detail::CpuZeroPass&, const Tensor&);
+EPL_MODEL_FREE_RUN Tensor nn::backward(nn::ReLU&, epl::detail::CpuZeroPass&, const Tensor&);
+EPL_MODEL_FREE_RUN Tensor nn::forward(nn::Dropout&, epl::detail::CpuZeroPass&, const Tensor&);
+EPL_MODEL_FREE_RUN Tensor nn::backward(nn::Dropout&, epl::detail::CpuZeroPass&, const Tensor&);
 // the Trainer's half that no model changes, for each optimizer and gradient sync
-EPL_MODEL_FREE class detail::TrainerCore<optim::SGD, nn::SoftmaxCrossEntropy, device::Cpu, policy::AllReduceSync<device::Cpu>>;
-EPL_MODEL_FREE class detail::TrainerCore<optim::SGD, nn::SoftmaxCrossEntropy, device::Cpu, policy::ZeroSync<device::Cpu>>;
-EPL_MODEL_FREE class detail::TrainerCore<optim::Momentum, nn::SoftmaxCrossEntropy, device::Cpu, policy::AllReduceSync<device::Cpu>>;
-EPL_MODEL_FREE class detail::TrainerCore<optim::Momentum, nn::SoftmaxCrossEntropy, device::Cpu, policy::ZeroSync<device::Cpu>>;
-EPL_MODEL_FREE class detail::TrainerCore<optim::AdamW, nn::SoftmaxCrossEntropy, device::Cpu, policy::AllReduceSync<device::Cpu>>;
-EPL_MODEL_FREE class detail::TrainerCore<optim::AdamW, nn::SoftmaxCrossEntropy, device::Cpu, policy::ZeroSync<device::Cpu>>;
+EPL_MODEL_FREE_RUN class detail::TrainerCore<optim::SGD, nn::SoftmaxCrossEntropy, device::Cpu, policy::AllReduceSync<device::Cpu>>;
+EPL_MODEL_FREE_RUN class detail::TrainerCore<optim::SGD, nn::SoftmaxCrossEntropy, device::Cpu, policy::ZeroSync<device::Cpu>>;
+EPL_MODEL_FREE_RUN class detail::TrainerCore<optim::Momentum, nn::SoftmaxCrossEntropy, device::Cpu, policy::AllReduceSync<device::Cpu>>;
+EPL_MODEL_FREE_RUN class detail::TrainerCore<optim::Momentum, nn::SoftmaxCrossEntropy, device::Cpu, policy::ZeroSync<device::Cpu>>;
+EPL_MODEL_FREE_RUN class detail::TrainerCore<optim::AdamW, nn::SoftmaxCrossEntropy, device::Cpu, policy::AllReduceSync<device::Cpu>>;
+EPL_MODEL_FREE_RUN class detail::TrainerCore<optim::AdamW, nn::SoftmaxCrossEntropy, device::Cpu, policy::ZeroSync<device::Cpu>>;
 }  // namespace v0
 }  // namespace epl
 #undef EPL_MODEL_FREE
+#undef EPL_MODEL_FREE_RUN
 #endif
