@@ -158,4 +158,30 @@ TEST_CASE("a shard of a batch that does not divide among the ranks is an error, 
   CHECK((data::Shard{1, 3, {1, 1, 2}}.rows_of(8)) == 2);  // uneven shares by weight take every row
 }
 
+TEST_CASE("a shard that is not one: a rank out of range, a weight that is not a positive finite number, a quantum of 0") {
+  CHECK_THROWS_WITH_AS((void)(data::Shard{-1, 2}.rows_of(8)), doctest::Contains("data-parallel rank -1 of 2 ranks is not a rank"), Error);
+  CHECK_THROWS_WITH_AS((void)(data::Shard{2, 2}.first_of(8)), doctest::Contains("data-parallel rank 2 of 2 ranks is not a rank"), Error);
+  for (double bad : {-1.0, 0.0, std::nan(""), HUGE_VAL})
+    CHECK_THROWS_WITH_AS((void)(data::Shard{0, 2, {1, bad}}.rows_of(8)),
+                         doctest::Contains("data-parallel rank 1's share weight is"), Error);
+  CHECK_THROWS_WITH_AS((void)(data::Shard{0, 2, {1, 1}, 0}.rows_of(8)), doctest::Contains("quantum is 0"), Error);
+  auto ds = data::TokenDataset::from_tokens(std::vector<std::int32_t>(200, 3), 5);
+  CHECK_THROWS_WITH_AS(data::WindowLoader(ds, 10, 4, 5, data::Shard{0, 2, {1, -1}}), doctest::Contains("must be a positive finite number"),
+                       Error);
+}
+
+TEST_CASE("ids in memory outside their vocabulary, and a string literal's terminating NUL") {
+  CHECK_THROWS_WITH_AS(data::TokenDataset::from_tokens({1, 2, 300}, 256),
+                       doctest::Contains("id 300 at position 2 is not in the vocabulary of 256 ids"), Error);
+  CHECK_THROWS_WITH_AS(data::TokenDataset::from_tokens({1, -2, 3}, 256), doctest::Contains("id -2 at position 1"), Error);
+  CHECK_THROWS_WITH_AS(data::TokenDataset::from_tokens({1}, -5), doctest::Contains("a vocabulary of -5 ids"), Error);
+  // a literal is its text, as a file of it or a std::string holds it: no id 0 at the end
+  const auto literal = data::TokenDataset::from_text_bytes("abc");
+  const auto string = data::TokenDataset::from_text_bytes(std::string("abc"));
+  CHECK(literal.tokens() == std::vector<std::int32_t>{97, 98, 99});
+  CHECK(literal.fingerprint() == string.fingerprint());
+  const char bytes[] = {'a', 'b'};  // an array with no terminator keeps every byte
+  CHECK(data::TokenDataset::from_text_bytes(bytes).size() == 2);
+}
+
 }

@@ -38,12 +38,19 @@ class TokenDataset {
   EPL_LINKED static TokenDataset from_text(const std::vector<std::filesystem::path>& files);
   /// \brief Byte-level tokens of text already in memory, as from_text reads each file.
   EPL_LINKED static TokenDataset from_text_bytes(std::span<const char> bytes);
+  /// \brief The text of a string literal (a char array): its terminating NUL is not a token, as it
+  /// is not a byte of the text a file of it would hold.
+  template <std::size_t N>
+  static TokenDataset from_text_bytes(const char (&text)[N]) {
+    return from_text_bytes(std::span<const char>(text, N > 0 && text[N - 1] == '\0' ? N - 1 : N));
+  }
   /// \brief int32 token ids; a size that is not a multiple of 4 or a negative id is a corrupt file.
+  /// The vocabulary is the largest id + 1.
   static TokenDataset from_binary(const std::filesystem::path& file) { return from_binary_bytes(read(file), file); }
   /// \brief int32 token ids already in memory, as from_binary reads a file; `file` names them in
   /// the errors.
   EPL_LINKED static TokenDataset from_binary_bytes(std::span<const char> bytes, const std::filesystem::path& file);
-  /// \brief From ids already in memory.
+  /// \brief From ids already in memory, each in [0, vocab).
   EPL_LINKED static TokenDataset from_tokens(std::vector<std::int32_t> ids, std::int64_t vocab);
 
   [[nodiscard]] std::int64_t size() const noexcept { return static_cast<std::int64_t>(tokens_.size()); }

@@ -47,6 +47,10 @@ EPL_LINKED TokenDataset TokenDataset::from_binary_bytes(std::span<const char> by
 }
 
 EPL_LINKED TokenDataset TokenDataset::from_tokens(std::vector<std::int32_t> ids, std::int64_t vocab) {
+  EPL_CHECK(vocab >= 1, "TokenDataset::from_tokens: a vocabulary of ", vocab, " ids; give its size, 1 or more");
+  for (std::size_t i = 0; i < ids.size(); ++i)
+    EPL_CHECK(ids[i] >= 0 && ids[i] < vocab, "TokenDataset::from_tokens: id ", ids[i], " at position ", i,
+              " is not in the vocabulary of ", vocab, " ids [0, ", vocab, "); give ids from 0 to ", vocab - 1, " or a larger vocabulary");
   TokenDataset ds;
   ds.tokens_ = std::move(ids);
   ds.vocab_ = vocab;

@@ -46,6 +46,10 @@ EPL_LINKED std::uint64_t content_hash(const Tensor& t, const Download& download)
 EPL_LINKED std::vector<std::int64_t> share_rows(std::int64_t rows, int ranks, const std::vector<double>& weights, std::int64_t quantum) {
   EPL_CHECK(ranks >= 1 && (weights.empty() || static_cast<int>(weights.size()) == ranks), "share_rows: ", weights.size(),
             " weights for ", ranks, " ranks");
+  EPL_CHECK(quantum >= 1, "share_rows: the shares' quantum is ", quantum, "; give 1 or more rows (the micro-batch count)");
+  for (std::size_t r = 0; r < weights.size(); ++r)
+    EPL_CHECK(std::isfinite(weights[r]) && weights[r] > 0, "data-parallel rank ", r, "'s share weight is ", weights[r],
+              "; each rank's weight (cluster.rank_speeds, data::Shard::weights) must be a positive finite number");
   std::vector<std::int64_t> out(static_cast<std::size_t>(ranks), rows / ranks);
   if (weights.empty()) return out;
   EPL_CHECK(quantum >= 1 && rows % quantum == 0 && rows / quantum >= ranks, "a global batch of ", rows, " rows cannot give each of ",
