@@ -73,7 +73,6 @@ EPL_LINKED Batch tiled(const device::Cpu& cpu, const Batch& sample, std::int64_t
 
 EPL_LINKED std::int64_t check_sample(Context& ctx, const Batch& sample) {
   auto& world = ctx.world();
-  const int n = world.size();
   // the probe: at most 4 rows of the sample
   EPL_CHECK(sample.inputs.defined() && sample.inputs.rank() > 0 && sample.inputs.dim(0) >= 2, "auto_plan: the sample batch has ",
             sample.inputs.defined() && sample.inputs.rank() > 0 ? sample.inputs.dim(0) : 0, " row",
