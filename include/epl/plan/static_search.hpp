@@ -373,9 +373,9 @@ constexpr StaticPlan static_price(const Cluster& cluster, const Budget& budget, 
   if (c.virtual_stages > 1 && (Pricer::declared || c.micro_batches % c.pipeline != 0))
     refuse("Interleaved needs an undeclared pipeline and micro-batches a multiple of the pipeline stages");
   if (static_cast<std::size_t>(c.pipeline * c.virtual_stages) > Pricer::n) refuse("the model has fewer units than the combination's chunks");
-  if (const auto* r = policy::refusal(c.policies, {.data = c.data, .pipeline = c.pipeline, .splits_backward = c.schedule->splits_backward})) {
-    if (std::is_constant_evaluated()) r->fail(r->why);  // the diagnostic names the reason's function
-    refuse(r->why);
+  if (const auto r = policy::refusal(c.policies, {.data = c.data, .pipeline = c.pipeline, .splits_backward = c.schedule->splits_backward})) {
+    if (std::is_constant_evaluated()) r.fail(r.why);  // the diagnostic names the reason's function
+    refuse(r.why);
   }
   if (c.policies.amp)
     refuse("the compile-time model prices f32 GEMMs only: give policies.amp = false (state the bf16 rate in Cluster::macs_per_second)");

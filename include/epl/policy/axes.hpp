@@ -16,6 +16,14 @@ inline namespace v0 {
 namespace policy {
 
 namespace detail {
+// A home's refusal: a Refused (true when it refuses), or, from a home written before refusals were
+// values, a pointer to one (null: fine), which a constant evaluation under -fsanitize=undefined
+// cannot test.
+constexpr Refused refused(Refused r) { return r; }
+[[deprecated("a home's refusal(choice, layout) returns a policy::Refused by value (Refused{} where it accepts), not a pointer")]]
+constexpr Refused refused(const Refused* r) {
+  return r ? *r : Refused{};
+}
 template <class... H>
 constexpr int count_axes(List<H...>) {
   return (0 + ... + static_cast<int>(is_axis<H>));
@@ -38,7 +46,7 @@ constexpr void choose_each(const Choice& most, const Layout& l, Choice& c, F& fn
   } else {
     for (int i = 0; i < H::choices(most); ++i) {
       H::choose(i, c);
-      if (H::refusal(c, l) == nullptr) choose_each(most, l, c, fn, List<Rest...>{});
+      if (!refused(H::refusal(c, l))) choose_each(most, l, c, fn, List<Rest...>{});
     }
   }
 }
@@ -63,11 +71,12 @@ constexpr void for_each_choice(const Choice& most, const Layout& l, F&& fn) {
   detail::choose_each(most, l, c, fn, Homes{});
 }
 
-/// \brief Why choice c cannot run on layout l (the first axis that refuses it), or null.
-constexpr const Refused* refusal(const Choice& c, const Layout& l) {
-  const Refused* why = nullptr;
+/// \brief Why choice c cannot run on layout l (the first axis that refuses it), or `Refused{}`
+/// (false) where every axis accepts it.
+constexpr Refused refusal(const Choice& c, const Layout& l) {
+  Refused why;
   detail::each_axis(Homes{}, [&]<class H>() {
-    if (why == nullptr) why = H::refusal(c, l);
+    if (!why) why = detail::refused(H::refusal(c, l));
   });
   return why;
 }

@@ -31,7 +31,7 @@
 ///     static constexpr int choices(const auto& most);   // values to try: choose(0) ... choose(n - 1)
 ///     static constexpr void choose(int i, auto& choice);
 ///     static constexpr int index(const auto& choice);   // choose's inverse
-///     static constexpr const Refused* refusal(const auto& choice, const Layout&);  // why not (null: fine)
+///     static constexpr Refused refusal(const auto& choice, const Layout&);  // why not (Refused{}: fine)
 ///     static void keys(const auto& choice, auto& out);  // the configuration keys that run it
 ///     template <class K> static void apply(const auto& choice, K& keys);  // the same into policy::Keys
 ///     static void label(const auto& choice, std::string& s);  // its part of the plan's short name
@@ -66,9 +66,13 @@ struct Layout {
 /// \brief Why a planner axis's choice cannot run on a layout: the message, and a function named
 /// for the reason that throws it. A compile-time search that prices a refused choice calls it, so
 /// the compiler's diagnostic names the reason (g++ prints no string of a constant evaluation).
+/// A value, true when it refuses; `Refused{}` accepts. (It was a pointer, null accepting: under
+/// -fsanitize=undefined g++ does not fold an object's address against null, so no constant
+/// evaluation could test it.)
 struct Refused {
-  const char* why;
-  void (*fail)(const char* why);
+  const char* why = nullptr;
+  void (*fail)(const char* why) = nullptr;
+  constexpr explicit operator bool() const { return why != nullptr; }
 };
 
 /// \brief A policy's state that a checkpoint keeps beside the optimizer's: one value for each

@@ -105,7 +105,7 @@ struct Amp {
   static constexpr int choices(const auto& most) { return most.amp ? 2 : 1; }
   static constexpr void choose(int i, auto& c) { c.amp = i == 1; }
   static constexpr int index(const auto& c) { return c.amp ? 1 : 0; }
-  static constexpr const Refused* refusal(const auto&, const Layout&) { return nullptr; }
+  static constexpr Refused refusal(const auto&, const Layout&) { return {}; }
   static void keys(const auto& c, auto& out) { out.push_back({"amp.level", c.amp ? "O1" : ""}); }
   template <class K>
   static void apply(const auto& c, K& k) {

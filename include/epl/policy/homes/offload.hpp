@@ -85,10 +85,10 @@ struct Offload {
                                           &offload_without_zero_3};
   static constexpr Refused kOneReplica{"ZeRO shards over the data-parallel ranks: with one, give policies.zero = 0 (or 3 with "
                                        "policies.offload)", &zero_3_on_one_replica_without_offload};
-  static constexpr const Refused* refusal(const auto& c, const Layout& l) {
-    if (c.offload && c.zero != 3) return &kWithoutStage3;
-    if (!c.offload && c.zero == 3 && l.data == 1) return &kOneReplica;  // the zero home lets stage 3 through on one replica for offload
-    return nullptr;
+  static constexpr Refused refusal(const auto& c, const Layout& l) {
+    if (c.offload && c.zero != 3) return kWithoutStage3;
+    if (!c.offload && c.zero == 3 && l.data == 1) return kOneReplica;  // the zero home lets stage 3 through on one replica for offload
+    return {};
   }
   static void keys(const auto& c, auto& out) { out.push_back({"offload.level", c.offload ? "v0" : ""}); }
   template <class K>

@@ -64,7 +64,7 @@ struct Recompute {
   static constexpr int choices(const auto& most) { return most.recompute ? 2 : 1; }
   static constexpr void choose(int i, auto& c) { c.recompute = i == 1; }
   static constexpr int index(const auto& c) { return c.recompute ? 1 : 0; }
-  static constexpr const Refused* refusal(const auto&, const Layout&) { return nullptr; }
+  static constexpr Refused refusal(const auto&, const Layout&) { return {}; }
   static void keys(const auto& c, auto& out) { out.push_back({"gradient_checkpoint.type", c.recompute ? "auto" : ""}); }
   template <class K>
   static void apply(const auto& c, K& k) {

@@ -79,11 +79,11 @@ struct Zero {
   static constexpr Refused kOneReplica{"ZeRO shards over the data-parallel ranks: with one, give policies.zero = 0",
                                        &zero_on_one_replica__give_zero_0};
   static constexpr Refused kSplitBackward{"a schedule that splits backward (ZeroBubble) refuses ZeRO 2 and 3", &zero_2_or_3_with_zero_bubble};
-  static constexpr const Refused* refusal(const auto& c, const Layout& l) {
-    if (c.zero < 0 || c.zero > 3) return &kStage;
-    if (c.zero > 0 && c.zero < 3 && l.data == 1) return &kOneReplica;
-    if (c.zero >= 2 && l.pipeline > 1 && l.splits_backward) return &kSplitBackward;
-    return nullptr;
+  static constexpr Refused refusal(const auto& c, const Layout& l) {
+    if (c.zero < 0 || c.zero > 3) return kStage;
+    if (c.zero > 0 && c.zero < 3 && l.data == 1) return kOneReplica;
+    if (c.zero >= 2 && l.pipeline > 1 && l.splits_backward) return kSplitBackward;
+    return {};
   }
   static void keys(const auto& c, auto& out) { out.push_back({"zero.level", level(c.zero)}); }
   template <class K>
