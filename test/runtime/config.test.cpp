@@ -71,6 +71,11 @@ TEST_CASE("unknown key names the key and its category's keys") {
                                          "keys of that category: pipeline.num_micro_batch, pipeline.num_stages, pipeline.strategy"),
                        Error);
   CHECK_THROWS_WITH_AS(c.set("bogus.key", 1), doctest::Contains("unknown config key \"bogus.key\"; see docs/config.md"), Error);
+  // the right name in another category (found by the stranger): the key of that name is suggested
+  CHECK_THROWS_WITH_AS(c.set("communication.run_visible_devices", "0"),
+                       doctest::Contains("unknown config key \"communication.run_visible_devices\"; did you mean cluster.run_visible_devices? "
+                                         "keys of that category: communication."),
+                       Error);
   const char* argv[] = {"prog", "--zero.levle=v1"};
   CHECK_THROWS_WITH_AS(Config::parse(2, argv), doctest::Contains("unknown config key \"zero.levle\""), Error);
   setenv("EPL_PIPELINE_NUM_MICRO_BATCH", "many", 1);
@@ -266,6 +271,11 @@ TEST_CASE("program flags: every bad input is an error naming the option") {
   };
   CHECK_THROWS_WITH_AS(parse({"--steps=abc"}), doctest::Contains("option --steps takes an integer, got \"abc\""), Error);
   CHECK_THROWS_WITH_AS(parse({"--steps=3x"}), doctest::Contains("option --steps takes an integer, got \"3x\""), Error);
+  // past 64 bits: out of range, not "not an integer" (found by the stranger); a key's double alike
+  CHECK_THROWS_WITH_AS(parse({"--steps=99999999999999999999"}),
+                       doctest::Contains("option --steps = \"99999999999999999999\" is out of range: an integer here lies between -2^63 and 2^63 - 1"),
+                       Error);
+  CHECK_THROWS_WITH_AS(Config().set_text("lr.min", "1e999"), doctest::Contains("is out of range: a number here"), Error);
   CHECK_THROWS_WITH_AS(parse({"--layers=-1"}), doctest::Contains("option --layers = -1 is out of range; it must be at least 1"), Error);
   CHECK_THROWS_WITH_AS(parse({"--layers=65"}), doctest::Contains("it must be at most 64"), Error);
   CHECK_THROWS_WITH_AS(parse({"--stpes=3"}), doctest::Contains("unknown option \"--stpes\"; did you mean --steps?"), Error);

@@ -103,6 +103,16 @@ TEST_CASE("data files: text bytes, binary ids, corrupt and missing files") {
   CHECK_THROWS_WITH_AS(data::TokenDataset::from_binary(dir), doctest::Contains("is a directory"), Error);
   CHECK_THROWS_WITH_AS(data::TokenDataset::from_text({"/dev/null/x"}), doctest::Contains("data file"), Error);
   CHECK_THROWS_WITH_AS(data::WindowLoader(text, 4, 2, 0), doctest::Contains("fewer than one batch of 2"), Error);
+  const std::string named = "(" + (dir / "a.txt").string() + ")";
+  CHECK_THROWS_WITH_AS(data::WindowLoader(text, 4, 2, 0), doctest::Contains(named.c_str()), Error);
+  // empty files (found by the stranger): named at once, not as a dataset of 0 tokens later; an
+  // empty file beside one with text is read as no bytes
+  { std::ofstream(dir / "empty.txt"); std::ofstream(dir / "empty.bin"); }
+  const std::string empty = "data file " + (dir / "empty.txt").string() + " is empty; name a file of text";
+  CHECK_THROWS_WITH_AS(data::TokenDataset::from_text({dir / "empty.txt"}), doctest::Contains(empty.c_str()), Error);
+  CHECK_THROWS_WITH_AS(data::TokenDataset::from_text({dir / "empty.txt", dir / "empty.txt"}), doctest::Contains("are all empty"), Error);
+  CHECK(data::TokenDataset::from_text({dir / "empty.txt", dir / "a.txt"}).size() == 5);
+  CHECK_THROWS_WITH_AS(data::TokenDataset::from_binary(dir / "empty.bin"), doctest::Contains("empty.bin\" is empty; name a file of int32"), Error);
   std::filesystem::remove_all(dir);
 }
 

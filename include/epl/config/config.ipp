@@ -173,6 +173,11 @@ EPL_LINKED void Config::unknown(std::string_view key) const {
     if ((name.find('.') != std::string::npos) == dotted) candidates.push_back(name);
   auto near = detail::nearest(key, candidates);
   if (!dotted && near.empty()) near = dotted_form(key);  // zero_level, num_micro_batch: an EPL key without its dot
+  if (dotted && near.empty()) {  // the right name in another category: communication.run_visible_devices
+    const auto leaf = key.substr(key.find('.') + 1);
+    for (auto c : candidates)
+      if (c.substr(c.find('.') + 1) == leaf) near = c;
+  }
   std::string same_category;
   if (dotted)
     for (const auto& k : detail::config_keys())
@@ -286,11 +291,15 @@ EPL_LINKED ConfigValue Config::parse(const Entry& e, std::string_view text) {
   } else if (std::holds_alternative<std::int64_t>(k.default_value)) {
     std::int64_t x = 0;  // digits and an optional '-' only: " 2", "+2" and "2x" are not integers
     auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), x);
+    EPL_CHECK(ec != std::errc::result_out_of_range || p != text.data() + text.size(), what(k), " = ", detail::quoted(text),
+              " is out of range: an integer here lies between -2^63 and 2^63 - 1");
     if (text.empty() || ec != std::errc{} || p != text.data() + text.size()) return bad();
     v = x;
   } else if (std::holds_alternative<double>(k.default_value)) {
     double x = 0;
     auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), x);
+    EPL_CHECK(ec != std::errc::result_out_of_range || p != text.data() + text.size(), what(k), " = ", detail::quoted(text),
+              " is out of range: a number here has a magnitude between 2.2e-308 and 1.8e308, or is 0");
     if (text.empty() || ec != std::errc{} || p != text.data() + text.size()) return bad();
     v = x;
   } else if (std::holds_alternative<std::vector<std::string>>(k.default_value)) {

@@ -17,6 +17,8 @@ EPL_LINKED TokenDataset TokenDataset::from_text(const std::vector<std::filesyste
     ds.append_bytes(read(f));
     ds.source_ += (ds.source_.empty() ? "" : ", ") + f.string();
   }
+  EPL_CHECK(!ds.tokens_.empty(), "data file", files.size() == 1 ? " " : "s ", ds.source_, files.size() == 1 ? " is" : " are all",
+            " empty; name a file of text");
   ds.seal();
   return ds;
 }
@@ -32,6 +34,7 @@ EPL_LINKED TokenDataset TokenDataset::from_text_bytes(std::span<const char> byte
 
 EPL_LINKED TokenDataset TokenDataset::from_binary_bytes(std::span<const char> bytes, const std::filesystem::path& file) {
   EPL_CHECK(bytes.size() % 4 == 0, "token file ", file, " is corrupt: ", bytes.size(), " bytes is not a whole number of int32 ids");
+  EPL_CHECK(!bytes.empty(), "token file ", file, " is empty; name a file of int32 token ids");
   TokenDataset ds;
   ds.tokens_.resize(bytes.size() / 4);
   for (std::size_t i = 0; i < ds.tokens_.size(); ++i) {
@@ -111,7 +114,7 @@ EPL_LINKED WindowLoader::WindowLoader(const TokenDataset& ds, std::int64_t seq_l
             shard.ranks, " data-parallel ranks; make the batch a multiple of ", shard.ranks);
   (void)shard.rows_of(batch);  // uneven shares: one row each at least
   windows_ = (ds.size() - 1) / seq_len;
-  EPL_CHECK(windows_ >= batch, "dataset of ", ds.size(), " tokens holds ", windows_, " windows of ", seq_len,
+  EPL_CHECK(windows_ >= batch, "dataset of ", ds.size(), " tokens (", ds.source(), ") holds ", windows_, " windows of ", seq_len,
             " tokens, fewer than one batch of ", batch, "; use more data or a smaller batch");
   shuffle();
 }

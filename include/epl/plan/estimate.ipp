@@ -88,7 +88,7 @@ EPL_LINKED void check_estimate(const Profile& prof, const Candidate& c, const Cl
             c.tensor != tensor ? " (its split degree is the model type's epl::Split, " + std::to_string(tensor) + ", not the candidate's " +
                                      std::to_string(c.tensor) + ")"
                                : std::string());
-  EPL_CHECK(rows % (c.data * c.micro_batches) == 0, "candidate ", c.str(), ": a global batch of ", rows, " rows does not divide into ",
+  EPL_CHECK(rows % (c.data * c.micro_batches) == 0, "candidate ", c.str(), ": a global batch of ", rows, rows == 1 ? " row" : " rows", " does not divide into ",
             c.data, " replicas x ", c.micro_batches, " micro-batches");
 }
 

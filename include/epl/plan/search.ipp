@@ -72,7 +72,7 @@ EPL_LINKED SearchResult search_units(const Profile& prof, const Cluster& cluster
                                  });
   for (const auto& e : over)
     if (!smallest || e.device_bytes() < smallest->device_bytes()) smallest = &e;
-  EPL_CHECK(r.tried > 0, "plan::search: no combination to try: a global batch of ", rows, " rows divides into none of the ",
+  EPL_CHECK(r.tried > 0, "plan::search: no combination to try: a global batch of ", rows, rows == 1 ? " row" : " rows", " divides into none of the ",
             "data-parallel degrees x micro-batch counts (", cluster.ranks, " ranks over the pipeline stages and split degree ", t,
             "); use a batch that is a multiple of the ranks");
   EPL_CHECK(r.refused < r.tried, "plan::search: the plan's checks refused every one of the ", r.tried, " combinations; the first: ",

@@ -58,7 +58,7 @@ struct RowShare {
   [[nodiscard]] std::vector<std::int64_t> shares(std::int64_t rows) const {
     EPL_CHECK(ranks >= 1 && rank >= 0 && rank < ranks, "data-parallel rank ", rank, " of ", ranks, " ranks is not a rank; give a "
               "rank from 0 to the number of ranks - 1, and at least 1 rank");
-    EPL_CHECK(!weights.empty() || rows % ranks == 0, "a global batch of ", rows, " rows does not divide among ", ranks,
+    EPL_CHECK(!weights.empty() || rows % ranks == 0, "a global batch of ", rows, rows == 1 ? " row" : " rows", " does not divide among ", ranks,
               " data-parallel ranks: its last ", rows % ranks, " rows would be read by no rank; make the batch a multiple of ", ranks,
               " (or give cluster.rank_speeds for uneven shares)");
     return share_rows(rows, ranks, weights, quantum);

@@ -52,7 +52,7 @@ EPL_LINKED std::vector<std::int64_t> share_rows(std::int64_t rows, int ranks, co
               "; each rank's weight (cluster.rank_speeds, data::Shard::weights) must be a positive finite number");
   std::vector<std::int64_t> out(static_cast<std::size_t>(ranks), rows / ranks);
   if (weights.empty()) return out;
-  EPL_CHECK(quantum >= 1 && rows % quantum == 0 && rows / quantum >= ranks, "a global batch of ", rows, " rows cannot give each of ",
+  EPL_CHECK(quantum >= 1 && rows % quantum == 0 && rows / quantum >= ranks, "a global batch of ", rows, rows == 1 ? " row" : " rows", " cannot give each of ",
             ranks, " data-parallel ranks of uneven speed (cluster.rank_speeds) a whole number of its ", quantum,
             " micro-batch(es), one at least; use a batch that is a multiple of ", quantum, " and at least ", ranks * quantum, " rows");
   const std::int64_t units = rows / quantum;
