@@ -168,6 +168,64 @@ TEST_CASE("bad shapes name the layer and the expected shape") {
   CHECK_THROWS_WITH_AS(nn::Dropout(1.0), doctest::Contains("must be in [0, 1)"), Error);
 }
 
+namespace {
+struct Throws {  // a layer whose backward fails
+  template <class Ctx> Tensor forward(Ctx&, const Tensor& x) { return x; }
+  template <class Ctx> Tensor backward(Ctx&, const Tensor&) { throw Error("Throws: no gradient here"); }
+};
+struct Block { nn::Linear fc; nn::ReLU act; };
+struct Deep { nn::Linear in; nn::Repeat<Block> blocks; Throws last; };
+Deep deep(std::int64_t second_in) {
+  std::vector<Block> blocks{Block{nn::Linear(6, 6), {}}, Block{nn::Linear(second_in, 6), {}}};
+  return {nn::Linear(4, 6), nn::Repeat<Block>(std::move(blocks)), {}};
+}
+}  // namespace
+
+TEST_CASE("an error leaving a layer names it by its path in the model, in forward and in backward") {
+  Deep m = deep(5);
+  (void)param::materialize(m, test::cpu());
+  test::CpuPass ctx(test::cpu());
+  try {
+    (void)nn::forward(m, ctx, test::random({2, 4}, 1));
+    FAIL("a Linear(5 -> 6) took a width of 6");
+  } catch (Error& e) {
+    CHECK(e.layer() == &m.blocks.layers[1].fc);  // the innermost layer it left
+    CHECK(e.layer_key() == nn::layer_key<nn::Linear>());
+    CHECK(std::string(e.what()).find("layer `") == std::string::npos);  // named only by the one that knows the model
+    nn::name_layer(m, e);
+    CHECK(std::string(e.what()).find("epl error at epl/nn/linear.hpp:") == 0);  // where it was raised, as before
+    CHECK_MESSAGE(std::string(e.what()).find(": in the forward of layer `blocks.1.fc`: Linear(5 -> 6) got input [2, 6]") !=
+                      std::string::npos, e.what());
+    CHECK(e.detail().find("in the forward of layer `blocks.1.fc`: Linear(5 -> 6)") == 0);
+    const std::string once = e.what();
+    nn::name_layer(m, e);  // named once
+    CHECK(std::string(e.what()) == once);
+  }
+  Deep ok = deep(6);
+  (void)param::materialize(ok, test::cpu());
+  test::CpuPass pass(test::cpu());
+  const Tensor y = nn::forward(ok, pass, test::random({2, 4}, 1));
+  try {
+    (void)nn::backward(ok, pass, y);
+    FAIL("Throws::backward returned");
+  } catch (Error& e) {
+    CHECK(e.layer() == &ok.last);
+    nn::name_layer(ok, e);
+    CHECK(std::string(e.what()).find("in the backward of layer `last`: Throws: no gradient here") != std::string::npos);
+  }
+  // An error from no layer, or from a layer of another model, is left as it was.
+  Error plain("not from a layer");
+  nn::name_layer(ok, plain);
+  CHECK(std::string(plain.what()).find("layer `") == std::string::npos);
+  try {
+    (void)nn::forward(m, ctx, test::random({2, 4}, 1));
+  } catch (Error& e) {
+    const std::string before = e.what();
+    nn::name_layer(ok, e);
+    CHECK(std::string(e.what()) == before);
+  }
+}
+
 TEST_CASE("dropout: identity in evaluation; masks by step and by global sample position") {
   nn::Dropout drop(0.5);
   (void)param::materialize(drop, test::cpu());

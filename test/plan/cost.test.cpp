@@ -162,6 +162,9 @@ TEST_CASE("cost: the probe measures a unit's activation bytes from the allocator
   // one row cannot part a unit's fixed cost from its cost a row: every micro-batch count would be priced alike (found by a stranger)
   CHECK_THROWS_WITH_AS(plan::profile(model, test::cpu(), x.slice(0, 1), targets.slice(0, 1)),
                        doctest::Contains("the probe batch has 1 row; give it 2 or more"), Error);
+  // a sample the model cannot take: the probe names the layer by its path, as the Trainer does
+  CHECK_THROWS_WITH_AS(plan::profile(model, test::cpu(), test::random<float>({3, 5}, 1), targets, 1),
+                       doctest::Contains("in the forward of layer `a`: Linear(4 -> 8) got input [3, 5]"), Error);
 }
 
 TEST_CASE("cost: plan::fits at run time names the largest part, the policy that shrinks it, and by how much") {

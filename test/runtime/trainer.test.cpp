@@ -146,6 +146,48 @@ TEST_CASE("a NaN loss names the ranks whose rows gave it") {
   }, {.report = false});
   CHECK(error.find("the loss is nan at step 1 (from the rows of rank 1)") != std::string::npos);
 }
+namespace {
+// A model whose last Linear expects a width of 5 and is given 6.
+struct Head { nn::Linear hidden; nn::ReLU act; nn::Linear out; };
+struct Mis { nn::Linear first; Head head; };
+Mis mis() { return {nn::Linear(3, 4), {nn::Linear(4, 6), {}, nn::Linear(5, 2)}}; }
+}  // namespace
+TEST_CASE("a layer's error names the layer by its path in the model: one device, replicas, pipeline stages, evaluation") {
+  const char* named = "in the forward of layer `head.out`: Linear(5 -> 2) got input [4, 6]";
+  Trainer<Mis, optim::SGD> t(test::cpu(), Config{}, mis(), optim::SGD({}));
+  const Batch b{test::random({4, 3}, 1), test::ids({4}, 2, 2)};
+  CHECK_THROWS_WITH_AS(t.step(b), doctest::Contains(named), Error);
+  CHECK_THROWS_WITH_AS(t.evaluate(b), doctest::Contains(named), Error);
+  for (const bool pipelined : {false, true}) {
+    CAPTURE(pipelined);
+    std::vector<std::string> errors(2);
+    comm::run_threads(2, [&](comm::ThreadCommunicator& c) {
+      Context ctx(c, 1);
+      try {
+        if (pipelined) {  // the bad layer on stage 1: "1." is the stage, "0." the body's second layer... as parameter names have it
+          using Two = Pipeline<Replicate<1, nn::Linear>, Replicate<1, Head>>;
+          Config cfg;
+          cfg.set(keys::num_micro_batch, 2);
+          Trainer<Two, optim::SGD> p(ctx, cfg, Two(Replicate<1, nn::Linear>(nn::Linear(3, 4)), Replicate<1, Head>(mis().head)),
+                                     optim::SGD({}));
+          CHECK(p.parameter_names().back() == "1.out.bias");
+          (void)p.step(b);
+        } else {
+          Trainer<Mis, optim::SGD> r(ctx, Config{}, mis(), optim::SGD({}));
+          (void)r.step({b.inputs.slice(2 * c.rank(), 2 * c.rank() + 2), b.targets.slice(2 * c.rank(), 2 * c.rank() + 2)});
+        }
+      } catch (const Error& e) {
+        errors[static_cast<std::size_t>(c.rank())] = e.what();
+      }
+    }, {.report = false});
+    if (pipelined) {
+      CHECK_MESSAGE(errors[1].find("in the forward of layer `1.out`: Linear(5 -> 2) got input [2, 6]") != std::string::npos, errors[1]);
+      CHECK(errors[0].find("layer `") == std::string::npos);  // stage 0's layers ran; it lost its peer
+    } else {
+      for (const auto& e : errors) CHECK_MESSAGE(e.find("in the forward of layer `head.out`: Linear(5 -> 2) got input [2, 6]") != std::string::npos, e);
+    }
+  }
+}
 TEST_CASE("targets are one class id per row: a [rows, 1] column is refused, as PyTorch does") {
   Trainer<Plain, optim::SGD> t(test::cpu(), Config{}, Plain{nn::Linear(3, 2)}, optim::SGD({}));
   CHECK_THROWS_WITH_AS(t.step({test::random({4, 3}, 1), test::ids({4, 1}, 2, 2)}),

@@ -48,15 +48,38 @@ class Error : public std::runtime_error {
   /// not std::source_location: clang 14 has no source_location with libstdc++ 12.)
   explicit Error(std::string what, const char* file = __builtin_FILE(), int line = __builtin_LINE())
       : std::runtime_error(format(what, file, line)), detail_(std::move(what)), rank_(current_rank()) {}
-  /// \brief The message without the rank and location prefixes.
+  /// \brief The message without the rank and location prefixes (with the layer's path, once named).
   [[nodiscard]] const std::string& detail() const noexcept { return detail_; }
   /// \brief The world rank that raised it (-1: not raised on a rank).
   [[nodiscard]] int rank() const noexcept { return rank_; }
+  /// \brief The message: "[rank r] epl error at file:line: " and the detail.
+  [[nodiscard]] const char* what() const noexcept override { return text_.empty() ? std::runtime_error::what() : text_.c_str(); }
+
+  /// \brief The layer it left through: nn::forward and nn::backward record the innermost leaf
+  /// layer an error leaves, by its address and a key of its type (nn::layer_key); null where it
+  /// was not raised inside a layer's pass.
+  [[nodiscard]] const void* layer() const noexcept { return layer_; }
+  [[nodiscard]] const void* layer_key() const noexcept { return layer_key_; }
+  /// \brief Records the layer and pass ("forward", "backward") it leaves; only the first (the innermost) is kept.
+  void left_layer(const void* layer, const void* key, const char* pass) noexcept {
+    if (layer_ || named_) return;
+    layer_ = layer;
+    layer_key_ = key;
+    pass_ = pass;
+  }
+  /// \brief Names the recorded layer by its path in the model (nn::name_layer finds it): the
+  /// detail then reads "in the forward of layer `blocks.1.fc`: " and what it said. Once only.
+  EPL_LINKED void name_layer(std::string_view path);
 
  private:
   EPL_LINKED static std::string format(const std::string& what, const char* file, int line);
   std::string detail_;
+  std::string text_;  // the message once a layer is named (else runtime_error's)
   int rank_;
+  const void* layer_ = nullptr;
+  const void* layer_key_ = nullptr;
+  const char* pass_ = nullptr;
+  bool named_ = false;
 };
 
 namespace detail {

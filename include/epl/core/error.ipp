@@ -2,6 +2,8 @@
 /// \file
 /// \brief The bodies of the error helpers (the header declares them): included by that header in a
 /// header-only program, or compiled once into epl::precompiled (core/linked.hpp).
+#include <algorithm>
+
 #include "epl/core/error.hpp"
 
 namespace epl {
@@ -18,6 +20,16 @@ EPL_LINKED std::string quoted(std::string_view text, std::size_t keep) {
   return "\"" + std::string(text.substr(0, keep)) + "...\" (" + std::to_string(text.size()) + " characters)";
 }
 }  // namespace detail
+
+EPL_LINKED void Error::name_layer(std::string_view path) {
+  if (named_ || !layer_) return;
+  named_ = true;
+  if (path.empty()) return;  // the model is the layer itself: its type already says which
+  const std::string whole = std::runtime_error::what();
+  const std::string prefix = whole.substr(0, whole.size() - std::min(whole.size(), detail_.size()));  // rank and location
+  detail_ = "in the " + std::string(pass_ ? pass_ : "pass") + " of layer `" + std::string(path) + "`: " + detail_;
+  text_ = prefix + detail_;
+}
 
 EPL_LINKED std::string Error::format(const std::string& what, const char* file, int line) {
   std::string where(file);

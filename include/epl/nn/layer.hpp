@@ -8,6 +8,7 @@
 /// (a user struct: forward in field order, backward in reverse). Types the user cannot edit
 /// opt in through enable_layer<T> plus free forward/backward found by argument lookup.
 #include <concepts>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -108,14 +109,32 @@ consteval void require_layer() {
   }
 }
 
+namespace detail {
+template <class L>
+inline constexpr char layer_key_of = 0;
+}  // namespace detail
+
+/// \brief A key of layer type L, unique to it (the address of a variable of its own): what an
+/// epl::Error records, beside the layer's address, of the layer it left.
+template <class L>
+[[nodiscard]] constexpr const void* layer_key() noexcept {
+  return &detail::layer_key_of<std::remove_cvref_t<L>>;
+}
+
 /// \brief Runs layer l forward on x: the context's hooks see each leaf layer first (a ZeRO-3
-/// gather, an offload prefetch), then an aggregate's fields run in order.
+/// gather, an offload prefetch), then an aggregate's fields run in order. An epl::Error leaving a
+/// leaf layer records it (Error::layer), for nn::name_layer to name.
 template <class L, class Ctx>
 Tensor forward(L& l, Ctx& ctx, const Tensor& x) {
   require_layer<L, Ctx>();
   if constexpr (leaf_layer<L, Ctx>) {
-    ctx.hooks().before_forward(l, ctx);
-    return l.forward(ctx, x);
+    try {
+      ctx.hooks().before_forward(l, ctx);
+      return l.forward(ctx, x);
+    } catch (Error& e) {
+      e.left_layer(&l, layer_key<L>(), "forward");
+      throw;
+    }
   } else {
     Tensor h = x;
     reflect::for_each_field(l, [&](auto& field, auto) { h = nn::forward(field, ctx, h); });
@@ -131,16 +150,46 @@ template <class L, class Ctx>
 Tensor backward(L& l, Ctx& ctx, const Tensor& dy) {
   require_layer<L, Ctx>();
   if constexpr (leaf_layer<L, Ctx>) {
-    if constexpr (requires { ctx.hooks().before_backward(l, ctx); }) ctx.hooks().before_backward(l, ctx);
-    Tensor dx = l.backward(ctx, dy);
-    if constexpr (requires { ctx.backward_done(l); }) ctx.backward_done(l);  // now, or after its W pass
-    else ctx.hooks().after_backward(l, ctx);
-    return dx;
+    try {
+      if constexpr (requires { ctx.hooks().before_backward(l, ctx); }) ctx.hooks().before_backward(l, ctx);
+      Tensor dx = l.backward(ctx, dy);
+      if constexpr (requires { ctx.backward_done(l); }) ctx.backward_done(l);  // now, or after its W pass
+      else ctx.hooks().after_backward(l, ctx);
+      return dx;
+    } catch (Error& e) {
+      e.left_layer(&l, layer_key<L>(), "backward");
+      throw;
+    }
   } else {
     Tensor g = dy;
     reflect::for_each_field_reverse(l, [&](auto& field, auto) { g = nn::backward(field, ctx, g); });
     return g;
   }
+}
+
+namespace detail {
+// name_layer's visitor: a type of its own, so each node type's walk is compiled once.
+struct FindLayer {
+  const void* layer;
+  const void* key;
+  std::optional<std::string> path;
+  template <class N>
+  void operator()(std::string_view at, N& node) {
+    if (!path && static_cast<const void*>(&node) == layer && layer_key<N>() == key) path.emplace(at);
+  }
+};
+}  // namespace detail
+
+/// \brief Names, in e, the layer of `model` it left (Error::layer) by its path, the one its
+/// parameters' names begin with: "in the forward of layer `blocks.1.fc`: Linear(...) got input
+/// [...]". The Trainer does this to every error its passes raise; a program running nn::forward
+/// itself may call it on its model. Nothing when e left no layer of `model`, or names one already.
+template <class M>
+void name_layer(M& model, Error& e) {
+  if (!e.layer()) return;
+  detail::FindLayer find{e.layer(), e.layer_key(), std::nullopt};
+  visit_nodes(model, find);
+  if (find.path) e.name_layer(*find.path);
 }
 
 /// \brief Calls fn(Parameter&) for the parameters leaf layer l holds itself: those not inside a

@@ -311,7 +311,12 @@ Profile profile(const Model& model, const D& d, const Tensor& inputs, const Tens
   Loss loss;
   if constexpr (requires { loss.parallelize(nn::SplitPart{}); })
     if (vocab_parallel) loss.parallelize(nn::SplitPart{0, parts});
-  return detail::profile_units<Pass>(units, loss, d, group, parts, inputs, targets, repeats, matmul);
+  try {
+    return detail::profile_units<Pass>(units, loss, d, group, parts, inputs, targets, repeats, matmul);
+  } catch (Error& e) {
+    nn::name_layer(copy, e);  // the copy's layers sit at the model's paths
+    throw;
+  }
 }
 
 // A program linked with epl::precompiled takes the CPU's probe from that library, compiled once.

@@ -131,6 +131,7 @@ class Trainer : private detail::ModelHolder<Model>,
   }
 
   void describe_model(checkpoint::TrainerState& s) override { checkpoint::describe(s, this->model_, this->updater_, *this->device_); }
+  void name_layer(Error& e) override { nn::name_layer(this->model_, e); }
   [[noreturn]] void fail_non_finite(double norm) override {
     detail::fail_non_finite_gradient(this->model_, this->arena_, [&](const nn::Parameter& p) { return this->sync_->grad_of(p); },
                                      *this->device_, norm, this->steps_ + 1, this->plan_.policies, this->world_->size());

@@ -6,8 +6,8 @@
 /// sync only, so every Trainer of a program shares it whatever its model, and a program linked
 /// with epl::precompiled takes it (on the CPU, for the library's optimizers) from that library
 /// (runtime/model_free.hpp). Its heavy members are defined below the class, not in it: an
-/// `extern template` then keeps a program from compiling them (#38). The Trainer lends it two
-/// things only the model knows (describe_model, fail_non_finite).
+/// `extern template` then keeps a program from compiling them (#38). The Trainer lends it the
+/// things only the model knows (describe_model, fail_non_finite, name_layer).
 #include <cmath>
 #include <filesystem>
 #include <memory>
@@ -157,6 +157,8 @@ class TrainerCore {
   // the first parameter whose gradient is not.
   virtual void describe_model(checkpoint::TrainerState& s) = 0;
   [[noreturn]] virtual void fail_non_finite(double norm) = 0;
+  // An error leaving a layer of the model during a pass: named by the layer's path (nn::name_layer).
+  virtual void name_layer(Error& e) = 0;
 
   // The run, once the Trainer made this rank's chunks of its model, drew its arena and agreed with
   // the other ranks: the replicas' first copy, the gradient sync, the optimizer's state and
@@ -270,8 +272,14 @@ double TrainerCore<Optimizer, Loss, D, Sync>::evaluate(const Batch& batch) {
     agree_on_call(*world_, Call::kEvaluate, steps_, 0, false);
     detail::check_batch_memory(batch.inputs, batch.targets, device_->id());
     const Tensor targets = groups_->targets(*device_, batch.targets, 1);
-    const double loss = executor_->run(plan_.forward_only(groups_->mesh().coord().pipeline), {batch.inputs, targets, 1},
-                                       [&](int, int) { return pass(0, 1, false, nn::RecomputeMode::kNone); });
+    double loss = 0;
+    try {
+      loss = executor_->run(plan_.forward_only(groups_->mesh().coord().pipeline), {batch.inputs, targets, 1},
+                            [&](int, int) { return pass(0, 1, false, nn::RecomputeMode::kNone); });
+    } catch (Error& e) {
+      name_layer(e);
+      throw;
+    }
     sync_->release_all();
     return groups_->stage_loss(loss);
   }
@@ -339,11 +347,17 @@ double TrainerCore<Optimizer, Loss, D, Sync>::compute_gradients(const Batch& bat
   const std::int64_t per = batch.inputs.dim(0) / count, first = place_.first;
   const auto end = plan_.policies.end_taskgraph;
   sync_->begin_step();
-  const double loss = executor_->run(actions_, {batch.inputs, groups_->targets(*device_, batch.targets, count), count},
-                                     [&](int c, int m) {
-                                       return pass(m, count, true, end < 0 || c <= end ? recompute : nn::RecomputeMode::kNone, first + m * per);
-                                     },
-                                     [&](int m) { sync_->backward_of(m, count); });
+  double loss = 0;
+  try {
+    loss = executor_->run(actions_, {batch.inputs, groups_->targets(*device_, batch.targets, count), count},
+                          [&](int c, int m) {
+                            return pass(m, count, true, end < 0 || c <= end ? recompute : nn::RecomputeMode::kNone, first + m * per);
+                          },
+                          [&](int m) { sync_->backward_of(m, count); });
+  } catch (Error& e) {
+    name_layer(e);
+    throw;
+  }
   if (!plan_.policies.clip_after_reduce) {  // EPL's per-replica clipping, of each replica's gradients before the reduction
     last_grad_norm_ = groups_->norm(sync_->sum_squares());
     if (opt_.clip_norm > 0) optim::scale_to_norm(*device_, std::span<const Tensor>(sync_->owned_grads()), last_grad_norm_, opt_.clip_norm);
