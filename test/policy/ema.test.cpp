@@ -43,7 +43,7 @@ struct Options {
   double amp_init_scale = 65536;      // TrainerOptions::amp_init_scale
   std::int64_t amp_growth_interval = 2000;
   bool record = false;                 // every step's weights
-  std::string save, resume;            // a checkpoint directory to save into after `steps`, or to resume from first
+  std::string save{}, resume{};        // a checkpoint directory to save into after `steps`, or to resume from first
 };
 
 template <class P>
