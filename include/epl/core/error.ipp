@@ -16,8 +16,10 @@ EPL_LINKED std::string with_rank(int rank, const std::string& what) {
 }
 
 EPL_LINKED std::string quoted(std::string_view text, std::size_t keep) {
-  if (text.size() <= keep) return "\"" + std::string(text) + "\"";
-  return "\"" + std::string(text.substr(0, keep)) + "...\" (" + std::to_string(text.size()) + " characters)";
+  std::string out = "\"";
+  out.append(text.substr(0, keep));
+  if (text.size() <= keep) return out.append("\"");
+  return out.append("...\" (").append(std::to_string(text.size())).append(" characters)");
 }
 }  // namespace detail
 
