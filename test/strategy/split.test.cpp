@@ -135,18 +135,26 @@ TEST_CASE("split: sizes that do not divide, a world that does not fit and split 
     Split<2, nn::CausalSelfAttention> att;
   };
   fails(2, [] { return Att{Split<2, nn::CausalSelfAttention>(nn::CausalSelfAttention(12, 3))}; },
-        "CausalSelfAttention(dim 12, heads 3): 3 heads do not divide by the split degree 2");
+        "in the split of layer `att`: CausalSelfAttention(dim 12, heads 3): 3 heads do not divide by the split degree 2");
   struct Emb {
     Split<2, nn::Embedding> tok;
     nn::Linear out;
   };
   fails(2, [] { return Emb{Split<2, nn::Embedding>(nn::Embedding(33, 4)), nn::Linear(4, 2)}; },
-        "Embedding(33, 4).weight (its vocabulary): dimension 0 (33) does not divide by the split degree 2");
+        "in the split of layer `tok`: Embedding(33, 4).weight (its vocabulary): dimension 0 (33) does not divide by the split degree 2");
   struct Lin {
     Split<2, nn::Linear> fc;
   };
   fails(2, [] { return Lin{Split<2, nn::Linear>(nn::Linear(4, 7))}; },
-        "Linear(4 -> 7).weight (its outputs): dimension 0 (7) does not divide by the split degree 2");
+        "in the split of layer `fc`: Linear(4 -> 7).weight (its outputs): dimension 0 (7) does not divide by the split degree 2");
+  struct Mlp {  // two Linears alike but for their sizes: the path says which (a stranger's finding)
+    nn::Linear in;
+    Split<2, nn::Linear, nn::GELU, nn::Linear> mlp;
+    nn::Linear head;
+  };
+  fails(2, [] { return Mlp{nn::Linear(4, 16), Split<2, nn::Linear, nn::GELU, nn::Linear>(nn::Linear(16, 33), nn::GELU{}, nn::Linear(33, 16)), nn::Linear(16, 2)};
+      },
+        "in the split of layer `mlp.0`: Linear(16 -> 33).weight (its outputs): dimension 0 (33) does not divide by the split degree 2");
   fails(3, [] { return Lin{Split<2, nn::Linear>(nn::Linear(4, 8))}; }, "world size 3 cannot hold replicas of 2 devices each");
   CHECK_THROWS_WITH_AS(comm::run_threads(2, [&](comm::ThreadCommunicator& c) {
     Context ctx(c, 450 + c.rank());

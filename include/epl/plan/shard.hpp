@@ -80,7 +80,12 @@ ShardResult shard_model(Model& model, nn::SplitPart part, bool colocated, bool s
   w.sc.part = part;
   w.sc.colocated = colocated;
   w.sc.sequence = sequence;
-  detail::shard_walk(model, w);
+  try {
+    detail::shard_walk(model, w);
+  } catch (Error& e) {
+    nn::name_layer(model, e);  // "in the split of layer `mlp.0`: Linear(16 -> 33).weight (its outputs): ..."
+    throw;
+  }
   const nn::Layout out = w.sc.now(w.layout, w.sc.region);
   if (out == nn::Layout::kSequenceSharded) w.need_whole();  // the loss takes the whole output
   for (std::size_t r = 0; r < w.sc.regions.size(); ++r)

@@ -179,7 +179,14 @@ nn::Layout split_layer(L& l, SplitContext& sc, nn::Layout in) {
     if (in == nn::Layout::kSequenceSharded && !takes_sequence_parts<split_rule<T>>) in = need_whole(sc, in);
     const int before = sc.region;
     const std::size_t regions = sc.regions.size();
-    const nn::Layout out = split_rule<T>::apply(l, sc, in);
+    const nn::Layout out = [&] {
+      try {
+        return split_rule<T>::apply(l, sc, in);
+      } catch (Error& e) {  // sizes that do not divide: plan::shard_model names the layer by its path
+        e.left_layer(&l, nn::layer_key<T>(), "split");
+        throw;
+      }
+    }();
     sc.at_entry = false;
     if (out == nn::Layout::kWhole) {
       sc.region = -1;
