@@ -414,7 +414,14 @@ TEST_CASE("embedding: gather, scatter-add with repeated ids, and ids out of rang
   CHECK(test::values(dt) == std::vector<double>{2, 2, 4, 4, 4, 4});
   idv[1] = 3;
   d.upload(idv, ids);
-  CHECK_THROWS_WITH_AS(d.embedding(ids, table, out), doctest::Contains("id 3 outside [0, 3)"), Error);
+  CHECK_THROWS_WITH_AS(d.embedding(ids, table, out), doctest::Contains("id 3 at [1] of [4] outside [0, 3)"), Error);
+  // where it is, by row and column in the ids' shape (a stranger's finding)
+  Tensor out2 = d.empty({2, 2, 2}, DType::kF32);
+  CHECK_THROWS_WITH_AS(d.embedding(ids.view({2, 2}), table, out2), doctest::Contains("id 3 at [0, 1] of [2, 2] outside [0, 3)"), Error);
+  idv[1] = 0;
+  idv[2] = -1;
+  d.upload(idv, ids);
+  CHECK_THROWS_WITH_AS(d.embedding(ids.view({2, 2}), table, out2), doctest::Contains("id -1 at [1, 0] of [2, 2] outside [0, 3)"), Error);
 }
 
 TEST_CASE("cross_entropy: loss and gradient against the softmax formula") {
@@ -433,7 +440,7 @@ TEST_CASE("cross_entropy: loss and gradient against the softmax formula") {
   CHECK(test::values<double>(g)[5] == doctest::Approx(0.5 * (std::exp(5) / (2 + std::exp(5)) - 1)).epsilon(1e-14));
   tv[1] = 7;
   d.upload(tv, targets);
-  CHECK_THROWS_WITH_AS((void)d.cross_entropy(logits, targets), doctest::Contains("id 7 outside [0, 3)"), Error);
+  CHECK_THROWS_WITH_AS((void)d.cross_entropy(logits, targets), doctest::Contains("id 7 at [1] of [2] outside [0, 3)"), Error);
 }
 
 TEST_CASE("dropout: reproducible mask, kept values scaled by 1/(1-p)") {

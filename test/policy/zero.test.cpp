@@ -192,8 +192,12 @@ TEST_CASE("zero: a stage the program was not built with, and what ZeRO does not 
   };
   fails([&](Context& ctx) { Trainer<gpt::Gpt, optim::AdamW> t(ctx, config("v0"), make(), optim::AdamW({})); },
         "built with no epl::Zero<k> in its epl::Policies<...>; add epl::Zero<1> to them");
+  fails([&](Context& ctx) { Trainer<gpt::Gpt, optim::AdamW> t(ctx, config("v0"), make(), optim::AdamW({})); },
+        "or leave zero.level \"\" (no ZeRO)");  // not "up to \"\"" (a stranger's finding)
   fails([&](Context& ctx) { Trainer<gpt::Gpt, optim::AdamW, Policies<Zero<1>>> t(ctx, config("v2"), make(), optim::AdamW({})); },
         "zero.level = \"v2\" asks for ZeRO stage 3 but this program was built with epl::Zero<1>");
+  fails([&](Context& ctx) { Trainer<gpt::Gpt, optim::AdamW, Policies<Zero<1>>> t(ctx, config("v2"), make(), optim::AdamW({})); },
+        "or choose a zero.level up to \"v0\"");
   Config fp16 = config("v1");
   fp16.set("communication.fp16", true);
   fails([&](Context& ctx) { Trainer<gpt::Gpt, optim::AdamW, Policies<Zero<2>>> t(ctx, fp16, make(), optim::AdamW({})); },

@@ -280,6 +280,10 @@ TEST_CASE("program flags: every bad input is an error naming the option") {
   CHECK_THROWS_WITH_AS(parse({"--layers=65"}), doctest::Contains("it must be at most 64"), Error);
   CHECK_THROWS_WITH_AS(parse({"--stpes=3"}), doctest::Contains("unknown option \"--stpes\"; did you mean --steps?"), Error);
   CHECK_THROWS_WITH_AS(parse({"--epochs", "3"}), doctest::Contains("unknown option \"--epochs\""), Error);
+  // after a hint, a sentence; without one, a clause (a stranger's findings: "; This program's", and --=3 unnamed)
+  CHECK_THROWS_WITH_AS(parse({"--stpes=3"}), doctest::Contains("did you mean --steps? This program's options: --layers, --steps"), Error);
+  CHECK_THROWS_WITH_AS(parse({"--zzzzqqq=1"}), doctest::Contains("unknown option \"--zzzzqqq\"; this program's options: --layers, --steps"), Error);
+  CHECK_THROWS_WITH_AS(parse({"--=3"}), doctest::Contains("unknown option \"--\" (no name before the =); this program's options"), Error);
   CHECK_THROWS_WITH_AS(parse({"--steps"}), doctest::Contains("option --steps needs a value"), Error);
   CHECK_THROWS_WITH_AS(parse({"--steps", "--layers=2"}), doctest::Contains("option --steps needs a value"), Error);
   CHECK_THROWS_WITH_AS(parse({"data.txt"}), doctest::Contains("unexpected argument \"data.txt\""), Error);

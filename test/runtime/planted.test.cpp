@@ -275,6 +275,10 @@ TEST_CASE("planted entries: a trace file that is a link or a FIFO is refused bef
     CHECK(error.find("only in place of a regular file") != std::string::npos);
     CHECK(s.victim_intact());
   }
+  // a folder that takes no new names (procfs) says so, not "No such file or directory" (a stranger's finding)
+  const std::string proc = within_time("/proc/self", [&] { train_traced("/proc/self/epl-trace.json", 0); });
+  CHECK_MESSAGE(proc.find("cannot create a file in \"/proc/self\" for the trace file \"/proc/self/epl-trace.json\": the folder takes no "
+                          "new files") != std::string::npos, proc);
   // a regular file is replaced whole at the end, and nothing else is left in the folder
   Scene s("trace-ok");
   std::ofstream(s.dir / "trace.json") << "old";

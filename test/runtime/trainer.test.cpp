@@ -213,5 +213,15 @@ TEST_CASE("a key that would have no effect is an error at the first step, naming
   Config timeout;
   timeout.set(keys::timeout, 5.0);
   CHECK_THROWS_WITH_AS(first_step(timeout), doctest::Contains("pass {.comm = epl::comm_options(cfg)} to run_threads"), Error);
+  // a schedule given for a run without a pipeline names it both ways, whichever the user wrote (a stranger's finding)
+  auto schedule = [&](const char* name) {
+    Config cfg;
+    cfg.set_text("pipeline.strategy", name);
+    return Trainer<gpt::Gpt, optim::SGD>(test::cpu(), cfg, gpt::make_gpt(tiny()), optim::SGD({}));
+  };
+  CHECK_THROWS_WITH_AS(schedule("1F1B"), doctest::Contains("pipeline.strategy = PreferBackward (1F1B) is given, but this run has no pipeline"),
+                       Error);
+  CHECK_THROWS_WITH_AS(schedule("Interleaved"), doctest::Contains("pipeline.strategy = Interleaved is given, but this run has no pipeline"),
+                       Error);
 }
 }

@@ -191,8 +191,10 @@ EPL_LINKED void Config::unknown(std::string_view key) const {
                                     : std::string(near.empty() ? " see" : " See") + " docs/config.md for the keys epl knows");
   std::string flags;
   for (auto n : names(true)) flags += (flags.empty() ? "--" : ", --") + std::string(n);
-  EPL_FAIL("unknown option ", detail::quoted("--" + std::string(key)), hint,
-           flags.empty() ? " This program has no options of its own" : " This program's options: " + flags,
+  const bool sentence = hint != ";";  // after "did you mean ...?" a sentence begins; after ";" a clause
+  EPL_FAIL("unknown option ", detail::quoted("--" + std::string(key)), key.empty() ? " (no name before the =)" : "", hint,
+           flags.empty() ? (sentence ? " This program has no options of its own" : " this program has no options of its own")
+                         : (sentence ? " This program's options: " : " this program's options: ") + flags,
            "; EPL keys are dotted (docs/config.md); --help lists everything");
 }
 

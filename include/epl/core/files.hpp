@@ -232,8 +232,10 @@ class NewFile {
       std::string name = unique_name(final_name, "tmp");
       const int fd = ::openat(folder.fd(), name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
       if (fd >= 0) return NewFile(folder, std::move(name), std::move(what), fd);
+      // the folder is open, so ENOENT is the filesystem refusing new names (procfs, sysfs), not a missing folder
       EPL_CHECK(errno == EEXIST && attempt < 100, "cannot create a file in ", folder.path(), " for the ", what, " ", folder / final_name,
-                ": ", detail::error_text(errno), "; give a path in a folder this process can write");
+                ": ", errno == ENOENT ? std::string("the folder takes no new files (a system folder such as /proc?)") : detail::error_text(errno),
+                "; give a path in a folder this process can write");
     }
   }
   NewFile(const NewFile&) = delete;

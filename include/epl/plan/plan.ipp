@@ -61,7 +61,9 @@ inline void plan_pipeline(const ModelStructure& model, const PlanOptions& opt, c
   const int v = plan.virtual_stages();
   EPL_CHECK(v == 1 || schedule.virtual_stages, "pipeline.num_stages = ", p, " ranks hold ", plan.chunks, " stages, ", v,
             " each: that needs pipeline.strategy=Interleaved (PreferForward and PreferBackward run one stage per rank)");
-  EPL_CHECK(!opt.schedule_given || p > 1 || opt.auto_parallel, "pipeline.strategy = ", opt.schedule, " is given, but this run has "
+  // named both ways: "PreferBackward (1F1B)", whichever of the two the user wrote (the key holds EPL's name)
+  EPL_CHECK(!opt.schedule_given || p > 1 || opt.auto_parallel, "pipeline.strategy = ", opt.schedule,
+            schedule.label != schedule.name ? " (" + std::string(schedule.label) + ")" : std::string(), " is given, but this run has "
             "no pipeline (pipeline.num_stages = 1) for it to schedule; leave the key unset, or run a pipeline (an epl::Pipeline "
             "model, or pipeline.num_stages above 1 with auto.auto_parallel=true)");
   EPL_CHECK(!opt.virtual_stages_given || p > 1, "pipeline.num_virtual_stages = ", opt.virtual_stages,

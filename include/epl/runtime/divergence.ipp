@@ -15,7 +15,7 @@ EPL_LINKED void check_finite_loss(comm::Communicator& world, double loss, double
   std::string from;
   for (std::size_t r = 0; r < all.size(); ++r)
     if (!std::isfinite(all[r])) from += (from.empty() ? "" : ", ") + std::to_string(r);
-  EPL_FAIL("the loss is ", loss, " at step ", step, from.empty() ? std::string() : " (from the rows of rank" +
+  EPL_FAIL("the loss is ", std::isnan(loss) ? "nan" : loss > 0 ? "inf" : "-inf", " at step ", step, from.empty() ? std::string() : " (from the rows of rank" +
            std::string(from.find(',') == std::string::npos ? " " : "s ") + from + ")", ": training diverged or the "
            "data holds bad values; lower the learning rate, clip gradients (TrainerOptions::clip_norm) or check the inputs",
            s.matmul == DType::kF16 ? "; under AMP with f16 (epl::Amp<epl::amp::FP16>) a GEMM operand past 65504 is "

@@ -398,8 +398,14 @@ void BasicCpu<Compute...>::check_rows(const Tensor& table, const Tensor& index, 
 template <class... Compute>
 void BasicCpu<Compute...>::check_ids(const Tensor& ids, std::int64_t limit, const char* what) {
   visit_index(ids.dtype(), [&]<class I>() {
-    for (auto id : ids.span<I>())
-      EPL_CHECK(id >= 0 && id < limit, what, ": id ", id, " outside [0, ", limit, "); check the vocabulary size");
+    const auto all = ids.span<I>();
+    for (std::size_t k = 0; k < all.size(); ++k) {
+      if (all[k] >= 0 && all[k] < limit) continue;
+      std::string at;  // where it is: [row] or [row, column] in the ids' shape
+      for (std::int64_t d = ids.rank() - 1, rest = static_cast<std::int64_t>(k); d >= 0; rest /= ids.dim(d), --d)
+        at = std::to_string(rest % ids.dim(d)) + (at.empty() ? "" : ", ") + at;
+      EPL_FAIL(what, ": id ", all[k], " at [", at, "] of ", ids.shape(), " outside [0, ", limit, "); check the vocabulary size");
+    }
   });
 }
 

@@ -109,7 +109,7 @@ struct Zero {
       EPL_CHECK(s.zero_stage <= c.zero, "zero.level = \"", level, "\" asks for ZeRO stage ", s.zero_stage, " but this program was built with ",
                 c.zero == 0 ? std::string("no epl::Zero<k> in its epl::Policies<...>") : "epl::Zero<" + std::to_string(c.zero) + ">",
                 "; add epl::Zero<", s.zero_stage, "> to them (or higher: it runs every stage up to its own; keep the other policies)",
-                " or choose a zero.level up to ", c.zero == 0 ? std::string("\"\"") : "\"v" + std::to_string(c.zero - 1) + "\"");
+                c.zero == 0 ? std::string(" or leave zero.level \"\" (no ZeRO)") : " or choose a zero.level up to \"v" + std::to_string(c.zero - 1) + "\"");
     }
     if (s.zero_stage == 0) return;
     EPL_CHECK(!f.rows_over_tensor, "zero.level (ZeRO stage ", s.zero_stage, ") with cluster.colocate_split_and_replicate is not "
