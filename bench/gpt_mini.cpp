@@ -126,7 +126,7 @@ int main(int argc, char** argv) try {
         loss = l;
         params = epl::nn::parameter_count(trainer.model());
       }
-    }, {.threads_per_rank = threads});
+    }, {.threads_per_rank = threads, .report = false});  // main prints the error once
     peak = *std::max_element(peaks.begin(), peaks.end());
   }
   const double tps = static_cast<double>(kBatch * kShape.context) / step_s;
