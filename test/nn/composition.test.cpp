@@ -1,5 +1,7 @@
 // User structs as layers: order of forward and backward, parameter walk, activations in the
 // per-micro-batch context, and clear errors for bad shapes.
+#include <limits>
+
 #include "../helpers.hpp"
 
 using namespace epl;
@@ -224,6 +226,22 @@ TEST_CASE("an error leaving a layer names it by its path in the model, in forwar
     nn::name_layer(ok, e);
     CHECK(std::string(e.what()) == before);
   }
+}
+
+TEST_CASE("MoE: a capacity factor past every token drops none, however large; bad options name the MoE") {
+  for (double factor : {4.0, 1e9, 1e19, 1e300}) {  // 1e19 once overflowed the capacity and dropped 39 of 48 (a stranger's finding)
+    CAPTURE(factor);
+    nn::MoE moe({.dim = 6, .hidden = 5, .experts = 4, .top_k = 1, .capacity_factor = factor, .aux_weight = 0});
+    (void)param::materialize(moe, test::cpu(), {.seed = 3});
+    test::CpuPass ctx(test::cpu());
+    (void)moe.forward(ctx, test::random({12, 6}, 7));
+    CHECK(moe.last_routing().capacity == 12);  // all 12 tokens' one choice each
+    CHECK(moe.last_routing().dropped == 0);
+  }
+  CHECK_THROWS_WITH_AS(nn::MoE({.dim = 6, .hidden = 5, .experts = 0}), doctest::Contains("MoE(dim 6, hidden 5, experts 0): the sizes must be positive"),
+                       Error);  // not the gate's Linear(6, 0)
+  CHECK_THROWS_WITH_AS(nn::MoE({.dim = 6, .hidden = 5, .experts = 4, .capacity_factor = std::numeric_limits<double>::infinity()}),
+                       doctest::Contains("capacity_factor = inf must be a finite positive number"), Error);
 }
 
 TEST_CASE("dropout: identity in evaluation; masks by step and by global sample position") {

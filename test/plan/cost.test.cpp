@@ -167,6 +167,25 @@ TEST_CASE("cost: the probe measures a unit's activation bytes from the allocator
                        doctest::Contains("in the forward of layer `a`: Linear(4 -> 8) got input [3, 5]"), Error);
 }
 
+TEST_CASE("cost: the probe profiles a split MoE fed rows of one token each (its tokens must divide among the split ranks)") {
+  struct Experts {
+    nn::Linear in;
+    Split<2, nn::MoE> moe;
+    nn::Linear out;
+  };
+  const Experts model{nn::Linear(4, 8), Split<2, nn::MoE>(nn::MoE({.dim = 8, .hidden = 12, .experts = 4, .top_k = 1})), nn::Linear(8, 3)};
+  // one row of [4, 4] is one token, which 2 ranks cannot share: the small run takes 2 rows (a stranger's finding)
+  const auto p = plan::profile(model, test::cpu(), test::random<float>({4, 4}, 1), test::ids({4}, 3, 2), 2);
+  CHECK(p.tensor == 2);
+  CHECK(p.rows == 4);
+  double per_row = 0;
+  for (const auto& u : p.units) per_row += u.forward_seconds + u.backward_seconds;
+  CHECK(per_row > 0);
+  // two rows only: one size, all of it per row
+  const auto two = plan::profile(model, test::cpu(), test::random<float>({2, 4}, 1), test::ids({2}, 3, 2), 1);
+  for (const auto& u : two.units) CHECK(u.fixed_seconds == 0);
+}
+
 TEST_CASE("cost: plan::fits at run time names the largest part, the policy that shrinks it, and by how much") {
   CHECK(plan::fits<Big>({.ranks = 8}, {.bytes = 17 * kGiB, .rows = 8}));
   CHECK_THROWS_WITH_AS((plan::fits<Big>({.ranks = 8}, {.bytes = 15'000'000'000, .rows = 8})),
@@ -377,7 +396,10 @@ TEST_CASE("cost: the probe interleaves its repeats, keeps each unit's fastest an
   REQUIRE(r.plans.size() > 1);
   if (r.plans[1].seconds < 2 * r.plans[0].seconds) {  // closer than the spread (> 1) allows to rank
     CHECK(!r.ranked());
-    CHECK(plan::report(r, 3).find("the probe cannot rank them") != std::string::npos);
+    CHECK(plan::report(r, 3).find("the probe cannot rank them; measure them") != std::string::npos);
+    // after auto_plan measured them it does not advise measuring (a stranger's finding)
+    CHECK(plan::report(r, 3, true).find("the probe cannot rank them; the choice above is the measurements'") != std::string::npos);
+    CHECK(plan::report(r, 3, true).find("measure them") == std::string::npos);
   }
   r.spread = 0;
   CHECK(r.ranked() == (r.plans[1].seconds > r.plans[0].seconds));

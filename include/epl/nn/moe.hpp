@@ -43,7 +43,10 @@ struct Routing {
     r.tokens = tokens;
     r.experts = experts;
     r.k = k;
-    r.capacity = std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(factor * static_cast<double>(tokens * k) / static_cast<double>(experts))));
+    // No expert can take more than all tokens k choices: a larger factor means "drop none" (clamped
+    // in double first; a factor of 1e19 used to overflow the integer and drop tokens silently).
+    const double wanted = std::ceil(factor * static_cast<double>(tokens * k) / static_cast<double>(experts));
+    r.capacity = std::max<std::int64_t>(1, static_cast<std::int64_t>(std::min(wanted, static_cast<double>(tokens * k))));
     r.expert.resize(static_cast<std::size_t>(tokens * k));
     r.weight.resize(r.expert.size());
     r.accepted.assign(r.expert.size(), 0);
@@ -103,19 +106,25 @@ class MoE {
 
   MoE() = default;
   explicit MoE(Options o)
-      : gate(o.dim, o.experts, false),
+      : gate((check(o), o.dim), o.experts, false),  // its sizes checked before the gate, which would name itself
         w1(Shape{o.experts, o.hidden, o.dim}, Init::uniform(1.0 / std::sqrt(static_cast<double>(o.dim)))),
         b1(Shape{o.experts, o.hidden}, Init::uniform(1.0 / std::sqrt(static_cast<double>(o.dim)))),
         w2(Shape{o.experts, o.dim, o.hidden}, Init::uniform(1.0 / std::sqrt(static_cast<double>(o.hidden)))),
         b2(Shape{o.experts, o.dim}, Init::uniform(1.0 / std::sqrt(static_cast<double>(o.hidden)))),
-        opt_(o) {
+        opt_(o) {}
+
+ private:
+  static void check(const Options& o) {
     EPL_CHECK(o.dim > 0 && o.hidden > 0 && o.experts > 0, "MoE(dim ", o.dim, ", hidden ", o.hidden, ", experts ", o.experts,
               "): the sizes must be positive");
     EPL_CHECK(o.top_k == 1 || o.top_k == 2, "MoE: top_k = ", o.top_k, "; choose 1 (Switch) or 2 (GShard)");
     EPL_CHECK(o.top_k <= o.experts, "MoE: top_k = ", o.top_k, " with ", o.experts, " experts");
-    EPL_CHECK(o.capacity_factor > 0 && std::isfinite(o.capacity_factor), "MoE: capacity_factor = ", o.capacity_factor, " must be positive");
-    EPL_CHECK(o.aux_weight >= 0, "MoE: aux_weight = ", o.aux_weight, " must not be negative");
+    EPL_CHECK(o.capacity_factor > 0 && std::isfinite(o.capacity_factor), "MoE: capacity_factor = ", o.capacity_factor,
+              " must be a finite positive number (any factor of experts / top_k or more drops no token)");
+    EPL_CHECK(o.aux_weight >= 0 && std::isfinite(o.aux_weight), "MoE: aux_weight = ", o.aux_weight, " must be finite and not negative");
   }
+
+ public:
   [[nodiscard]] const Options& options() const noexcept { return opt_; }
   template <class V> void visit(V&& v) {
     v("gate", gate);
@@ -146,8 +155,8 @@ class MoE {
     EPL_CHECK(x.shape().back() == opt_.dim, "MoE(dim ", opt_.dim, ") got input ", x.shape(), "; its last dimension must be ", opt_.dim);
     const auto& d = ctx.device();
     const std::int64_t T = x.shape().rows(), E = opt_.experts, n = part_.parts;
-    EPL_CHECK(T % n == 0, "MoE: ", T, " tokens do not divide among the split group's ", n, " ranks (each routes its share of the "
-              "tokens); make the tokens per micro-batch a multiple of ", n);
+    EPL_CHECK(T % n == 0, "MoE: ", T, T == 1 ? " token does" : " tokens do", " not divide among the split group's ", n,
+              " ranks (each routes its share of the tokens); make the tokens per micro-batch a multiple of ", n);
     const Tensor flat = x.view({T, opt_.dim});
     Tensor probs = ctx.empty({T, E}, x.dtype());
     d.softmax_rows(nn::forward(gate, ctx, flat), probs);

@@ -231,13 +231,17 @@ Profile profile_units(const std::vector<strategy::Unit<Pass>>& units, Loss& loss
     if (split) pass.run_deferred(weight_pass);
     return t;
   };
-  // The whole batch and its first row in turns, `repeats` times, so a burst of load on the machine
-  // falls on both sizes and on every unit alike; each unit keeps its fastest of each size.
+  // The whole batch and its first rows in turns, `repeats` times, so a burst of load on the machine
+  // falls on both sizes and on every unit alike; each unit keeps its fastest of each size. The
+  // small size is one row, or a split group's ranks' worth (an MoE's tokens must divide among
+  // them: one row of [rows, dim] is one token, which 2 ranks cannot share; a stranger's finding).
+  const std::int64_t small = std::max(1, parts);
+  const bool two_sizes = p.rows > small;
   using Run = std::vector<std::pair<double, double>>;
   std::vector<Run> alls, ones;
   for (int r = 0; r < repeats; ++r) {
     alls.push_back(measure(inputs, targets, r == 0));
-    if (p.rows > 1) ones.push_back(measure(inputs.slice(0, 1), targets.slice(0, 1), false));
+    if (two_sizes) ones.push_back(measure(inputs.slice(0, small), targets.slice(0, small), false));
   }
   // what a split backward's B leaves for W, unit by unit, over what a whole backward leaves
   (void)measure(inputs, targets, false, true);
@@ -251,7 +255,7 @@ Profile profile_units(const std::vector<strategy::Unit<Pass>>& units, Loss& loss
       for (std::size_t i = 0; i < f.size(); ++i) f[i] = {std::min(f[i].first, run[i].first), std::min(f[i].second, run[i].second)};
     return f;
   };
-  const Run all = fastest(alls), one = p.rows > 1 ? fastest(ones) : all;
+  const Run all = fastest(alls), one = two_sizes ? fastest(ones) : all;
   std::vector<double> steps;
   for (const auto& run : alls) {
     double total = 0;
@@ -262,18 +266,18 @@ Profile profile_units(const std::vector<strategy::Unit<Pass>>& units, Loss& loss
   p.repeats = repeats;
   p.spread = steps.front() > 0 ? steps[steps.size() / 2] / steps.front() - 1 : 0;
   // Times are affine in the rows: a fixed part per call (what a small micro-batch pays) and a part
-  // per row, from the whole batch and its first row.
-  const double extra = static_cast<double>(std::max<std::int64_t>(p.rows - 1, 1));
+  // per row, from the whole batch and its first rows.
+  const double extra = static_cast<double>(std::max<std::int64_t>(p.rows - small, 1)), few = static_cast<double>(small);
   for (std::size_t i = 0; i < p.units.size(); ++i) {
     auto& u = p.units[i];
-    if (p.rows == 1) {
-      u.forward_seconds = all[i].first;
-      u.backward_seconds = all[i].second;
+    if (!two_sizes) {  // one size only: all per row
+      u.forward_seconds = all[i].first / static_cast<double>(p.rows);
+      u.backward_seconds = all[i].second / static_cast<double>(p.rows);
       continue;
     }
     u.forward_seconds = std::max(0.0, (all[i].first - one[i].first) / extra);
     u.backward_seconds = std::max(0.0, (all[i].second - one[i].second) / extra);
-    u.fixed_seconds = std::max(0.0, one[i].first + one[i].second - u.forward_seconds - u.backward_seconds);
+    u.fixed_seconds = std::max(0.0, one[i].first + one[i].second - few * (u.forward_seconds + u.backward_seconds));
   }
   return p;
 }
@@ -281,7 +285,8 @@ Profile profile_units(const std::vector<strategy::Unit<Pass>>& units, Loss& loss
 
 /// \brief Measures model's units on device d with the batch (inputs, targets) of `rows` rows: each
 /// unit's activation bytes (from the allocator's accounting) and its forward and backward times
-/// (each the fastest of `repeats` runs, the whole batch's and one row's interleaved; Profile::spread
+/// (each the fastest of `repeats` runs, the whole batch's and its first row's, or a split model's
+/// tensor degree of rows, interleaved; Profile::spread
 /// says how far the runs disagreed), and its parameters; `matmul` bf16 or f16 times AMP's GEMMs. The model is copied and drawn once, whole,
 /// on d (a model too large for one device is profiled on its parts by the caller). Run it on a
 /// device whose account nothing else charges meanwhile (before starting thread ranks). The probe

@@ -136,8 +136,10 @@ void check_twin(const Model& model, const Twin& = Twin{}) {
 /// An error when none found a plan.
 EPL_LINKED SearchResult merge(std::vector<SearchResult> results);
 
-/// \brief The top `n` plans as a table: the combination, predicted bytes by part, step time and bubble.
-EPL_LINKED std::string report(const SearchResult& r, std::size_t n = 5);
+/// \brief The top `n` plans as a table: the combination, predicted bytes by part, step time and
+/// bubble. Where the probe's spread cannot rank the first two it says so, and advises measuring
+/// them unless `measured` (auto_plan's report, after it measured them).
+EPL_LINKED std::string report(const SearchResult& r, std::size_t n = 5, bool measured = false);
 
 }  // namespace plan
 }  // namespace v0

@@ -127,7 +127,7 @@ EPL_LINKED SearchResult merge(std::vector<SearchResult> results) {
   return all;
 }
 
-EPL_LINKED std::string report(const SearchResult& r, std::size_t n) {
+EPL_LINKED std::string report(const SearchResult& r, std::size_t n, bool measured) {
   auto mib = [](std::int64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); };
   std::string out;
   char line[512];
@@ -145,10 +145,10 @@ EPL_LINKED std::string report(const SearchResult& r, std::size_t n) {
                 r.plans.size(), r.too_big, r.refused);
   out += line;
   if (!r.ranked()) {
-    std::snprintf(line, sizeof line,
-                  "the probe's runs disagreed by %.1f%%, more than the %.1f%% between the first two plans: the probe cannot rank them; "
-                  "measure them (auto_plan with AutoPlanOptions::measure above 1, or bench::combinations)\n",
-                  100 * r.spread, 100 * (r.plans[1].seconds / r.plans[0].seconds - 1));
+    std::snprintf(line, sizeof line, "the probe's runs disagreed by %.1f%%, more than the %.1f%% between the first two plans: the probe cannot rank them; %s\n",
+                  100 * r.spread, 100 * (r.plans[1].seconds / r.plans[0].seconds - 1),
+                  measured ? "the choice above is the measurements'"
+                           : "measure them (auto_plan with AutoPlanOptions::measure above 1, or bench::combinations)");
     out += line;
   }
   return out;

@@ -160,7 +160,7 @@ EPL_LINKED Config chosen(Context& ctx, const Config& cfg, const plan::SearchResu
   if (o.chosen) *o.chosen = c;
   if (ctx.rank() == 0) {
     account += "auto.auto_parallel: " + c.str() + " on " + std::to_string(n) + (n == 1 ? " rank, " : " ranks, ") + why + ":\n" +
-               plan::report(found, 5);
+               plan::report(found, 5, !measured.empty());
     const auto place = std::find_if(found.plans.begin(), found.plans.end(), [&](const plan::Estimate& e) { return e.candidate.str() == c.str(); });
     if (place != found.plans.end() && place - found.plans.begin() >= 5) {
       char line[512];
