@@ -42,7 +42,10 @@ struct DeviceId {
   friend auto operator<=>(const DeviceId&, const DeviceId&) = default;
   [[nodiscard]] std::string str() const {
     constexpr const char* names[] = {"cpu:", "cuda:", "host:", "isolated:"};
-    return names[static_cast<int>(kind)] + std::to_string(index) + (slot != 0 ? "/" + std::to_string(slot) : std::string());
+    std::string out = names[static_cast<int>(kind)];  // appended: g++ 12's -Wstringop-overflow misreads the + chain at -O3
+    out.append(std::to_string(index));
+    if (slot != 0) out.append("/").append(std::to_string(slot));
+    return out;
   }
 };
 
