@@ -86,6 +86,46 @@ inline double since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+/// \brief One run's seconds of each unit, its forward's and its backward's (the loss last).
+using RunTimes = std::vector<std::pair<double, double>>;
+
+/// \brief Sets p's units' seconds from the probe's runs of the whole batch (`alls`, p.rows rows)
+/// and of its first `small` rows (`ones`; empty when there was one size only), and p.spread from
+/// the whole batch's steps: each unit keeps its fastest of each size, and its times are affine in
+/// the rows, a fixed part per call (what a small micro-batch pays) and a part per row. A function
+/// of the figures alone, so a test gives it the runs of a bursty machine without a clock.
+inline void time_units(Profile& p, const std::vector<RunTimes>& alls, const std::vector<RunTimes>& ones, std::int64_t small) {
+  EPL_CHECK(!alls.empty(), "the probe made no run: give it 1 or more repeats");
+  const bool two_sizes = !ones.empty();
+  auto fastest = [&](const std::vector<RunTimes>& runs) {
+    RunTimes f = runs.front();
+    for (const auto& run : runs)
+      for (std::size_t i = 0; i < f.size(); ++i) f[i] = {std::min(f[i].first, run[i].first), std::min(f[i].second, run[i].second)};
+    return f;
+  };
+  const RunTimes all = fastest(alls), one = two_sizes ? fastest(ones) : all;
+  std::vector<double> steps;
+  for (const auto& run : alls) {
+    double total = 0;
+    for (const auto& [f, b] : run) total += f + b;
+    steps.push_back(total);
+  }
+  std::sort(steps.begin(), steps.end());
+  p.spread = steps.front() > 0 ? steps[steps.size() / 2] / steps.front() - 1 : 0;
+  const double extra = static_cast<double>(std::max<std::int64_t>(p.rows - small, 1)), few = static_cast<double>(small);
+  for (std::size_t i = 0; i < p.units.size(); ++i) {
+    auto& u = p.units[i];
+    if (!two_sizes) {  // one size only: all per row
+      u.forward_seconds = all[i].first / static_cast<double>(p.rows);
+      u.backward_seconds = all[i].second / static_cast<double>(p.rows);
+      continue;
+    }
+    u.forward_seconds = std::max(0.0, (all[i].first - one[i].first) / extra);
+    u.backward_seconds = std::max(0.0, (all[i].second - one[i].second) / extra);
+    u.fixed_seconds = std::max(0.0, one[i].first + one[i].second - few * (u.forward_seconds + u.backward_seconds));
+  }
+}
+
 // The probe's stand-in for a split group of `parts` ranks, as its rank 0: each collective gives
 // outputs of the group's shapes (an all-gather repeats this rank's part, a reduce-scatter keeps
 // the first part, the rest copy), so a split layer's part runs alone with its own shapes and
@@ -183,7 +223,7 @@ Profile profile_units(const std::vector<strategy::Unit<Pass>>& units, Loss& loss
   std::array<std::vector<std::int64_t>, 2> left;
   std::vector<std::int64_t> split_peaks(p.units.size());
   auto measure = [&](const Tensor& x, const Tensor& y, bool record, bool split = false) {
-    std::vector<std::pair<double, double>> t(p.units.size());
+    RunTimes t(p.units.size());
     const auto rows = x.dim(0);
     Pass pass(d, nn::PassOptions{.training = true, .seed = 1, .recompute = nn::RecomputeMode::kNone, .matmul = matmul}, hooks.get(),
               nn::Groups{.tensor = parts > 1 ? &group : nullptr});
@@ -237,8 +277,7 @@ Profile profile_units(const std::vector<strategy::Unit<Pass>>& units, Loss& loss
   // them: one row of [rows, dim] is one token, which 2 ranks cannot share; a stranger's finding).
   const std::int64_t small = std::max(1, parts);
   const bool two_sizes = p.rows > small;
-  using Run = std::vector<std::pair<double, double>>;
-  std::vector<Run> alls, ones;
+  std::vector<RunTimes> alls, ones;
   for (int r = 0; r < repeats; ++r) {
     alls.push_back(measure(inputs, targets, r == 0));
     if (two_sizes) ones.push_back(measure(inputs.slice(0, small), targets.slice(0, small), false));
@@ -249,36 +288,8 @@ Profile profile_units(const std::vector<strategy::Unit<Pass>>& units, Loss& loss
     p.units[i].weight_bytes = std::max<std::int64_t>(0, left[1][i] - left[0][i]);
     p.units[i].split_backward_bytes = split_peaks[i];
   }
-  auto fastest = [&](const std::vector<Run>& runs) {
-    Run f = runs.front();
-    for (const auto& run : runs)
-      for (std::size_t i = 0; i < f.size(); ++i) f[i] = {std::min(f[i].first, run[i].first), std::min(f[i].second, run[i].second)};
-    return f;
-  };
-  const Run all = fastest(alls), one = two_sizes ? fastest(ones) : all;
-  std::vector<double> steps;
-  for (const auto& run : alls) {
-    double total = 0;
-    for (const auto& [f, b] : run) total += f + b;
-    steps.push_back(total);
-  }
-  std::sort(steps.begin(), steps.end());
   p.repeats = repeats;
-  p.spread = steps.front() > 0 ? steps[steps.size() / 2] / steps.front() - 1 : 0;
-  // Times are affine in the rows: a fixed part per call (what a small micro-batch pays) and a part
-  // per row, from the whole batch and its first rows.
-  const double extra = static_cast<double>(std::max<std::int64_t>(p.rows - small, 1)), few = static_cast<double>(small);
-  for (std::size_t i = 0; i < p.units.size(); ++i) {
-    auto& u = p.units[i];
-    if (!two_sizes) {  // one size only: all per row
-      u.forward_seconds = all[i].first / static_cast<double>(p.rows);
-      u.backward_seconds = all[i].second / static_cast<double>(p.rows);
-      continue;
-    }
-    u.forward_seconds = std::max(0.0, (all[i].first - one[i].first) / extra);
-    u.backward_seconds = std::max(0.0, (all[i].second - one[i].second) / extra);
-    u.fixed_seconds = std::max(0.0, one[i].first + one[i].second - few * (u.forward_seconds + u.backward_seconds));
-  }
+  time_units(p, alls, ones, small);
   return p;
 }
 }  // namespace detail
