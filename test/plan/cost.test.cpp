@@ -184,6 +184,34 @@ TEST_CASE("cost: the probe profiles a split MoE fed rows of one token each (its 
   // two rows only: one size, all of it per row
   const auto two = plan::profile(model, test::cpu(), test::random<float>({2, 4}, 1), test::ids({2}, 3, 2), 1);
   for (const auto& u : two.units) CHECK(u.fixed_seconds == 0);
+  // a row is one token, so a micro-batch's rows must be a multiple of 2; the search offers no other
+  // (it offered dp2 tp2 m4, one row a micro-batch, which failed at its first step)
+  CHECK(p.row_multiple == 2);
+  const auto found = plan::search<Experts>(model, p, {.ranks = 4}, 8, 0);
+  bool two_rows = false;
+  for (const auto& e : found.plans) {
+    const std::int64_t micro_rows = 8 / (e.candidate.data * e.candidate.micro_batches);
+    CAPTURE(e.candidate.str());
+    CHECK(micro_rows % 2 == 0);
+    two_rows = two_rows || micro_rows == 2;
+  }
+  CHECK(two_rows);
+  // none divides: the error says why and what batch would
+  CHECK_THROWS_WITH_AS(plan::search<Experts>(model, p, {.ranks = 2}, 3, 0),
+                       doctest::Contains("in micro-batches of a multiple of 2 rows (the split MoE's tokens divide among its ranks"), Error);
+  CHECK_THROWS_WITH_AS(plan::search<Experts>(model, p, {.ranks = 2}, 3, 0), doctest::Contains("a multiple of the ranks times 2"), Error);
+  // the calibration file keeps it
+  const auto file = std::filesystem::temp_directory_path() / ("epl_row_multiple_" + std::to_string(::getpid()));
+  plan::save_profile(p, file, "k");
+  const auto back = plan::load_profile(file, "k");
+  REQUIRE(back.has_value());
+  CHECK(back->row_multiple == 2);
+  std::filesystem::remove(file);
+  // rows of 2 tokens each ([rows, 2, 4]): any rows divide
+  const auto pairs = plan::profile(model, test::cpu(), test::random<float>({4, 2, 4}, 1), test::ids({4, 2}, 3, 2), 1);
+  CHECK(pairs.row_multiple == 1);
+  // a model with no split MoE: any rows
+  CHECK(plan::profile(gpt::make_gpt(tiny()), test::cpu(), test::ids({2, 8}, 32, 3), test::ids({2, 8}, 32, 4), 1).row_multiple == 1);
 }
 
 TEST_CASE("cost: plan::fits at run time names the largest part, the policy that shrinks it, and by how much") {
@@ -288,7 +316,7 @@ TEST_CASE("cost: a profile file with impossible figures, or cut short, is refuse
   bad.replace(unit, line_end - unit, "model.0.0 0 1 -5 -7 -1 -1 -1 -1 -1 -1");
   write(bad);
   CHECK_THROWS_WITH_AS((void)plan::load_profile(file, "k"), doctest::Contains("impossible figures for unit model.0.0"), Error);
-  write("epl-profile 5\n");
+  write("epl-profile 6\n");
   CHECK_THROWS_WITH_AS((void)plan::load_profile(file, "k"), doctest::Contains("no key line"), Error);
   // cut short inside its last figure (1e-07 read as 1e-0), or a line more: the end marker is missing
   write(text.substr(0, text.size() - 6));
@@ -320,17 +348,31 @@ TEST_CASE("cost: a profile file with impossible figures, or cut short, is refuse
   CHECK(!plan::load_profile(file, "k").has_value());
   write("epl-profile 4\nk\n2 8 32 1 1 0 1\nloss 0 0 0 0 0 0 0 0\n");
   CHECK(!plan::load_profile(file, "k").has_value());
+  write("epl-profile 5\nk\n2 8 32 1 1 0 1\nloss 0 0 0 0 0 0 0 0 0 0 0\nend\n");  // no row multiple
+  CHECK(!plan::load_profile(file, "k").has_value());
   // a spread that cannot be is refused
-  auto negative = text;
-  const auto counts = negative.find('\n', negative.find('\n') + 1) + 1;  // the line after the key
-  const auto counts_end = negative.find('\n', counts);
-  std::istringstream fields(negative.substr(counts, counts_end - counts));
-  std::int64_t rows = 0, tokens = 0, bytes = 0, tensor = 0, repeats = 0, units = 0;
+  const auto counts = text.find('\n', text.find('\n') + 1) + 1;  // the line after the key
+  const auto counts_end = text.find('\n', counts);
+  std::istringstream fields(text.substr(counts, counts_end - counts));
+  std::int64_t rows = 0, tokens = 0, bytes = 0, tensor = 0, repeats = 0, multiple = 0, units = 0;
   double spread = 0;
-  fields >> rows >> tokens >> bytes >> tensor >> repeats >> spread >> units;
-  negative.replace(counts, counts_end - counts, std::to_string(rows) + " " + std::to_string(tokens) + " " + std::to_string(bytes) + " " +
-                                                    std::to_string(tensor) + " " + std::to_string(repeats) + " -0.5 " + std::to_string(units));
-  write(negative);
+  fields >> rows >> tokens >> bytes >> tensor >> repeats >> spread >> multiple >> units;
+  REQUIRE(fields);
+  auto counts_with = [&](const std::string& spread_is, std::int64_t multiple_is) {
+    auto t = text;
+    t.replace(counts, counts_end - counts, std::to_string(rows) + " " + std::to_string(tokens) + " " + std::to_string(bytes) + " " +
+                                               std::to_string(tensor) + " " + std::to_string(repeats) + " " + spread_is + " " +
+                                               std::to_string(multiple_is) + " " + std::to_string(units));
+    return t;
+  };
+  write(counts_with("0", multiple));
+  CHECK(plan::load_profile(file, "k").has_value());  // the line rebuilt as it was: read
+  write(counts_with("-0.5", multiple));
+  CHECK_THROWS_WITH_AS((void)plan::load_profile(file, "k"), doctest::Contains("truncated or corrupt"), Error);
+  // a row multiple of 0, or past the split degree (no probe gives either)
+  write(counts_with("0", 0));
+  CHECK_THROWS_WITH_AS((void)plan::load_profile(file, "k"), doctest::Contains("truncated or corrupt"), Error);
+  write(counts_with("0", tensor + 1));
   CHECK_THROWS_WITH_AS((void)plan::load_profile(file, "k"), doctest::Contains("truncated or corrupt"), Error);
   std::filesystem::remove_all(dir);
 }

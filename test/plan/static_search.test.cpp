@@ -444,6 +444,20 @@ TEST_CASE("the run-time and compile-time searches: one candidate loop and one fo
   CHECK_THROWS_WITH_AS(plan::for_each_combination({.ranks = 4, .rows = 0, .micro_batches = counts, .micro_batch_counts = 2},
                                                   [](const plan::Combination&) {}),
                        doctest::Contains("the rows 1 or more"), Error);
+  CHECK_THROWS_WITH_AS(plan::for_each_combination({.ranks = 4, .rows = 64, .row_multiple = 0, .micro_batches = counts, .micro_batch_counts = 2},
+                                                  [](const plan::Combination&) {}),
+                       doctest::Contains("the row multiple 1 or more"), Error);
+  // a row multiple leaves out the micro-batches of other rows: 64 rows on 4 replicas are 16 a
+  // replica, in 1 or 2 micro-batches of 16 or 8 rows; a multiple of 16 keeps the first
+  const int one_two[] = {1, 2};
+  int sixteen = 0;
+  const int with_multiple = plan::for_each_combination({.ranks = 4, .rows = 64, .row_multiple = 16, .micro_batches = one_two, .micro_batch_counts = 2,
+                                                        .pipelines = false},
+                                                       [&](const plan::Combination& c) { sixteen += c.data == 4 && c.micro_batches == 1; });
+  CHECK(with_multiple == 1);
+  CHECK(sixteen == 1);
+  CHECK(plan::for_each_combination({.ranks = 4, .rows = 64, .micro_batches = one_two, .micro_batch_counts = 2, .pipelines = false},
+                                   [](const plan::Combination&) {}) == 2);
   CHECK_THROWS_WITH_AS(plan::for_each_combination({.ranks = 4, .rows = 64, .micro_batch_counts = 4}, [](const plan::Combination&) {}),
                        doctest::Contains("null pointer"), Error);
   CHECK_THROWS_WITH_AS(plan::price(four, {.data = 2, .pipeline = 2, .schedule = nullptr}, {}, 5), doctest::Contains("needs a schedule"), Error);

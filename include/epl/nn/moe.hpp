@@ -144,6 +144,10 @@ class MoE {
     b2.shard_along(0, part.index, part.parts, what + ".b2");
     part_ = part;
   }
+  /// \brief The tokens a forward takes must be a multiple of this: the split group's ranks, which
+  /// each route their share (1 when the layer runs whole). The planner reads it, with the tokens
+  /// the probe's batch gave (last_routing), to offer only micro-batches that divide.
+  [[nodiscard]] std::int64_t token_multiple() const noexcept { return part_.parts; }
   /// \brief Choices dropped for want of capacity, and choices routed, since the layer was made.
   [[nodiscard]] std::int64_t dropped() const noexcept { return dropped_; }
   [[nodiscard]] std::int64_t routed() const noexcept { return routed_; }

@@ -12,9 +12,11 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <numeric>
 #include <optional>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "epl/core/files.hpp"
@@ -67,6 +69,11 @@ struct Profile {
   /// above are each unit's fastest; a spread near or above the gap between two plans' predicted
   /// times means the probe cannot rank them (plan::SearchResult::spread, auto_plan's log).
   double spread = 0;
+  /// A micro-batch's rows must be a multiple of this: a split MoE's tokens divide among its ranks
+  /// (nn::MoE::token_multiple), and a row gives it the tokens the probe saw (one row of [rows, dim]
+  /// is one token: 2 rows for 2 ranks; a row of [rows, 8, dim] is 8: any rows). The searches offer
+  /// no plan whose micro-batches break it.
+  std::int64_t row_multiple = 1;
   [[nodiscard]] std::int64_t parameters() const {
     std::int64_t n = 0;
     for (const auto& u : units) n += u.parameters;
@@ -125,6 +132,20 @@ inline void time_units(Profile& p, const std::vector<RunTimes>& alls, const std:
     u.fixed_seconds = std::max(0.0, one[i].first + one[i].second - few * (u.forward_seconds + u.backward_seconds));
   }
 }
+
+// profile's walk of the probe's model after its runs, whose last was of all `rows` rows: the rows
+// a micro-batch must be a multiple of, for each layer whose tokens divide among a split group (a
+// type of its own, so each node type's walk is compiled once).
+struct RowMultiple {
+  std::int64_t rows = 1, multiple = 1;
+  template <class N>
+  void operator()(std::string_view, N& node) {
+    if constexpr (requires { node.token_multiple(); node.last_routing().tokens; }) {
+      const std::int64_t parts = node.token_multiple(), per_row = node.last_routing().tokens / rows;
+      if (parts > 1 && per_row > 0) multiple = std::lcm(multiple, parts / std::gcd(per_row, parts));
+    }
+  }
+};
 
 // The probe's stand-in for a split group of `parts` ranks, as its rank 0: each collective gives
 // outputs of the group's shapes (an all-gather repeats this rank's part, a reduce-scatter keeps
@@ -328,7 +349,13 @@ Profile profile(const Model& model, const D& d, const Tensor& inputs, const Tens
   if constexpr (requires { loss.parallelize(nn::SplitPart{}); })
     if (vocab_parallel) loss.parallelize(nn::SplitPart{0, parts});
   try {
-    return detail::profile_units<Pass>(units, loss, d, group, parts, inputs, targets, repeats, matmul);
+    Profile p = detail::profile_units<Pass>(units, loss, d, group, parts, inputs, targets, repeats, matmul);
+    if constexpr (parts > 1) {
+      detail::RowMultiple walk{.rows = p.rows};
+      nn::visit_nodes(copy, walk);
+      p.row_multiple = walk.multiple;
+    }
+    return p;
   } catch (Error& e) {
     nn::name_layer(copy, e);  // the copy's layers sit at the model's paths
     throw;

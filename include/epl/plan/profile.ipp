@@ -13,8 +13,8 @@ EPL_LINKED void save_profile(const Profile& p, const std::filesystem::path& path
             "\" holds a line break; a profile's key is one line (its file could never be read back)");
   std::ostringstream f;
   f.precision(17);
-  f << "epl-profile 5\n" << key << "\n" << p.rows << ' ' << p.tokens_per_row << ' ' << p.input_bytes << ' ' << p.tensor << ' ' << p.repeats
-    << ' ' << p.spread << ' ' << p.units.size() << '\n';
+  f << "epl-profile 6\n" << key << "\n" << p.rows << ' ' << p.tokens_per_row << ' ' << p.input_bytes << ' ' << p.tensor << ' ' << p.repeats
+    << ' ' << p.spread << ' ' << p.row_multiple << ' ' << p.units.size() << '\n';
   for (const auto& u : p.units)
     f << u.name << ' ' << u.parameters << ' ' << u.macs_per_token << ' ' << u.activation_bytes << ' ' << u.output_bytes << ' '
       << u.backward_bytes << ' ' << u.weight_bytes << ' ' << u.split_backward_bytes << ' ' << u.forward_seconds << ' '
@@ -31,18 +31,21 @@ EPL_LINKED std::optional<Profile> load_profile(const std::filesystem::path& path
   std::getline(f, magic);
   EPL_CHECK(magic.rfind("epl-profile ", 0) == 0, "the planner's calibration file ", path, " is not one (its first line is \"",
             detail::shown(magic), "\"); delete it to measure again");
-  EPL_CHECK(magic == "epl-profile 5" || magic == "epl-profile 4" || magic == "epl-profile 3" || magic == "epl-profile 2",
+  EPL_CHECK(magic == "epl-profile 6" || magic == "epl-profile 5" || magic == "epl-profile 4" || magic == "epl-profile 3" ||
+                magic == "epl-profile 2",
             "the planner's calibration file ", path, " was written by another version of epl (\"", detail::shown(magic),
-            "\"; this one reads \"epl-profile 5\"); delete it to measure again");
-  // an older probe's (split layers measured whole; no spread; no weight-pass bytes): measure again
-  if (magic != "epl-profile 5") return std::nullopt;
+            "\"; this one reads \"epl-profile 6\"); delete it to measure again");
+  // an older probe's (split layers measured whole; no spread; no weight-pass bytes; no row
+  // multiple): measure again
+  if (magic != "epl-profile 6") return std::nullopt;
   EPL_CHECK(static_cast<bool>(std::getline(f, saved)), "the planner's calibration file ", path,
             " is truncated or corrupt (no key line); delete it to measure again");
   if (saved != key) return std::nullopt;
   Profile p;
   std::size_t n = 0;
-  f >> p.rows >> p.tokens_per_row >> p.input_bytes >> p.tensor >> p.repeats >> p.spread >> n;
-  EPL_CHECK(f.good() && n > 0 && n < (1u << 24) && p.tensor >= 1 && p.repeats >= 1 && p.spread >= 0 && std::isfinite(p.spread),
+  f >> p.rows >> p.tokens_per_row >> p.input_bytes >> p.tensor >> p.repeats >> p.spread >> p.row_multiple >> n;
+  EPL_CHECK(f.good() && n > 0 && n < (1u << 24) && p.tensor >= 1 && p.repeats >= 1 && p.spread >= 0 && std::isfinite(p.spread) &&
+                p.row_multiple >= 1 && p.row_multiple <= p.tensor,
             "the planner's calibration file ", path, " is truncated or corrupt; delete it to measure again");
   p.units.resize(n);
   for (auto& u : p.units)

@@ -54,8 +54,9 @@ EPL_LINKED SearchResult search_units(const Profile& prof, const Cluster& cluster
   // check (a declared model also runs on fewer ranks, several of its stages each)
   most.recompute = o.recompute;
   most.amp = most.amp && o.amp_profile;  // priced from the AMP profile
-  r.tried = for_each_combination({.ranks = cluster.ranks, .tensor = t, .units = unit_count, .rows = rows, .micro_batches = o.micro_batches.data(),
-                                  .micro_batch_counts = o.micro_batches.size(), .pipelines = o.pipelines, .policies = most},
+  r.tried = for_each_combination({.ranks = cluster.ranks, .tensor = t, .units = unit_count, .rows = rows, .row_multiple = prof.row_multiple,
+                                  .micro_batches = o.micro_batches.data(), .micro_batch_counts = o.micro_batches.size(),
+                                  .pipelines = o.pipelines, .policies = most},
                                  [&](const Combination& combination) {
                                    try {
                                      Estimate e = estimate_one(combination);
@@ -73,8 +74,11 @@ EPL_LINKED SearchResult search_units(const Profile& prof, const Cluster& cluster
   for (const auto& e : over)
     if (!smallest || e.device_bytes() < smallest->device_bytes()) smallest = &e;
   EPL_CHECK(r.tried > 0, "plan::search: no combination to try: a global batch of ", rows, rows == 1 ? " row" : " rows", " divides into none of the ",
-            "data-parallel degrees x micro-batch counts (", cluster.ranks, " ranks over the pipeline stages and split degree ", t,
-            "); use a batch that is a multiple of the ranks");
+            "data-parallel degrees x micro-batch counts (", cluster.ranks, " ranks over the pipeline stages and split degree ", t, ")",
+            prof.row_multiple > 1 ? " in micro-batches of a multiple of " + std::to_string(prof.row_multiple) +
+                                        " rows (the split MoE's tokens divide among its ranks: Profile::row_multiple)"
+                                  : std::string(),
+            "; use a batch that is a multiple of the ranks", prof.row_multiple > 1 ? " times " + std::to_string(prof.row_multiple) : std::string());
   EPL_CHECK(r.refused < r.tried, "plan::search: the plan's checks refused every one of the ", r.tried, " combinations; the first: ",
             first_refusal);
   EPL_CHECK(!r.plans.empty(), "no plan of the model fits ", budget, " bytes per rank on ", cluster.ranks, " ranks (", r.tried,
