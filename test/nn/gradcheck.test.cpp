@@ -33,6 +33,12 @@ TEST_CASE("gradcheck: Embedding and PositionEmbedding") {
   expect_gradients(nn::Embedding(7, 4), test::ids({2, 5}, 7, 3));
   expect_gradients(nn::PositionEmbedding(8, 4), test::random<double>({2, 5, 4}, 4));
 }
+TEST_CASE("gradcheck: an f32 input is refused by name, not by the GEMM's dtypes (a stranger's finding)") {
+  nn::Linear l(3, 2);
+  (void)param::materialize(l, test::cpu64(), {.dtype = DType::kF64, .seed = 3});
+  CHECK_THROWS_WITH_AS(testing::gradcheck(l, test::random<float>({2, 3}, 1)), doctest::Contains("gradcheck needs an f64 input"), Error);
+  CHECK_THROWS_WITH_AS(testing::gradcheck(l, Tensor{}), doctest::Contains("got an undefined tensor"), Error);
+}
 TEST_CASE("gradcheck: LayerNorm") { expect_gradients(nn::LayerNorm(6), test::random<double>({3, 6}, 5)); }
 TEST_CASE("gradcheck: GELU, ReLU") {
   expect_gradients(nn::GELU{}, test::random<double>({4, 5}, 6));

@@ -199,7 +199,10 @@ TEST_CASE("cost: the probe profiles a split MoE fed rows of one token each (its 
   // none divides: the error says why and what batch would
   CHECK_THROWS_WITH_AS(plan::search<Experts>(model, p, {.ranks = 2}, 3, 0),
                        doctest::Contains("in micro-batches of a multiple of 2 rows (the split MoE's tokens divide among its ranks"), Error);
-  CHECK_THROWS_WITH_AS(plan::search<Experts>(model, p, {.ranks = 2}, 3, 0), doctest::Contains("a multiple of the ranks times 2"), Error);
+  CHECK_THROWS_WITH_AS(plan::search<Experts>(model, p, {.ranks = 2}, 3, 0),
+                       doctest::Contains("a multiple of a data-parallel degree (the ranks over the split degree and the pipeline stages, "
+                                         "1 with as many stages as that allows) times 2"),
+                       Error);
   // the calibration file keeps it
   const auto file = std::filesystem::temp_directory_path() / ("epl_row_multiple_" + std::to_string(::getpid()));
   plan::save_profile(p, file, "k");

@@ -122,15 +122,19 @@ template <class L>
 }
 
 /// \brief Runs layer l forward on x: the context's hooks see each leaf layer first (a ZeRO-3
-/// gather, an offload prefetch), then an aggregate's fields run in order. An epl::Error leaving a
-/// leaf layer records it (Error::layer), for nn::name_layer to name.
+/// gather, an offload prefetch) and, a hooks type with after_forward(layer, ctx), last (a leaf may
+/// run others inside its own forward: ZeRO-3 keeps its parameters until then), then an
+/// aggregate's fields run in order. An epl::Error leaving a leaf layer records it (Error::layer),
+/// for nn::name_layer to name.
 template <class L, class Ctx>
 Tensor forward(L& l, Ctx& ctx, const Tensor& x) {
   require_layer<L, Ctx>();
   if constexpr (leaf_layer<L, Ctx>) {
     try {
       ctx.hooks().before_forward(l, ctx);
-      return l.forward(ctx, x);
+      Tensor y = l.forward(ctx, x);
+      if constexpr (requires { ctx.hooks().after_forward(l, ctx); }) ctx.hooks().after_forward(l, ctx);
+      return y;
     } catch (Error& e) {
       e.left_layer(&l, layer_key<L>(), "forward");
       throw;

@@ -78,7 +78,9 @@ EPL_LINKED SearchResult search_units(const Profile& prof, const Cluster& cluster
             prof.row_multiple > 1 ? " in micro-batches of a multiple of " + std::to_string(prof.row_multiple) +
                                         " rows (the split MoE's tokens divide among its ranks: Profile::row_multiple)"
                                   : std::string(),
-            "; use a batch that is a multiple of the ranks", prof.row_multiple > 1 ? " times " + std::to_string(prof.row_multiple) : std::string());
+            "; use a batch that is a multiple of a data-parallel degree (the ranks over the split degree and the pipeline stages, "
+            "1 with as many stages as that allows)",
+            prof.row_multiple > 1 ? " times " + std::to_string(prof.row_multiple) : std::string());
   EPL_CHECK(r.refused < r.tried, "plan::search: the plan's checks refused every one of the ", r.tried, " combinations; the first: ",
             first_refusal);
   EPL_CHECK(!r.plans.empty(), "no plan of the model fits ", budget, " bytes per rank on ", cluster.ranks, " ranks (", r.tried,

@@ -167,6 +167,10 @@ class ZeroSync {
     if (sharder_) sharder_->before_forward(l);
   }
   template <class L, class Pass>
+  void after_forward(L& l, Pass&) {
+    if (sharder_) sharder_->after_forward(l);
+  }
+  template <class L, class Pass>
   void before_backward(L& l, Pass&) {
     if (sharder_) sharder_->before_backward(l);
   }

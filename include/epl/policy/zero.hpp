@@ -148,8 +148,18 @@ class ZeroSharder {
     if (stage_ < 3) return;
     ++clock_;  // a new layer: the blocks it uses are not evicted while it runs
     std::size_t last = kNone;
-    nn::for_each_own_parameter(l, [&](nn::Parameter& p) { require(last = at(p).block); });
+    running_.emplace_back();
+    nn::for_each_own_parameter(l, [&](nn::Parameter& p) {
+      require(last = at(p).block);
+      running_.back().push_back(last);
+    });
     if (last != kNone && last > 0) prefetch(last - 1);  // the layout is in backward order
+  }
+  /// \brief Stage 3: the layer's forward returned; a layer that ran it inside its own may evict
+  /// its blocks now, and its own are evictable once it returns too.
+  template <class L>
+  void after_forward(L&) {
+    if (stage_ == 3 && !running_.empty()) running_.pop_back();
   }
   /// \brief Stages 2 and 3: the layer's blocks get their gradient buffers; stage 3 gathers them
   /// and starts the next block's gather (in backward order).
@@ -158,9 +168,13 @@ class ZeroSharder {
     if (stage_ < 2) return;
     ++clock_;
     std::size_t last = kNone;
+    if (stage_ == 3) running_.emplace_back();
     nn::for_each_own_parameter(l, [&](nn::Parameter& p) {
       last = at(p).block;
-      if (stage_ == 3) require(last);
+      if (stage_ == 3) {
+        require(last);
+        running_.back().push_back(last);
+      }
       open_gradients(last);
     });
     if (stage_ == 3 && last != kNone && last + 1 < blocks_.size()) prefetch(last + 1);
@@ -170,6 +184,9 @@ class ZeroSharder {
   template <class L>
   void after_backward(L& l) {
     if (stage_ < 2) return;
+    // (never deferred at stage 3, which refuses a schedule that splits backward: its layer's
+    // backward has just returned)
+    if (stage_ == 3 && !running_.empty()) running_.pop_back();
     nn::for_each_own_parameter(l, [&](nn::Parameter& p) {
       const auto [u, i] = at(p);
       auto& block = blocks_[u];
@@ -242,6 +259,7 @@ class ZeroSharder {
   /// \brief Stage 3: drops every gathered block (after an evaluation).
   void release_all() {
     if (stage_ < 3) return;
+    running_.clear();  // no layer runs now (what a failed pass left)
     if (pinned_)  // gathered for the user: what they wrote goes back into the shard
       for (std::size_t u = 0; u < blocks_.size(); ++u)
         if (blocks_[u].values.defined()) {
@@ -397,8 +415,12 @@ class ZeroSharder {
   // pinned by gather_all). Each rank of the group frees alike: the same uses in the same order.
   void evict_for_one_more(std::size_t u) {
     if (pinned_) return;
+    auto running = [&](std::size_t k) {
+      return std::any_of(running_.begin(), running_.end(),
+                         [&](const std::vector<std::size_t>& blocks) { return std::find(blocks.begin(), blocks.end(), k) != blocks.end(); });
+    };
     for (std::size_t k = 0; k < blocks_.size(); ++k)
-      if (blocks_[k].values.defined() && k != u && blocks_[k].used != clock_) release(k);
+      if (blocks_[k].values.defined() && k != u && blocks_[k].used != clock_ && !running(k)) release(k);
   }
   void release(std::size_t u) {
     auto& block = blocks_[u];
@@ -432,6 +454,11 @@ class ZeroSharder {
   Tensor grad_shard_, value_shard_;
   std::deque<Pending> pending_;
   std::uint64_t clock_ = 0;
+  // The blocks of each layer running now, outermost first: a layer may run another inside its
+  // forward or backward (nn::MoE its gate, a user's layer its sub-layer), and that one's gathers
+  // must not evict what the outer layer reads after it returns. Empty between layers; a pass that
+  // failed part-way is cleared at the next step (zero_grads) or release.
+  std::vector<std::vector<std::size_t>> running_;
   bool pinned_ = false;
   Timeline* timeline_ = nullptr;
 };

@@ -87,6 +87,10 @@ inline void check_tensor(const Tensor& t, const Tensor& analytic, const std::str
 /// (param::materialize(layer, device::CpuF64{}, {.dtype = DType::kF64})).
 template <class L>
 GradcheckResult gradcheck(L& layer, const Tensor& x, GradcheckOptions opt = {}) {
+  EPL_CHECK(x.defined() && (x.dtype() == DType::kF64 || x.dtype() == DType::kI32 || x.dtype() == DType::kI64),
+            "gradcheck needs an f64 input (or an index tensor, whose gradient is not checked), got ",
+            x.defined() ? std::string(name_of(x.dtype())) : std::string("an undefined tensor"),
+            ": make it with DType::kF64 and materialize the layer in f64 (param::materialize(layer, device::CpuF64{}, {.dtype = DType::kF64}))");
   device::CpuF64 cpu;
   const nn::PassOptions pass{true, opt.seed, 0, 0};
   auto run = [&](CheckPass& ctx) { return nn::forward(layer, ctx, x); };
