@@ -175,6 +175,10 @@ struct Throws {  // a layer whose backward fails
   template <class Ctx> Tensor forward(Ctx&, const Tensor& x) { return x; }
   template <class Ctx> Tensor backward(Ctx&, const Tensor&) { throw Error("Throws: no gradient here"); }
 };
+struct Forgets {  // a layer whose forward returns nothing
+  template <class Ctx> Tensor forward(Ctx&, const Tensor&) { return {}; }
+  template <class Ctx> Tensor backward(Ctx&, const Tensor& dy) { return dy; }
+};
 struct Block { nn::Linear fc; nn::ReLU act; };
 struct Deep { nn::Linear in; nn::Repeat<Block> blocks; Throws last; };
 Deep deep(std::int64_t second_in) {
@@ -214,6 +218,22 @@ TEST_CASE("an error leaving a layer names it by its path in the model, in forwar
     CHECK(e.layer() == &ok.last);
     nn::name_layer(ok, e);
     CHECK(std::string(e.what()).find("in the backward of layer `last`: Throws: no gradient here") != std::string::npos);
+  }
+  // a forward that returns an undefined tensor is named, not the next layer for its input [] (a stranger's finding)
+  struct Gap {
+    nn::Linear a;
+    Forgets b;
+    nn::Linear head;
+  } gap{nn::Linear(4, 4), {}, nn::Linear(4, 2)};
+  (void)param::materialize(gap, test::cpu());
+  test::CpuPass gap_pass(test::cpu());
+  try {
+    (void)nn::forward(gap, gap_pass, test::random({2, 4}, 1));
+    FAIL("Forgets::forward's undefined tensor went on");
+  } catch (Error& e) {
+    nn::name_layer(gap, e);
+    CHECK_MESSAGE(std::string(e.what()).find("in the forward of layer `b`: its forward returned an undefined tensor") != std::string::npos,
+                  e.what());
   }
   // An error from no layer, or from a layer of another model, is left as it was.
   Error plain("not from a layer");

@@ -886,5 +886,11 @@ TEST_CASE("checkpoint: a tensor is rebuilt from split and ZeRO pieces, and a gap
   CHECK(got == whole);
   m.pieces.pop_back();  // elements 5..11 of the second half: gone
   CHECK_THROWS_WITH_AS(static_cast<void>(checkpoint::Reader(checkpoint::format(m), "mem", src).whole("w")), doctest::Contains("holds 17 of the 24 elements"), Error);
+  // a piece more, over elements 2..4 of the first half (a forged manifest, its checksum right): the
+  // later piece won silently (a stranger's finding)
+  add("c", 1, 5, 12);
+  add("d", 0, 2, 5);
+  CHECK_THROWS_WITH_AS(static_cast<void>(checkpoint::Reader(checkpoint::format(m), "mem", src).whole("w")),
+                       doctest::Contains("holds element 2 of tensor w in two pieces (they overlap)"), Error);
 }
 }

@@ -236,6 +236,13 @@ TEST_CASE("safetensors: a damaged file is an error naming it, never a crash") {
       CHECK((msg.find("is corrupt") != std::string::npos || msg.find("dimensions") != std::string::npos));
     }
   }
+  SUBCASE("a shape past what epl holds names the file and the tensor (a stranger's finding)") {
+    write_file(f, {}, "{\"a\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296,0],\"data_offsets\":[0,0]}}");
+    const auto msg = error_of(t, f);
+    CHECK(msg.find("gives tensor a a shape epl cannot hold (shape [4294967296, 4294967296] has more than 2^56 elements") !=
+          std::string::npos);
+    CHECK(msg.find(f.string()) != std::string::npos);
+  }
   SUBCASE("a byte range past the data or of the wrong size") {
     write_file(f, {}, "{\"embed.tok.weight\":{\"dtype\":\"F32\",\"shape\":[32,16],\"data_offsets\":[0,2048]}}");
     CHECK(error_of(t, f).find("has data bytes [0, 2048) of the file's 0") != std::string::npos);

@@ -482,20 +482,27 @@ class Reader {
                 p.offset, ", ", p.offset + p.bytes, ") of tensor ", tensor, " fail their checksum", detail::set_aside(where_));
       nn::Parameter part(p.local, {});
       part.shard = p.shard;
+      // each element in one piece: a save never writes one twice, so a second is a forged or
+      // damaged manifest (the later piece would win silently)
+      auto cover = [&](std::uint64_t g) {
+        EPL_CHECK(!covered[g], "checkpoint ", where_, " holds element ", g, " of tensor ", tensor,
+                  " in two pieces (they overlap): the manifest is not one a save writes", detail::set_aside(where_));
+        covered[g] = 1;
+      };
       if (part.shard.whole()) {  // a range of the whole tensor: one copy
+        for (std::int64_t i = p.begin; i < p.end; ++i) cover(static_cast<std::uint64_t>(i));
         std::memcpy(out.data() + static_cast<std::size_t>(p.begin) * elem, bytes.data(), bytes.size());
-        std::fill(covered.begin() + p.begin, covered.begin() + p.end, 1);
         continue;
       }
       for (std::int64_t i = p.begin; i < p.end; ++i) {
         const std::uint64_t g = part.global_index(i);
+        cover(g);
         std::memcpy(out.data() + g * elem, bytes.data() + static_cast<std::size_t>(i - p.begin) * elem, elem);
-        covered[g] = 1;
       }
     }
     const auto gap = std::find(covered.begin(), covered.end(), 0);
     EPL_CHECK(gap == covered.end(), "checkpoint ", where_, " lacks element ", gap - covered.begin(), " of tensor ", tensor,
-              " (its pieces overlap and leave a gap): the manifest is not one a save writes", detail::set_aside(where_));
+              " (its pieces leave a gap): the manifest is not one a save writes", detail::set_aside(where_));
     return out;
   }
 

@@ -298,7 +298,12 @@ class SafetensorsFile {
                 const auto d = static_cast<std::int64_t>(p.integer());
                 EPL_CHECK(t.shape.rank() < Shape::kMaxRank, "safetensors file ", path_, " gives tensor ", name, " more than ",
                           Shape::kMaxRank, " dimensions, which epl does not hold");
-                t.shape.push_back(d);
+                try {
+                  t.shape.push_back(d);
+                } catch (const Error& e) {  // past what a shape holds: say whose
+                  EPL_FAIL("safetensors file ", path_, " gives tensor ", name, " a shape epl cannot hold (", e.detail(),
+                           "); the file is corrupt or not a safetensors file");
+                }
               } while (p.eat(','));
               p.expect(']');
             }

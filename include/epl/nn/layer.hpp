@@ -133,6 +133,8 @@ Tensor forward(L& l, Ctx& ctx, const Tensor& x) {
     try {
       ctx.hooks().before_forward(l, ctx);
       Tensor y = l.forward(ctx, x);
+      // else the next layer would be blamed for an input of shape [] (a stranger's finding)
+      EPL_CHECK(y.defined(), "its forward returned an undefined tensor; a layer's forward returns its output");
       if constexpr (requires { ctx.hooks().after_forward(l, ctx); }) ctx.hooks().after_forward(l, ctx);
       return y;
     } catch (Error& e) {
