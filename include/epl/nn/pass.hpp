@@ -67,7 +67,9 @@ struct PassOptions {
 
 /// \brief The hooks a strategy or policy runs around each layer; this one runs nothing.
 /// A hooks type has before_forward(layer, ctx) (gather or prefetch the layer's parameters) and
-/// after_backward(layer, ctx) (the layer's gradients are final for this pass: reduce them).
+/// after_backward(layer, ctx) (the layer's gradients are final for this pass: reduce them); it may
+/// have before_backward(layer, ctx) and after_forward(layer, ctx) (the layer's forward returned: a
+/// layer may run others inside its own, so hooks nest).
 /// They are compile-time types: the generic forward and backward call them directly.
 struct NoHooks {
   template <class L, class Ctx> void before_forward(L&, Ctx&) {}
