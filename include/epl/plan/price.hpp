@@ -46,10 +46,11 @@ struct Axes {
 /// pipeline depth p dividing the ranks over the split degree (the declared one only), each
 /// micro-batch count that divides the batch over the replicas into rows a multiple of
 /// a.row_multiple, each schedule of kSchedules (the default alone on one stage; one of virtual
-/// stages with 2 chunks a rank, on an undeclared model whose micro-batches are a multiple of p), and each choice of the policy axes up to a.policies
-/// that no axis refuses on that layout (policy::for_each_choice: ZeRO stages only with replicas,
-/// stage 2 and up not with a schedule that splits backward, as plan::make refuses; offload with
-/// stage 3; recompute; AMP). Usable in a constant expression.
+/// stages with 2 chunks a rank, on an undeclared model whose micro-batches are a multiple of p),
+/// and each choice of the policy axes up to a.policies that no axis refuses on that layout
+/// (policy::for_each_choice: ZeRO stages only with replicas, stage 2 and up not with a schedule
+/// that splits backward, as plan::make refuses; offload with stage 3; recompute; AMP). Usable in a
+/// constant expression.
 namespace detail {
 [[noreturn]] inline void axes_are_not_valid(const char* what) { EPL_FAIL("plan::for_each_combination: ", what); }
 [[noreturn]] inline void step_is_not_valid(const char* what) { EPL_FAIL("plan::price: ", what); }
@@ -60,7 +61,8 @@ constexpr int for_each_combination(const Axes& a, F&& fn) {
   if (a.ranks < 1 || a.ranks > detail::kMostRanks || a.tensor < 1 || a.ranks % a.tensor != 0)
     detail::axes_are_not_valid("the ranks must be 1 to 65536 and a multiple of the split degree (tensor, 1 or more)");
   if (a.stages < 0 || a.rows < 1 || a.row_multiple < 1 || a.policies.zero < 0 || a.policies.zero > 3)
-    detail::axes_are_not_valid("the declared stages must be 0 (none) or more, the rows 1 or more, the row multiple 1 or more, the ZeRO stage 0 to 3");
+    detail::axes_are_not_valid(
+        "the declared stages must be 0 (none) or more, the rows 1 or more, the row multiple 1 or more, the ZeRO stage 0 to 3");
   // (at compile time a null list cannot be read anyway, and g++ 12 will not compare a member
   // array's address with null in a constant expression)
   if (!std::is_constant_evaluated() &&
@@ -84,8 +86,8 @@ constexpr int for_each_combination(const Axes& a, F&& fn) {
       const int m = static_cast<int>(wide);
       bool seen = false;
       for (std::size_t j = 0; j < mi; ++j) seen = seen || count_at(j) == m;
-      if (seen || a.rows % (static_cast<std::int64_t>(data) * m) != 0 || a.rows / (static_cast<std::int64_t>(data) * m) % a.row_multiple != 0)
-        continue;
+      const std::int64_t pieces = static_cast<std::int64_t>(data) * m;  // the micro-batches of all replicas
+      if (seen || a.rows % pieces != 0 || a.rows / pieces % a.row_multiple != 0) continue;
       for (const auto& s : strategy::kSchedules) {
         if (p == 1 && &s != &strategy::kDefaultSchedule) continue;
         const int v = p > 1 && s.virtual_stages ? 2 : 1;

@@ -416,8 +416,9 @@ class ZeroSharder {
   void evict_for_one_more(std::size_t u) {
     if (pinned_) return;
     auto running = [&](std::size_t k) {
-      return std::any_of(running_.begin(), running_.end(),
-                         [&](const std::vector<std::size_t>& blocks) { return std::find(blocks.begin(), blocks.end(), k) != blocks.end(); });
+      return std::any_of(running_.begin(), running_.end(), [&](const std::vector<std::size_t>& blocks) {
+        return std::find(blocks.begin(), blocks.end(), k) != blocks.end();
+      });
     };
     for (std::size_t k = 0; k < blocks_.size(); ++k)
       if (blocks_[k].values.defined() && k != u && blocks_[k].used != clock_ && !running(k)) release(k);
