@@ -179,6 +179,18 @@ struct Forgets {  // a layer whose forward returns nothing
   template <class Ctx> Tensor forward(Ctx&, const Tensor&) { return {}; }
   template <class Ctx> Tensor backward(Ctx&, const Tensor& dy) { return dy; }
 };
+struct Narrows {  // returns a gradient one column short of its input's
+  template <class Ctx> Tensor forward(Ctx&, const Tensor& x) { return x; }
+  template <class Ctx> Tensor backward(Ctx& ctx, const Tensor& dy) { return ctx.empty({dy.dim(0), dy.dim(1) - 1}, dy.dtype()); }
+};
+struct KeepsSaved {  // saves its input and never restores it
+  template <class Ctx> Tensor forward(Ctx& ctx, const Tensor& x) { ctx.save(this, {x}); return x; }
+  template <class Ctx> Tensor backward(Ctx&, const Tensor& dy) { return dy; }
+};
+struct Stops {  // returns no input gradient
+  template <class Ctx> Tensor forward(Ctx&, const Tensor& x) { return x; }
+  template <class Ctx> Tensor backward(Ctx&, const Tensor&) { return {}; }
+};
 struct Block { nn::Linear fc; nn::ReLU act; };
 struct Deep { nn::Linear in; nn::Repeat<Block> blocks; Throws last; };
 Deep deep(std::int64_t second_in) {
@@ -235,6 +247,31 @@ TEST_CASE("an error leaving a layer names it by its path in the model, in forwar
     CHECK_MESSAGE(std::string(e.what()).find("in the forward of layer `b`: its forward returned an undefined tensor") != std::string::npos,
                   e.what());
   }
+  // A backward that returns a gradient of the wrong shape, or does not take back what its
+  // forward saved, is named, not the layer before it for what it then gets (a stranger's finding)
+  const auto blamed = [](auto& model, const std::string& expected) {
+    (void)param::materialize(model, test::cpu());
+    test::CpuPass pass(test::cpu());
+    const Tensor y = nn::forward(model, pass, test::random({2, 4}, 1));
+    try {
+      (void)nn::backward(model, pass, y);
+      FAIL("the faulty backward went on: ", expected);
+    } catch (Error& e) {
+      nn::name_layer(model, e);
+      CHECK_MESSAGE(std::string(e.what()).find(expected) != std::string::npos, e.what());
+    }
+  };
+  struct Narrowed { nn::Linear a; Narrows b; nn::Linear head; } narrowed{nn::Linear(4, 4), {}, nn::Linear(4, 2)};
+  blamed(narrowed, "in the backward of layer `b`: its backward returned an input gradient of shape [2, 3] for an input of "
+                   "shape [2, 4]");
+  struct Kept { nn::Linear a; KeepsSaved b; nn::Linear head; } kept{nn::Linear(4, 4), {}, nn::Linear(4, 2)};
+  blamed(kept, "in the backward of layer `b`: its backward left 1 of the activation frames its forward saved");
+  // a layer returning no input gradient (an embedding's, for token ids) stays allowed
+  struct Stopped { Stops s; nn::Linear head; } stopped{{}, nn::Linear(4, 2)};
+  (void)param::materialize(stopped, test::cpu());
+  test::CpuPass stop_pass(test::cpu());
+  CHECK_FALSE(nn::backward(stopped, stop_pass, nn::forward(stopped, stop_pass, test::random({2, 4}, 1))).defined());
+  CHECK(stop_pass.saved_count() == 0);
   // An error from no layer, or from a layer of another model, is left as it was.
   Error plain("not from a layer");
   nn::name_layer(ok, plain);

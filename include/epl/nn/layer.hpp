@@ -121,6 +121,24 @@ template <class L>
   return &detail::layer_key_of<std::remove_cvref_t<L>>;
 }
 
+namespace detail {
+// nn::backward's check of a leaf's backward against what its forward recorded (Pass::Frame): else
+// the layer before it would be blamed for the gradient it then gets, or for the frame it finds.
+template <class Ctx>
+void check_backward(Ctx& ctx, const void* layer, const Tensor& dx) {
+  bool last = false;
+  const auto frame = ctx.close_frame(layer, last);
+  if (!frame) return;
+  EPL_CHECK(!last || ctx.saved_count() <= frame->saved, "its backward left ", ctx.saved_count() - frame->saved,
+            " of the activation frames its forward saved; a layer's backward takes back each with ctx.restore(this), "
+            "in the reverse order of its saves");
+  EPL_CHECK(!dx.defined() || dx.shape() == frame->input, "its backward returned an input gradient of shape ", dx.shape(),
+            " for an input of shape ", frame->input,
+            "; a layer's backward returns the loss's gradient with respect to its input, shaped as the input (or an "
+            "undefined tensor when none flows back)");
+}
+}  // namespace detail
+
 /// \brief Runs layer l forward on x: the context's hooks see each leaf layer first (a ZeRO-3
 /// gather, an offload prefetch) and, a hooks type with after_forward(layer, ctx), last (a leaf may
 /// run others inside its own forward: ZeRO-3 keeps its parameters until then), then an
@@ -132,6 +150,7 @@ Tensor forward(L& l, Ctx& ctx, const Tensor& x) {
   if constexpr (leaf_layer<L, Ctx>) {
     try {
       ctx.hooks().before_forward(l, ctx);
+      if constexpr (requires { ctx.open_frame(&l, x); }) ctx.open_frame(&l, x);
       Tensor y = l.forward(ctx, x);
       // else the next layer would be blamed for an input of shape [] (a stranger's finding)
       EPL_CHECK(y.defined(), "its forward returned an undefined tensor; a layer's forward returns its output");
@@ -159,6 +178,7 @@ Tensor backward(L& l, Ctx& ctx, const Tensor& dy) {
     try {
       if constexpr (requires { ctx.hooks().before_backward(l, ctx); }) ctx.hooks().before_backward(l, ctx);
       Tensor dx = l.backward(ctx, dy);
+      if constexpr (requires { ctx.open_frame(&l, dy); }) detail::check_backward(ctx, &l, dx);
       if constexpr (requires { ctx.backward_done(l); }) ctx.backward_done(l);  // now, or after its W pass
       else ctx.hooks().after_backward(l, ctx);
       return dx;

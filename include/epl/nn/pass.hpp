@@ -10,7 +10,9 @@
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
+#include <iterator>
 #include <memory>
+#include <optional>
 #include <type_traits>
 #include <vector>
 
@@ -140,6 +142,32 @@ class Pass {
   }
   [[nodiscard]] std::size_t saved_count() const noexcept { return stack_.size(); }
 
+  /// \brief What nn::forward records of a leaf layer's forward in a training pass, for
+  /// nn::backward to hold the leaf's backward to: its input's shape, and how many
+  /// activation frames were saved before it ran (its backward takes back all it saved).
+  struct Frame {
+    const void* layer = nullptr;
+    Shape input;
+    std::size_t saved = 0;
+  };
+  void open_frame(const void* layer, const Tensor& x) {
+    if (opt_.training) frames_.push_back(Frame{layer, x.shape(), stack_.size()});
+  }
+  /// \brief Takes back the latest frame layer opened, if any (none: forward ran in another pass,
+  /// or not in training). `last` says whether it was the latest frame of all: only then were the
+  /// activations saved since it all its layer's (sub-layers run backward out of forward's order
+  /// when they save nothing).
+  [[nodiscard]] std::optional<Frame> close_frame(const void* layer, bool& last) {
+    for (auto it = frames_.rbegin(); it != frames_.rend(); ++it) {
+      if (it->layer != layer) continue;
+      last = it == frames_.rbegin();
+      Frame f = *it;
+      frames_.erase(std::next(it).base());
+      return f;
+    }
+    return std::nullopt;
+  }
+
   /// \brief Backward as a zero-bubble schedule's B pass: while `to` is set, weight_gradient(fn)
   /// and the hooks after each layer's backward go to it, to run in W (run_deferred), and backward
   /// computes only the input gradients. Null: they run at once (the whole backward).
@@ -193,6 +221,7 @@ class Pass {
   Hooks* hooks_;
   Groups groups_;
   std::vector<Saved> stack_;
+  std::vector<Frame> frames_;
   double extra_loss_ = 0;
   Deferred* deferred_ = nullptr;
 };
