@@ -295,6 +295,13 @@ TEST_CASE("program flags: every bad input is an error naming the option") {
   CHECK_THROWS_WITH_AS(Flag<std::string>("m", "medium", "", {.choices = {"fast", "slow"}}),
                        doctest::Contains("flag --m: its default \"medium\" is not one of its own choices"), Error);
   CHECK(parse({"--layers", "7"}).get(layers) == 7);
+  // from code, a key is named as the code named it, without a command line's dashes (a stranger's finding)
+  Config code;
+  code.declare(steps);
+  CHECK_THROWS_WITH_AS(code.set("zero_level", "v1"), doctest::Contains("unknown key \"zero_level\"; did you mean zero.level?"), Error);
+  CHECK_THROWS_WITH_AS(code.set("stpes", 3), doctest::Contains("unknown key \"stpes\"; did you mean steps? This program's options: steps"),
+                       Error);
+  CHECK_THROWS_WITH_AS((void)code.get<std::int64_t>("stpes"), doctest::Contains("unknown key \"stpes\""), Error);
 }
 
 TEST_CASE("the names Megatron and DeepSpeed users type are accepted as aliases, and held as EPL's") {

@@ -202,9 +202,11 @@ class Config {
 
   EPL_LINKED Config& declare(const ConfigKey& k);
   EPL_LINKED std::vector<std::string_view> names(bool program) const;
-  EPL_LINKED Entry& entry(std::string_view key);
+  /// command_line: an unknown key is named as the option the user typed (--key), else as the
+  /// key the program's code named.
+  EPL_LINKED Entry& entry(std::string_view key, bool command_line = false);
   const Entry& entry(std::string_view key) const { return const_cast<Config*>(this)->entry(key); }
-  [[noreturn]] EPL_LINKED void unknown(std::string_view key) const;
+  [[noreturn]] EPL_LINKED void unknown(std::string_view key, bool command_line) const;
   EPL_LINKED static std::string_view dotted_form(std::string_view key);
   EPL_LINKED void assign(Entry& e, ConfigValue v, Source src);
   EPL_LINKED static std::string what(const ConfigKey& k);

@@ -92,7 +92,7 @@ EPL_LINKED Config& Config::set(std::string_view key, ConfigValue v) {
 }
 
 EPL_LINKED Config& Config::set_text(std::string_view key, std::string_view text, Source src) {
-  auto& e = entry(key);
+  auto& e = entry(key, src == Source::kCommandLine);
   assign(e, parse(e, text), src);
   return *this;
 }
@@ -160,13 +160,13 @@ EPL_LINKED std::vector<std::string_view> Config::names(bool program) const {
   return out;
 }
 
-EPL_LINKED Config::Entry& Config::entry(std::string_view key) {
+EPL_LINKED Config::Entry& Config::entry(std::string_view key, bool command_line) {
   auto it = entries_.find(key);
-  if (it == entries_.end()) unknown(key);
+  if (it == entries_.end()) unknown(key, command_line);
   return it->second;
 }
 
-EPL_LINKED void Config::unknown(std::string_view key) const {
+EPL_LINKED void Config::unknown(std::string_view key, bool command_line) const {
   const bool dotted = key.find('.') != std::string_view::npos;
   std::vector<std::string_view> candidates;  // dotted: EPL's keys; else the flags and epl's undotted keys
   for (const auto& [name, e] : entries_)
@@ -184,15 +184,17 @@ EPL_LINKED void Config::unknown(std::string_view key) const {
       if (k.name.substr(0, k.name.find('.')) == key.substr(0, key.find('.')))
         same_category += (same_category.empty() ? "" : ", ") + std::string(k.name);
   const bool near_dotted = near.find('.') != std::string_view::npos;
-  std::string hint = near.empty() ? std::string(";") : "; did you mean " + std::string(near_dotted ? "" : "--") + std::string(near) + "?";
+  const std::string dashes = command_line ? "--" : "";  // from code, cfg.set("steps", 3) names a flag without them
+  std::string hint = near.empty() ? std::string(";") : "; did you mean " + (near_dotted ? "" : dashes) + std::string(near) + "?";
   if (dotted)
     EPL_FAIL("unknown config key ", detail::quoted(key), hint,
              !same_category.empty() ? " keys of that category: " + same_category
                                     : std::string(near.empty() ? " see" : " See") + " docs/config.md for the keys epl knows");
   std::string flags;
-  for (auto n : names(true)) flags += (flags.empty() ? "--" : ", --") + std::string(n);
+  for (auto n : names(true)) flags += (flags.empty() ? dashes : ", " + dashes) + std::string(n);
   const bool sentence = hint != ";";  // after "did you mean ...?" a sentence begins; after ";" a clause
-  EPL_FAIL("unknown option ", detail::quoted("--" + std::string(key)), key.empty() ? " (no name before the =)" : "", hint,
+  EPL_FAIL(command_line ? "unknown option " : "unknown key ", detail::quoted(dashes + std::string(key)),
+           key.empty() ? " (no name before the =)" : "", hint,
            flags.empty() ? (sentence ? " This program has no options of its own" : " this program has no options of its own")
                          : (sentence ? " This program's options: " : " this program's options: ") + flags,
            "; EPL keys are dotted (docs/config.md); --help lists everything");
@@ -383,7 +385,7 @@ EPL_LINKED void Config::parse_args(int argc, const char* const* argv, bool stric
       args_.emplace_back(a);
       continue;
     }
-    auto& e = entry(key);
+    auto& e = entry(key, true);
     if (eq != std::string_view::npos) {
       assign(e, parse(e, body.substr(eq + 1)), Source::kCommandLine);
       continue;
