@@ -113,6 +113,10 @@ TEST_CASE("data files: text bytes, binary ids, corrupt and missing files") {
   CHECK_THROWS_WITH_AS(data::TokenDataset::from_text({dir / "empty.txt", dir / "empty.txt"}), doctest::Contains("are all empty"), Error);
   CHECK(data::TokenDataset::from_text({dir / "empty.txt", dir / "a.txt"}).size() == 5);
   CHECK_THROWS_WITH_AS(data::TokenDataset::from_binary(dir / "empty.bin"), doctest::Contains("empty.bin\" is empty; name a file of int32"), Error);
+  // text or ids in memory alike (a stranger's finding: an empty span made a dataset of 0 tokens)
+  CHECK_THROWS_WITH_AS(data::TokenDataset::from_text_bytes(std::span<const char>()), doctest::Contains("from_text_bytes: the text is empty"), Error);
+  CHECK_THROWS_WITH_AS(data::TokenDataset::from_text_bytes(""), doctest::Contains("from_text_bytes: the text is empty"), Error);
+  CHECK_THROWS_WITH_AS(data::TokenDataset::from_tokens({}, 5), doctest::Contains("from_tokens: no token ids; give the ids"), Error);
   std::filesystem::remove_all(dir);
 }
 

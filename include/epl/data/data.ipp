@@ -24,6 +24,7 @@ EPL_LINKED TokenDataset TokenDataset::from_text(const std::vector<std::filesyste
 }
 
 EPL_LINKED TokenDataset TokenDataset::from_text_bytes(std::span<const char> bytes) {
+  EPL_CHECK(!bytes.empty(), "TokenDataset::from_text_bytes: the text is empty; give it the text to train on");  // as from_text's empty file
   TokenDataset ds;
   ds.vocab_ = 256;
   ds.append_bytes(bytes);
@@ -51,6 +52,7 @@ EPL_LINKED TokenDataset TokenDataset::from_binary_bytes(std::span<const char> by
 
 EPL_LINKED TokenDataset TokenDataset::from_tokens(std::vector<std::int32_t> ids, std::int64_t vocab) {
   EPL_CHECK(vocab >= 1, "TokenDataset::from_tokens: a vocabulary of ", vocab, " ids; give its size, 1 or more");
+  EPL_CHECK(!ids.empty(), "TokenDataset::from_tokens: no token ids; give the ids to train on");
   for (std::size_t i = 0; i < ids.size(); ++i)
     EPL_CHECK(ids[i] >= 0 && ids[i] < vocab, "TokenDataset::from_tokens: id ", ids[i], " at position ", i,
               " is not in the vocabulary of ", vocab, " ids [0, ", vocab, "); give ids from 0 to ", vocab - 1, " or a larger vocabulary");
