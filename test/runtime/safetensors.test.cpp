@@ -142,6 +142,52 @@ TEST_CASE("safetensors: an export loads into a fresh trainer of any layout, equa
   CHECK(sliced == trained);
 }
 
+TEST_CASE("safetensors: ranks that read different weights are refused before any loads them, in every layout") {
+  // each rank kept its own shards of its own file: a Split or pipeline trained a mix of two models (a stranger's finding)
+  TempDir dir("two_files");
+  {
+    T t(test::cpu(), Config{}, gpt::make_gpt(tiny()), optim::AdamW({}), {.seed = 1});
+    auto other = entries_of(t, 0.5f);
+    write_file(dir.path / "a.safetensors", other);
+    const float quarter = 0.25f;  // one value of one tensor differs: the same names, shapes and size
+    std::memcpy(other[7].bytes.data(), &quarter, sizeof quarter);
+    write_file(dir.path / "b.safetensors", other);
+  }
+  for (const char* zero : {"", "v2"}) {
+    CAPTURE(zero);
+    std::vector<std::string> messages(2);
+    std::vector<float> before(2), after(2);
+    comm::run_threads(2, [&](comm::ThreadCommunicator& c) {
+      Context ctx(c, 400 + c.rank());
+      Config cfg;
+      cfg.set("zero.level", zero);
+      T t(ctx, cfg, gpt::make_gpt(tiny()), optim::AdamW({}), {.seed = 3});
+      before[c.rank()] = values_of(t).front();
+      try {
+        t.load_safetensors(dir.path / (c.rank() == 0 ? "a.safetensors" : "b.safetensors"));
+      } catch (const Error& e) {
+        messages[c.rank()] = e.what();
+      }
+      after[c.rank()] = values_of(t).front();
+    });
+    for (int r = 0; r < 2; ++r) {
+      CHECK_MESSAGE(messages[r].find("load_safetensors: ranks 0 and 1 disagree on the weights they read (this rank's: from ") !=
+                        std::string::npos, messages[r]);
+      CHECK(messages[r].find(r == 0 ? "a.safetensors)" : "b.safetensors)") != std::string::npos);
+      CHECK(messages[r].find("every rank loads the same weights") != std::string::npos);
+      CHECK(after[r] == before[r]);  // no rank loaded
+    }
+  }
+  // copies of one file agree
+  fs::copy_file(dir.path / "a.safetensors", dir.path / "copy.safetensors");
+  comm::run_threads(2, [&](comm::ThreadCommunicator& c) {
+    Context ctx(c, 400 + c.rank());
+    T t(ctx, Config{}, gpt::make_gpt(tiny()), optim::AdamW({}), {.seed = 3});
+    t.load_safetensors(dir.path / (c.rank() == 0 ? "a.safetensors" : "copy.safetensors"));
+    CHECK(values_of(t).front() == 0.5f);
+  });
+}
+
 TEST_CASE("safetensors: a file of another model is refused, naming the tensors") {
   TempDir dir("foreign");
   T t(test::cpu(), Config{}, gpt::make_gpt(tiny()), optim::AdamW({}), {.seed = 1});

@@ -141,8 +141,10 @@ class BasicSerializer {
   /// names its parameters (what export_safetensors writes; PyTorch's save_file of a model of the
   /// same architecture). Strict, as PyTorch's load_state_dict(strict=True): each parameter present
   /// with its whole shape and the arena's dtype, nothing left over. The optimizer's state and the
-  /// step are left as they are.
-  void load_safetensors(const std::filesystem::path& file, TrainerState& s);
+  /// step are left as they are. Once every rank has read and checked its file, `agree` (if set) is
+  /// given a fingerprint of the weights read (each tensor's name and bytes), before any rank loads
+  /// them: the Trainer checks that the ranks read the same weights.
+  void load_safetensors(const std::filesystem::path& file, TrainerState& s, const std::function<void(std::uint64_t)>& agree = {});
 
   /// \brief Makes loader's position part of the saved state and, when this run resumed, moves it
   /// to the saved position. Watch the same loaders in the same order in every run (watching one

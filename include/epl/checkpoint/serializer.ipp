@@ -225,9 +225,11 @@ void BasicSerializer<Unused>::load(const std::filesystem::path& checkpoint, Trai
 }
 
 template <class Unused>
-void BasicSerializer<Unused>::load_safetensors(const std::filesystem::path& file, TrainerState& s) {
+void BasicSerializer<Unused>::load_safetensors(const std::filesystem::path& file, TrainerState& s,
+                                               const std::function<void(std::uint64_t)>& agree) {
   const std::string what = "loading weights from " + file.string();
   std::optional<SafetensorsFile> f;
+  std::uint64_t weights = 0;  // each tensor's name and bytes, in any order (s.names is by address)
   epl::detail::on_every_rank(*s.world, what, [&] {
     f.emplace(file);
     const auto& held = f->tensors();
@@ -261,10 +263,15 @@ void BasicSerializer<Unused>::load_safetensors(const std::filesystem::path& file
     // every value finite before any is loaded: a NaN would otherwise surface steps later
     for (const auto& entry : s.names) {
       const std::string& name = entry.second;  // not a structured binding: clang 14's lambdas cannot capture one
-      detail::check_finite(f->read(name), s.arena->dtype(), "safetensors file " + file.string(), name,
+      const auto bytes = f->read(name);
+      detail::check_finite(bytes, s.arena->dtype(), "safetensors file " + file.string(), name,
                            "a NaN or infinite weight; train from finite weights");
+      const std::uint64_t tensor = (std::uint64_t{crc32c(name.data(), name.size())} << 32) | crc32c(bytes.data(), bytes.size());
+      weights ^= tensor * 0x9e3779b97f4a7c15ull;
     }
   });
+  // ranks that read different files would each keep their own shards of them (a stranger's finding)
+  if (agree) agree(weights);
   // every rank's file holds finite weights of this model: only now does any rank load them
   epl::detail::on_every_rank(*s.world, what, [&] {
     std::vector<unsigned char> host;

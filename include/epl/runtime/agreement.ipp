@@ -67,6 +67,9 @@ EPL_LINKED void check_batch(const Tensor& inputs, const Tensor& targets, DeviceI
   const std::int64_t rows = detail::rows_of(inputs), n_targets = detail::rows_of(targets);
   EPL_CHECK(n_targets == rows, "batch has ", rows, " inputs but ", n_targets, " targets");
   check_batch_memory(inputs, targets, device);
+  // a sequence of length 0 ([8, 0] ids) trained to a loss of nan, blamed on the learning rate (a stranger's finding)
+  EPL_CHECK(rows == 0 || inputs.numel() > 0, "the batch's inputs ", inputs.shape(), " hold no values: each row needs at least one "
+            "token or feature (a window of seq_len 1 or more)");
   EPL_CHECK(rows > 0, "the batch has no rows; give every step at least one row per micro-batch (pipeline.num_micro_batch = ", m, ")");
   EPL_CHECK(rows % m == 0, "this rank's batch of ", rows, " samples does not divide into pipeline.num_micro_batch = ", m,
             " micro-batches; make ", ranks > 1 && !uneven ? "the global batch a multiple of " + std::to_string(ranks * m) + " (" +
@@ -81,6 +84,7 @@ EPL_LINKED const char* call_name(Call c) {
     case Call::kSave: return "trainer.save()";
     case Call::kResume: return "trainer.resume()";
     case Call::kLoad: return "trainer.load()";
+    case Call::kLoadSafetensors: return "trainer.load_safetensors()";
     case Call::kEvaluate: return "trainer.evaluate()";
     case Call::kGather: return "trainer.gather_parameters()";
     case Call::kCheckReplicas: return "trainer.check_replicas()";

@@ -211,8 +211,8 @@ class TrainerCore {
   double compute_gradients(const Batch& batch, nn::RecomputeMode recompute);
   // A load (a collective): into this rank's values, then the replicas or ZeRO slices meet again.
   template <class Fn>
-  void reload(Fn&& into) {
-    agree_on_call(*world_, Call::kLoad, steps_, 0, false);
+  void reload(Call call, Fn&& into) {
+    agree_on_call(*world_, call, steps_, 0, false);
     sync_->release_all();  // as in resume
     auto s = state();
     into(s);
@@ -303,13 +303,19 @@ std::optional<std::filesystem::path> TrainerCore<Optimizer, Loss, D, Sync>::resu
 
 template <class Optimizer, class Loss, class D, class Sync>
 void TrainerCore<Optimizer, Loss, D, Sync>::load(const std::filesystem::path& checkpoint) {
-  reload([&](checkpoint::TrainerState& s) { serializer_.load(checkpoint, s); });
+  reload(Call::kLoad, [&](checkpoint::TrainerState& s) { serializer_.load(checkpoint, s); });
 }
 
 template <class Optimizer, class Loss, class D, class Sync>
 void TrainerCore<Optimizer, Loss, D, Sync>::load_safetensors(const std::filesystem::path& file) {
-  reload([&](checkpoint::TrainerState& s) {
-    serializer_.load_safetensors(file, s);
+  reload(Call::kLoadSafetensors, [&](checkpoint::TrainerState& s) {
+    serializer_.load_safetensors(file, s, [&](std::uint64_t weights) {
+      RunFacts facts;
+      facts.add_hash("the weights they read", weights, "from " + file.string());
+      check_agreement(*world_, facts, "load_safetensors:",
+                      "every rank loads the same weights (one file, or copies of it): the ranks would otherwise each keep their own "
+                      "shards of different models");
+    });
     hooks_.replaced(*device_, sync_->owned_values());  // an EMA starts from the loaded weights
   });
 }
