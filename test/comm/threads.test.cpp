@@ -244,6 +244,25 @@ TEST_CASE("threads: a rank that never arrives is named after the timeout") {
   CHECK_THROWS_WITH_AS(comm::run_threads(3, late, quick()), doctest::Contains("ranks 1 did not arrive"), Error);
 }
 
+TEST_CASE("threads: a timeout in a sub-group names the world ranks too") {
+  // the group's own numbers named a healthy rank as the one that hung (a stranger's finding)
+  std::string message;
+  comm::run_threads(4, [&](comm::ThreadCommunicator& c) {
+    auto group = c.split(c.rank() / 2, 0);  // world ranks {0, 1} and {2, 3}
+    if (c.rank() == 3) std::this_thread::sleep_for(std::chrono::milliseconds(700));  // never arrives (busy past the timeout)
+    if (c.rank() != 2) return;
+    float x = 1;
+    try {
+      group.all_reduce(Buffer(&x, 1, DType::kF32), ReduceOp::kSum);
+    } catch (const Error& e) {
+      message = e.what();
+    }
+  }, quick(300));
+  INFO(message);
+  CHECK(message.find("all_reduce on group 'world/1' (size 2) timed out after 300 ms at rank 0 (world rank 2): ranks 1 (world rank 3) did "
+                     "not arrive") != std::string::npos);
+}
+
 // Rank 2 arrives, then leaves (its handle cancelled, as a rank unwinding from a timeout of its
 // own does); rank 0 times out later. Rank 0 names rank 1 alone: rank 2 came. Two ranks timing
 // out together once named each other as missing, which sent the reader after a healthy rank.
@@ -312,7 +331,7 @@ TEST_CASE("threads: a rank that returns while its peers wait for it fails them a
     if (c.rank() == 3) return;
     float x = 1;
     pair.all_reduce(Buffer(&x, 1, DType::kF32), ReduceOp::kSum);
-  }, quick(60000)), doctest::Contains("ranks 1 returned from their function"), Error);
+  }, quick(60000)), doctest::Contains("at rank 0 (world rank 2): ranks 1 (world rank 3) returned from their function"), Error);
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
   // a rank that returns after the others are done with it is no failure
   comm::run_threads(3, [&](comm::ThreadCommunicator& c) {

@@ -120,6 +120,8 @@ void check_case(const Case& c) {
                      o.output.find("ranks 1 did not arrive") != std::string::npos ||
                      o.output.find("rank 1 did not send") != std::string::npos ||  // a pipeline receive's timeout
                      o.output.find("waiting for rank 1") != std::string::npos ||   // the same under MPI
+                     o.output.find("(world rank 1) did not") != std::string::npos ||  // in a sub-group, by its world rank
+                     o.output.find("waiting for rank 0 (world rank 1)") != std::string::npos ||
                      o.output.find("process rank 1 ") != std::string::npos ||
                      o.output.find("ranks 1 returned from their function") != std::string::npos ||  // thread ranks: it returned
                      o.output.find("rank 1 has returned from its training function") != std::string::npos ||  // MPI: the same

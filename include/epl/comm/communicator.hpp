@@ -211,6 +211,11 @@ concept communicator = requires(C& c, const Buffer& b, int r) {
 };
 
 namespace detail {
+/// A group's rank r as a message names it: "1", or "1 (world rank 3)" when its world rank differs,
+/// so that a timeout in a sub-group names the process or thread rank that hung.
+inline std::string member_text(int r, int world_rank) {
+  return world_rank == r ? std::to_string(r) : std::to_string(r) + " (world rank " + std::to_string(world_rank) + ")";
+}
 /// The shares of `count` elements over `n` ranks: rank r owns [offset(r), offset(r + 1)).
 inline std::int64_t share_offset(std::int64_t count, int n, int r) { return count * r / n; }
 

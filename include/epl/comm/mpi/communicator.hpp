@@ -50,6 +50,16 @@ class MpiCommunicator {
     MPI_Comm_set_errhandler(st_->control, MPI_ERRORS_RETURN);
     MPI_Comm_rank(st_->data, &st_->rank);
     MPI_Comm_size(st_->data, &st_->size);
+    // each member's rank in MPI_COMM_WORLD, for messages: a sub-group's numbers are its own
+    MPI_Group mine = MPI_GROUP_NULL, world = MPI_GROUP_NULL;
+    MPI_Comm_group(st_->data, &mine);
+    MPI_Comm_group(MPI_COMM_WORLD, &world);
+    std::vector<int> members(static_cast<std::size_t>(st_->size));
+    for (int r = 0; r < st_->size; ++r) members[static_cast<std::size_t>(r)] = r;
+    st_->world_ranks.assign(members.size(), MPI_UNDEFINED);
+    MPI_Group_translate_ranks(mine, st_->size, members.data(), world, st_->world_ranks.data());
+    MPI_Group_free(&mine);
+    MPI_Group_free(&world);
     int* tag_ub = nullptr;
     int found = 0;
     MPI_Comm_get_attr(st_->control, MPI_TAG_UB, &tag_ub, &found);
@@ -220,8 +230,8 @@ class MpiCommunicator {
       if (found) break;
       if (auto why = stopped(); !why.empty()) EPL_FAIL("recv on group '", name(), "' at rank ", rank(), " stopped: ", why);
       if (std::chrono::steady_clock::now() >= deadline)
-        fail_timeout(epl::detail::concat("recv on group '", name(), "' at rank ", rank(), " timed out after ", st_->opt.timeout.count(),
-                                    " ms: rank ", src, " did not send a message with tag ", tag));
+        fail_timeout(epl::detail::concat("recv on group '", name(), "' at rank ", member(rank()), " timed out after ",
+                                         st_->opt.timeout.count(), " ms: rank ", member(src), " did not send a message with tag ", tag));
       std::this_thread::yield();
     }
     int bytes = 0;
@@ -350,6 +360,7 @@ class MpiCommunicator {
   struct State {
     MPI_Comm data = MPI_COMM_NULL, control = MPI_COMM_NULL;
     int rank = 0, size = 1;
+    std::vector<int> world_ranks;  // each member's rank in MPI_COMM_WORLD
     std::string name;
     CommOptions opt;
     std::int64_t seq = 0;
@@ -374,6 +385,13 @@ class MpiCommunicator {
       }
     }
   };
+
+  // A member as messages name it: its world rank beside its rank in this group, when they differ.
+  [[nodiscard]] std::string member(int r) const {
+    const auto& w = st_->world_ranks;
+    return detail::member_text(r, r >= 0 && r < static_cast<int>(w.size()) && w[static_cast<std::size_t>(r)] != MPI_UNDEFINED
+                                      ? w[static_cast<std::size_t>(r)] : r);
+  }
 
   // The bytes of data a fused all_reduce carries per message: the same on every rank of the
   // group (it depends on the size alone), so every receive slot fits every peer's message.
@@ -481,10 +499,10 @@ class MpiCommunicator {
       if (std::chrono::steady_clock::now() >= deadline) {
         std::string missing;
         for (std::size_t i = 0; i < peers; ++i)
-          if (recvs[i] != MPI_REQUEST_NULL) missing += (missing.empty() ? "" : ", ") + std::to_string(peer_of(i));
+          if (recvs[i] != MPI_REQUEST_NULL) missing += (missing.empty() ? "" : ", ") + member(peer_of(i));
         abandon();
         fail_timeout(epl::detail::concat(what, " on group '", name(), "' (size ", n, ") timed out after ", st_->opt.timeout.count(),
-                                    " ms at rank ", rank(), ": ranks ", missing,
+                                    " ms at rank ", member(rank()), ": ranks ", missing,
                                     " did not arrive (a rank died, hangs, or called a different collective; the timeout is the key "
                                     "communication.timeout)"));
       }
@@ -605,8 +623,9 @@ class MpiCommunicator {
       if (poll(what, req, peer, status)) return;
       if (auto why = stopped(); !why.empty()) EPL_FAIL(what, " on group '", name(), "' at rank ", rank(), " stopped: ", why);
       if (std::chrono::steady_clock::now() >= deadline)
-        fail_timeout(epl::detail::concat(what, " on group '", name(), "' at rank ", rank(), " timed out after ", st_->opt.timeout.count(),
-                                    " ms", peer >= 0 ? " waiting for rank " + std::to_string(peer) : std::string(" in the data transfer")));
+        fail_timeout(epl::detail::concat(what, " on group '", name(), "' at rank ", member(rank()), " timed out after ",
+                                         st_->opt.timeout.count(), " ms",
+                                         peer >= 0 ? " waiting for rank " + member(peer) : std::string(" in the data transfer")));
       if (polls > 200) std::this_thread::yield();  // oversubscribed ranks must let their peers run
     }
   }

@@ -195,14 +195,14 @@ class ThreadGroup {
       }
       if (abort_->raised()) EPL_FAIL("recv from rank ", src, " tag ", tag, " on group '", name_, "' at rank ", dst, " stopped: ", abort_->reason());
       if (std::chrono::steady_clock::now() >= deadline) {
-        std::string what = "recv on group '" + name_ + "' at rank " + std::to_string(dst) + " timed out after " +
-                           std::to_string(opt_.timeout.count()) + " ms: rank " + std::to_string(src) +
+        std::string what = "recv on group '" + name_ + "' at rank " + member(dst) + " timed out after " +
+                           std::to_string(opt_.timeout.count()) + " ms: rank " + member(src) +
                            " did not send a message with tag " + std::to_string(tag);
         abort_->raise(world_ranks_[dst], what);
         EPL_FAIL(what);
       }
       if (abort_->returned(world_ranks_[src])) {
-        std::string what = "recv on group '" + name_ + "' at rank " + std::to_string(dst) + ": rank " + std::to_string(src) +
+        std::string what = "recv on group '" + name_ + "' at rank " + member(dst) + ": rank " + member(src) +
                            " returned from its function without sending a message with tag " + std::to_string(tag);
         abort_->raise(world_ranks_[dst], what);
         EPL_FAIL(what);
@@ -280,21 +280,23 @@ class ThreadGroup {
     std::string gone;
     for (int r = 0; r < size(); ++r)
       if (arrived_[static_cast<std::size_t>(r)].load() != my + 1 && abort_->returned(world_ranks_[static_cast<std::size_t>(r)]))
-        gone += (gone.empty() ? "" : ", ") + std::to_string(r);
+        gone += (gone.empty() ? "" : ", ") + member(r);
     if (gone.empty()) return {};
-    return std::string(op) + " on group '" + name_ + "' (size " + std::to_string(size()) + ") at rank " + std::to_string(rank) +
+    return std::string(op) + " on group '" + name_ + "' (size " + std::to_string(size()) + ") at rank " + member(rank) +
            ": ranks " + gone + " returned from their function before arriving at it (a call skipped, or an asynchronous " +
            "one never waited for; every rank must issue the same collectives in the same order)";
   }
   std::string timeout_message(const char* op, int rank, std::uint64_t my) const {
     std::string missing;
     for (int r = 0; r < size(); ++r)
-      if (arrived_[static_cast<std::size_t>(r)].load() != my + 1) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+      if (arrived_[static_cast<std::size_t>(r)].load() != my + 1) missing += (missing.empty() ? "" : ", ") + member(r);
     return std::string(op) + " on group '" + name_ + "' (size " + std::to_string(size()) + ") timed out after " +
-           std::to_string(opt_.timeout.count()) + " ms at rank " + std::to_string(rank) + ": ranks " + missing +
+           std::to_string(opt_.timeout.count()) + " ms at rank " + member(rank) + ": ranks " + missing +
            " did not arrive (a rank died, hangs, or called a different collective; the timeout is the key "
            "communication.timeout)";
   }
+
+  std::string member(int r) const { return member_text(r, world_ranks_[static_cast<std::size_t>(r)]); }
 
   std::vector<int> world_ranks_;
   std::shared_ptr<AbortFlag> abort_;
