@@ -229,6 +229,25 @@ TEST_CASE("error: message carries the location and what to do") {
   }
 }
 
+TEST_CASE("timeline: each rank's clock is measured against rank 0's in the round where both were quickest") {
+  // Rank 1's clock runs 1,000,000 ns ahead of rank 0's. In round 0 rank 1 was descheduled after the
+  // all-gather (its own clock read 4.9 ms late); a barrier and one reading of each clock, as the
+  // tracer did, put it that far out, and receives were drawn before their sends (a stranger's finding).
+  std::vector<ClockRound> rounds{
+      {{0, 1'000'003}, {12, 5'900'003}},               // wide on rank 1
+      {{10'000, 1'010'002}, {10'010, 1'010'012}},      // both within 10 ns: offset (2'020'014 - 20'010) / 2
+      {{20'000, 1'019'000}, {20'500, 1'021'000}},      // wide on both
+  };
+  CHECK(clock_offset(rounds, 0) == 0);
+  CHECK(clock_offset(rounds, 1) == 1'000'002);
+  rounds[1].end[0] = 900'000;  // now rank 0 was slow in that round: round 2 is the narrowest
+  CHECK(clock_offset(rounds, 1) == ((1'019'000 + 1'021'000) - (20'000 + 20'500)) / 2);
+  // thread ranks share one clock: the offset is 0 whatever the rounds' widths
+  const std::vector<ClockRound> shared{{{100, 140}, {150, 152}}, {{200, 201}, {203, 202}}};
+  CHECK(std::abs(clock_offset(shared, 1)) <= 1);
+  CHECK_THROWS_AS((void)clock_offset(shared, 2), std::out_of_range);
+}
+
 TEST_CASE("timeline: spans survive the exchange between ranks and become Chrome trace events, one process per rank") {
   Timeline t;
   const auto t0 = Timeline::Clock::now();

@@ -4,8 +4,8 @@
 /// and all-reduce spans, written as Chrome trace JSON (Perfetto and chrome://tracing open it),
 /// one process track per rank with a compute and a communication lane.
 ///
-/// Times are microseconds since the timeline's origin, which every rank of a run sets right
-/// after one common barrier (Trainer does), so the ranks' tracks line up.
+/// Times are microseconds since the timeline's origin, one moment for every rank of a run (the
+/// tracer measures each rank's clock against rank 0's), so the ranks' tracks line up.
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -27,12 +27,35 @@ struct Span {
   double start_us = 0, duration_us = 0;
 };
 
+/// \brief One round of a collective that completes on no rank before every rank has started it
+/// (an all-gather): each rank's clock, in nanoseconds, read just before it (`start[q]`) and just
+/// after it (`end[q]`).
+struct ClockRound {
+  std::vector<std::int64_t> start, end;
+};
+/// \brief Rank r's clock minus rank 0's, from rounds of such a collective. The moment the last
+/// rank started it lies inside every rank's [start, end], so the midpoints of rank r's and rank 0's
+/// intervals differ from the offset by at most half their widths together; the round where they
+/// are narrowest is taken (a rank descheduled around one round widens only that round's). Thread
+/// ranks share one clock and get about 0; processes on other machines their clocks' offset.
+inline std::int64_t clock_offset(const std::vector<ClockRound>& rounds, std::size_t r) {
+  std::int64_t best = 0, narrowest = -1;
+  for (const auto& k : rounds) {
+    const std::int64_t width = (k.end.at(r) - k.start.at(r)) + (k.end.at(0) - k.start.at(0));
+    if (narrowest >= 0 && width >= narrowest) continue;
+    narrowest = width;
+    best = ((k.start[r] + k.end[r]) - (k.start[0] + k.end[0])) / 2;
+  }
+  return best;
+}
+
 /// \brief A rank's spans (thread-safe: the communication worker adds to it too).
 class Timeline {
  public:
   using Clock = std::chrono::steady_clock;
 
-  /// \brief Spans start counting from now (call it on every rank right after a barrier).
+  /// \brief Spans start counting from t (every rank of a run the same moment: BasicTracer::open
+  /// maps rank 0's origin to each rank's clock with clock_offset).
   void set_origin(Clock::time_point t = Clock::now()) {
     std::lock_guard lock(mutex_);
     origin_ = t;
