@@ -313,6 +313,34 @@ TEST_CASE("auto_plan: a budget nothing fits says by how much; without the key no
   });
 }
 
+TEST_CASE("auto_plan: the planner's keys the user gave hold; auto.auto_parallel with no planner is refused") {
+  // they were overwritten without a word, and a Trainer built without auto_plan trained data
+  // parallel (a stranger's findings)
+  Config given;
+  given.set(keys::auto_parallel, true);
+  given.set("pipeline.num_micro_batch", 2);
+  given.set("zero.level", "v1");
+  for (const auto& run : planned_runs(2, given, 1)) {
+    CAPTURE(run.second);
+    CHECK(run.second.find("pipeline.num_micro_batch=2 ") != std::string::npos);
+    CHECK(run.second.find("zero.level=\"v1\" ") != std::string::npos);
+  }
+  Config none = given;
+  none.set("pipeline.num_micro_batch", 3);  // no plan runs 3 micro-batches of a batch of 8
+  CHECK_THROWS_WITH_AS(planned_runs(1, none, 1), doctest::Contains("plans that fit agrees with the keys given (pipeline.num_micro_batch=3, "
+                                                                   "zero.level=\"v1\"): leave them unset for the planner to choose them"),
+                       Error);
+  Config unplanned;
+  unplanned.set(keys::auto_parallel, true);
+  const auto build = [](const Config& c) { Trainer<gpt::Gpt, optim::AdamW, All> t(test::cpu(), c, gpt::make_gpt(tiny()), optim::AdamW({})); };
+  CHECK_THROWS_WITH_AS(build(unplanned),
+                       doctest::Contains("auto.auto_parallel=true without pipeline.num_stages asks the planner to choose the layout, "
+                                         "and no planner chose it: call epl::auto_plan"),
+                       Error);
+  unplanned.set(keys::num_stages, 1);  // a cut into one stage: as asked
+  CHECK_NOTHROW(build(unplanned));
+}
+
 namespace {
 // planner_sweeps' MLP: every layer saves its input, so each output is kept by the layer after it
 struct PeakMlp {

@@ -51,6 +51,12 @@ inline void plan_pipeline(const ModelStructure& model, const PlanOptions& opt, c
   } else if (plan.cut_at_split) {
     plan.chunks = 2;
   } else {
+    // auto_plan gives the stages it chose; a Trainer built from the user's keys alone would
+    // train data-parallel and say nothing (a stranger's finding)
+    EPL_CHECK(!opt.auto_parallel || opt.stages_given, "auto.auto_parallel=true without pipeline.num_stages asks the planner to "
+              "choose the layout, and no planner chose it: call epl::auto_plan on every rank before building the Trainer and "
+              "build it from the Config it returns (docs/planner.md), or give pipeline.num_stages to cut the model into that "
+              "many stages");
     EPL_CHECK(p == 1 || opt.auto_parallel, "pipeline.num_stages = ", p, " needs stages: declare the model as "
               "epl::Pipeline<epl::Replicate<1, ...>, ...>, or set auto.auto_parallel=true to cut it into ", p,
               " balanced stages");

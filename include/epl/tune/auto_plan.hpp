@@ -66,6 +66,9 @@ EPL_LINKED Batch tiled(const device::Cpu& cpu, const Batch& sample, std::int64_t
 EPL_LINKED std::int64_t check_sample(Context& ctx, const Batch& sample);
 EPL_LINKED plan::Cluster cluster_of(Context& ctx, const Config& cfg, const AutoPlanOptions& o, plan::PlanOptions& base);
 EPL_LINKED std::vector<plan::Estimate> agreed_shortlist(Context& ctx, const plan::SearchResult& found, std::size_t k, int tensor);
+// The plans of `found` that agree with every planner key the user gave in cfg (a schedule, the
+// micro-batches, a ZeRO level, ...): they are constraints, not suggestions; none: an error naming them.
+EPL_LINKED plan::SearchResult held_to_given(plan::SearchResult found, const Config& cfg);
 EPL_LINKED Config chosen(Context& ctx, const Config& cfg, const plan::SearchResult& found, const std::vector<plan::Estimate>& plans,
                          const std::vector<bench::Measured>& measured, bool stand_in, const AutoPlanOptions& o);
 // An optimizer to time the plans with: its default options (the update's cost does not depend on them).
@@ -117,7 +120,7 @@ Config auto_plan(Context& ctx, const Config& cfg, const Model& model, const Batc
   }
   plan::PlanOptions base;
   const plan::Cluster cluster = detail::cluster_of(ctx, cfg, o, base);
-  const auto found = [&] {
+  const auto found = detail::held_to_given([&] {
     try {
       return plan::search<Model, Policy>(model, *prof, cluster, global_rows, Optimizer::kStateSlots,
                                          {.budget = o.budget, .amp_profile = amp ? &*amp : nullptr, .base = base});
@@ -127,7 +130,7 @@ Config auto_plan(Context& ctx, const Config& cfg, const Model& model, const Batc
       EPL_FAIL(e.detail(), " (the profile was read from the planner's calibration file ", o.cache,
                ", written for this model type and sample shape: if the model changed otherwise, delete the file to measure again)");
     }
-  }();
+  }(), cfg);
   // rank 0's top plans, on every rank (each rank probed for itself: their rankings may differ).
   // They are measured when the optimizer can stand in for the run's (built from its default options).
   constexpr bool stand_in = detail::has_stand_in<Optimizer>;

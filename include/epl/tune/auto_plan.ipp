@@ -126,6 +126,41 @@ EPL_LINKED std::vector<plan::Estimate> agreed_shortlist(Context& ctx, const plan
   return plans;
 }
 
+EPL_LINKED plan::SearchResult held_to_given(plan::SearchResult found, const Config& cfg) {
+  // a key given on the command line, in the environment or by code, as its canonical text
+  const auto given = [&](const std::string& key) -> std::optional<std::string> {
+    if (cfg.source(key) == Config::Source::kDefault) return std::nullopt;
+    return cfg.value_text(key);
+  };
+  const auto same = [&](const std::string& key, const std::string& text) {
+    Config one;
+    one.set_text(key, text);
+    return one.value_text(key);
+  };
+  std::vector<std::string> held;  // the given keys some plan sets, as key=value
+  const auto keep = [&](const plan::Estimate& e) {
+    bool agrees = true;
+    for (const auto& [key, text] : e.candidate.keys()) {
+      const auto mine = given(key);
+      if (!mine) continue;
+      const std::string shown = key + "=" + *mine;
+      if (std::find(held.begin(), held.end(), shown) == held.end()) held.push_back(shown);
+      agrees = agrees && same(key, text) == *mine;
+    }
+    return agrees;
+  };
+  const std::size_t before = found.plans.size();
+  std::vector<plan::Estimate> kept;
+  for (auto& e : found.plans)
+    if (keep(e)) kept.push_back(std::move(e));
+  std::string keys;
+  for (const auto& k : held) keys += (keys.empty() ? "" : ", ") + k;
+  EPL_CHECK(!kept.empty(), "auto.auto_parallel: none of the ", before, " plans that fit agrees with the keys given (", keys,
+            "): leave them unset for the planner to choose them, or give pipeline.num_stages to lay the run out by hand");
+  found.plans = std::move(kept);
+  return found;
+}
+
 EPL_LINKED Config chosen(Context& ctx, const Config& cfg, const plan::SearchResult& found, const std::vector<plan::Estimate>& plans,
                          const std::vector<bench::Measured>& measured, bool stand_in, const AutoPlanOptions& o) {
   const int n = ctx.world().size();
