@@ -102,7 +102,7 @@ TEST_CASE("data files: text bytes, binary ids, corrupt and missing files") {
   CHECK_THROWS_WITH_AS(data::TokenDataset::from_text({dir}), doctest::Contains("is a directory; name the files inside it"), Error);
   CHECK_THROWS_WITH_AS(data::TokenDataset::from_binary(dir), doctest::Contains("is a directory"), Error);
   CHECK_THROWS_WITH_AS(data::TokenDataset::from_text({"/dev/null/x"}), doctest::Contains("data file"), Error);
-  CHECK_THROWS_WITH_AS(data::WindowLoader(text, 4, 2, 0), doctest::Contains("fewer than one batch of 2"), Error);
+  CHECK_THROWS_WITH_AS(data::WindowLoader(text, 4, 2, 0), doctest::Contains("holds 1 window of 4 tokens, fewer than one batch of 2"), Error);
   const std::string named = "(" + (dir / "a.txt").string() + ")";
   CHECK_THROWS_WITH_AS(data::WindowLoader(text, 4, 2, 0), doctest::Contains(named.c_str()), Error);
   // empty files (found by the stranger): named at once, not as a dataset of 0 tokens later; an

@@ -116,7 +116,7 @@ EPL_LINKED WindowLoader::WindowLoader(const TokenDataset& ds, std::int64_t seq_l
             shard.ranks, " data-parallel ranks; make the batch a multiple of ", shard.ranks);
   (void)shard.rows_of(batch);  // uneven shares: one row each at least
   windows_ = (ds.size() - 1) / seq_len;
-  EPL_CHECK(windows_ >= batch, "dataset of ", ds.size(), " tokens (", ds.source(), ") holds ", windows_, " windows of ", seq_len,
+  EPL_CHECK(windows_ >= batch, "dataset of ", ds.size(), " tokens (", ds.source(), ") holds ", windows_, windows_ == 1 ? " window of " : " windows of ", seq_len,
             " tokens, fewer than one batch of ", batch, "; use more data or a smaller batch");
   shuffle();
 }

@@ -36,6 +36,8 @@ struct SoftmaxCrossEntropy {
     EPL_CHECK(targets.shape() == want || (targets.rank() == 1 && targets.numel() == rows), "SoftmaxCrossEntropy: targets ",
               targets.shape(), " for logits ", logits.shape(), "; give one class id per row, shaped ", want,
               want.rank() > 1 ? " or " + epl::detail::concat(Shape{rows}) : std::string());
+    EPL_CHECK(!is_floating(targets.dtype()), "SoftmaxCrossEntropy: the targets are ", name_of(targets.dtype()),
+              "; they are class ids: make them i32 or i64 (device.empty(shape, epl::DType::kI32))");
     if (part_.whole()) {
       double total = ctx.device().cross_entropy(logits, targets);
       ctx.save(this, {logits, targets});
