@@ -6,3 +6,12 @@
 // of the longer of the two.
 #define EPL_PRECOMPILED_RUN_SOURCE
 #include "epl/runtime/trainer.hpp"
+
+namespace epl {
+inline namespace v0 {
+namespace detail {
+// what each program linked with this library compares its own headers' layout with, before main
+std::uint64_t precompiled_model_free_layout() { return model_free_layout(); }
+}  // namespace detail
+}  // namespace v0
+}  // namespace epl

@@ -82,6 +82,20 @@ TEST_CASE("a batch that does not divide into micro-batches names both numbers") 
   CHECK_THROWS_WITH_AS(whole.step(float_targets), doctest::Contains("SoftmaxCrossEntropy: the targets are f32; they are class ids"), Error);
 }
 
+TEST_CASE("a program's headers are checked against epl::precompiled's before main") {
+#if defined(EPL_PRECOMPILED)
+  // this program was compiled with the library's own headers: the check before main let it run
+  CHECK(detail::precompiled_model_free_layout() == detail::model_free_layout());
+  CHECK(detail::layout_mismatch(detail::model_free_layout(), detail::precompiled_model_free_layout()).empty());
+  // headers of another tree, whose types' sizes differ (a stranger's program crashed at its first step)
+  const std::string why = detail::layout_mismatch(detail::model_free_layout(), detail::model_free_layout() + 1);
+  CHECK(why.find("compiled with epl headers that lay out epl's types otherwise than the headers epl::precompiled") != std::string::npos);
+  CHECK(why.find("rebuild the library from these headers") != std::string::npos);
+#else
+  MESSAGE("header-only: no library to check against");
+#endif
+}
+
 TEST_CASE("a TrainerOptions value outside its range is an error when the trainer is made, used or not") {
   auto make = [](TrainerOptions o) { Trainer<gpt::Gpt, optim::SGD> t(test::cpu(), Config{}, gpt::make_gpt(tiny()), optim::SGD({}), o); };
   const double nan = std::numeric_limits<double>::quiet_NaN();

@@ -43,6 +43,11 @@
 #include "epl/strategy/executor.hpp"
 #include "epl/strategy/units.hpp"
 
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
 namespace epl {
 inline namespace v0 {
 EPL_MODEL_FREE class policy::AllReduceReducer<device::Cpu>;
@@ -133,6 +138,45 @@ EPL_MODEL_FREE_RUN class detail::TrainerCore<optim::Momentum, nn::SoftmaxCrossEn
 EPL_MODEL_FREE_RUN class detail::TrainerCore<optim::Momentum, nn::SoftmaxCrossEntropy, device::Cpu, policy::ZeroSync<device::Cpu>>;
 EPL_MODEL_FREE_RUN class detail::TrainerCore<optim::AdamW, nn::SoftmaxCrossEntropy, device::Cpu, policy::AllReduceSync<device::Cpu>>;
 EPL_MODEL_FREE_RUN class detail::TrainerCore<optim::AdamW, nn::SoftmaxCrossEntropy, device::Cpu, policy::ZeroSync<device::Cpu>>;
+
+// A program compiled with other epl headers than the library it links (a tree changed after the
+// install, headers of another version) calls the library's code on objects of another layout and
+// crashed at its first step without a word (a stranger's finding). The sizes of what the list above
+// names, as this translation unit's headers lay them out, are checked against the library's before
+// main. (A change of code that keeps every size is not seen.)
+namespace detail {
+constexpr std::uint64_t model_free_layout() {
+  std::uint64_t h = 1469598103934665603ull;
+  for (std::uint64_t size :
+       {sizeof(Tensor), sizeof(Shape), sizeof(Config), sizeof(nn::Saved), sizeof(CpuReducePass), sizeof(CpuZeroPass), sizeof(param::Arena),
+        sizeof(policy::ZeroSharder<device::Cpu>), sizeof(policy::AllReduceSync<device::Cpu>), sizeof(policy::ZeroSync<device::Cpu>),
+        sizeof(strategy::Executor<CpuReducePass, nn::SoftmaxCrossEntropy>), sizeof(strategy::Chunk<CpuZeroPass>),
+        sizeof(optim::Updater<optim::AdamW>), sizeof(policy::EmaHook<device::Cpu>),
+        sizeof(detail::TrainerCore<optim::AdamW, nn::SoftmaxCrossEntropy, device::Cpu, policy::AllReduceSync<device::Cpu>>),
+        sizeof(detail::TrainerCore<optim::SGD, nn::SoftmaxCrossEntropy, device::Cpu, policy::ZeroSync<device::Cpu>>)})
+    h = (h ^ size) * 1099511628211ull;
+  return h;
+}
+/// The library's model_free_layout(), compiled with its own headers (src/precompiled_run.cpp).
+std::uint64_t precompiled_model_free_layout();
+/// What a program whose layout (`mine`) is not the library's is told; empty when they agree.
+inline std::string layout_mismatch(std::uint64_t mine, std::uint64_t library) {
+  if (mine == library) return {};
+  return "epl: this program was compiled with epl headers that lay out epl's types otherwise than the headers epl::precompiled "
+         "(libepl_precompiled) was built with: they come from different versions or source trees. Build the program against "
+         "the headers installed with that library (find_package(epl) of the same prefix), or rebuild the library from these "
+         "headers";
+}
+#if !defined(EPL_PRECOMPILED_SOURCE) && !defined(EPL_PRECOMPILED_RUN_SOURCE)
+[[gnu::used]] inline const bool model_free_layout_checked = [] {
+  if (const std::string why = layout_mismatch(model_free_layout(), precompiled_model_free_layout()); !why.empty()) {
+    std::fprintf(stderr, "%s\n", why.c_str());
+    std::_Exit(2);
+  }
+  return true;
+}();
+#endif
+}  // namespace detail
 }  // namespace v0
 }  // namespace epl
 #undef EPL_MODEL_FREE
