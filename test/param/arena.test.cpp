@@ -68,6 +68,31 @@ TEST_CASE("materialize: staging is the rank's own and small; a large parameter d
     CHECK(got[i] == static_cast<float>(want[i]));
   CHECK(got[65536] != got[65535]);
 }
+namespace {
+struct ListsTwice {  // its visit names one member under two names (a stranger's layer)
+  nn::Parameter weight{Shape{3, 2}, nn::Init::zeros()}, bias{Shape{3}, nn::Init::zeros()};
+  template <class V> void visit(V&& v) {
+    v("weight", weight);
+    v("bias", bias);
+    v("weight2", weight);
+  }
+  template <class Ctx> Tensor forward(Ctx&, const Tensor& x) { return x; }
+  template <class Ctx> Tensor backward(Ctx&, const Tensor& dy) { return dy; }
+};
+struct WithTwice {
+  nn::Linear in{2, 2};
+  ListsTwice mine;
+};
+}  // namespace
+
+TEST_CASE("materialize: a parameter listed twice is named with both names, not laid out twice") {
+  WithTwice m;
+  CHECK_THROWS_WITH_AS((void)param::materialize(m, test::cpu()),
+                       doctest::Contains("the model lists one parameter twice, as mine.weight and mine.weight2 ([3, 2]): a layer's "
+                                         "visit(v) names a member twice"),
+                       Error);
+}
+
 TEST_CASE("materialize: the same seed draws the same values; another seed other values") {
   Three x, y, z;
   (void)param::materialize(x, test::cpu(), {.seed = 7});

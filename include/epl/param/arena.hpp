@@ -9,6 +9,9 @@
 /// in place, with no copy in or out, and a ZeRO partition is a range too.
 #include <algorithm>
 #include <functional>
+#include <map>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "epl/core/random.hpp"
@@ -195,7 +198,15 @@ Arena materialize(L& l, const D& d, MaterializeOptions opt) {
   detail::check(opt);
   std::int64_t ordinal = 0;
   std::vector<nn::Parameter*> visiting;
-  nn::for_each_parameter(l, [&](nn::Parameter& p) {
+  // A parameter listed twice (a visit(v) that names one member under two names) was laid out twice:
+  // 228 parameters counted for 164, a checkpoint that could not be read back, and on 2 ranks an
+  // error about the reducer's arena (a stranger's finding).
+  std::map<const nn::Parameter*, std::string> named;
+  nn::visit_parameters(l, [&](std::string_view name, nn::Parameter& p) {
+    const auto [first, fresh] = named.emplace(&p, std::string(name));
+    EPL_CHECK(fresh, "the model lists one parameter twice, as ", first->second, " and ", name, " (", p.shape,
+              "): a layer's visit(v) names a member twice; name each parameter once (a weight shared by two layers is "
+              "not supported: give each layer its own)");
     p.ordinal = ordinal++;
     p.offset = -1;
     p.value = {};
