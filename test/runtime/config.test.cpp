@@ -295,6 +295,18 @@ TEST_CASE("program flags: every bad input is an error naming the option") {
   CHECK_THROWS_WITH_AS(Flag<std::string>("m", "medium", "", {.choices = {"fast", "slow"}}),
                        doctest::Contains("flag --m: its default \"medium\" is not one of its own choices"), Error);
   CHECK(parse({"--layers", "7"}).get(layers) == 7);
+  // without flags of its own, what is not an EPL key is the program's to read; one that never
+  // reads it has it refused, and --help is seen either way (a stranger's findings: both were ignored)
+  const char* own[] = {"prog", "--bogus=3", "--help"};
+  const Config loose = Config::parse(3, own);
+  CHECK(loose.help_requested());
+  CHECK_THROWS_WITH_AS(loose.check_all_read(), doctest::Contains("the command line's \"--bogus=3 --help\" is neither an EPL key nor an "
+                                                                 "option this program declared, and the program never read its own"),
+                       Error);
+  CHECK(loose.program_args() == std::vector<std::string>{"--bogus=3", "--help"});
+  CHECK_NOTHROW(loose.check_all_read());  // read now
+  const char* none[] = {"prog"};
+  CHECK_NOTHROW(Config::parse(1, none).check_all_read());
   // from code, a key is named as the code named it, without a command line's dashes (a stranger's finding)
   Config code;
   code.declare(steps);

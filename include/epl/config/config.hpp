@@ -171,8 +171,15 @@ class Config {
   [[nodiscard]] Source source(Key<T> key) const {
     return source(key.name);
   }
-  [[nodiscard]] const std::vector<std::string>& program_args() const noexcept { return args_; }
-  /// \brief --help or -h was given: print usage() and exit 0.
+  /// \brief The arguments that are neither EPL keys nor declared flags (from_args without flags),
+  /// for a program that parses its own. A program that never asks for them has them refused at its
+  /// first training step (check_all_read): they would have no effect.
+  [[nodiscard]] const std::vector<std::string>& program_args() const noexcept {
+    args_read_->store(true, std::memory_order_relaxed);
+    return args_;
+  }
+  /// \brief --help or -h was given: print usage() and exit 0. Without flags of the program's own,
+  /// --help also stays in program_args(), for a program that prints its own usage.
   [[nodiscard]] bool help_requested() const noexcept { return help_; }
   /// \brief The program's flags with their defaults and help, and where EPL's keys are listed.
   [[nodiscard]] EPL_LINKED std::string usage(std::string_view program, std::string_view about = {}) const;
@@ -180,7 +187,8 @@ class Config {
   /// \brief "key = value (source)" lines for every key, for logs.
   [[nodiscard]] EPL_LINKED std::string describe() const;
   /// \brief Fails naming the first EPL key that was given (not left at its default) but that
-  /// nothing has read: a key that would have no effect is an error, not ignored. A Trainer calls
+  /// nothing has read, or the program's own arguments (program_args()) when it never asked for them:
+  /// a key that would have no effect is an error, not ignored. A Trainer calls
   /// it at its first step, when the program has built what reads its keys (io.slicing is read by
   /// data::slice_files, communication.timeout by epl::launch or epl::comm_options).
   EPL_LINKED void check_all_read() const;
@@ -221,6 +229,7 @@ class Config {
 
   std::map<std::string, Entry, std::less<>> entries_;
   std::vector<std::string> args_;
+  std::shared_ptr<std::atomic<bool>> args_read_ = std::make_shared<std::atomic<bool>>(false);  // shared by copies, as Entry::read
   bool help_ = false;
 
   template <class Read>

@@ -128,6 +128,16 @@ EPL_LINKED std::string Config::describe() const {
 }
 
 EPL_LINKED void Config::check_all_read() const {
+  // from_args without flags keeps what is not an EPL key for a program that parses its own: one
+  // that never asked for them ignored --bogus=3 and --help (a stranger's finding)
+  if (!args_.empty() && !args_read_->load(std::memory_order_relaxed)) {
+    std::string given;
+    for (const auto& a : args_) given += (given.empty() ? "" : " ") + a;
+    EPL_FAIL("the command line's ", detail::quoted(given), " is neither an EPL key nor an option this program declared, and the "
+             "program never read its own arguments (Config::program_args()), so it would have no effect; declare the program's "
+             "options as epl::Flag and pass them to Config::from_args(argc, argv, flags...), which refuses what it does not "
+             "know, or drop the argument");
+  }
   for (const auto& [name, e] : entries_) {
     if (e.key.program || e.source == Source::kDefault || e.read->load(std::memory_order_relaxed)) continue;
     const std::string given = "config key " + name + " = " + detail::value_str(e.value) + " was given, but ";
@@ -135,8 +145,9 @@ EPL_LINKED void Config::check_all_read() const {
       EPL_FAIL(given, "this program reads no files through data::slice_files, where the io.* keys apply; read the training files "
                "with data::slice_files(files, trainer.data_shard(), cfg), or drop the key");
     if (name == "communication.timeout")
-      EPL_FAIL(given, "this program started its ranks without reading it (comm::run_threads with its own options); pass "
-               "{.comm = epl::comm_options(cfg)} to run_threads, start the ranks with epl::launch, or drop the key");
+      EPL_FAIL(given, "this program started no ranks that read it (a Trainer on one device has no peers to wait for; "
+               "comm::run_threads with its own options does not read it): pass {.comm = epl::comm_options(cfg)} to run_threads, "
+               "start the ranks with epl::launch, or drop the key");
     EPL_FAIL(given, "nothing in this program read it by its first training step, so it would have no effect; drop the key");
   }
 }
@@ -362,9 +373,9 @@ EPL_LINKED void Config::read_environment(const char* const* envp) {
 EPL_LINKED void Config::parse_args(int argc, const char* const* argv, bool strict) {
   for (int i = 1; i < argc; ++i) {
     std::string_view a = argv[i] ? argv[i] : "";
-    if (strict && (a == "--help" || a == "-h")) {
+    if (a == "--help" || a == "-h") {
       help_ = true;
-      continue;
+      if (strict) continue;  // without flags of its own, the program may print its own usage too
     }
     EPL_CHECK(!strict || !a.starts_with("--help="), "option --help takes no value (got ", detail::quoted(a), "); give --help alone");
     if (a.substr(0, 2) != "--" || a.size() == 2) {
