@@ -48,6 +48,10 @@ int main(int argc, char** argv) try {
     std::printf("wrote %zu tensors%s of %s to %s\n", n, ema ? " (the average of the weights)" : "", dir.c_str(), out);
     return 0;
   }
+  if (!help && command != "show" && command != "export")  // a command it does not know is named, not only the usage shown
+    std::fprintf(stderr, "epl-checkpoint: %s\n", command.empty() ? "no command given" : ("unknown command \"" + command + "\"").c_str());
+  else if (!help)
+    std::fprintf(stderr, "epl-checkpoint: %s takes %s\n", command.c_str(), command == "show" ? "one DIR" : "[--ema] DIR OUT.safetensors");
   std::fputs("usage: epl-checkpoint show DIR\n       epl-checkpoint export [--ema] DIR OUT.safetensors\n"
              "--ema: the average of the weights a run with epl::Ema kept, under the weights' names\n"
              "DIR: a step-N checkpoint directory, or the checkpoint.dir that holds them (its newest is used)\n",

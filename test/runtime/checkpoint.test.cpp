@@ -6,6 +6,7 @@
 #include "../../examples/gpt/gpt.hpp"
 #include "../helpers.hpp"
 #include "epl/checkpoint/checkpoint.hpp"
+#include "epl/checkpoint/export.hpp"
 #include "epl/comm/threads/run_threads.hpp"
 #include "epl/core/files.hpp"
 
@@ -577,7 +578,7 @@ TEST_CASE("checkpoint: misuse is named") {
   }
   SUBCASE("a loader over other data") {
     (void)train({.steps = 1, .save_to = dir.path});
-    CHECK(resume_error(dir.path, 3000, true).find("the checkpoint's data loader read token ids in memory (4000 tokens") != std::string::npos);
+    CHECK(resume_error(dir.path, 3000, true).find("the saved loader position (a checkpoint's, or the one given to seek) is in token ids in memory (4000 tokens") != std::string::npos);
   }
   SUBCASE("a loader over other data of the same size, refused unless checkpoint.resume_other_data says so") {
     (void)train({.steps = 1, .save_to = dir.path});
@@ -764,6 +765,10 @@ TEST_CASE("checkpoint: a directory is one run's, and a checkpoint is what its na
     T a(test::cpu(), config(), make_drop_gpt(), optim::AdamW({}), o);
     fs::rename(a.save(dir.path), dir.path / "step-00000012");
     CHECK_THROWS_WITH_AS(a.resume(dir.path), doctest::Contains("is named for step 12 but its manifest says step 0"), Error);
+    // every reader alike: epl-checkpoint show and export_safetensors read it through Reader (a stranger's finding)
+    CHECK_THROWS_WITH_AS(checkpoint::Reader(dir.path / "step-00000012"), doctest::Contains("is named for step 12"), Error);
+    CHECK_THROWS_WITH_AS(checkpoint::export_safetensors(dir.path / "step-00000012", dir.path / "w.safetensors"),
+                         doctest::Contains("is named for step 12"), Error);
   }
   SUBCASE("steps past 10^8 are found") {
     CHECK(checkpoint::step_of("step-123456789") == 123456789);

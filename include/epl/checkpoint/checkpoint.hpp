@@ -442,7 +442,13 @@ inline std::optional<std::filesystem::path> newest(const std::filesystem::path& 
 class Reader {
  public:
   /// \brief The checkpoint in directory dir (a step-* directory).
-  explicit Reader(const std::filesystem::path& dir) : Reader(open_manifest(dir), dir) {}
+  explicit Reader(const std::filesystem::path& dir) : Reader(open_manifest(dir), dir) {
+    // every reader of a directory alike: epl-checkpoint show and export too (a stranger's finding)
+    const auto named = step_of(dir.filename().string());
+    EPL_CHECK(!named || *named == manifest().step, "checkpoint ", dir, " is named for step ", *named, " but its manifest says step ",
+              manifest().step, ": a step directory renamed or copied over another; rename it step-",
+              step_name(manifest().step).substr(5), " or move it aside");
+  }
   /// \brief A manifest's text and the source of its files; `where` names the checkpoint in errors.
   /// verify_checksums false skips the manifest's and the pieces' checksums (what a fuzzer reads).
   Reader(const std::string& manifest_text, std::string where, Source source, bool verify_checksums = true)

@@ -212,11 +212,7 @@ void BasicSerializer<Unused>::load(const std::filesystem::path& checkpoint, Trai
   const std::string what = "loading checkpoint " + checkpoint.string();
   std::optional<Reader> reader;
   epl::detail::on_every_rank(*s.world, what, [&] {
-    reader.emplace(checkpoint);
-    const auto named = step_of(checkpoint.filename().string());
-    EPL_CHECK(!named || *named == reader->manifest().step, "checkpoint ", checkpoint, " is named for step ", *named,
-              " but its manifest says step ", reader->manifest().step, ": a step directory renamed or copied over another; "
-              "rename it step-", step_name(reader->manifest().step).substr(5), " or move it aside");
+    reader.emplace(checkpoint);  // a step directory's name and its manifest's step agree (Reader checks)
     verify(*reader, checkpoint.string(), s);
   });
   // every rank has read what it needs: only now does any of them change its state

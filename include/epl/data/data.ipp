@@ -131,7 +131,7 @@ inline std::string hex64(std::uint64_t v) {
 
 EPL_LINKED void WindowLoader::seek(const Position& p, bool other_data) {
   const bool same_data = p.data == 0 || (p.data == ds_->fingerprint() && p.tokens == ds_->size());
-  EPL_CHECK(other_data || same_data, "the checkpoint's data loader read ", p.source.empty() ? std::string("(unnamed)") : p.source, " (",
+  EPL_CHECK(other_data || same_data, "the saved loader position (a checkpoint's, or the one given to seek) is in ", p.source.empty() ? std::string("(unnamed)") : p.source, " (",
             p.tokens, " tokens, checksum ", detail::hex64(p.data), "), but this loader reads ", ds_->source(), " (", ds_->size(),
             " tokens, checksum ", detail::hex64(ds_->fingerprint()), "): other data would resume at a position that means nothing in it; "
             "resume on the same data, or set checkpoint.resume_other_data=true to go on with other data on purpose");
