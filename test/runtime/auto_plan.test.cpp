@@ -332,7 +332,9 @@ TEST_CASE("auto_plan: the planner's keys the user gave hold; auto.auto_parallel 
                        Error);
   Config unplanned;
   unplanned.set(keys::auto_parallel, true);
-  const auto build = [](const Config& c) { Trainer<gpt::Gpt, optim::AdamW, All> t(test::cpu(), c, gpt::make_gpt(tiny()), optim::AdamW({})); };
+  const auto build = [](const Config& c) {
+    Trainer<gpt::Gpt, optim::AdamW, All> t(test::cpu(), c, gpt::make_gpt(tiny()), optim::AdamW({}));
+  };
   CHECK_THROWS_WITH_AS(build(unplanned),
                        doctest::Contains("auto.auto_parallel=true without pipeline.num_stages asks the planner to choose the layout, "
                                          "and no planner chose it: call epl::auto_plan"),

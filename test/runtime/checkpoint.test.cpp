@@ -578,7 +578,8 @@ TEST_CASE("checkpoint: misuse is named") {
   }
   SUBCASE("a loader over other data") {
     (void)train({.steps = 1, .save_to = dir.path});
-    CHECK(resume_error(dir.path, 3000, true).find("the saved loader position (a checkpoint's, or the one given to seek) is in token ids in memory (4000 tokens") != std::string::npos);
+    CHECK(resume_error(dir.path, 3000, true).find("the saved loader position (a checkpoint's, or the one given to seek) is in token ids "
+                                                  "in memory (4000 tokens") != std::string::npos);
   }
   SUBCASE("a loader over other data of the same size, refused unless checkpoint.resume_other_data says so") {
     (void)train({.steps = 1, .save_to = dir.path});

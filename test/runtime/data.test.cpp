@@ -102,7 +102,8 @@ TEST_CASE("data files: text bytes, binary ids, corrupt and missing files") {
   CHECK_THROWS_WITH_AS(data::TokenDataset::from_text({dir}), doctest::Contains("is a directory; name the files inside it"), Error);
   CHECK_THROWS_WITH_AS(data::TokenDataset::from_binary(dir), doctest::Contains("is a directory"), Error);
   CHECK_THROWS_WITH_AS(data::TokenDataset::from_text({"/dev/null/x"}), doctest::Contains("data file"), Error);
-  CHECK_THROWS_WITH_AS(data::WindowLoader(text, 4, 2, 0), doctest::Contains("holds 1 window of 4 tokens, fewer than one batch of 2"), Error);
+  CHECK_THROWS_WITH_AS(data::WindowLoader(text, 4, 2, 0), doctest::Contains("holds 1 window of 4 tokens, fewer than one batch of 2"),
+                       Error);
   const std::string named = "(" + (dir / "a.txt").string() + ")";
   CHECK_THROWS_WITH_AS(data::WindowLoader(text, 4, 2, 0), doctest::Contains(named.c_str()), Error);
   // empty files (found by the stranger): named at once, not as a dataset of 0 tokens later; an
@@ -114,7 +115,8 @@ TEST_CASE("data files: text bytes, binary ids, corrupt and missing files") {
   CHECK(data::TokenDataset::from_text({dir / "empty.txt", dir / "a.txt"}).size() == 5);
   CHECK_THROWS_WITH_AS(data::TokenDataset::from_binary(dir / "empty.bin"), doctest::Contains("empty.bin\" is empty; name a file of int32"), Error);
   // text or ids in memory alike (a stranger's finding: an empty span made a dataset of 0 tokens)
-  CHECK_THROWS_WITH_AS(data::TokenDataset::from_text_bytes(std::span<const char>()), doctest::Contains("from_text_bytes: the text is empty"), Error);
+  CHECK_THROWS_WITH_AS(data::TokenDataset::from_text_bytes(std::span<const char>()),
+                       doctest::Contains("from_text_bytes: the text is empty"), Error);
   CHECK_THROWS_WITH_AS(data::TokenDataset::from_text_bytes(""), doctest::Contains("from_text_bytes: the text is empty"), Error);
   CHECK_THROWS_WITH_AS(data::TokenDataset::from_tokens({}, 5), doctest::Contains("from_tokens: no token ids; give the ids"), Error);
   std::filesystem::remove_all(dir);

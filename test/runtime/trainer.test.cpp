@@ -74,7 +74,8 @@ TEST_CASE("a batch that does not divide into micro-batches names both numbers") 
   CHECK_THROWS_WITH_AS(t.step(empty), doctest::Contains("the batch has no rows; give every step at least one row"), Error);
   // rows of no tokens trained to a loss of nan, blamed on the learning rate (a stranger's finding)
   Batch no_tokens{test::ids({3, 0}, 256, 1), test::ids({3, 0}, 256, 2)};
-  CHECK_THROWS_WITH_AS(t.step(no_tokens), doctest::Contains("the batch's inputs [3, 0] hold no values: each row needs at least one"), Error);
+  CHECK_THROWS_WITH_AS(t.step(no_tokens), doctest::Contains("the batch's inputs [3, 0] hold no values: each row needs at least one"),
+                       Error);
   // targets of another dtype than class ids are named as the targets
   Trainer<gpt::Gpt, optim::SGD> whole(test::cpu(), Config{}, gpt::make_gpt(tiny()), optim::SGD({}));
   Batch b = loader.next(test::cpu());

@@ -116,8 +116,9 @@ EPL_LINKED WindowLoader::WindowLoader(const TokenDataset& ds, std::int64_t seq_l
             shard.ranks, " data-parallel ranks; make the batch a multiple of ", shard.ranks);
   (void)shard.rows_of(batch);  // uneven shares: one row each at least
   windows_ = (ds.size() - 1) / seq_len;
-  EPL_CHECK(windows_ >= batch, "dataset of ", ds.size(), " tokens (", ds.source(), ") holds ", windows_, windows_ == 1 ? " window of " : " windows of ", seq_len,
-            " tokens, fewer than one batch of ", batch, "; use more data or a smaller batch");
+  EPL_CHECK(windows_ >= batch, "dataset of ", ds.size(), " tokens (", ds.source(), ") holds ", windows_,
+            windows_ == 1 ? " window of " : " windows of ", seq_len, " tokens, fewer than one batch of ", batch,
+            "; use more data or a smaller batch");
   shuffle();
 }
 
@@ -131,7 +132,8 @@ inline std::string hex64(std::uint64_t v) {
 
 EPL_LINKED void WindowLoader::seek(const Position& p, bool other_data) {
   const bool same_data = p.data == 0 || (p.data == ds_->fingerprint() && p.tokens == ds_->size());
-  EPL_CHECK(other_data || same_data, "the saved loader position (a checkpoint's, or the one given to seek) is in ", p.source.empty() ? std::string("(unnamed)") : p.source, " (",
+  EPL_CHECK(other_data || same_data, "the saved loader position (a checkpoint's, or the one given to seek) is in ",
+            p.source.empty() ? std::string("(unnamed)") : p.source, " (",
             p.tokens, " tokens, checksum ", detail::hex64(p.data), "), but this loader reads ", ds_->source(), " (", ds_->size(),
             " tokens, checksum ", detail::hex64(ds_->fingerprint()), "): other data would resume at a position that means nothing in it; "
             "resume on the same data, or set checkpoint.resume_other_data=true to go on with other data on purpose");

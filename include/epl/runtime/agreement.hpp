@@ -180,8 +180,8 @@ EPL_LINKED const char* call_name(Call c);
 /// are named so in the message).
 /// What a call made on some ranks only is told.
 inline constexpr const char* kCollectiveCalls =
-    "step, evaluate, save, resume, load, load_safetensors, gather_parameters, check_replicas and with_owned_values (epl::swap_ema) are collectives "
-    "that every rank calls, in the same "
+    "step, evaluate, save, resume, load, load_safetensors, gather_parameters, check_replicas and with_owned_values (epl::swap_ema) "
+    "are collectives that every rank calls, in the same "
     "order";
 
 EPL_LINKED void agree_on_call(comm::Communicator& world, Call call, std::int64_t step, std::int64_t rows, bool data_parallel, bool equal_rows = true, double learning_rate = 0);

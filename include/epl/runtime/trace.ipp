@@ -79,7 +79,8 @@ void BasicTracer<Unused>::open(const std::string& path, comm::Communicator& worl
     mine[static_cast<std::size_t>(2 * k)] = start;
     mine[static_cast<std::size_t>(2 * k + 1)] = ns();
   }
-  group_.all_gather(comm::Buffer(mine.data(), 2 * kRounds, DType::kI64), comm::Buffer(all.data(), 2 * kRounds * group_.size(), DType::kI64));
+  group_.all_gather(comm::Buffer(mine.data(), 2 * kRounds, DType::kI64),
+                    comm::Buffer(all.data(), 2 * kRounds * group_.size(), DType::kI64));
   std::vector<ClockRound> rounds(kRounds, ClockRound{std::vector<std::int64_t>(n), std::vector<std::int64_t>(n)});
   for (std::size_t q = 0; q < n; ++q)
     for (std::size_t k = 0; k < kRounds; ++k) {
