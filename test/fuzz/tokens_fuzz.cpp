@@ -48,7 +48,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* bytes, std::size_t siz
     check_ids(*binary);
   } catch (const std::exception&) {
   }
-  text = epl::data::TokenDataset::from_text_bytes(payload);  // every byte string is text
+  if (payload.empty()) {  // no text is an error, as an empty file is (and the one way text is refused)
+    try {
+      (void)epl::data::TokenDataset::from_text_bytes(payload);
+      require(false, "text: no bytes made a dataset");
+    } catch (const epl::Error&) {
+    }
+    return 0;
+  }
+  text = epl::data::TokenDataset::from_text_bytes(payload);  // every other byte string is text
   require(text->size() == static_cast<std::int64_t>(payload.size()) && text->vocab_size() == 256, "text: not one id per byte");
   check_ids(*text);
 
