@@ -400,6 +400,100 @@ TEST_CASE("softmax_causal: f32 rows of every length to 37, scores above the diag
   }
 }
 
+// The unfused attention: heads moved out of qkv, the triangles' batched products, the softmax,
+// and back; and its backward from dout (test::values of o, then of dqkv).
+template <class T, class D>
+std::pair<std::vector<double>, std::vector<double>> unfused_attention(const D& d, const Tensor& h, const Tensor& dout, std::int64_t heads,
+                                                                      double scale, DType inputs) {
+  using device::Triangle;
+  auto like = [&](const Tensor& x) { return d.empty(x.shape(), x.dtype()); };
+  const DType dt = h.dtype();
+  const std::int64_t b = h.dim(0), t = h.dim(1), dim = h.dim(2) / 3, hd = dim / heads;
+  const Shape batched{b * heads, t, hd};
+  Tensor q = d.empty({b, heads, t, hd}, dt), k = like(q), v = like(q);
+  d.permute_heads(h, q, 0, true), d.permute_heads(h, k, dim, true), d.permute_heads(h, v, 2 * dim, true);
+  Tensor s = d.empty({b * heads, t, t}, dt), p = like(s), o = d.empty(batched, dt), merged = d.empty({b, t, dim}, dt);
+  d.gemm_batched(q.view(batched), false, k.view(batched), true, s, 1, 0, inputs, Triangle::kLowerC);
+  d.softmax_causal(s, p, scale);
+  d.gemm_batched(p, false, v.view(batched), false, o, 1, 0, inputs, Triangle::kLowerA);
+  d.permute_heads(merged, o.view({b, heads, t, hd}), 0, false);
+  Tensor dh4 = like(q), dp = like(p), ds = like(p), dq = like(q), dk = like(q), dv = like(q);
+  d.permute_heads(dout, dh4, 0, true);
+  d.gemm_batched(dh4.view(batched), false, v.view(batched), true, dp, 1, 0, inputs, Triangle::kLowerC);
+  d.gemm_batched(p, true, dh4.view(batched), false, dv.view(batched), 1, 0, inputs, Triangle::kUpperA);
+  d.softmax_causal_backward(p, dp, ds, scale);
+  d.gemm_batched(ds, false, k.view(batched), false, dq.view(batched), 1, 0, inputs, Triangle::kLowerA);
+  d.gemm_batched(ds, true, q.view(batched), false, dk.view(batched), 1, 0, inputs, Triangle::kUpperA);
+  Tensor dh = d.empty(h.shape(), dt);
+  d.permute_heads(dh, dq, 0, false), d.permute_heads(dh, dk, dim, false), d.permute_heads(dh, dv, 2 * dim, false);
+  return {test::values<T>(merged), test::values<T>(dh)};
+}
+
+TEST_CASE("attention_heads: a head at a time equals the unfused ops bit for bit, forward and backward, in every precision and kernel") {
+  std::vector<std::optional<device::CpuBf16Kernel>> kernels = {std::nullopt};
+  for (auto k : {device::CpuBf16Kernel::kRoundedF32, device::CpuBf16Kernel::kAvx512Bf16, device::CpuBf16Kernel::kAmx})
+    if (epl::detail::cpu::bf16_kernel_runs(k)) kernels.push_back(k);
+  struct Case { std::int64_t b, t, heads, hd; };
+  for (const Case c : {Case{2, 1, 1, 4}, Case{1, 17, 3, 5}, Case{2, 64, 2, 8}, Case{1, 130, 3, 24}, Case{1, 256, 1, 64}}) {
+    for (const DType inputs : {DType::kF32, DType::kBF16, DType::kF16}) {
+      for (const auto& kernel : inputs == DType::kBF16 ? kernels : std::vector<std::optional<device::CpuBf16Kernel>>{std::nullopt}) {
+        for (int threads : {1, 2}) {
+          if (kernel) device::Cpu::use_bf16_kernel(*kernel);
+          CAPTURE(c.t);
+          CAPTURE(c.heads);
+          CAPTURE(c.hd);
+          CAPTURE(name_of(inputs));
+          CAPTURE(kernel ? device::name(*kernel) : "chosen");
+          CAPTURE(threads);
+          device::Cpu d(0, threads);
+          const std::int64_t dim = c.heads * c.hd;
+          const double scale = 1 / std::sqrt(static_cast<double>(c.hd));
+          Tensor h = test::random({c.b, c.t, 3 * dim}, 7), dout = test::random({c.b, c.t, dim}, 8);
+          Tensor o = d.empty({c.b, c.t, dim}, DType::kF32), dh = d.empty(h.shape(), DType::kF32);
+          const bool fused = d.attention_heads(h, o, c.heads, scale, inputs);
+          CHECK(fused == (inputs == DType::kF32 || std::string_view(epl::detail::cpu::f32_kernel()) != "eigen"));
+          if (fused) {
+            REQUIRE(d.attention_heads_backward(h, dout, dh, c.heads, scale, inputs));
+            const auto [o_ref, dh_ref] = unfused_attention<float>(d, h, dout, c.heads, scale, inputs);
+            if (c.t % 16 == 0) {  // rows of whole vectors: summed in the same order
+              CHECK(test::values<float>(o) == o_ref);
+              CHECK(test::values<float>(dh) == dh_ref);
+            } else {  // up to the rounding of a row's sums
+              CHECK(test::max_rel_diff(test::values<float>(o), o_ref) < 1e-5);
+              CHECK(test::max_rel_diff(test::values<float>(dh), dh_ref) < 1e-5);
+            }
+            CHECK(std::ranges::max(dh_ref, {}, [](double x) { return std::abs(x); }) != 0);  // a real gradient, not zeros on both sides
+          }
+          device::Cpu::use_bf16_kernel(std::nullopt);
+        }
+      }
+    }
+  }
+  // in double: the same ops, on Eigen's products
+  auto& d64 = test::cpu64();
+  Tensor h = test::random<double>({2, 33, 3 * 12}, 3), dout = test::random<double>({2, 33, 12}, 4);
+  Tensor o = d64.empty({2, 33, 12}, DType::kF64), dh = d64.empty(h.shape(), DType::kF64);
+  REQUIRE(d64.attention_heads(h, o, 4, 0.5, DType::kF32));
+  REQUIRE(d64.attention_heads_backward(h, dout, dh, 4, 0.5, DType::kF32));
+  const auto [o_ref, dh_ref] = unfused_attention<double>(d64, h, dout, 4, 0.5, DType::kF32);
+  CHECK(test::max_rel_diff(test::values<double>(o), o_ref) < 1e-12);
+  CHECK(test::max_rel_diff(test::values<double>(dh), dh_ref) < 1e-12);
+  // half operands of a double compute type are rounded in copies: declined, o left as it was
+  d64.fill(o, 3);
+  CHECK_FALSE(d64.attention_heads(h, o, 4, 0.5, DType::kBF16));
+  CHECK_FALSE(d64.attention_heads_backward(h, dout, dh, 4, 0.5, DType::kBF16));
+  CHECK(test::values<double>(o) == std::vector<double>(static_cast<std::size_t>(o.numel()), 3.0));
+  // shapes that are not qkv and its output
+  CHECK_THROWS_WITH_AS((void)d64.attention_heads(h, o, 5, 0.5, DType::kF32),
+                       doctest::Contains("attention_heads: qkv [2, 33, 36] is not [batch, t, 3 dim] with 5 heads dividing dim"), Error);
+  CHECK_THROWS_WITH_AS((void)d64.attention_heads(h, d64.empty({2, 32, 12}, DType::kF64), 4, 0.5, DType::kF32),
+                       doctest::Contains("attention_heads: [2, 32, 12] for qkv [2, 33, 36]; expected [2, 33, 12]"), Error);
+  CHECK_THROWS_WITH_AS((void)d64.attention_heads_backward(h, dout, d64.empty({2, 33, 12}, DType::kF64), 4, 0.5, DType::kF32),
+                       doctest::Contains("attention_heads_backward: [2, 33, 36] and [2, 33, 12] differ in size"), Error);
+  CHECK_THROWS_WITH_AS((void)d64.attention_heads(h, d64.empty({2, 33, 12}, DType::kF32), 4, 0.5, DType::kF32),
+                       doctest::Contains("attention_heads: dtypes f64 and f32 differ"), Error);
+}
+
 TEST_CASE("embedding: gather, scatter-add with repeated ids, and ids out of range") {
   auto& d = test::cpu64();
   Tensor table = test::tensor({3, 2}, {0, 1, 10, 11, 20, 21});

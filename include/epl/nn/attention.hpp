@@ -74,6 +74,15 @@ class CausalSelfAttention {
         }
       }
     }
+    if constexpr (heads_device<std::remove_cvref_t<decltype(d)>>) {
+      // a device that runs a head at a time in its cache (device::Cpu), on the f32 operands,
+      // rounding them for its products as the unfused path's GEMMs do: equal to it bit for bit
+      Tensor merged = ctx.empty({b, t, dim}, x.dtype());
+      if (d.attention_heads(h, merged, heads, scale(), ctx.matmul())) {
+        ctx.save(this, {h}, kHeads);
+        return nn::forward(proj, ctx, merged);
+      }
+    }
     Tensor q = ctx.empty({b, heads, t, hd}, x.dtype()), k = ctx.empty_like(q), v = ctx.empty_like(q);
     d.permute_heads(h, q, 0, true);
     d.permute_heads(h, k, dim, true);
@@ -104,6 +113,15 @@ class CausalSelfAttention {
         EPL_CHECK(d.attention_causal_backward(hh, oh, stats, dout, dhh, stats.dim(1), scale()),
                   "CausalSelfAttention: the fused attention's backward declined a shape its forward ran");
         d.cast(dhh, dh);
+        return nn::backward(qkv, ctx, dh);
+      }
+    }
+    if constexpr (heads_device<std::remove_cvref_t<decltype(d)>>) {
+      if (s.aux == kHeads) {
+        const Tensor& h = s[0];
+        Tensor dh = ctx.empty(h.shape(), dmerged.dtype());
+        EPL_CHECK(d.attention_heads_backward(h, dmerged, dh, heads_ / part_.parts, scale(), ctx.matmul()),
+                  "CausalSelfAttention: the fused attention's backward declined what its forward ran");
         return nn::backward(qkv, ctx, dh);
       }
     }
@@ -144,8 +162,15 @@ class CausalSelfAttention {
     { d.attention_causal(t, t, t, std::int64_t{1}, 1.0) } -> std::same_as<bool>;
     { d.attention_causal_backward(t, t, t, t, t, std::int64_t{1}, 1.0) } -> std::same_as<bool>;
   };
+  // A device that runs attention a head at a time on the compute type (device::Cpu).
+  template <class D>
+  static constexpr bool heads_device = requires(const D& d, const Tensor& t) {
+    { d.attention_heads(t, t, std::int64_t{1}, 1.0, DType::kF32) } -> std::same_as<bool>;
+    { d.attention_heads_backward(t, t, t, std::int64_t{1}, 1.0, DType::kF32) } -> std::same_as<bool>;
+  };
   static bool is_half(DType t) { return t == DType::kBF16 || t == DType::kF16; }
   static constexpr std::uint64_t kFused = 1;  // Saved::aux of the fused path
+  static constexpr std::uint64_t kHeads = 2;  // and of attention_heads'''s
   std::int64_t dim_ = 0, heads_ = 1;
   SplitPart part_;
 };

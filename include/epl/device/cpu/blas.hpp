@@ -4,6 +4,7 @@
 #include <Eigen/Core>
 #include <cstdint>
 #include <type_traits>
+#include <vector>
 
 #include "epl/core/dtype.hpp"
 #include "epl/core/error.hpp"
@@ -35,29 +36,49 @@ constexpr const char* f32_kernel() {
 /// AVX-512 target uses epl's packed kernels (sgemm_avx512.hpp, sgemm_amx.hpp), on an AVX2 one
 /// sgemm_avx2.hpp's; everything else Eigen's. `inputs` bf16 or f16 (only where rounds_operands) rounds op(A) and op(B) to it; bf16
 /// then multiplies on `kernel` (bf16_kernel.hpp chooses it), accumulating in f32.
+/// Calls f.template operator()<Fmt>() with the packed format of epl's kernels that an f32 GEMM of
+/// `inputs` runs in (bf16 on `kernel`), and returns true; false where this build has none (Eigen
+/// multiplies). f32 on an AVX-512 target takes sgemm_avx512.hpp's formats (sgemm_amx.hpp's for
+/// AMX), on an AVX2 one sgemm_avx2.hpp's.
+template <class F>
+bool with_packed_format([[maybe_unused]] DType inputs, [[maybe_unused]] device::CpuBf16Kernel kernel, [[maybe_unused]] F&& f) {
+#if EPL_SGEMM_F32
+#if EPL_SGEMM_F32 == 512
+  namespace fmt = sgemm;
+#else
+  namespace fmt = sgemm::avx2;  // bf16's only kernel here is the rounded f32 one
+#endif
+  if (inputs == DType::kF16) return f.template operator()<fmt::F32<fmt::RoundF16>>(), true;
+  if (inputs != DType::kBF16) return f.template operator()<fmt::F32<>>(), true;
+#if defined(EPL_SGEMM_AMX)
+  if (kernel == device::CpuBf16Kernel::kAmx) return f.template operator()<sgemm::Amx<>>(), true;
+#endif
+#if defined(EPL_SGEMM_BF16)
+  if (kernel == device::CpuBf16Kernel::kAvx512Bf16) return f.template operator()<sgemm::BF16>(), true;
+#endif
+  return f.template operator()<fmt::F32<fmt::RoundBF16>>(), true;
+#else
+  return false;
+#endif
+}
+
+/// The bf16 kernel a GEMM of `inputs` multiplies with (bf16_kernel.hpp's choice for bf16).
+inline device::CpuBf16Kernel kernel_for(DType inputs) {
+  return inputs == DType::kBF16 ? bf16_kernel() : device::CpuBf16Kernel::kRoundedF32;
+}
+
+/// One GEMM on the calling thread (Eigen runs serially inside a parallel region): f32 on epl's
+/// packed kernels where this build has them (with_packed_format), everything else Eigen's.
+/// `inputs` bf16 or f16 (only where rounds_operands) rounds op(A) and op(B) to it; bf16 then
+/// multiplies on `kernel` (bf16_kernel.hpp chooses it), accumulating in f32.
 template <class T>
 void gemm_serial(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a, std::int64_t lda, const T* b,
                  std::int64_t ldb, T beta, T* c, std::int64_t ldc, DType inputs = DType::kF32,
                  device::CpuBf16Kernel kernel = device::CpuBf16Kernel::kRoundedF32) {
-#if EPL_SGEMM_F32
   if constexpr (std::is_same_v<T, float>) {
-#if EPL_SGEMM_F32 == 512
-    namespace fmt = sgemm;
-#else
-    namespace fmt = sgemm::avx2;  // bf16's only kernel here is the rounded f32 one
-#endif
     auto run = [&]<class Fmt>() { sgemm::gemm<Fmt>(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc); };
-    if (inputs == DType::kF16) return run.template operator()<fmt::F32<fmt::RoundF16>>();
-    if (inputs != DType::kBF16) return run.template operator()<fmt::F32<>>();
-#if defined(EPL_SGEMM_AMX)
-    if (kernel == device::CpuBf16Kernel::kAmx) return run.template operator()<sgemm::Amx<>>();
-#endif
-#if defined(EPL_SGEMM_BF16)
-    if (kernel == device::CpuBf16Kernel::kAvx512Bf16) return run.template operator()<sgemm::BF16>();
-#endif
-    return run.template operator()<fmt::F32<fmt::RoundBF16>>();
+    if (with_packed_format(inputs, kernel, run)) return;
   }
-#endif
   (void)kernel;
   EPL_CHECK(inputs != DType::kBF16 && inputs != DType::kF16, "internal: Eigen's GEMM was asked to round its operands (round copies)");
   using Mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
@@ -88,7 +109,7 @@ void gemm_serial(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t 
 template <class T>
 void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, T alpha,
           const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc, DType inputs = DType::kF32) {
-  const auto kernel = inputs == DType::kBF16 ? bf16_kernel() : device::CpuBf16Kernel::kRoundedF32;
+  const auto kernel = kernel_for(inputs);
   const std::int64_t parts = std::min<std::int64_t>(threads(), std::max(m, n) / 64);
   if (parts <= 1 || 2 * m * n * k < (std::int64_t{1} << 22)) return gemm_serial(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, inputs, kernel);
   const bool by_rows = m >= n;
@@ -110,43 +131,55 @@ void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, T al
 /// triangle, and larger ones pack their operands for more rows.
 inline constexpr std::int64_t kTriangleRows = 64;
 
-/// batch independent GEMMs on consecutive [.., ..] blocks; parallel over the batch, each
-/// product single-threaded (Eigen runs serially inside a parallel region). A triangle
-/// (device::Triangle) takes each block's rows kTriangleRows at a time, every such row block
-/// [r0, r1) multiplying only c's columns up to r1 (kLowerC, rounded up to whole 16-column
-/// vectors), op(a)'s columns up to r1 (kLowerA) or from r0 (kUpperA): the entries left out are
-/// unwanted or products of zeros. Each kept entry sums the same products in the same order as
-/// the dense product does (the zeros' products are exact), so on epl's packed kernels kLowerA and
-/// kLowerC give its values bit for bit; kUpperA too while k fits one of the kernel's k blocks
-/// (its blocks start at r0, the dense product's at 0). Eigen's product blocks by the sizes it is
-/// given, so there the sums round differently.
+/// One product C[m, n] = alpha op(A) op(B) + beta C on the calling thread, with leading
+/// dimensions, of which a triangle (device::Triangle) is wanted or nonzero: its rows are taken
+/// kTriangleRows at a time, every such row block [r0, r1) multiplying only C's columns up to r1
+/// (kLowerC, rounded up to whole 16-column vectors), op(A)'s columns up to r1 (kLowerA) or from
+/// r0 (kUpperA): the entries left out are unwanted or products of zeros. Each kept entry sums the
+/// same products in the same order as the dense product does (the zeros' products are exact), so
+/// on epl's packed kernels kLowerA and kLowerC give its values bit for bit; kUpperA too while k
+/// fits one of the kernel's k blocks (its blocks start at r0, the dense product's at 0). Eigen's
+/// product blocks by the sizes it is given, so there the sums round differently. On epl's packed
+/// kernels the row blocks share one packing of op(B) (sgemm::gemm_row_blocks). `blocks` is the
+/// caller's buffer, reused across calls.
+template <class T>
+void gemm_triangle(device::Triangle tri, bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a,
+                   std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc, DType inputs,
+                   device::CpuBf16Kernel kernel, std::vector<sgemm::RowBlock>& blocks) {
+  using device::Triangle;
+  // one block's product for c's rows [r0, r1) over op(a)'s columns and op(b)'s rows [k0, k1), c's columns [0, n1)
+  auto part = [&](const sgemm::RowBlock& r) {
+    gemm_serial<T>(ta, tb, r.r1 - r.r0, r.n1, r.k1 - r.k0, alpha, ta ? a + r.k0 * lda + r.r0 : a + r.r0 * lda + r.k0, lda,
+                   tb ? b + r.k0 : b + r.k0 * ldb, ldb, beta, c + r.r0 * ldc, ldc, inputs, kernel);
+  };
+  if (tri == Triangle::kNone) return part({0, m, 0, k, n});
+  blocks.clear();
+  for (std::int64_t r0 = 0; r0 < m; r0 += kTriangleRows) {
+    const std::int64_t r1 = std::min(m, r0 + kTriangleRows);
+    if (tri == Triangle::kLowerC) blocks.push_back({r0, r1, 0, k, std::min(n, (r1 + 15) / 16 * 16)});
+    else if (tri == Triangle::kLowerA) blocks.push_back({r0, r1, 0, std::min(k, r1), n});
+    else blocks.push_back({r0, r1, std::min(k, r0), k, n});
+  }
+  if constexpr (std::is_same_v<T, float>) {
+    auto run = [&]<class Fmt>() { sgemm::gemm_row_blocks<Fmt>(ta, tb, n, k, alpha, a, lda, b, ldb, beta, c, ldc, blocks); };
+    if (with_packed_format(inputs, kernel, run)) return;
+  }
+  for (const sgemm::RowBlock& r : blocks) part(r);
+}
+
+/// batch independent GEMMs on consecutive [.., ..] blocks (gemm_triangle's, each of which may
+/// be a triangle); parallel over the batch, each product single-threaded (Eigen runs serially
+/// inside a parallel region).
 template <class T>
 void gemm_batched(std::int64_t batch, bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k,
                   T alpha, const T* a, std::int64_t stride_a, const T* b, std::int64_t stride_b, T beta,
                   T* c, std::int64_t stride_c, DType inputs = DType::kF32, device::Triangle tri = device::Triangle::kNone) {
-  using device::Triangle;
-  const std::int64_t lda = ta ? m : k, ldb = tb ? k : n;
-  const auto kernel = inputs == DType::kBF16 ? bf16_kernel() : device::CpuBf16Kernel::kRoundedF32;
-  // one block's product for c's rows [r0, r1) over op(a)'s columns and op(b)'s rows [k0, k1), c's columns [0, n1)
-  auto part = [&](const T* ai, const T* bi, T* ci, std::int64_t r0, std::int64_t r1, std::int64_t k0, std::int64_t k1, std::int64_t n1) {
-    gemm_serial<T>(ta, tb, r1 - r0, n1, k1 - k0, alpha, ta ? ai + k0 * lda + r0 : ai + r0 * lda + k0, lda, tb ? bi + k0 : bi + k0 * ldb, ldb,
-                   beta, ci + r0 * n, n, inputs, kernel);
-  };
+  const auto kernel = kernel_for(inputs);
   parallel_for(batch, 1, [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t i = begin; i < end; ++i) {
-      const T *ai = a + i * stride_a, *bi = b + i * stride_b;
-      T* ci = c + i * stride_c;
-      if (tri == Triangle::kNone) {
-        part(ai, bi, ci, 0, m, 0, k, n);
-        continue;
-      }
-      for (std::int64_t r0 = 0; r0 < m; r0 += kTriangleRows) {
-        const std::int64_t r1 = std::min(m, r0 + kTriangleRows);
-        if (tri == Triangle::kLowerC) part(ai, bi, ci, r0, r1, 0, k, std::min(n, (r1 + 15) / 16 * 16));
-        else if (tri == Triangle::kLowerA) part(ai, bi, ci, r0, r1, 0, std::min(k, r1), n);
-        else part(ai, bi, ci, r0, r1, std::min(k, r0), k, n);
-      }
-    }
+    std::vector<sgemm::RowBlock> blocks;
+    for (std::int64_t i = begin; i < end; ++i)
+      gemm_triangle<T>(tri, ta, tb, m, n, k, alpha, a + i * stride_a, ta ? m : k, b + i * stride_b, tb ? k : n, beta, c + i * stride_c, n,
+                       inputs, kernel, blocks);
   });
 }
 

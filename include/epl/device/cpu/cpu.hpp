@@ -166,6 +166,18 @@ class BasicCpu {
   /// p = causal softmax(scale s) over [batch, t, t].
   void softmax_causal(const Tensor& s, const Tensor& p, double scale) const;
   void softmax_causal_backward(const Tensor& p, const Tensor& dp, const Tensor& ds, double scale) const;
+  /// Causal self-attention fused, one head at a time with its scores in the cache
+  /// (device/cpu/attention.hpp): o [b, t, dim] = softmax_causal(scale q k^T) v for each of the
+  /// `heads` heads of qkv [b, t, 3 dim] (q | k | v, head j at columns j dim / heads of each), the
+  /// products' operands rounded to `inputs` as gemm_batched rounds them. Equal bit for bit to
+  /// permute_heads, gemm_batched with the causal triangles, softmax_causal and back. Returns
+  /// false, doing nothing, where those would round copies of the operands (a build without epl's
+  /// packed kernels, or a compute type other than f32 with half `inputs`): run them instead.
+  [[nodiscard]] bool attention_heads(const Tensor& qkv, const Tensor& o, std::int64_t heads, double scale, DType inputs) const;
+  /// attention_heads' backward: dqkv [b, t, 3 dim] (dq | dk | dv) from dout [b, t, dim], the
+  /// probabilities recomputed from qkv. Returns false, doing nothing, where attention_heads does.
+  [[nodiscard]] bool attention_heads_backward(const Tensor& qkv, const Tensor& dout, const Tensor& dqkv, std::int64_t heads, double scale,
+                                              DType inputs) const;
   /// out[i, :] = table[ids[i], :]; ids out of [0, rows) are an error naming the bad id. A part
   /// of a vocabulary-parallel table holds rows [first, first + its rows) of a vocabulary of
   /// `vocab` (0: its own rows): ids of other parts give zero rows, ids outside the vocabulary are

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <limits>
 
+#include "epl/device/cpu/attention.hpp"
 #include "epl/device/cpu/blas.hpp"
 #include "epl/device/cpu/nn_kernels.hpp"
 #include "epl/device/cpu/optim_kernels.hpp"
@@ -191,6 +192,39 @@ void BasicCpu<Compute...>::softmax_causal_backward(const Tensor& p, const Tensor
   visit(p.dtype(), [&]<class T>() {
     epl::detail::cpu::softmax_causal_backward(p.data<T>(), dp.data<T>(), ds.data<T>(), p.dim(0), p.dim(1), T(scale));
   });
+}
+
+namespace detail {
+// attention_heads' geometry from qkv [b, t, 3 dim] and o [b, t, dim], or an error naming `op`
+inline epl::detail::cpu::AttentionHeads attention_heads_of(const Tensor& qkv, const Tensor& o, std::int64_t heads, const char* op) {
+  EPL_CHECK(heads > 0 && qkv.rank() == 3 && qkv.dim(2) % (3 * heads) == 0, op, ": qkv ", qkv.shape(), " is not [batch, t, 3 dim] with ",
+            heads, " heads dividing dim");
+  const std::int64_t dim = qkv.dim(2) / 3;
+  const Shape want{qkv.dim(0), qkv.dim(1), dim};
+  EPL_CHECK(o.shape() == want, op, ": ", o.shape(), " for qkv ", qkv.shape(), "; expected ", want);
+  same_dtype(qkv, o, op);
+  return {qkv.dim(0), qkv.dim(1), heads, dim / heads};
+}
+}  // namespace detail
+
+template <class... Compute>
+bool BasicCpu<Compute...>::attention_heads(const Tensor& qkv, const Tensor& o, std::int64_t heads, double scale, DType inputs) const {
+  const auto g = detail::attention_heads_of(qkv, o, heads, "attention_heads");
+  if ((inputs == DType::kBF16 || inputs == DType::kF16) && !rounds_in_kernel(qkv, inputs)) return false;
+  visit(qkv.dtype(), [&]<class T>() { epl::detail::cpu::attention_heads(g, qkv.data<T>(), o.data<T>(), T(scale), inputs); });
+  return true;
+}
+
+template <class... Compute>
+bool BasicCpu<Compute...>::attention_heads_backward(const Tensor& qkv, const Tensor& dout, const Tensor& dqkv, std::int64_t heads,
+                                                    double scale, DType inputs) const {
+  const auto g = detail::attention_heads_of(qkv, dout, heads, "attention_heads_backward");
+  detail::same(qkv, dqkv, "attention_heads_backward");
+  if ((inputs == DType::kBF16 || inputs == DType::kF16) && !rounds_in_kernel(qkv, inputs)) return false;
+  visit(qkv.dtype(), [&]<class T>() {
+    epl::detail::cpu::attention_heads_backward(g, qkv.data<T>(), dout.data<T>(), dqkv.data<T>(), T(scale), inputs);
+  });
+  return true;
 }
 
 template <class... Compute>

@@ -59,37 +59,43 @@ void layer_norm_backward(const T* x, const T* gamma, const T* mean, const T* rst
   }
 }
 
-/// Causal softmax over the last dim of [batch, t, t] scores: row i sees columns 0..i.
-/// p = softmax(scale * s) on the visible columns, 0 above the diagonal.
+/// Row i of a causal softmax over t columns: p = softmax(scale * s) on columns 0..i, 0 above
+/// the diagonal. s may be p. Reads s's columns up to i + 1 rounded up to 16 (within the row):
+/// exp runs on whole vectors to there, since Eigen takes a row's last n % 16 through scalar
+/// std::exp, which cost the kernel as much as the vectors (#39); the masked scores'
+/// exponentials are zeroed, whatever they were.
+template <class T>
+void softmax_causal_row(const T* s, T* p, std::int64_t i, std::int64_t t, T scale) {
+  const std::int64_t n = i + 1, w = std::min(t, (n + 15) / 16 * 16);
+  const T mx = ConstRowMap<T>(s, n).maxCoeff() * scale;
+  RowMap<T>(p, w) = (ConstRowMap<T>(s, w) * scale - mx).exp();
+  if (n < t) RowMap<T>(p + n, t - n).setZero();
+  RowMap<T> pr(p, n);
+  pr /= pr.sum();
+}
+/// Row i of softmax_causal's backward: ds = scale * p (dp - sum(dp p)) on columns 0..i, 0 above
+/// the diagonal. dp may be ds.
+template <class T>
+void softmax_causal_backward_row(const T* p, const T* dp, T* ds, std::int64_t i, std::int64_t t, T scale) {
+  const std::int64_t n = i + 1;
+  ConstRowMap<T> pr(p, n), dpr(dp, n);
+  const T dot = (pr * dpr).sum();
+  RowMap<T>(ds, n) = scale * pr * (dpr - dot);
+  if (n < t) RowMap<T>(ds + n, t - n).setZero();
+}
+
+/// Causal softmax over the last dim of [batch, t, t] scores (softmax_causal_row's).
 template <class T>
 void softmax_causal(const T* s, T* p, std::int64_t batch, std::int64_t t, T scale) {
   parallel_for(batch * t, row_grain(t), [&](std::int64_t r0, std::int64_t r1) {
-    for (std::int64_t r = r0; r < r1; ++r) {
-      std::int64_t i = r % t, n = i + 1;
-      // exp runs on whole vectors to w, the visible columns rounded up to 16 (within the row):
-      // Eigen takes a row's last n % 16 through scalar std::exp, which cost the kernel as much as
-      // the vectors (#39). The masked scores' exponentials are zeroed, whatever they were.
-      const std::int64_t w = std::min(t, (n + 15) / 16 * 16);
-      ConstRowMap<T> sr(s + r * t, n);
-      RowMap<T> pr(p + r * t, n);
-      const T mx = sr.maxCoeff() * scale;
-      RowMap<T>(p + r * t, w) = (ConstRowMap<T>(s + r * t, w) * scale - mx).exp();
-      if (n < t) RowMap<T>(p + r * t + n, t - n).setZero();
-      pr /= pr.sum();
-    }
+    for (std::int64_t r = r0; r < r1; ++r) softmax_causal_row(s + r * t, p + r * t, r % t, t, scale);
   });
 }
 /// ds = scale * p (dp - sum(dp p)) per row (0 above the diagonal).
 template <class T>
 void softmax_causal_backward(const T* p, const T* dp, T* ds, std::int64_t batch, std::int64_t t, T scale) {
   parallel_for(batch * t, row_grain(t), [&](std::int64_t r0, std::int64_t r1) {
-    for (std::int64_t r = r0; r < r1; ++r) {
-      std::int64_t n = r % t + 1;
-      ConstRowMap<T> pr(p + r * t, n), dpr(dp + r * t, n);
-      T dot = (pr * dpr).sum();
-      RowMap<T>(ds + r * t, n) = scale * pr * (dpr - dot);
-      if (n < t) RowMap<T>(ds + r * t + n, t - n).setZero();
-    }
+    for (std::int64_t r = r0; r < r1; ++r) softmax_causal_backward_row(p + r * t, dp + r * t, ds + r * t, r % t, t, scale);
   });
 }
 

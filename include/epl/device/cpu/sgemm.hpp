@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <memory>
 #include <new>
+#include <span>
 
 #include "epl/core/memory.hpp"
 
@@ -103,6 +104,67 @@ inline void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t 
         mark(&Parts::kernels, since);
       }
     }
+  }
+}
+
+/// Rows [r0, r1) of a product's C, over op(A)'s columns and op(B)'s rows [k0, k1), into C's
+/// columns [0, n1): one block of a causal product (gemm_batched's device::Triangle).
+struct RowBlock {
+  std::int64_t r0, r1, k0, k1, n1;
+};
+
+/// gemm() of several row blocks of one product (C[m, n] = alpha op(A) op(B) + beta C), sharing
+/// op(B): it is packed once for all of them, where it fits one packed block (k <= kKC, n <= kNC),
+/// each block's rows fit one (r1 - r0 <= kMC) and its k0 and k1 bound whole steps of the format
+/// (k1 may be k); a block then
+/// multiplies a run of each packed panel's steps. Each entry sums the same products in the same
+/// order as the block's own gemm() would. Otherwise each block is its own gemm(). Causal
+/// attention's blocks of 64 rows over 256 columns packed op(B) four times over, which took as
+/// long as their kernels (bench_gemm --attention).
+template <class Fmt>
+inline void gemm_row_blocks(bool ta, bool tb, std::int64_t n, std::int64_t k, float alpha, const float* a, std::int64_t lda,
+                            const float* b, std::int64_t ldb, float beta, float* c, std::int64_t ldc, std::span<const RowBlock> blocks) {
+  using Lane = typename Fmt::Lane;
+  constexpr std::int64_t kPer = Fmt::kPerStep, kMR = Fmt::kMR, kNR = Fmt::kNR, kLanes = Fmt::kLanes;
+  auto alone = [&](const RowBlock& r) {
+    gemm<Fmt>(ta, tb, r.r1 - r.r0, r.n1, r.k1 - r.k0, alpha, ta ? a + r.k0 * lda + r.r0 : a + r.r0 * lda + r.k0, lda,
+              tb ? b + r.k0 : b + r.k0 * ldb, ldb, beta, c + r.r0 * ldc, ldc);
+  };
+  auto fits = [&](const RowBlock& r) {
+    const bool whole_steps = r.k0 % kPer == 0 && (r.k1 % kPer == 0 || r.k1 == k);
+    return r.r1 - r.r0 <= Fmt::kMC && whole_steps && r.k0 <= r.k1 && r.k1 <= k && r.n1 <= n;
+  };
+  const bool shared = blocks.size() > 1 && k > 0 && k <= Fmt::kKC && n <= Fmt::kNC && std::all_of(blocks.begin(), blocks.end(), fits);
+  if (!shared) {
+    for (const RowBlock& r : blocks) alone(r);
+    return;
+  }
+  std::int64_t rows_max = 0;
+  for (const RowBlock& r : blocks) rows_max = std::max(rows_max, r.r1 - r.r0);
+  auto& ws = Workspace::local();
+  const std::int64_t steps_all = (k + kPer - 1) / kPer;
+  Lane* bp = Workspace::grow<Lane>(ws.b, ws.b_size, static_cast<std::size_t>((n + kNR - 1) / kNR * kNR * steps_all * kLanes + kSlack));
+  const auto a_lanes = (rows_max + kMR - 1) / kMR * kMR * steps_all * kLanes + kSlack;
+  Lane* ap = Workspace::grow<Lane>(ws.a, ws.a_size, static_cast<std::size_t>(a_lanes));
+  [[maybe_unused]] typename Fmt::Session session;
+  Fmt::pack_b(tb, b, ldb, 0, k, 0, n, bp);
+  for (const RowBlock& r : blocks) {
+    const std::int64_t mc = r.r1 - r.r0, kc = r.k1 - r.k0, steps = (kc + kPer - 1) / kPer;
+    if (mc <= 0 || r.n1 <= 0) continue;
+    if (kc == 0) {  // nothing to multiply: gemm() leaves or clears C as beta says
+      alone(r);
+      continue;
+    }
+    if (beta != 0.f && beta != 1.f)
+      for (std::int64_t i = r.r0; i < r.r1; ++i)
+        for (std::int64_t j = 0; j < r.n1; ++j) c[i * ldc + j] *= beta;
+    Fmt::pack_a(ta, a, lda, r.r0, mc, r.k0, kc, ap);
+    const Lane* b_from = bp + r.k0 / kPer * kNR * kLanes;  // each panel's steps from k0 on
+    for (std::int64_t jr = 0; jr < r.n1; jr += kNR)
+      for (std::int64_t ir = 0; ir < mc; ir += kMR)
+        Fmt::kernel(steps, ap + ir * steps * kLanes, b_from + jr * steps_all * kLanes, c + (r.r0 + ir) * ldc + jr, ldc,
+                    static_cast<int>(std::min<std::int64_t>(kMR, mc - ir)), static_cast<int>(std::min<std::int64_t>(kNR, r.n1 - jr)),
+                    alpha, beta != 0.f);
   }
 }
 
