@@ -9,11 +9,13 @@
 // percent within a minute, so a peak measured once is not a fair denominator. A table on stderr,
 // one JSON line on stdout.
 //   bench_gemm [--threads=N]
-//   bench_gemm --parts   where one thread's f32 GEMM spends its time (#39): the build's register
+//   bench_gemm --parts   where one thread's GEMM spends its time (#39): the build's f32 register
 //                        kernel alone, its panels resident in L1, against the FMA peak; then per
-//                        shape the shares of packing B, packing A and the kernels (sgemm::Parts)
-//   bench_gemm --attention [--threads=N]   one gpt-mini attention layer's six GEMMs, dense against
-//                        skipping the causal triangle (device::Triangle)
+//                        shape and format (f32; bf16 where AVX512-BF16 is compiled) the shares of
+//                        packing B, packing A and the kernels (sgemm::Parts)
+//   bench_gemm --attention [--threads=N] [--amp]   one gpt-mini attention layer's six GEMMs, dense
+//                        against skipping the causal triangle (device::Triangle); --amp: in bf16,
+//                        on the kernel AMP chooses
 #include <Eigen/Core>
 #include <chrono>
 #include <cstdio>
@@ -64,6 +66,39 @@ double kernel_gflops(std::int64_t steps) {
   for (long i = 0; i < calls; ++i) F::kernel<float>(steps, a.data(), bp, c.data(), F::kNR, F::kMR, F::kNR, 1.f, i > 0);
   return 2.0 * F::kMR * F::kNR * static_cast<double>(steps * calls) / seconds_since(t0) / 1e9;
 }
+// Per shape, the shares of one thread's GEMM in the format Fmt that packing B, packing A and the
+// kernels take, and the whole and the kernels against the peak of the instruction Fmt multiplies with.
+template <class Fmt>
+void parts_of(const char* format, Peak instruction) {
+  using bench::median;
+  std::printf("{\"format\": \"%s\", \"cases\": [", format);
+  std::fprintf(stderr, "%-30s %9s %9s %9s %14s   (%s)\n", "case (medians of 7)", "of peak", "pack B", "pack A", "kernels, peak", format);
+  for (std::size_t i = 0; i < std::size(kCases); ++i) {
+    const Case& k = kCases[i];
+    // operands from the device's allocator, in the memory a training step's GEMMs get (huge pages)
+    epl::device::Cpu cpu(0, 1);
+    auto a = cpu.zeros({k.m, k.k}, epl::DType::kF32), b = cpu.zeros({k.k, k.n}, epl::DType::kF32), c = cpu.zeros({k.m, k.n}, epl::DType::kF32);
+    cpu.fill(a, 0.5);
+    cpu.fill(b, 0.25);
+    std::vector<double> all, pb, pa, kern;
+    const double flop = 2.0 * static_cast<double>(k.m * k.n * k.k) / 1e9;
+    for (int r = 0; r < 7; ++r) {
+      epl::detail::cpu::sgemm::Parts p;
+      epl::detail::cpu::sgemm::gemm<Fmt>(k.ta, k.tb, k.m, k.n, k.k, 1.f, a.data<float>(), k.ta ? k.m : k.k, b.data<float>(),
+                                              k.tb ? k.k : k.n, 0.f, c.data<float>(), k.n, &p);
+      const double peak = peak_gflops(1, instruction), total = p.pack_b + p.pack_a + p.kernels;
+      all.push_back(flop / total / peak);
+      pb.push_back(p.pack_b / total);
+      pa.push_back(p.pack_a / total);
+      kern.push_back(flop / p.kernels / peak);
+    }
+    std::fprintf(stderr, "%-30s %8.0f%% %8.1f%% %8.1f%% %13.0f%%\n", k.what, 100 * median(all), 100 * median(pb), 100 * median(pa),
+                 100 * median(kern));
+    std::printf("%s{\"case\": \"%s\", \"of_peak\": %.3f, \"pack_b_share\": %.3f, \"pack_a_share\": %.3f, \"kernels_of_peak\": %.3f}",
+                i ? ", " : "", k.what, median(all), median(pb), median(pa), median(kern));
+  }
+  std::printf("]}");
+}
 int parts() {
   using bench::median;
   std::fprintf(stderr, "%s, 1 thread; epl's f32 kernel here: %s (%d x %d of C in registers)\n", bench::cpu_name().c_str(),
@@ -79,32 +114,12 @@ int parts() {
                  100 * median(share));
     std::printf("%s{\"k\": %lld, \"of_peak\": %.3f}", steps == 64 ? "" : ", ", static_cast<long long>(steps), median(share));
   }
-  std::printf("], \"cases\": [");
-  std::fprintf(stderr, "%-30s %9s %9s %9s %14s\n", "case (medians of 7)", "of peak", "pack B", "pack A", "kernels, peak");
-  for (std::size_t i = 0; i < std::size(kCases); ++i) {
-    const Case& k = kCases[i];
-    // operands from the device's allocator, in the memory a training step's GEMMs get (huge pages)
-    epl::device::Cpu cpu(0, 1);
-    auto a = cpu.zeros({k.m, k.k}, epl::DType::kF32), b = cpu.zeros({k.k, k.n}, epl::DType::kF32), c = cpu.zeros({k.m, k.n}, epl::DType::kF32);
-    cpu.fill(a, 0.5);
-    cpu.fill(b, 0.25);
-    std::vector<double> all, pb, pa, kern;
-    const double flop = 2.0 * static_cast<double>(k.m * k.n * k.k) / 1e9;
-    for (int r = 0; r < 7; ++r) {
-      epl::detail::cpu::sgemm::Parts p;
-      epl::detail::cpu::sgemm::gemm<F32Format>(k.ta, k.tb, k.m, k.n, k.k, 1.f, a.data<float>(), k.ta ? k.m : k.k, b.data<float>(),
-                                              k.tb ? k.k : k.n, 0.f, c.data<float>(), k.n, &p);
-      const double peak = peak_gflops(1, Peak::kFma), total = p.pack_b + p.pack_a + p.kernels;
-      all.push_back(flop / total / peak);
-      pb.push_back(p.pack_b / total);
-      pa.push_back(p.pack_a / total);
-      kern.push_back(flop / p.kernels / peak);
-    }
-    std::fprintf(stderr, "%-30s %8.0f%% %8.1f%% %8.1f%% %13.0f%%\n", k.what, 100 * median(all), 100 * median(pb), 100 * median(pa),
-                 100 * median(kern));
-    std::printf("%s{\"case\": \"%s\", \"of_peak\": %.3f, \"pack_b_share\": %.3f, \"pack_a_share\": %.3f, \"kernels_of_peak\": %.3f}",
-                i ? ", " : "", k.what, median(all), median(pb), median(pa), median(kern));
-  }
+  std::printf("], \"formats\": [");
+  parts_of<F32Format>("f32", Peak::kFma);
+#if EPL_SGEMM_BF16
+  std::printf(", ");
+  parts_of<epl::detail::cpu::sgemm::BF16>("bf16 (avx512-bf16)", Peak::kDpbf16);
+#endif
   std::printf("]}\n");
   return 0;
 }
@@ -118,7 +133,7 @@ int parts() {
 // One gpt-mini attention layer's six batched GEMMs (48 heads of 256 x 256 scores, head size 64),
 // dense against device::Triangle (#39: causal attention skips its upper triangle), alternating
 // 11 times; medians. The probabilities are zero above the diagonal, as the softmax leaves them.
-int attention(int threads) {
+int attention(int threads, epl::DType inputs) {
   using epl::device::Triangle;
   using bench::median;
   epl::device::Cpu cpu(0, threads);
@@ -132,19 +147,20 @@ int attention(int threads) {
   const Op ops[] = {{"scores q k^T", &q, &k, &s, false, true, Triangle::kLowerC}, {"out p v", &p, &k, &out, false, false, Triangle::kLowerA},
                     {"dp = do v^T", &q, &k, &s, false, true, Triangle::kLowerC}, {"dv = p^T do", &p, &k, &out, true, false, Triangle::kUpperA},
                     {"dq = ds k", &p, &k, &out, false, false, Triangle::kLowerA}, {"dk = ds^T q", &p, &q, &out, true, false, Triangle::kUpperA}};
-  std::fprintf(stderr, "%s, %d thread(s): one gpt-mini attention layer's GEMMs (%lld x %lld x %lld, %lld rows a block), medians of 11\n",
+  std::fprintf(stderr, "%s, %d thread(s): one gpt-mini attention layer's GEMMs (%lld x %lld x %lld, %lld rows a block), %s, "
+               "medians of 11\n",
                bench::cpu_name().c_str(), threads, static_cast<long long>(bh), static_cast<long long>(t), static_cast<long long>(hd),
-               static_cast<long long>(epl::detail::cpu::kTriangleRows));
+               static_cast<long long>(epl::detail::cpu::kTriangleRows), std::string(epl::name_of(inputs)).c_str());
   std::fprintf(stderr, "%-16s %10s %12s %8s\n", "gemm", "dense ms", "triangle ms", "ratio");
-  std::printf("{\"cpu\": \"%s\", \"threads\": %d, \"rows\": %lld, \"ops\": [", bench::cpu_name().c_str(), threads,
-              static_cast<long long>(epl::detail::cpu::kTriangleRows));
+  std::printf("{\"cpu\": \"%s\", \"threads\": %d, \"inputs\": \"%s\", \"rows\": %lld, \"ops\": [", bench::cpu_name().c_str(), threads,
+              std::string(epl::name_of(inputs)).c_str(), static_cast<long long>(epl::detail::cpu::kTriangleRows));
   double dense_total = 0, triangle_total = 0;
   for (std::size_t i = 0; i < std::size(ops); ++i) {
     const Op& o = ops[i];
     std::vector<double> dense, triangle;
     for (int r = 0; r < 11; ++r) {
-      dense.push_back(1e3 * bench::seconds([&] { cpu.gemm_batched(*o.a, o.ta, *o.b, o.tb, *o.c); }));
-      triangle.push_back(1e3 * bench::seconds([&] { cpu.gemm_batched(*o.a, o.ta, *o.b, o.tb, *o.c, 1, 0, epl::DType::kF32, o.tri); }));
+      dense.push_back(1e3 * bench::seconds([&] { cpu.gemm_batched(*o.a, o.ta, *o.b, o.tb, *o.c, 1, 0, inputs); }));
+      triangle.push_back(1e3 * bench::seconds([&] { cpu.gemm_batched(*o.a, o.ta, *o.b, o.tb, *o.c, 1, 0, inputs, o.tri); }));
     }
     dense_total += median(dense), triangle_total += median(triangle);
     std::fprintf(stderr, "%-16s %10.3f %12.3f %8.2f\n", o.what, median(dense), median(triangle), median(triangle) / median(dense));
@@ -158,14 +174,15 @@ int attention(int threads) {
 
 int main(int argc, char** argv) {
   int threads = 1;
-  bool attention_only = false, parts_only = false;
+  bool attention_only = false, parts_only = false, amp = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg.rfind("--threads=", 0) == 0) threads = static_cast<int>(bench::int_arg("bench_gemm", arg, 10, 1, 1024));
     else if (arg == "--parts") parts_only = true;
     else if (arg == "--attention") attention_only = true;
+    else if (arg == "--amp") amp = true;
     else {
-      std::fprintf(stderr, "bench_gemm: unknown argument %s; use --threads=N, --parts or --attention\n", arg.c_str());
+      std::fprintf(stderr, "bench_gemm: unknown argument %s; use --threads=N, --parts or --attention [--amp]\n", arg.c_str());
       return 2;
     }
   }
@@ -174,7 +191,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (parts_only) return parts();
-  if (attention_only) return attention(threads);
+  if (amp && !attention_only) {
+    std::fprintf(stderr, "bench_gemm: --amp goes with --attention (the other tables time every bf16 kernel already)\n");
+    return 2;
+  }
+  if (attention_only) return attention(threads, amp ? epl::DType::kBF16 : epl::DType::kF32);
   epl::device::Cpu cpu(0, threads);
   Eigen::setNbThreads(threads);
   const auto& cases = kCases;
