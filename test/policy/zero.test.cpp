@@ -1,6 +1,10 @@
 // ZeRO 1-3: on 1, 2 and 4 thread ranks, with accumulation, clipping, apply groups, a pipeline
 // and a split, each stage trains exactly like the same run without ZeRO; the allocator's bytes
 // per rank equal the ZeRO formulas; what cannot combine, or was not compiled, is a clear error.
+#include <unistd.h>
+
+#include <filesystem>
+
 #include "../../examples/gpt/gpt.hpp"
 #include "../helpers.hpp"
 #include "epl/comm/threads/run_threads.hpp"
@@ -319,6 +323,39 @@ TEST_CASE("zero: parameters written after gather_parameters() are trained on und
     CAPTURE(level);
     CHECK(test::max_rel_diff(run(level), plain) <= 1e-6);
   }
+}
+
+TEST_CASE("zero: a checkpoint saved after writing the gathered parameters holds what was written, under every stage") {
+  // a stranger's: stage 3 saved its shards as they were before the write, and a resume diverged
+  // from the live run; the parameters stay gathered after the save
+  const auto dir = std::filesystem::temp_directory_path() / ("epl-zero-write-save-" + std::to_string(::getpid()));
+  for (const char* level : {"", "v0", "v1", "v2"}) {
+    CAPTURE(level);
+    std::filesystem::remove_all(dir);
+    std::vector<double> live, loaded;
+    comm::run_threads(2, [&](comm::ThreadCommunicator& c) {
+      Context ctx(c, 320 + c.rank());
+      Trainer<gpt::Gpt, optim::AdamW, Policies<Zero<3>>> t(ctx, config(level), gpt::make_gpt(tiny()), optim::AdamW({.lr = 0.01, .eps = 1e-3}),
+                                                           {.seed = 5});
+      auto ds = test::token_corpus(4000);
+      data::WindowLoader loader(ds, 8, kGlobalBatch, 17, t.data_shard());
+      t.step(loader.next(ctx.cpu()));
+      t.gather_parameters();
+      nn::for_each_parameter(t.model(), [](nn::Parameter& p) {
+        for (float& x : p.value.span<float>()) x = 0.5f * x + 0.25f;
+      });
+      const auto at = t.save(dir);
+      const auto written = test::flat_params(t.model());  // still gathered: readable after the save
+      Trainer<gpt::Gpt, optim::AdamW, Policies<Zero<3>>> u(ctx, config(level), gpt::make_gpt(tiny()), optim::AdamW({.lr = 0.01, .eps = 1e-3}),
+                                                           {.seed = 5});
+      u.load(at);
+      u.gather_parameters();
+      if (c.rank() == 0) live = written, loaded = test::flat_params(u.model());
+    });
+    REQUIRE(!live.empty());
+    CHECK(loaded == live);
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("zero: under stage 3 a parameter read outside a step without gather_parameters(), and check_replicas, are named") {

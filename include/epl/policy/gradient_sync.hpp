@@ -132,6 +132,7 @@ class AllReduceSync {
   [[nodiscard]] int stage() const noexcept { return 0; }
   [[nodiscard]] Tensor grad_of(const nn::Parameter& p) const { return p.grad; }
   void gather_all() {}
+  void write_back() {}
   void release_all() {}
   [[nodiscard]] std::vector<param::Range> owned_ranges() const { return {{0, arena_->size()}}; }
   [[nodiscard]] std::size_t buckets() const noexcept { return reducers_.buckets(); }
@@ -218,6 +219,11 @@ class ZeroSync {
   /// \brief Stage 3: gathers every parameter so the model can be read (a collective).
   void gather_all() {
     if (sharder_) sharder_->gather_all();
+  }
+  /// \brief Stage 3: what the user wrote into the gathered parameters goes back into the shards
+  /// (before a checkpoint reads them); they stay gathered.
+  void write_back() {
+    if (sharder_) sharder_->write_back();
   }
   /// \brief Stage 3: drops the gathered parameters (after an evaluation).
   void release_all() {

@@ -256,17 +256,23 @@ class ZeroSharder {
     pinned_ = true;
     for (std::size_t u = 0; u < blocks_.size(); ++u) require(u);
   }
-  /// \brief Stage 3: drops every gathered block (after an evaluation).
+  /// \brief Stage 3, the parameters gathered for the user (gather_all): each rank copies its
+  /// slice of them back into its shard, where a checkpoint reads them; they stay gathered.
+  void write_back() {
+    if (stage_ < 3 || !pinned_) return;
+    for (std::size_t u = 0; u < blocks_.size(); ++u)
+      if (blocks_[u].values.defined()) {
+        blocks_[u].gather.wait();
+        const std::int64_t b = blocks_[u].owned.begin - arena_->blocks()[u].begin;
+        device_->copy(blocks_[u].values.slice(b, b + blocks_[u].owned.size()), own_values(u));
+      }
+  }
+  /// \brief Stage 3: drops every gathered block (after an evaluation); what the user wrote into
+  /// them goes back into the shard first (write_back).
   void release_all() {
     if (stage_ < 3) return;
     running_.clear();  // no layer runs now (what a failed pass left)
-    if (pinned_)  // gathered for the user: what they wrote goes back into the shard
-      for (std::size_t u = 0; u < blocks_.size(); ++u)
-        if (blocks_[u].values.defined()) {
-          blocks_[u].gather.wait();
-          const std::int64_t b = blocks_[u].owned.begin - arena_->blocks()[u].begin;
-          device_->copy(blocks_[u].values.slice(b, b + blocks_[u].owned.size()), own_values(u));
-        }
+    write_back();
     pinned_ = false;
     for (std::size_t u = 0; u < blocks_.size(); ++u) release(u);
   }

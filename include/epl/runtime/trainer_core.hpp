@@ -288,6 +288,7 @@ double TrainerCore<Optimizer, Loss, D, Sync>::evaluate(const Batch& batch) {
 template <class Optimizer, class Loss, class D, class Sync>
 std::filesystem::path TrainerCore<Optimizer, Loss, D, Sync>::save(const std::filesystem::path& dir) {
   agree_on_call(*world_, Call::kSave, steps_, 0, false);
+  sync_->write_back();  // ZeRO stage 3: what the user wrote into the gathered parameters is saved
   return serializer_.save(dir, state());
 }
 
