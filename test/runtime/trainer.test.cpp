@@ -233,6 +233,15 @@ TEST_CASE("a key that would have no effect is an error at the first step, naming
                                                               "files through data::slice_files"), Error);
   (void)data::slice_files({"a"}, {0, 1}, slicing);  // read as the program reads its files: accepted
   CHECK_NOTHROW(first_step(slicing));
+  // on several replicas each rank's data is its own, and the shard says so to the loader
+  comm::run_threads(2, [&](comm::ThreadCommunicator& c) {
+    Context ctx(c, 1);
+    Trainer<gpt::Gpt, optim::SGD> sliced(ctx, slicing, gpt::make_gpt(tiny()), optim::SGD({})), whole(ctx, Config{}, gpt::make_gpt(tiny()),
+                                                                                                    optim::SGD({}));
+    CHECK(sliced.data_shard().own_data);
+    CHECK_FALSE(whole.data_shard().own_data);
+  });
+  CHECK_FALSE(Trainer<gpt::Gpt, optim::SGD>(test::cpu(), slicing, gpt::make_gpt(tiny()), optim::SGD({})).data_shard().own_data);
   Config timeout;
   timeout.set(keys::timeout, 5.0);
   CHECK_THROWS_WITH_AS(first_step(timeout), doctest::Contains("pass {.comm = epl::comm_options(cfg)} to run_threads"), Error);

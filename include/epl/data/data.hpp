@@ -83,6 +83,10 @@ struct Shard {
   /// (strategy::share_rows); empty: equal shares.
   std::vector<double> weights = {};
   std::int64_t quantum = 1;  ///< uneven shares are whole multiples of it (pipeline.num_micro_batch)
+  /// This rank's dataset is its own (io.slicing gave it its files, trainer.data_shard() says so):
+  /// a loader reads its rows of each global batch from its own data's order, not its share of an
+  /// order every rank walks.
+  bool own_data = false;
   /// \brief This rank's rows of a global batch of `batch`, and the first of them.
   [[nodiscard]] std::int64_t rows_of(std::int64_t batch) const { return strategy::RowShare{rank, ranks, weights, quantum}.rows_of(batch); }
   [[nodiscard]] std::int64_t first_of(std::int64_t batch) const {
@@ -92,16 +96,20 @@ struct Shard {
 
 /// \brief The files this data-parallel rank reads (EPL's io.slicing). Without io.slicing every
 /// rank reads every file (and WindowLoader's Shard divides the samples). With it, rank r of R
-/// reads files r, r + R, ...; a count that does not divide is an error unless
-/// io.drop_last_files (drop the remainder, every rank the same count) or
-/// io.unbalanced_io_slicing (uneven shares) says otherwise.
+/// reads files r, r + R, ... of the files sorted by name (so ranks that list a directory in
+/// different orders still read each file once); a count that does not divide is an error unless
+/// io.drop_last_files (drop the remainder, every rank the same count) or io.unbalanced_io_slicing
+/// (uneven shares) says otherwise, one of them. Build the loader over them with
+/// trainer.data_shard(), which says each rank's data is its own.
 EPL_LINKED std::vector<std::filesystem::path> slice_files(const std::vector<std::filesystem::path>& files, Shard shard, const Config& cfg);
 
 /// \brief Cuts a dataset into non-overlapping windows of seq_len + 1 tokens (inputs and the
-/// targets shifted by one) and serves them in an order shuffled per epoch from the seed:
-/// every window exactly once per epoch, the same order for the same (seed, epoch). With a
-/// Shard, every rank walks the same global order and serves only its rows of each global
-/// batch, so R ranks together read exactly what one device reads.
+/// targets shifted by one) and serves them in an order shuffled per epoch from the seed, the
+/// same order for the same (seed, epoch), in whole global batches: an epoch reads every window
+/// once but the windows % batch left at its end (another set each epoch). With a Shard, every
+/// rank walks the same global order and serves only its rows of each global batch, so R ranks
+/// together read exactly what one device reads; with a Shard of its own data (io.slicing), each
+/// rank walks its own data's order, its rows of each global batch at a time.
 class WindowLoader {
  public:
   EPL_LINKED WindowLoader(const TokenDataset& ds, std::int64_t seq_len, std::int64_t batch, std::uint64_t seed, Shard shard = {});
@@ -110,7 +118,8 @@ class WindowLoader {
 
   /// \brief Where the loader is, with what a saved position must match to mean the same place:
   /// the same windows (dataset size and seq_len), the same global batch and seed. The position
-  /// is the global batch's, the same on every data-parallel rank and for any number of them.
+  /// is the global batch's, the same on every data-parallel rank and for any number of them
+  /// (of data its own, each rank's).
   struct Position {
     std::int64_t epoch = 0, cursor = 0;  // the next global batch starts at window `cursor` of `epoch`
     std::int64_t windows = 0, seq_len = 0, batch = 0;
@@ -130,7 +139,7 @@ class WindowLoader {
 
   /// \brief This rank's rows of the next global batch on device d: inputs and targets
   /// [its share of batch (batch / ranks when even), seq_len] as int32. An epoch ends when fewer than `batch` windows remain
-  /// (those are dropped for that epoch, on every rank alike).
+  /// (those are dropped for that epoch, on every rank alike; of data its own, fewer than its share).
   template <class D>
   Batch next(const D& d) {
     std::vector<std::int32_t> in, out;

@@ -3,6 +3,8 @@
 /// \brief The bodies of the datasets' readers, the files' slicing and the window loader (the
 /// header declares them): included by that header in a header-only program, or compiled once into
 /// epl::precompiled (core/linked.hpp).
+#include <algorithm>
+
 #include "epl/data/data.hpp"
 
 namespace epl {
@@ -92,18 +94,27 @@ EPL_LINKED void TokenDataset::append_bytes(std::span<const char> bytes) {
 }
 
 EPL_LINKED std::vector<std::filesystem::path> slice_files(const std::vector<std::filesystem::path>& files, Shard shard, const Config& cfg) {
-  if (!cfg.get<bool>("io.slicing")) return files;
+  // every io key is read, so one a program sets for a count that happens to divide is not refused as unread
+  const bool slicing = cfg.get<bool>("io.slicing"), drop = cfg.get<bool>("io.drop_last_files"),
+             unbalanced = cfg.get<bool>("io.unbalanced_io_slicing");
+  if (!slicing) return files;
+  EPL_CHECK(!(drop && unbalanced), "io.drop_last_files and io.unbalanced_io_slicing are both set: a file count that does not divide "
+            "among the ranks is either dropped from or shared unevenly; set one of them");
   const auto n = static_cast<std::int64_t>(files.size()), ranks = static_cast<std::int64_t>(shard.ranks);
-  EPL_CHECK(n >= ranks, "io.slicing: ", n, " files for ", ranks, " data-parallel ranks; give at least one file per rank or set io.slicing=false");
+  EPL_CHECK(n >= ranks, "io.slicing: ", n, n == 1 ? " file for " : " files for ", ranks,
+            " data-parallel ranks; give at least one file per rank or set io.slicing=false");
   std::int64_t used = n;
   if (n % ranks != 0) {
-    if (cfg.get<bool>("io.drop_last_files")) used = n - n % ranks;
-    else EPL_CHECK(cfg.get<bool>("io.unbalanced_io_slicing"), "io.slicing: ", n, " files do not divide among ", ranks,
-                   " data-parallel ranks; set io.drop_last_files=true to drop the last ", n % ranks,
-                   ", or io.unbalanced_io_slicing=true to allow uneven shares");
+    if (drop) used = n - n % ranks;
+    else EPL_CHECK(unbalanced, "io.slicing: ", n, " files do not divide among ", ranks, " data-parallel ranks; set io.drop_last_files=true to drop the last ",
+                   n % ranks, ", or io.unbalanced_io_slicing=true to allow uneven shares");
   }
+  // by name: each rank may have listed a directory in its own order (a stranger's ranks read
+  // overlapping files, and others never, when one listed them reversed)
+  std::vector<std::filesystem::path> sorted = files;
+  std::sort(sorted.begin(), sorted.end());
   std::vector<std::filesystem::path> mine;
-  for (std::int64_t i = shard.rank; i < used; i += ranks) mine.push_back(files[static_cast<std::size_t>(i)]);
+  for (std::int64_t i = shard.rank; i < used; i += ranks) mine.push_back(sorted[static_cast<std::size_t>(i)]);
   return mine;
 }
 
@@ -114,11 +125,12 @@ EPL_LINKED WindowLoader::WindowLoader(const TokenDataset& ds, std::int64_t seq_l
             " ranks is not valid");
   EPL_CHECK(batch % shard.ranks == 0 || !shard.weights.empty(), "global batch of ", batch, " windows does not divide among ",
             shard.ranks, " data-parallel ranks; make the batch a multiple of ", shard.ranks);
-  (void)shard.rows_of(batch);  // uneven shares: one row each at least
+  const std::int64_t rows = shard.rows_of(batch);  // uneven shares: one row each at least
   windows_ = (ds.size() - 1) / seq_len;
-  EPL_CHECK(windows_ >= batch, "dataset of ", ds.size(), " tokens (", ds.source(), ") holds ", windows_,
-            windows_ == 1 ? " window of " : " windows of ", seq_len, " tokens, fewer than one batch of ", batch,
-            "; use more data or a smaller batch");
+  const std::int64_t needed = shard.own_data ? rows : batch;  // data of its own: this rank's share of a batch
+  EPL_CHECK(windows_ >= needed, "dataset of ", ds.size(), " tokens (", ds.source(), ") holds ", windows_,
+            windows_ == 1 ? " window of " : " windows of ", seq_len, " tokens, fewer than ",
+            shard.own_data ? "this rank's share of a batch, " : "one batch of ", needed, "; use more data or a smaller batch");
   shuffle();
 }
 
@@ -150,12 +162,14 @@ EPL_LINKED void WindowLoader::seek(const Position& p, bool other_data) {
 }
 
 EPL_LINKED std::int64_t WindowLoader::next_rows(std::vector<std::int32_t>& in, std::vector<std::int32_t>& out) {
-  if (cursor_ + batch_ > windows_) {
+  // of data its own, a rank reads its rows from its own order; else its rows of the global batch
+  const std::int64_t rows = shard_.rows_of(batch_), step = shard_.own_data ? rows : batch_;
+  if (cursor_ + step > windows_) {
     ++epoch_;
     cursor_ = 0;
     shuffle();
   }
-  const std::int64_t rows = shard_.rows_of(batch_), first = cursor_ + shard_.first_of(batch_);
+  const std::int64_t first = cursor_ + (shard_.own_data ? 0 : shard_.first_of(batch_));
   in.resize(static_cast<std::size_t>(rows * seq_));
   out.resize(in.size());
   const auto& t = ds_->tokens();
@@ -164,7 +178,7 @@ EPL_LINKED std::int64_t WindowLoader::next_rows(std::vector<std::int32_t>& in, s
     std::copy_n(t.begin() + start, seq_, in.begin() + b * seq_);
     std::copy_n(t.begin() + start + 1, seq_, out.begin() + b * seq_);
   }
-  cursor_ += batch_;
+  cursor_ += step;
   return rows;
 }
 

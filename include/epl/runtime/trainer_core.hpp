@@ -96,10 +96,11 @@ class TrainerCore {
   [[nodiscard]] std::int64_t steps() const noexcept { return steps_; }
   [[nodiscard]] std::int64_t micro_batches() const noexcept { return plan_.micro_batches; }
   /// \brief The rows of each global batch this rank reads (its data-parallel share): hand it to
-  /// the loader (data::WindowLoader(..., trainer.data_shard())).
+  /// the loader (data::WindowLoader(..., trainer.data_shard())). Under io.slicing on several
+  /// replicas each rank's data is its own (data::slice_files), and the shard says so.
   [[nodiscard]] data::Shard data_shard() const {
     const auto r = groups_->rows();
-    return {r.rank, r.ranks, r.weights, r.quantum};
+    return {r.rank, r.ranks, r.weights, r.quantum, r.ranks > 1 && config_.get<bool>("io.slicing")};
   }
   /// \brief What this run does on its world: pipeline ranks, chunks, schedule, policies.
   [[nodiscard]] const plan::Plan& plan() const noexcept { return plan_; }
