@@ -83,7 +83,32 @@ struct WithTwice {
   nn::Linear in{2, 2};
   ListsTwice mine;
 };
+struct Shift {  // a parameter of no elements beside one of four (a stranger's layer)
+  nn::Parameter empty{Shape{0}, nn::Init::zeros()}, s{Shape{4}, nn::Init::zeros()};
+  template <class V> void visit(V&& v) {
+    v("empty", empty);
+    v("s", s);
+  }
+  template <class Ctx> Tensor forward(Ctx&, const Tensor& x) { return x; }
+  template <class Ctx> Tensor backward(Ctx&, const Tensor& dy) { return dy; }
+};
+struct WithEmpty {
+  nn::Linear a{4, 4};
+  Shift shift;
+};
 }  // namespace
+
+TEST_CASE("materialize: a parameter of no elements is named, not laid out at its neighbour's offset") {
+  WithEmpty m;
+  CHECK_THROWS_WITH_AS((void)param::materialize(m, test::cpu()),
+                       doctest::Contains("parameter shift.empty has shape [0], no elements: every parameter holds at least one value "
+                                         "(a scalar is Shape{}); leave an unused one out of the layer's visit(v), or give it a size"),
+                       Error);
+  WithEmpty rows;
+  rows.shift.empty = nn::Parameter(Shape{0, 4}, nn::Init::zeros());
+  CHECK_THROWS_WITH_AS((void)param::materialize(rows, test::cpu()), doctest::Contains("parameter shift.empty has shape [0, 4], no elements"),
+                       Error);
+}
 
 TEST_CASE("materialize: a parameter listed twice is named with both names, not laid out twice") {
   WithTwice m;

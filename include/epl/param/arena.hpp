@@ -207,6 +207,11 @@ Arena materialize(L& l, const D& d, MaterializeOptions opt) {
     EPL_CHECK(fresh, "the model lists one parameter twice, as ", first->second, " and ", name, " (", p.shape,
               "): a layer's visit(v) names a member twice; name each parameter once (a weight shared by two layers is "
               "not supported: give each layer its own)");
+    // A parameter of no elements shares its offset with the next one: a data-parallel reducer
+    // then never saw that one ready, and a checkpoint left it out and could not be resumed from
+    // (a stranger's finding).
+    EPL_CHECK(p.shape.numel() > 0, "parameter ", name, " has shape ", p.shape, ", no elements: every parameter holds at least "
+              "one value (a scalar is Shape{}); leave an unused one out of the layer's visit(v), or give it a size");
     p.ordinal = ordinal++;
     p.offset = -1;
     p.value = {};
