@@ -137,6 +137,15 @@ TEST_CASE("amp: the loss scale halves and skips the step on overflow, doubles af
   fixed.update(false);
   CHECK_THROWS_WITH_AS(fixed.update(false), doctest::Contains("lower amp.loss_scale or set it to \"dynamic\""), Error);
   CHECK_THROWS_WITH_AS(policy::LossScaler({.init = 0.5}), doctest::Contains("the loss scale must be a number from 1 to 2^64, got 0.5"), Error);
+  // a resume: a dynamic rule goes on from the saved scale; a fixed one keeps the scale it was given
+  // (a stranger resumed a dynamic run at 3.1e7 with amp.loss_scale=1024: every step overflowed)
+  const policy::LossScaler::State saved{.scale = 3.125e7, .good = 5, .skipped = 6, .in_a_row = 0};
+  policy::LossScaler resumed_dynamic({.dynamic = true, .init = 8}), resumed_fixed({.dynamic = false, .init = 1024});
+  resumed_dynamic.restore(saved);
+  resumed_fixed.restore(saved);
+  CHECK(resumed_dynamic.scale() == 3.125e7);
+  CHECK(resumed_fixed.scale() == 1024);
+  CHECK(resumed_fixed.skipped() == 6);  // the count of the run so far goes on
 }
 
 TEST_CASE("amp: bf16 and f16 O1 train within 2% of f32 over 40 steps with f32 master weights, and no more memory") {

@@ -68,12 +68,14 @@ class LossScaler {
     std::int64_t good = 0, skipped = 0, in_a_row = 0;
   };
   [[nodiscard]] State state() const noexcept { return {scale_, good_, skipped_, in_a_row_}; }
-  /// \brief Continues from a saved state (a resumed run); a state this rule cannot reach is an error.
+  /// \brief Continues from a saved state (a resumed run); a state this rule cannot reach is an
+  /// error. A fixed scale stays the one this run was given (amp.loss_scale may change on resume):
+  /// the saved scale of a dynamic run would otherwise replace it, and every step could overflow.
   void restore(const State& s) {
     EPL_CHECK(s.scale >= 1 && s.scale <= 0x1p64 && s.good >= 0 && s.skipped >= 0 && s.in_a_row >= 0 && s.in_a_row < opt_.max_skips,
               "a saved loss-scale state (scale ", s.scale, ", ", s.good, " good steps, ", s.skipped, " skipped, ", s.in_a_row,
               " overflows in a row) is not one the loss scaler can be in");
-    scale_ = s.scale;
+    scale_ = opt_.dynamic ? s.scale : opt_.init;
     good_ = s.good;
     skipped_ = s.skipped;
     in_a_row_ = static_cast<int>(s.in_a_row);
