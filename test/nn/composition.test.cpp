@@ -272,6 +272,11 @@ TEST_CASE("an error leaving a layer names it by its path in the model, in forwar
   test::CpuPass stop_pass(test::cpu());
   CHECK_FALSE(nn::backward(stopped, stop_pass, nn::forward(stopped, stop_pass, test::random({2, 4}, 1))).defined());
   CHECK(stop_pass.saved_count() == 0);
+  // but a layer before it is then given no gradient: that is named, not its first product's empty
+  // tensor and a parameter left out of visit (a stranger's finding)
+  struct StoppedMid { nn::Linear a; Stops s; nn::Linear head; } stopped_mid{nn::Linear(4, 4), {}, nn::Linear(4, 2)};
+  blamed(stopped_mid, "in the backward of layer `a`: it was given no output gradient (an undefined tensor): the layer after it "
+                      "returned none from its backward");
   // An error from no layer, or from a layer of another model, is left as it was.
   Error plain("not from a layer");
   nn::name_layer(ok, plain);

@@ -66,15 +66,27 @@ template <class T>
 concept layer = is_layer<std::remove_cvref_t<T>>::value;
 
 namespace detail {
-/// Fails with the parent aggregate, the field index and the field's type in the instantiation.
+template <class Parent, class Ctx>
+consteval void require_fields();
+/// Fails with the parent aggregate, the field index and the field's type in the instantiation: the
+/// innermost one, where the field is an aggregate holding a field that is not a layer (else only
+/// the outermost aggregate was named, a stranger's finding).
 template <class Parent, std::size_t Index, class Field, class Ctx>
 consteval void require_layer_field() {
-  static_assert(layer_for<Ctx>::template test<Field>::value,
-                "epl: a field of a layer struct is not a layer. Each field needs forward(ctx, x) and "
-                "backward(ctx, dy) members returning epl::Tensor, templates over the pass type "
-                "(template <class Ctx> epl::Tensor forward(Ctx& ctx, const epl::Tensor& x); one taking "
-                "nn::Pass<device::Cpu>& is not enough), or must itself be an aggregate of "
-                "layers. The offending field type is `Field` in this instantiation.");
+  if constexpr (!layer_for<Ctx>::template test<Field>::value && reflect::is_reflectable_v<Field> && !leaf_layer<Field, Ctx>) {
+    static_assert(reflect::field_count_v<Field> > 0,
+                  "epl: a field of a layer struct is an empty struct, which is not a layer (a placeholder with no members "
+                  "computes nothing): remove it, or give it forward(ctx, x) and backward(ctx, dy). The empty type is `Field` in "
+                  "this instantiation.");
+    if constexpr (reflect::field_count_v<Field> > 0) require_fields<Field, Ctx>();
+  } else {
+    static_assert(layer_for<Ctx>::template test<Field>::value,
+                  "epl: a field of a layer struct is not a layer. Each field needs forward(ctx, x) and "
+                  "backward(ctx, dy) members returning epl::Tensor, templates over the pass type "
+                  "(template <class Ctx> epl::Tensor forward(Ctx& ctx, const epl::Tensor& x); one taking "
+                  "nn::Pass<device::Cpu>& is not enough), or must itself be an aggregate of "
+                  "layers. The offending field type is `Field` in this instantiation.");
+  }
 }
 template <class Parent, class Ctx>
 consteval void require_fields() {
@@ -176,6 +188,12 @@ Tensor backward(L& l, Ctx& ctx, const Tensor& dy) {
   require_layer<L, Ctx>();
   if constexpr (leaf_layer<L, Ctx>) {
     try {
+      // else its first product would fail on an empty tensor, blamed on a parameter left out of
+      // visit (a stranger's finding); a structural layer (a Split's entry) passes none on
+      if constexpr (!is_structural_v<L>)
+        EPL_CHECK(dy.defined(), "it was given no output gradient (an undefined tensor): the layer after it returned none from "
+                  "its backward, which is for a layer whose input is ids (an embedding's, first in a model); a layer with "
+                  "others before it returns a gradient shaped as its input (zeros where none flows)");
       if constexpr (requires { ctx.hooks().before_backward(l, ctx); }) ctx.hooks().before_backward(l, ctx);
       Tensor dx = l.backward(ctx, dy);
       if constexpr (requires { ctx.open_frame(&l, dy); }) detail::check_backward(ctx, &l, dx);
