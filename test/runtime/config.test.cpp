@@ -203,6 +203,26 @@ TEST_CASE("launch: a rank or thread count out of range is refused before any ran
                        Error);
 }
 
+TEST_CASE("launch: a rank's error is printed once, rank-prefixed, whatever it throws") {
+  // a std::exception was printed twice, "[rank 1] boom" and then "epl: boom" (a stranger's finding)
+  const Config cfg;
+  auto once = [&](auto&& thrower) {
+    int status = 0;
+    const std::string printed = stderr_of([&] {
+      status = launch(cfg, [&](Context& ctx) {
+        if (ctx.rank() == 1) thrower();
+      }, {.ranks = 2});
+    });
+    CHECK(status == kLaunchFailed);
+    std::size_t count = 0;
+    for (auto at = printed.find("boom"); at != std::string::npos; at = printed.find("boom", at + 1)) ++count;
+    CHECK_MESSAGE(count == 1, printed);
+    CHECK(printed.find("[rank 1]") != std::string::npos);
+  };
+  once([] { throw std::runtime_error("boom"); });
+  once([] { EPL_CHECK(false, "boom"); });
+}
+
 TEST_CASE("an environment block given as data is read as the process environment is") {
   const char* env[] = {"PATH=/usr/bin", "EPL_ZERO_LEVEL=v1", "EPL_NUM_RANKS=2", nullptr};
   Config c;

@@ -8,6 +8,7 @@
 /// rank; every rank stops within the timeout (communication.timeout) plus a small slack; and the
 /// program gets a non-zero status. Under MPI the failing process aborts the job (MPI_Abort), so
 /// no rank waits in MPI_Finalize for a peer that is gone or hung.
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -73,21 +74,27 @@ template <class Fn>
       Context ctx(std::move(world), -1, opt.threads_per_rank);
       fn(ctx);
     }));
+  std::atomic<bool> in_rank{false};
   try {
     detail::check_launch_options(opt);
     const int ranks = opt.ranks > 0 ? opt.ranks : comm::rank_count_from_env(1);
     int threads = opt.threads_per_rank;
     if (threads <= 0) threads = std::max(1, epl::detail::cpu::threads() / ranks);
     comm::run_threads(ranks, [&](comm::ThreadCommunicator& c) {
-      Context ctx(c, -1, threads);
-      fn(ctx);
+      try {
+        Context ctx(c, -1, threads);
+        fn(ctx);
+      } catch (...) {
+        in_rank.store(true);  // run_threads printed it, rank-prefixed, when it happened
+        throw;
+      }
     }, {.comm = comm_opt, .threads_per_rank = threads, .report = true});
     return status(0);
   } catch (const Error& e) {
-    if (e.rank() < 0) std::fprintf(stderr, "%s\n", e.what());  // a rank's error was printed when it happened
+    if (e.rank() < 0 && !in_rank.load()) std::fprintf(stderr, "%s\n", e.what());
     return kLaunchFailed;
-  } catch (const std::exception& e) {  // a rank's error was printed when it happened
-    if (std::string_view(e.what()).substr(0, 6) != "[rank ") std::fprintf(stderr, "epl: %s\n", e.what());
+  } catch (const std::exception& e) {  // a std::exception of a rank's was printed once, not again (a stranger's finding)
+    if (!in_rank.load() && std::string_view(e.what()).substr(0, 6) != "[rank ") std::fprintf(stderr, "epl: %s\n", e.what());
     return kLaunchFailed;
   } catch (...) {  // `throw 42` in a rank: printed, rank-prefixed, when it happened
     return kLaunchFailed;
