@@ -14,8 +14,9 @@
 //                        shape and format (f32; bf16 where AVX512-BF16 is compiled) the shares of
 //                        packing B, packing A and the kernels (sgemm::Parts)
 //   bench_gemm --attention [--threads=N] [--amp]   one gpt-mini attention layer's six GEMMs, dense
-//                        against skipping the causal triangle (device::Triangle); --amp: in bf16,
-//                        on the kernel AMP chooses
+//                        against skipping the causal triangle (device::Triangle); then the layer's
+//                        whole attention, unfused against a head at a time (attention_heads);
+//                        --amp: in bf16, on the kernel AMP chooses
 #include <Eigen/Core>
 #include <chrono>
 #include <cstdio>
@@ -167,7 +168,47 @@ int attention(int threads, epl::DType inputs) {
     std::printf("%s{\"gemm\": \"%s\", \"dense_ms\": %.4f, \"triangle_ms\": %.4f}", i ? ", " : "", o.what, median(dense), median(triangle));
   }
   std::fprintf(stderr, "%-16s %10.3f %12.3f %8.2f\n", "all six", dense_total, triangle_total, triangle_total / dense_total);
-  std::printf("]}\n");
+  // The layer's whole attention, forward and backward, from qkv [8, 256, 3 x 384] (the same 48
+  // heads): the unfused ops (heads moved out and back, the triangles above, the softmax and its
+  // backward, each over all heads in memory) against device::Cpu::attention_heads (a head at a
+  // time in the cache; bench_gpt_mini runs it), alternating 11 times.
+  const std::int64_t b = 8, heads = bh / b, dim = heads * hd;
+  const double scale = 0.125;
+  auto h = cpu.empty({b, t, 3 * dim}, epl::DType::kF32), dout = cpu.empty({b, t, dim}, epl::DType::kF32);
+  for (std::int64_t i = 0; i < h.numel(); ++i) h.data<float>()[i] = static_cast<float>((i * 7919 % 1000) / 1000.0 - 0.5);
+  for (std::int64_t i = 0; i < dout.numel(); ++i) dout.data<float>()[i] = static_cast<float>((i * 104729 % 1000) / 1000.0 - 0.5);
+  auto o = cpu.empty({b, t, dim}, epl::DType::kF32), dh = cpu.empty(h.shape(), epl::DType::kF32);
+  const epl::Shape batched{bh, t, hd};
+  auto like = [&](const epl::Tensor& x) { return cpu.empty(x.shape(), epl::DType::kF32); };
+  auto q4 = cpu.empty({b, heads, t, hd}, epl::DType::kF32), k4 = like(q4), v4 = like(q4), d4 = like(q4), dp = like(p), ds = like(p);
+  auto unfused = [&] {
+    cpu.permute_heads(h, q4, 0, true), cpu.permute_heads(h, k4, dim, true), cpu.permute_heads(h, v4, 2 * dim, true);
+    cpu.gemm_batched(q4.view(batched), false, k4.view(batched), true, s, 1, 0, inputs, Triangle::kLowerC);
+    cpu.softmax_causal(s, p, scale);
+    cpu.gemm_batched(p, false, v4.view(batched), false, out, 1, 0, inputs, Triangle::kLowerA);
+    cpu.permute_heads(o, out.view({b, heads, t, hd}), 0, false);
+    cpu.permute_heads(dout, d4, 0, true);
+    cpu.gemm_batched(d4.view(batched), false, v4.view(batched), true, dp, 1, 0, inputs, Triangle::kLowerC);
+    cpu.gemm_batched(p, true, d4.view(batched), false, out, 1, 0, inputs, Triangle::kUpperA);
+    cpu.permute_heads(dh, out.view({b, heads, t, hd}), 2 * dim, false);
+    cpu.softmax_causal_backward(p, dp, ds, scale);
+    cpu.gemm_batched(ds, false, k4.view(batched), false, out, 1, 0, inputs, Triangle::kLowerA);
+    cpu.permute_heads(dh, out.view({b, heads, t, hd}), 0, false);
+    cpu.gemm_batched(ds, true, q4.view(batched), false, out, 1, 0, inputs, Triangle::kUpperA);
+    cpu.permute_heads(dh, out.view({b, heads, t, hd}), dim, false);
+  };
+  auto fused = [&] {
+    if (!cpu.attention_heads(h, o, heads, scale, inputs) || !cpu.attention_heads_backward(h, dout, dh, heads, scale, inputs))
+      std::fprintf(stderr, "bench_gemm: attention_heads declined (no packed kernel here)\n");
+  };
+  std::vector<double> unfused_ms, fused_ms;
+  for (int r = 0; r < 11; ++r) {
+    unfused_ms.push_back(1e3 * bench::seconds(unfused));
+    fused_ms.push_back(1e3 * bench::seconds(fused));
+  }
+  std::fprintf(stderr, "the layer's attention, forward and backward: unfused %.3f ms, a head at a time %.3f ms, ratio %.2f\n",
+               median(unfused_ms), median(fused_ms), median(fused_ms) / median(unfused_ms));
+  std::printf("], \"layer\": {\"unfused_ms\": %.4f, \"heads_ms\": %.4f}}\n", median(unfused_ms), median(fused_ms));
   return 0;
 }
 }  // namespace

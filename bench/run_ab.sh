@@ -54,9 +54,10 @@ for ranks, amp in ((1, False), (2, False), (1, True)):
     med, sel = {}, {}
     for tree in ("old", "new"):
         sel[tree] = [r for r in runs if r["tree"] == tree and r["ranks"] == ranks and r.get("amp", False) == amp]
+        if sel[tree]:
+            med[tree] = (statistics.median(r["tokens_per_s"] for r in sel[tree]), statistics.median(r["overlap"] for r in sel[tree]))
     if not sel["old"]:
         continue
-        med[tree] = (statistics.median(r["tokens_per_s"] for r in sel[tree]), statistics.median(r["overlap"] for r in sel[tree]))
     paired = statistics.median(n["tokens_per_s"] / o["tokens_per_s"] for o, n in zip(sel["old"], sel["new"]))
     name = ("1 rank x 1 thread" if ranks == 1 else "dp 2 ranks x 1 thread") + (", AMP" if amp else "")
     hid = (lambda t: f"{100*med[t][1]:.0f}%" if ranks == 2 else "-")
