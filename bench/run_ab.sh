@@ -34,7 +34,8 @@ for r in $(seq "$rounds"); do
     "$tree/build/ab/bench/bench_gpt_mini" --ranks=1 --threads=1 --steps=4 --warmup=1 | sed "s/^{/{\"tree\": \"$tag\", /" >> "$log"
     "$tree/build/ab/bench/bench_gpt_mini" --ranks=2 --threads=1 --steps=4 --warmup=1 | sed "s/^{/{\"tree\": \"$tag\", /" >> "$log"
     if [ -n "$amp" ]; then
-      "$tree/build/ab/bench/bench_gpt_mini" --ranks=1 --threads=1 --steps=4 --warmup=1 --amp | sed "s/^{/{\"tree\": \"$tag\", \"amp\": true, /" >> "$log"
+      "$tree/build/ab/bench/bench_gpt_mini" --ranks=1 --threads=1 --steps=4 --warmup=1 --amp |
+        sed "s/^{/{\"tree\": \"$tag\", \"amp\": true, /" >> "$log"
     fi
   done
 done

@@ -106,8 +106,8 @@ TEST_CASE("materialize: a parameter of no elements is named, not laid out at its
                        Error);
   WithEmpty rows;
   rows.shift.empty = nn::Parameter(Shape{0, 4}, nn::Init::zeros());
-  CHECK_THROWS_WITH_AS((void)param::materialize(rows, test::cpu()), doctest::Contains("parameter shift.empty has shape [0, 4], no elements"),
-                       Error);
+  CHECK_THROWS_WITH_AS((void)param::materialize(rows, test::cpu()),
+                       doctest::Contains("parameter shift.empty has shape [0, 4], no elements"), Error);
 }
 
 TEST_CASE("materialize: a parameter listed twice is named with both names, not laid out twice") {

@@ -335,8 +335,9 @@ TEST_CASE("zero: a checkpoint saved after writing the gathered parameters holds 
     std::vector<double> live, loaded;
     comm::run_threads(2, [&](comm::ThreadCommunicator& c) {
       Context ctx(c, 320 + c.rank());
-      Trainer<gpt::Gpt, optim::AdamW, Policies<Zero<3>>> t(ctx, config(level), gpt::make_gpt(tiny()), optim::AdamW({.lr = 0.01, .eps = 1e-3}),
-                                                           {.seed = 5});
+      using Zero3 = Trainer<gpt::Gpt, optim::AdamW, Policies<Zero<3>>>;
+      const optim::AdamW adam({.lr = 0.01, .eps = 1e-3});
+      Zero3 t(ctx, config(level), gpt::make_gpt(tiny()), adam, {.seed = 5});
       auto ds = test::token_corpus(4000);
       data::WindowLoader loader(ds, 8, kGlobalBatch, 17, t.data_shard());
       t.step(loader.next(ctx.cpu()));
@@ -346,8 +347,7 @@ TEST_CASE("zero: a checkpoint saved after writing the gathered parameters holds 
       });
       const auto at = t.save(dir);
       const auto written = test::flat_params(t.model());  // still gathered: readable after the save
-      Trainer<gpt::Gpt, optim::AdamW, Policies<Zero<3>>> u(ctx, config(level), gpt::make_gpt(tiny()), optim::AdamW({.lr = 0.01, .eps = 1e-3}),
-                                                           {.seed = 5});
+      Zero3 u(ctx, config(level), gpt::make_gpt(tiny()), adam, {.seed = 5});
       u.load(at);
       u.gather_parameters();
       if (c.rank() == 0) live = written, loaded = test::flat_params(u.model());

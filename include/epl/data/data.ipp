@@ -106,8 +106,9 @@ EPL_LINKED std::vector<std::filesystem::path> slice_files(const std::vector<std:
   std::int64_t used = n;
   if (n % ranks != 0) {
     if (drop) used = n - n % ranks;
-    else EPL_CHECK(unbalanced, "io.slicing: ", n, " files do not divide among ", ranks, " data-parallel ranks; set io.drop_last_files=true to drop the last ",
-                   n % ranks, ", or io.unbalanced_io_slicing=true to allow uneven shares");
+    else EPL_CHECK(unbalanced, "io.slicing: ", n, " files do not divide among ", ranks,
+                   " data-parallel ranks; set io.drop_last_files=true to drop the last ", n % ranks,
+                   ", or io.unbalanced_io_slicing=true to allow uneven shares");
   }
   // by name: each rank may have listed a directory in its own order (a stranger's ranks read
   // overlapping files, and others never, when one listed them reversed)

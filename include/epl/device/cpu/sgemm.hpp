@@ -116,11 +116,10 @@ struct RowBlock {
 /// gemm() of several row blocks of one product (C[m, n] = alpha op(A) op(B) + beta C), sharing
 /// op(B): it is packed once for all of them, where it fits one packed block (k <= kKC, n <= kNC),
 /// each block's rows fit one (r1 - r0 <= kMC) and its k0 and k1 bound whole steps of the format
-/// (k1 may be k); a block then
-/// multiplies a run of each packed panel's steps. Each entry sums the same products in the same
-/// order as the block's own gemm() would. Otherwise each block is its own gemm(). Causal
-/// attention's blocks of 64 rows over 256 columns packed op(B) four times over, which took as
-/// long as their kernels (bench_gemm --attention).
+/// (k1 may be k); a block then multiplies a run of each packed panel's steps. Each entry sums the
+/// same products in the same order as the block's own gemm() would. Otherwise each block is its
+/// own gemm(). Causal attention's blocks of 64 rows over 256 columns packed op(B) four times over,
+/// a quarter of q k^T's time (sgemm::Parts of one head's products).
 template <class Fmt>
 inline void gemm_row_blocks(bool ta, bool tb, std::int64_t n, std::int64_t k, float alpha, const float* a, std::int64_t lda,
                             const float* b, std::int64_t ldb, float beta, float* c, std::int64_t ldc, std::span<const RowBlock> blocks) {
