@@ -170,7 +170,7 @@ class CausalSelfAttention {
   };
   static bool is_half(DType t) { return t == DType::kBF16 || t == DType::kF16; }
   static constexpr std::uint64_t kFused = 1;  // Saved::aux of the fused path
-  static constexpr std::uint64_t kHeads = 2;  // and of attention_heads'''s
+  static constexpr std::uint64_t kHeads = 2;  // and of attention_heads' path
   std::int64_t dim_ = 0, heads_ = 1;
   SplitPart part_;
 };
