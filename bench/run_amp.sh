@@ -10,8 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 threads=${1:-1}; rounds=${2:-5}; tsteps=${3:-4}
-cmake --preset cpu-release >/dev/null
-cmake --build --preset cpu-release --target bench_gpt_mini gpt >/dev/null
+tools/quickstart.sh build bench_gpt_mini gpt
 mkdir -p bench/results
 source bench/peers.sh
 torch_peers "$threads"

@@ -8,8 +8,7 @@
 #   bench/run_comm.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cmake --preset cpu-release >/dev/null
-cmake --build --preset cpu-release --target bench_comm_threads bench_comm_mpi >/dev/null
+tools/quickstart.sh build bench_comm_threads bench_comm_mpi
 mkdir -p bench/results
 root=""; [ "$(id -u)" -eq 0 ] && root="--allow-run-as-root"
 ./build/cpu-release/bench/bench_comm_threads --ranks=2 > bench/results/comm_threads.json

@@ -6,8 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-5}
-cmake --preset cpu-release >/dev/null
-cmake --build --preset cpu-release --target bench_gpt_mini >/dev/null
+tools/quickstart.sh build bench_gpt_mini
 mkdir -p bench/results
 source bench/peers.sh
 torch_peers 1

@@ -7,8 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 threads=${1:-1}; rounds=${2:-5}
 steps="--steps=4 --warmup=1"; pysteps="--steps 4 --warmup 1"  # 5 steps a run, 4 timed
-cmake --preset cpu-release >/dev/null
-cmake --build --preset cpu-release --target bench_gpt_mini bench_gpt_mini_eigen bench_gemm >/dev/null
+tools/quickstart.sh build bench_gpt_mini bench_gpt_mini_eigen bench_gemm
 mkdir -p bench/results
 source bench/peers.sh
 torch_peers "$threads"

@@ -7,8 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 threads=${1:-1}; rounds=${2:-5}
-cmake --preset cpu-release >/dev/null
-cmake --build --preset cpu-release --target bench_ops >/dev/null
+tools/quickstart.sh build bench_ops
 mkdir -p bench/results
 source bench/peers.sh
 torch_peers "$threads"

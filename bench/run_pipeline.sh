@@ -8,8 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-5}
-cmake --preset cpu-release >/dev/null
-cmake --build --preset cpu-release --target bench_gpt_mini bench_pipeline_bubble >/dev/null
+tools/quickstart.sh build bench_gpt_mini bench_pipeline_bubble
 mkdir -p bench/results docs/img
 ./build/cpu-release/bench/bench_pipeline_bubble --forward_ms=20 --steps=6 --json=bench/results/pipeline_bubble.json \
   --trace_dir=bench/results

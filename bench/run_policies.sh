@@ -7,8 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-5}
-cmake --preset cpu-release >/dev/null
-cmake --build --preset cpu-release --target gpt >/dev/null
+tools/quickstart.sh build gpt
 mkdir -p bench/results
 log=bench/results/policies.log; : > "$log"
 gpt=./build/cpu-release/examples/gpt/gpt

@@ -9,8 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-5}
-cmake --preset cpu-release >/dev/null
-cmake --build --preset cpu-release --target classification moe >/dev/null
+tools/quickstart.sh build classification moe
 mkdir -p bench/results
 log=bench/results/split.log; : > "$log"
 ex=./build/cpu-release/examples

@@ -3,6 +3,8 @@
 #   tools/quickstart.sh demo   install what is missing, build, train the flagship GPT example
 #   tools/quickstart.sh test   install what is missing, build everything with g++ 12 and with
 #                              clang 14, run the whole test suite with each
+#   tools/quickstart.sh build TARGET...   install what is missing, build TARGETs in the cpu-release
+#                              tree (the benchmark scripts in bench/ start with this)
 # Debian packages are installed with apt-get (as root, or through sudo) only when missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,6 +37,12 @@ case "$mode" in
     cmake --preset cpu-release >/dev/null
     timed cmake --build --preset cpu-release --target gpt
     ./build/cpu-release/examples/gpt/gpt --steps=100
+    ;;
+  build)
+    shift
+    install_missing "${demo_packages[@]}"
+    cmake --preset cpu-release >/dev/null
+    cmake --build --preset cpu-release --target "$@" >/dev/null
     ;;
   test)
     install_missing "${test_packages[@]}"
@@ -70,5 +78,5 @@ z.extractall(sys.argv[2], [n for n in z.namelist() if n.startswith("include/")])
     timed cmake --build --preset ci-clang
     timed ctest --preset ci-clang
     ;;
-  *) echo "usage: tools/quickstart.sh demo|test" >&2; exit 2 ;;
+  *) echo "usage: tools/quickstart.sh demo|test|build TARGET..." >&2; exit 2 ;;
 esac
