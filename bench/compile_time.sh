@@ -10,6 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ref=${1:?usage: bench/compile_time.sh REF [rounds]}
 rounds=${2:-3}
+tools/quickstart.sh deps
 old=$(mktemp -d /tmp/epl-ct.XXXXXX)
 obj=$(mktemp /tmp/epl-ct.XXXXXX.o)
 trap 'rm -rf "$old" "$obj"' EXIT

@@ -11,6 +11,7 @@ ref=${1:?usage: bench/run_ab.sh REF [rounds]}
 rounds=${2:-5}
 amp=${3:-}
 [ -z "$amp" ] || [ "$amp" = amp ] || { echo "usage: bench/run_ab.sh REF [rounds] [amp]" >&2; exit 2; }
+tools/quickstart.sh deps
 old=$(mktemp -d /tmp/epl-ab.XXXXXX)
 trap 'git worktree remove --force "$old" >/dev/null 2>&1 || true' EXIT
 git worktree add --detach "$old" "$ref" >/dev/null

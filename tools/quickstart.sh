@@ -5,6 +5,7 @@
 #                              clang 14, run the whole test suite with each
 #   tools/quickstart.sh build TARGET...   install what is missing, build TARGETs in the cpu-release
 #                              tree (the benchmark scripts in bench/ start with this)
+#   tools/quickstart.sh deps   only install what a build needs (bench/run_ab.sh, compile_time.sh)
 # Debian packages are installed with apt-get (as root, or through sudo) only when missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,6 +39,7 @@ case "$mode" in
     timed cmake --build --preset cpu-release --target gpt
     ./build/cpu-release/examples/gpt/gpt --steps=100
     ;;
+  deps) install_missing "${demo_packages[@]}" ;;
   build)
     shift
     install_missing "${demo_packages[@]}"
@@ -78,5 +80,5 @@ z.extractall(sys.argv[2], [n for n in z.namelist() if n.startswith("include/")])
     timed cmake --build --preset ci-clang
     timed ctest --preset ci-clang
     ;;
-  *) echo "usage: tools/quickstart.sh demo|test|build TARGET..." >&2; exit 2 ;;
+  *) echo "usage: tools/quickstart.sh demo|test|deps|build TARGET..." >&2; exit 2 ;;
 esac
