@@ -352,6 +352,57 @@ TEST_CASE("layer_norm: normalised rows, saved statistics") {
   CHECK(test::values<double>(y)[2] == doctest::Approx((3 - 2.5) * r0 + 1).epsilon(1e-14));
 }
 
+TEST_CASE("layer_norm_backward: a double loop's values for row counts that end inside a chunk, the same bits on 1 and 2 threads") {
+  // the parameter gradients are summed chunk by chunk (kLayerNormChunkRows rows), then the chunks
+  // in order: a chunk that ends early must count each row once, and the thread count must not
+  // change the order of the sums
+  const std::int64_t chunk = epl::detail::cpu::kLayerNormChunkRows;
+  for (std::int64_t rows : {std::int64_t{1}, chunk - 1, chunk, chunk + 1, 3 * chunk + 5}) {
+    for (std::int64_t cols : {7, 70}) {
+      CAPTURE(rows);
+      CAPTURE(cols);
+      const auto value = [](std::int64_t i, int seed) { return static_cast<double>(static_cast<float>(std::sin(0.37 * i + seed))); };
+      std::vector<double> x0(rows * cols), dy0(rows * cols), g0(cols), dg0(cols), db0(cols);
+      for (std::int64_t i = 0; i < rows * cols; ++i) x0[i] = 2 * value(i, 1), dy0[i] = value(i, 2);
+      for (std::int64_t j = 0; j < cols; ++j) g0[j] = 1 + 0.5 * value(j, 3), dg0[j] = value(j, 4), db0[j] = value(j, 5);
+      std::vector<std::vector<double>> dx, dg, db;  // f32 values, held in double
+      std::vector<double> mu(rows), rs(rows);
+      for (int threads : {1, 2}) {
+        device::Cpu d(0, threads);
+        Tensor x = test::tensor<float>({rows, cols}, x0), dy = test::tensor<float>({rows, cols}, dy0), g = test::tensor<float>({cols}, g0);
+        Tensor b = test::tensor<float>({cols}, std::vector<double>(cols, 0.0)), y = d.empty({rows, cols}, DType::kF32);
+        Tensor mean = d.empty({rows}, DType::kF32), rstd = d.empty({rows}, DType::kF32), dxt = d.empty({rows, cols}, DType::kF32);
+        Tensor dgt = test::tensor<float>({cols}, dg0), dbt = test::tensor<float>({cols}, db0);
+        d.layer_norm(x, g, b, y, mean, rstd, 1e-5);
+        d.layer_norm_backward(x, g, mean, rstd, dy, dxt, dgt, dbt);
+        dx.push_back(test::values<float>(dxt)), dg.push_back(test::values<float>(dgt)), db.push_back(test::values<float>(dbt));
+        const auto M = test::values<float>(mean), R = test::values<float>(rstd);
+        for (std::int64_t r = 0; r < rows; ++r) mu[r] = M[r], rs[r] = R[r];
+      }
+      CHECK(dx[0] == dx[1]);
+      CHECK(dg[0] == dg[1]);
+      CHECK(db[0] == db[1]);
+      std::vector<double> dg_want = dg0, db_want = db0;
+      for (std::int64_t r = 0; r < rows; ++r) {
+        double m1 = 0, m2 = 0;
+        for (std::int64_t j = 0; j < cols; ++j) {
+          const double xhat = (x0[r * cols + j] - mu[r]) * rs[r], dxhat = dy0[r * cols + j] * g0[j];
+          m1 += dxhat / cols, m2 += dxhat * xhat / cols;
+          dg_want[j] += dy0[r * cols + j] * xhat, db_want[j] += dy0[r * cols + j];
+        }
+        for (std::int64_t j = 0; j < cols; ++j) {
+          const double xhat = (x0[r * cols + j] - mu[r]) * rs[r];
+          REQUIRE(dx[0][r * cols + j] == doctest::Approx(rs[r] * (dy0[r * cols + j] * g0[j] - m1 - xhat * m2)).epsilon(1e-5).scale(1));
+        }
+      }
+      for (std::int64_t j = 0; j < cols; ++j) {
+        REQUIRE(dg[0][j] == doctest::Approx(dg_want[j]).epsilon(1e-5).scale(1));
+        REQUIRE(db[0][j] == doctest::Approx(db_want[j]).epsilon(1e-5).scale(1));
+      }
+    }
+  }
+}
+
 TEST_CASE("softmax_causal: row i sees columns 0..i and sums to one") {
   auto& d = test::cpu64();
   Tensor s = test::random<double>({2, 4, 4}, 5), p = d.empty({2, 4, 4}, DType::kF64);

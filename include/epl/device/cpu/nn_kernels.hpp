@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <vector>
 
 #include "epl/core/random.hpp"
 #include "epl/device/cpu/elementwise.hpp"
@@ -36,26 +37,43 @@ void layer_norm(const T* x, const T* gamma, const T* beta, T* y, T* mean, T* rst
     }
   });
 }
-/// dx = rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat)), dxhat = dy gamma;
-/// dgamma += sum_r dy xhat, dbeta += sum_r dy.
+/// Rows a chunk of layer_norm_backward's takes: its parameter gradients are summed over the
+/// chunk's rows in a buffer of their own, then the chunks' sums in order, so the result does not
+/// depend on the thread count.
+inline constexpr std::int64_t kLayerNormChunkRows = 32;
+/// dx = rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat)), dxhat = dy gamma, xhat = (x - mean) rstd;
+/// dgamma += sum_r dy xhat, dbeta += sum_r dy. One pass over x and dy from memory, two over a row
+/// in L1 (its two means, then dx and its chunk's sums of dy xhat and dy); the chunks' sums are
+/// then added in order.
 template <class T>
 void layer_norm_backward(const T* x, const T* gamma, const T* mean, const T* rstd, const T* dy,
                          T* dx, T* dgamma, T* dbeta, std::int64_t rows, std::int64_t cols) {
+  const std::int64_t chunks = (rows + kLayerNormChunkRows - 1) / kLayerNormChunkRows;
+  // chunk c's sums of dy xhat at row 2c, of dy at 2c + 1: the calling thread's buffer, which the
+  // workers reach through `sums` (a thread_local named inside them would be their own)
+  static thread_local std::vector<T> buffer;
+  buffer.resize(static_cast<std::size_t>(std::max<std::int64_t>(std::ssize(buffer), 2 * chunks * cols)));
+  T* const sums = buffer.data();
   ConstRowMap<T> g(gamma, cols);
-  parallel_for(rows, row_grain(cols), [&](std::int64_t r0, std::int64_t r1) {
-    Eigen::Array<T, 1, Eigen::Dynamic> xhat(cols), dxhat(cols);  // a range's rows reuse them (not a heap block a row)
-    for (std::int64_t r = r0; r < r1; ++r) {
-      xhat = (ConstRowMap<T>(x + r * cols, cols) - mean[r]) * rstd[r];
-      dxhat = ConstRowMap<T>(dy + r * cols, cols) * g;
-      T m1 = dxhat.mean(), m2 = (dxhat * xhat).mean();
-      RowMap<T>(dx + r * cols, cols) = rstd[r] * (dxhat - m1 - xhat * m2);
+  const T inv_n = T(1) / static_cast<T>(cols);
+  parallel_for(chunks, 1, [&](std::int64_t c0, std::int64_t c1) {
+    for (std::int64_t c = c0; c < c1; ++c) {
+      RowMap<T> dg(sums + 2 * c * cols, cols), db(sums + (2 * c + 1) * cols, cols);
+      dg.setZero(), db.setZero();
+      for (std::int64_t r = c * kLayerNormChunkRows, end = std::min(rows, r + kLayerNormChunkRows); r < end; ++r) {
+        ConstRowMap<T> dyr(dy + r * cols, cols), xr(x + r * cols, cols);
+        const T mu = mean[r], rs = rstd[r];
+        const T m1 = (dyr * g).sum() * inv_n, m2 = (dyr * g * (xr - mu)).sum() * rs * inv_n;
+        RowMap<T>(dx + r * cols, cols) = rs * (dyr * g - m1 - (xr - mu) * (rs * m2));
+        dg += dyr * ((xr - mu) * rs);
+        db += dyr;
+      }
     }
   });
   RowMap<T> dg(dgamma, cols), db(dbeta, cols);
-  for (std::int64_t r = 0; r < rows; ++r) {
-    ConstRowMap<T> dyr(dy + r * cols, cols);
-    dg += dyr * ((ConstRowMap<T>(x + r * cols, cols) - mean[r]) * rstd[r]);
-    db += dyr;
+  for (std::int64_t c = 0; c < chunks; ++c) {
+    dg += ConstRowMap<T>(sums + 2 * c * cols, cols);
+    db += ConstRowMap<T>(sums + (2 * c + 1) * cols, cols);
   }
 }
 
