@@ -290,6 +290,15 @@ TEST_CASE("program flags: every bad input is an error naming the option") {
     return Config::parse(static_cast<int>(args.size()), args.data(), steps, layers);
   };
   CHECK_THROWS_WITH_AS(parse({"--steps=abc"}), doctest::Contains("option --steps takes an integer, got \"abc\""), Error);
+  // a flag named help was accepted and never set: --help asks for the usage (a stranger's finding)
+  const Flag<bool> help{"help", false, "mine"};
+  const char* argv[] = {"prog", "--help"};
+  CHECK_THROWS_WITH_AS((void)Config::parse(2, argv, help), doctest::Contains("flag --help shadows --help, which asks for the usage"), Error);
+  // a program that never asks whether --help was given would train: its first step refuses it
+  const Config asked = Config::parse(2, argv, steps);
+  CHECK_THROWS_WITH_AS(asked.check_all_read(), doctest::Contains("--help was given, but this program never asked for it"), Error);
+  CHECK(asked.help_requested());
+  CHECK_NOTHROW(asked.check_all_read());
   CHECK_THROWS_WITH_AS(parse({"--steps=3x"}), doctest::Contains("option --steps takes an integer, got \"3x\""), Error);
   // past 64 bits: out of range, not "not an integer" (found by the stranger); a key's double alike
   CHECK_THROWS_WITH_AS(parse({"--steps=99999999999999999999"}),

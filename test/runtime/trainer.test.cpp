@@ -71,7 +71,11 @@ TEST_CASE("a batch that does not divide into micro-batches names both numbers") 
   CHECK_THROWS_WITH_AS(t.step(loader.next(test::cpu())),
                        doctest::Contains("batch of 8 samples does not divide into pipeline.num_micro_batch = 3"), Error);
   Batch empty{test::ids({0, 8}, 256, 1), test::ids({0, 8}, 256, 2)};  // zero rows: once "a multiple of 3"
-  CHECK_THROWS_WITH_AS(t.step(empty), doctest::Contains("the batch has no rows; give every step at least one row"), Error);
+  CHECK_THROWS_WITH_AS(t.step(empty), doctest::Contains("the batch has no rows; give every step and evaluation at least one row per "
+                                                       "micro-batch (pipeline.num_micro_batch = 3)"), Error);
+  // an evaluation of no rows returned nan (a stranger's finding)
+  CHECK_THROWS_WITH_AS((void)t.evaluate(empty), doctest::Contains("the batch has no rows; give every step and evaluation at least one row"),
+                       Error);
   // rows of no tokens trained to a loss of nan, blamed on the learning rate (a stranger's finding)
   Batch no_tokens{test::ids({3, 0}, 256, 1), test::ids({3, 0}, 256, 2)};
   CHECK_THROWS_WITH_AS(t.step(no_tokens), doctest::Contains("the batch's inputs [3, 0] hold no values: each row needs at least one"),
@@ -242,6 +246,17 @@ TEST_CASE("a key that would have no effect is an error at the first step, naming
     CHECK_FALSE(whole.data_shard().own_data);
   });
   CHECK_FALSE(Trainer<gpt::Gpt, optim::SGD>(test::cpu(), slicing, gpt::make_gpt(tiny()), optim::SGD({})).data_shard().own_data);
+  // asking for the shard is not reading the files: on several replicas too, a program that never
+  // calls data::slice_files is refused (a stranger's finding: it trained, each rank on other windows)
+  comm::run_threads(2, [&](comm::ThreadCommunicator& c) {
+    Context ctx(c, 1);
+    Config fresh;
+    fresh.set(keys::io_slicing, true);
+    Trainer<gpt::Gpt, optim::SGD> t(ctx, fresh, gpt::make_gpt(tiny()), optim::SGD({}));
+    auto ds = test::token_corpus(3000);
+    data::WindowLoader loader(ds, 8, 8, 11, t.data_shard());
+    CHECK_THROWS_WITH_AS((void)t.step(loader.next(test::cpu())), doctest::Contains("reads no files through data::slice_files"), Error);
+  });
   Config timeout;
   timeout.set(keys::timeout, 5.0);
   CHECK_THROWS_WITH_AS(first_step(timeout), doctest::Contains("pass {.comm = epl::comm_options(cfg)} to run_threads"), Error);

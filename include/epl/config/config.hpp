@@ -145,8 +145,15 @@ class Config {
   /// \brief The value of key as T (bool, std::int64_t, double, std::string or a list).
   template <class T>
   [[nodiscard]] T get(std::string_view key) const {
+    entry(key).read->store(true, std::memory_order_relaxed);
+    return peek<T>(key);
+  }
+  /// \brief The value of key as T without counting it as read (check_all_read): for code that
+  /// adapts to a key that something else acts on (trainer.data_shard() to io.slicing, which
+  /// data::slice_files reads).
+  template <class T>
+  [[nodiscard]] T peek(std::string_view key) const {
     const auto& e = entry(key);
-    e.read->store(true, std::memory_order_relaxed);
     if constexpr (std::is_same_v<T, double>) {
       if (auto* i = std::get_if<std::int64_t>(&e.value)) return static_cast<double>(*i);
     }
@@ -180,7 +187,11 @@ class Config {
   }
   /// \brief --help or -h was given: print usage() and exit 0. Without flags of the program's own,
   /// --help also stays in program_args(), for a program that prints its own usage.
-  [[nodiscard]] bool help_requested() const noexcept { return help_; }
+  /// A program given --help that never asks is refused at its first training step (check_all_read).
+  [[nodiscard]] bool help_requested() const noexcept {
+    help_read_->store(true, std::memory_order_relaxed);
+    return help_;
+  }
   /// \brief The program's flags with their defaults and help, and where EPL's keys are listed.
   [[nodiscard]] EPL_LINKED std::string usage(std::string_view program, std::string_view about = {}) const;
 
@@ -230,6 +241,7 @@ class Config {
   std::map<std::string, Entry, std::less<>> entries_;
   std::vector<std::string> args_;
   std::shared_ptr<std::atomic<bool>> args_read_ = std::make_shared<std::atomic<bool>>(false);  // shared by copies, as Entry::read
+  std::shared_ptr<std::atomic<bool>> help_read_ = std::make_shared<std::atomic<bool>>(false);
   bool help_ = false;
 
   template <class Read>

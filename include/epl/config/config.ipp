@@ -138,6 +138,11 @@ EPL_LINKED void Config::check_all_read() const {
              "options as epl::Flag and pass them to Config::from_args(argc, argv, flags...), which refuses what it does not "
              "know, or drop the argument");
   }
+  // a program with flags of its own that never asked trained when given --help (a stranger's finding);
+  // one that reads its own arguments (program_args(), where --help stays) may answer it there
+  EPL_CHECK(!help_ || help_read_->load(std::memory_order_relaxed) || args_read_->load(std::memory_order_relaxed), "--help was given, but this program never asked for it "
+            "(Config::help_requested()), so it would train instead; after Config::from_args, print cfg.usage(argv[0]) and exit "
+            "when cfg.help_requested(), or drop --help");
   for (const auto& [name, e] : entries_) {
     if (e.key.program || e.source == Source::kDefault || e.read->load(std::memory_order_relaxed)) continue;
     const std::string given = "config key " + name + " = " + detail::value_str(e.value) + " was given, but ";
@@ -160,6 +165,9 @@ EPL_LINKED std::string Config::env_name(std::string_view key) {
 
 EPL_LINKED Config& Config::declare(const ConfigKey& k) {
   EPL_CHECK(entries_.find(k.name) == entries_.end(), "flag --", k.name, " is declared twice, or shadows an EPL key");
+  // --help and -h ask for usage() (help_requested()): a flag of that name was accepted and never set (a stranger's finding)
+  EPL_CHECK(k.name != "help" && k.name != "h", "flag --", k.name, " shadows --help, which asks for the usage (Config::help_requested()); "
+            "name the flag otherwise");
   entries_.emplace(std::string(k.name), Entry{k, k.default_value, Source::kDefault});
   return *this;
 }

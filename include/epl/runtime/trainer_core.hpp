@@ -97,10 +97,11 @@ class TrainerCore {
   [[nodiscard]] std::int64_t micro_batches() const noexcept { return plan_.micro_batches; }
   /// \brief The rows of each global batch this rank reads (its data-parallel share): hand it to
   /// the loader (data::WindowLoader(..., trainer.data_shard())). Under io.slicing on several
-  /// replicas each rank's data is its own (data::slice_files), and the shard says so.
+  /// replicas each rank's data is its own (data::slice_files), and the shard says so; the key
+  /// stays unread until data::slice_files reads it (a program that never calls it is refused).
   [[nodiscard]] data::Shard data_shard() const {
     const auto r = groups_->rows();
-    return {r.rank, r.ranks, r.weights, r.quantum, r.ranks > 1 && config_.get<bool>("io.slicing")};
+    return {r.rank, r.ranks, r.weights, r.quantum, r.ranks > 1 && config_.peek<bool>("io.slicing")};
   }
   /// \brief What this run does on its world: pipeline ranks, chunks, schedule, policies.
   [[nodiscard]] const plan::Plan& plan() const noexcept { return plan_; }
@@ -271,7 +272,7 @@ double TrainerCore<Optimizer, Loss, D, Sync>::evaluate(const Batch& batch) {
   if constexpr (!device::trainable<D>) return 0;
   else {
     agree_on_call(*world_, Call::kEvaluate, steps_, 0, false);
-    detail::check_batch_memory(batch.inputs, batch.targets, device_->id());
+    detail::check_batch(batch.inputs, batch.targets, device_->id(), 1, 1, false);  // no rows evaluated to nan (a stranger's finding)
     const Tensor targets = groups_->targets(*device_, batch.targets, 1);
     double loss = 0;
     try {
