@@ -209,6 +209,22 @@ TEST_CASE("auto_plan: ranks given different samples, and a cached profile of ano
   });
   for (const auto& e : errors) CHECK(e.find("auto_plan: the ranks were given different sample batches; give every rank the same rows") !=
                                      std::string::npos);
+  // the same sample, another global batch on one rank: named as such, not as plans the ranks disagree on (a stranger's finding)
+  std::vector<std::string> rows_errors(2);
+  comm::run_threads(2, [&](comm::ThreadCommunicator& c) {
+    Context ctx(c, 430 + c.rank());
+    auto ds = test::token_corpus(4000);
+    data::WindowLoader probe(ds, 8, 4, 99);
+    try {
+      (void)auto_plan<gpt::Gpt, optim::AdamW, All>(ctx, cfg, gpt::make_gpt(tiny()), probe.next(ctx.cpu()), kBatch + 4 * c.rank(),
+                                                   {.print = false});
+    } catch (const Error& e) {
+      rows_errors[static_cast<std::size_t>(c.rank())] = e.what();
+    }
+  });
+  for (const auto& e : rows_errors)
+    CHECK(e.find("auto_plan: the ranks were given different global batches (global_rows from " + std::to_string(kBatch) + " to " +
+                 std::to_string(kBatch + 4) + ")") != std::string::npos);
   // a cache whose profile no longer describes the model (a unit renamed): the error names the file
   const auto file = std::filesystem::temp_directory_path() / ("epl_auto_plan_cache_" + std::to_string(::getpid()));
   std::filesystem::remove(file);

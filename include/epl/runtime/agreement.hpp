@@ -126,7 +126,8 @@ EPL_LINKED void check_batch_memory(const Tensor& inputs, const Tensor& targets, 
 
 /// \brief What a step checks of this rank's batch before any collective reads it: as many targets
 /// as inputs, in this rank's device's memory, at least one row, and rows that divide into the
-/// micro-batches (m) the way `ranks` data-parallel shares (equal unless `uneven`) need.
+/// micro-batches (m) the way `ranks` data-parallel shares (equal unless `uneven`) need. An
+/// evaluation checks the same with m = 1 and one share.
 EPL_LINKED void check_batch(const Tensor& inputs, const Tensor& targets, DeviceId device, int m, int ranks, bool uneven);
 }  // namespace detail
 

@@ -71,8 +71,15 @@ EPL_LINKED Batch tiled(const device::Cpu& cpu, const Batch& sample, std::int64_t
   return {tile(sample.inputs), tile(sample.targets)};
 }
 
-EPL_LINKED std::int64_t check_sample(Context& ctx, const Batch& sample) {
+EPL_LINKED std::int64_t check_sample(Context& ctx, const Batch& sample, std::int64_t global_rows) {
   auto& world = ctx.world();
+  {  // another global batch on one rank failed later as "bench::combinations: the ranks disagree on the plans" (a stranger's finding)
+    std::int64_t low = global_rows, high = global_rows;
+    world.all_reduce(comm::Buffer(&low, 1, DType::kI64), comm::Buffer(&low, 1, DType::kI64), comm::ReduceOp::kMin);
+    world.all_reduce(comm::Buffer(&high, 1, DType::kI64), comm::Buffer(&high, 1, DType::kI64), comm::ReduceOp::kMax);
+    EPL_CHECK(low == high, "auto_plan: the ranks were given different global batches (global_rows from ", low, " to ", high,
+              "); give every rank the batch the run trains a step");
+  }
   // the probe: at most 4 rows of the sample
   EPL_CHECK(sample.inputs.defined() && sample.inputs.rank() > 0 && sample.inputs.dim(0) >= 2, "auto_plan: the sample batch has ",
             sample.inputs.defined() && sample.inputs.rank() > 0 ? sample.inputs.dim(0) : 0, " row",
