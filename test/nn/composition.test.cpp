@@ -170,6 +170,32 @@ TEST_CASE("bad shapes name the layer and the expected shape") {
   CHECK_THROWS_WITH_AS(nn::Dropout(1.0), doctest::Contains("must be in [0, 1)"), Error);
 }
 
+TEST_CASE("a negative or zero size names the layer; a default-constructed layer says how to construct it") {
+  // the sizes were checked after the parameters' shapes were made: "negative extent -8 in a shape",
+  // no layer named, and heads 0 was "not divisible" (a stranger's findings)
+  CHECK_THROWS_WITH_AS(nn::Linear(6, -8), doctest::Contains("Linear(6, -8): both sizes must be positive"), Error);
+  CHECK_THROWS_WITH_AS(nn::Mlp(8, -4), doctest::Contains("Mlp(dim 8, hidden -4): dim must be positive and hidden positive or 0"), Error);
+  CHECK_THROWS_WITH_AS(nn::Mlp(-8), doctest::Contains("Mlp(dim -8, hidden 0)"), Error);
+  CHECK_THROWS_WITH_AS(nn::CausalSelfAttention(16, 0), doctest::Contains("CausalSelfAttention(dim 16, heads 0): both must be positive"), Error);
+  CHECK_THROWS_WITH_AS(nn::CausalSelfAttention(-16, 2), doctest::Contains("CausalSelfAttention(dim -16, heads 2): both must be positive"),
+                       Error);
+  CHECK_THROWS_WITH_AS(nn::Embedding(-3, 4), doctest::Contains("Embedding(-3, 4): both sizes must be positive"), Error);
+  CHECK_THROWS_WITH_AS(nn::PositionEmbedding(4, -1), doctest::Contains("PositionEmbedding(4, -1): both sizes must be positive"), Error);
+  CHECK_THROWS_WITH_AS(nn::LayerNorm(-2), doctest::Contains("LayerNorm(-2): the size must be positive"), Error);
+  test::CpuPass ctx(test::cpu());
+  nn::Linear empty;
+  (void)param::materialize(empty, test::cpu());
+  CHECK_THROWS_WITH_AS(empty.forward(ctx, test::random({4, 8}, 1)),
+                       doctest::Contains("Linear() was default-constructed, with no sizes: construct it as Linear(in, out)"), Error);
+  nn::LayerNorm no_norm;
+  CHECK_THROWS_WITH_AS(no_norm.forward(ctx, test::random({4, 8}, 1)), doctest::Contains("LayerNorm() was default-constructed"), Error);
+  nn::CausalSelfAttention no_attention;
+  CHECK_THROWS_WITH_AS(no_attention.forward(ctx, test::random({1, 4, 8}, 1)), doctest::Contains("CausalSelfAttention() was default-constructed"),
+                       Error);
+  nn::Embedding no_table;
+  CHECK_THROWS_WITH_AS(no_table.forward(ctx, test::ids({2, 3}, 5, 1)), doctest::Contains("Embedding() was default-constructed"), Error);
+}
+
 namespace {
 struct Throws {  // a layer whose backward fails
   template <class Ctx> Tensor forward(Ctx&, const Tensor& x) { return x; }

@@ -345,7 +345,10 @@ TEST_CASE("cost: a profile file with impossible figures, or cut short, is refuse
   CHECK_THROWS_WITH_AS((void)plan::load_profile(dir, "k"), doctest::Contains("is a folder"), Error);
   CHECK_THROWS_WITH_AS((void)plan::load_cluster(dir, "k", {}), doctest::Contains("is a folder"), Error);
   write(std::string("\x01\xff\x7f binary\n", 11));
-  CHECK_THROWS_WITH_AS((void)plan::load_profile(file, "k"), doctest::Contains("(its first line is \"??? binary\")"), Error);
+  CHECK_THROWS_WITH_AS((void)plan::load_profile(file, "k"), doctest::Contains("is not one (it does not begin with a line of text)"), Error);
+  CHECK_THROWS_WITH_AS((void)plan::load_cluster(file, "k", {}), doctest::Contains("is not one (it does not begin with a line of text)"), Error);
+  write("some notes\n");
+  CHECK_THROWS_WITH_AS((void)plan::load_profile(file, "k"), doctest::Contains("is not one (its first line is \"some notes\")"), Error);
   // an older probe's file (no repeats, no spread; no weight-pass bytes) is measured again, not misread
   write("epl-profile 3\nk\n2 8 32 1 1\nloss 0 0 0 0 0 0 0 0\n");
   CHECK(!plan::load_profile(file, "k").has_value());

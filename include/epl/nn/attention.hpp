@@ -23,11 +23,16 @@ class CausalSelfAttention {
   Linear proj;  ///< dim -> dim
 
   CausalSelfAttention() = default;
-  CausalSelfAttention(std::int64_t dim, std::int64_t heads)
-      : qkv(dim, 3 * dim), proj(dim, dim), dim_(dim), heads_(heads) {
-    EPL_CHECK(heads > 0 && dim % heads == 0, "CausalSelfAttention(dim ", dim, ", heads ", heads,
-              "): dim must be divisible by heads");
-  }
+  CausalSelfAttention(std::int64_t dim, std::int64_t heads)  // checked before the projections, which named a Linear
+      : qkv(([&] {
+              EPL_CHECK(dim > 0 && heads > 0, "CausalSelfAttention(dim ", dim, ", heads ", heads, "): both must be positive");
+              EPL_CHECK(dim % heads == 0, "CausalSelfAttention(dim ", dim, ", heads ", heads, "): dim must be divisible by heads");
+            }(),
+             dim),
+            3 * dim),
+        proj(dim, dim),
+        dim_(dim),
+        heads_(heads) {}
   explicit CausalSelfAttention(Options o) : CausalSelfAttention(o.dim, o.heads) {}
   [[nodiscard]] Options options() const noexcept { return {dim_, heads_}; }
   [[nodiscard]] std::int64_t heads() const noexcept { return heads_; }
@@ -52,6 +57,7 @@ class CausalSelfAttention {
 
   template <class Ctx>
   Tensor forward(Ctx& ctx, const Tensor& x) {
+    EPL_CHECK(dim_ > 0, "CausalSelfAttention() was default-constructed, with no sizes: construct it as CausalSelfAttention(dim, heads)");
     EPL_CHECK(x.rank() == 3 && x.dim(2) == dim_, "CausalSelfAttention(dim ", dim_, ") got input ", x.shape(),
               "; expected [batch, t, ", dim_, "]");
     const auto& d = ctx.device();
@@ -186,8 +192,14 @@ class Mlp {
   Linear proj;
 
   Mlp() = default;
-  explicit Mlp(std::int64_t dim, std::int64_t hidden = 0)
-      : fc(dim, hidden ? hidden : 4 * dim), proj(hidden ? hidden : 4 * dim, dim) {}
+  explicit Mlp(std::int64_t dim, std::int64_t hidden = 0)  // checked before fc, which named a Linear
+      : fc(([&] {
+             EPL_CHECK(dim > 0 && hidden >= 0, "Mlp(dim ", dim, ", hidden ", hidden, "): dim must be positive and hidden positive or 0 "
+                       "(0: 4 x dim)");
+           }(),
+            dim),
+           hidden ? hidden : 4 * dim),
+        proj(hidden ? hidden : 4 * dim, dim) {}
   explicit Mlp(Options o) : Mlp(o.dim, o.hidden) {}
   [[nodiscard]] Options options() const noexcept { return {fc.in_features(), fc.out_features()}; }
 

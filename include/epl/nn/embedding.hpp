@@ -19,9 +19,10 @@ class Embedding {
   Parameter weight;  ///< [vocab, dim]
 
   Embedding() = default;
-  Embedding(std::int64_t vocab, std::int64_t dim) : weight(Shape{vocab, dim}, Init::normal(0.02)) {
-    EPL_CHECK(vocab > 0 && dim > 0, "Embedding(", vocab, ", ", dim, "): both sizes must be positive");
-  }
+  Embedding(std::int64_t vocab, std::int64_t dim)  // checked before the shape, which named no layer
+      : weight(([&] { EPL_CHECK(vocab > 0 && dim > 0, "Embedding(", vocab, ", ", dim, "): both sizes must be positive"); }(),
+                Shape{vocab, dim}),
+               Init::normal(0.02)) {}
   explicit Embedding(Options o) : Embedding(o.vocab, o.dim) {}
   [[nodiscard]] Options options() const { return {weight.global_shape()[0], weight.global_shape()[1]}; }
   template <class V> void visit(V&& v) { v("weight", weight); }
@@ -42,6 +43,7 @@ class Embedding {
 
   template <class Ctx>
   Tensor forward(Ctx& ctx, const Tensor& ids) {
+    EPL_CHECK(weight.shape.rank() == 2, "Embedding() was default-constructed, with no sizes: construct it as Embedding(vocab, dim)");
     Shape out = ids.shape();
     out.push_back(weight.shape[1]);
     Tensor y = ctx.empty(out, weight.value.dtype());
@@ -75,9 +77,10 @@ class PositionEmbedding {
   Parameter weight;  ///< [max_len, dim]
 
   PositionEmbedding() = default;
-  PositionEmbedding(std::int64_t max_len, std::int64_t dim) : weight(Shape{max_len, dim}, Init::normal(0.02)) {
-    EPL_CHECK(max_len > 0 && dim > 0, "PositionEmbedding(", max_len, ", ", dim, "): both sizes must be positive");
-  }
+  PositionEmbedding(std::int64_t max_len, std::int64_t dim)  // checked before the shape, which named no layer
+      : weight(([&] { EPL_CHECK(max_len > 0 && dim > 0, "PositionEmbedding(", max_len, ", ", dim, "): both sizes must be positive"); }(),
+                Shape{max_len, dim}),
+               Init::normal(0.02)) {}
   explicit PositionEmbedding(Options o) : PositionEmbedding(o.max_len, o.dim) {}
   [[nodiscard]] Options options() const { return {weight.global_shape()[0], weight.global_shape()[1]}; }
   template <class V> void visit(V&& v) { v("weight", weight); }
@@ -87,6 +90,8 @@ class PositionEmbedding {
 
   template <class Ctx>
   Tensor forward(Ctx& ctx, const Tensor& x) {
+    EPL_CHECK(weight.shape.rank() == 2, "PositionEmbedding() was default-constructed, with no sizes: construct it as "
+              "PositionEmbedding(max_len, dim)");
     const auto t = x.rank() == 3 ? x.dim(1) : 0, first = sequence_.index * t;
     EPL_CHECK(x.rank() == 3 && x.dim(2) == weight.shape[1] && t * sequence_.parts <= weight.shape[0],
               "PositionEmbedding(max_len ", weight.shape[0], ", dim ", weight.shape[1], ") got input ", x.shape(),

@@ -38,11 +38,9 @@ class Linear {
 
   Linear() = default;  ///< an empty layer; aggregates of layers need one (see docs/architecture.md)
   Linear(std::int64_t in, std::int64_t out, bool with_bias = true)
-      : weight(Shape{out, in}, Init::uniform(1.0 / std::sqrt(static_cast<double>(in)))),
+      : weight((check_sizes(in, out), Shape{out, in}), Init::uniform(1.0 / std::sqrt(static_cast<double>(in)))),
         bias(with_bias ? Shape{out} : Shape{0}, Init::uniform(1.0 / std::sqrt(static_cast<double>(in)))),
-        opt_{in, out, with_bias} {
-    EPL_CHECK(in > 0 && out > 0, "Linear(", in, ", ", out, "): both sizes must be positive");
-  }
+        opt_{in, out, with_bias} {}
   explicit Linear(Options o) : Linear(o.in, o.out, o.bias) {}
 
   [[nodiscard]] const Options& options() const noexcept { return opt_; }
@@ -92,6 +90,7 @@ class Linear {
 
   template <class Ctx>
   Tensor forward(Ctx& ctx, const Tensor& x_in) {
+    EPL_CHECK(opt_.in > 0, "Linear() was default-constructed, with no sizes: construct it as Linear(in, out)");
     EPL_CHECK(x_in.shape().back() == local_in(), "Linear(", opt_.in, " -> ", opt_.out, ") got input ", x_in.shape(),
               "; its last dimension must be ", local_in(), mode_ == Parallel::kRow ? " (its part of the split input)" : "");
     const auto& d = ctx.device();
@@ -135,6 +134,10 @@ class Linear {
   }
 
  private:
+  // before the parameters are made: Shape{out, in} of a negative size named no layer (a stranger's finding)
+  static void check_sizes(std::int64_t in, std::int64_t out) {
+    EPL_CHECK(in > 0 && out > 0, "Linear(", in, ", ", out, "): both sizes must be positive");
+  }
   // A device whose GEMM can add a bias (c = op(a) op(b) + bias in one pass).
   template <class D>
   static constexpr bool gemm_adds_bias = requires(const D& d, const Tensor& t) { d.gemm_bias(t, false, t, true, t, t, DType::kF32); };

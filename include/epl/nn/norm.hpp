@@ -23,11 +23,15 @@ class LayerNorm {
   Parameter beta;   ///< [dim]
 
   LayerNorm() = default;
-  explicit LayerNorm(std::int64_t dim, double eps = 1e-5)
-      : gamma(Shape{dim}, Init::ones()), beta(Shape{dim}, Init::zeros()), eps_(eps) {
-    EPL_CHECK(dim > 0, "LayerNorm(", dim, "): the size must be positive");
-    EPL_CHECK(eps > 0, "LayerNorm(", dim, ", eps ", eps, "): eps must be positive");
-  }
+  explicit LayerNorm(std::int64_t dim, double eps = 1e-5)  // checked before the shapes, which named no layer
+      : gamma(([&] {
+                EPL_CHECK(dim > 0, "LayerNorm(", dim, "): the size must be positive");
+                EPL_CHECK(eps > 0, "LayerNorm(", dim, ", eps ", eps, "): eps must be positive");
+              }(),
+               Shape{dim}),
+              Init::ones()),
+        beta(Shape{dim}, Init::zeros()),
+        eps_(eps) {}
   explicit LayerNorm(Options o) : LayerNorm(o.dim, o.eps) {}
   [[nodiscard]] Options options() const { return {gamma.shape.rank() ? gamma.global_shape()[0] : 0, eps_}; }
   template <class V> void visit(V&& v) {
@@ -39,6 +43,7 @@ class LayerNorm {
 
   template <class Ctx>
   Tensor forward(Ctx& ctx, const Tensor& x) {
+    EPL_CHECK(gamma.shape.rank() == 1, "LayerNorm() was default-constructed, with no size: construct it as LayerNorm(dim)");
     EPL_CHECK(x.shape().back() == gamma.shape[0], "LayerNorm(", gamma.shape[0], ") got input ", x.shape());
     Tensor y = ctx.empty_like(x);
     Tensor mean = ctx.empty({x.shape().rows()}, x.dtype());

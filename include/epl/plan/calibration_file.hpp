@@ -2,6 +2,7 @@
 /// \file
 /// \brief What the planner's calibration files (a profile, a cluster's speed and links) share:
 /// opening one, and showing a first line that is not one.
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -22,6 +23,12 @@ inline std::string shown(const std::string& line) {
   for (char& c : out)
     if (c < 0x20 || c > 0x7e) c = '?';
   return out;
+}
+// Why a file is not a calibration file, from its first line: what that line says, or that it is not
+// text (a binary file's bytes shown as '?' told nothing; a stranger's finding).
+inline std::string first_line(const std::string& line) {
+  const bool text = std::all_of(line.begin(), line.end(), [](char c) { return c == '\t' || (c >= 0x20 && c <= 0x7e); });
+  return text ? "its first line is \"" + shown(line) + "\"" : "it does not begin with a line of text";
 }
 // Opens a calibration file to read; nullopt when there is none. A folder or other non-file at the
 // path is an error naming it.

@@ -116,8 +116,8 @@ inline std::optional<Cluster> load_cluster(const std::filesystem::path& path, co
   auto& f = *opened;
   std::string magic, saved;
   std::getline(f, magic);
-  EPL_CHECK(magic == "epl-cluster 1" || magic == "epl-cluster 2", "the planner's calibration file ", path, " is not one (its first line is \"",
-            detail::shown(magic), "\"); delete it to measure again");
+  EPL_CHECK(magic == "epl-cluster 1" || magic == "epl-cluster 2", "the planner's calibration file ", path, " is not one (",
+            detail::first_line(magic), "); delete it to measure again");
   std::getline(f, saved);
   if (saved != key) return std::nullopt;
   f >> base.speed >> base.data.alpha >> base.data.beta >> base.pipeline.alpha >> base.pipeline.beta;

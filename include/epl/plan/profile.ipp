@@ -29,8 +29,8 @@ EPL_LINKED std::optional<Profile> load_profile(const std::filesystem::path& path
   auto& f = *opened;
   std::string magic, saved;
   std::getline(f, magic);
-  EPL_CHECK(magic.rfind("epl-profile ", 0) == 0, "the planner's calibration file ", path, " is not one (its first line is \"",
-            detail::shown(magic), "\"); delete it to measure again");
+  EPL_CHECK(magic.rfind("epl-profile ", 0) == 0, "the planner's calibration file ", path, " is not one (",
+            detail::first_line(magic), "); delete it to measure again");
   EPL_CHECK(magic == "epl-profile 6" || magic == "epl-profile 5" || magic == "epl-profile 4" || magic == "epl-profile 3" ||
                 magic == "epl-profile 2",
             "the planner's calibration file ", path, " was written by another version of epl (\"", detail::shown(magic),
