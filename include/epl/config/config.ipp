@@ -140,8 +140,8 @@ EPL_LINKED void Config::check_all_read() const {
   }
   // a program with flags of its own that never asked trained when given --help (a stranger's finding);
   // one that reads its own arguments (program_args(), where --help stays) may answer it there
-  EPL_CHECK(!help_ || help_read_->load(std::memory_order_relaxed) || args_read_->load(std::memory_order_relaxed), "--help was given, but this program never asked for it "
-            "(Config::help_requested()), so it would train instead; after Config::from_args, print cfg.usage(argv[0]) and exit "
+  EPL_CHECK(!help_ || help_read_->load(std::memory_order_relaxed) || args_read_->load(std::memory_order_relaxed),
+            "--help was given, but this program never asked for it (Config::help_requested()), so it would train instead; after Config::from_args, print cfg.usage(argv[0]) and exit "
             "when cfg.help_requested(), or drop --help");
   for (const auto& [name, e] : entries_) {
     if (e.key.program || e.source == Source::kDefault || e.read->load(std::memory_order_relaxed)) continue;

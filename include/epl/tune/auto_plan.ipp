@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "epl/tune/auto_plan.hpp"
@@ -71,12 +72,18 @@ EPL_LINKED Batch tiled(const device::Cpu& cpu, const Batch& sample, std::int64_t
   return {tile(sample.inputs), tile(sample.targets)};
 }
 
+// The least and the largest of every rank's `value`: equal where the ranks agree.
+inline std::pair<std::int64_t, std::int64_t> over_ranks(comm::Communicator& world, std::int64_t value) {
+  std::int64_t low = value, high = value;
+  world.all_reduce(comm::Buffer(&low, 1, DType::kI64), comm::Buffer(&low, 1, DType::kI64), comm::ReduceOp::kMin);
+  world.all_reduce(comm::Buffer(&high, 1, DType::kI64), comm::Buffer(&high, 1, DType::kI64), comm::ReduceOp::kMax);
+  return {low, high};
+}
+
 EPL_LINKED std::int64_t check_sample(Context& ctx, const Batch& sample, std::int64_t global_rows) {
   auto& world = ctx.world();
   {  // another global batch on one rank failed later as "bench::combinations: the ranks disagree on the plans" (a stranger's finding)
-    std::int64_t low = global_rows, high = global_rows;
-    world.all_reduce(comm::Buffer(&low, 1, DType::kI64), comm::Buffer(&low, 1, DType::kI64), comm::ReduceOp::kMin);
-    world.all_reduce(comm::Buffer(&high, 1, DType::kI64), comm::Buffer(&high, 1, DType::kI64), comm::ReduceOp::kMax);
+    const auto [low, high] = over_ranks(world, global_rows);
     EPL_CHECK(low == high, "auto_plan: the ranks were given different global batches (global_rows from ", low, " to ", high,
               "); give every rank the batch the run trains a step");
   }
@@ -93,9 +100,7 @@ EPL_LINKED std::int64_t check_sample(Context& ctx, const Batch& sample, std::int
   {  // the measured plans train on the sample, and a pipeline's stages check they read the same rows
     std::uint64_t h = 1469598103934665603ull;
     for (const Tensor* t : {&sample.inputs, &sample.targets}) h = detail::hash_bytes(h, t->raw(), t->bytes());
-    std::int64_t low = std::bit_cast<std::int64_t>(h), high = low;
-    world.all_reduce(comm::Buffer(&low, 1, DType::kI64), comm::Buffer(&low, 1, DType::kI64), comm::ReduceOp::kMin);
-    world.all_reduce(comm::Buffer(&high, 1, DType::kI64), comm::Buffer(&high, 1, DType::kI64), comm::ReduceOp::kMax);
+    const auto [low, high] = over_ranks(world, std::bit_cast<std::int64_t>(h));
     EPL_CHECK(low == high, "auto_plan: the ranks were given different sample batches; give every rank the same rows (the "
               "plans it measures train on them; read them with one seed on every rank, not from the rank's data shard)");
   }
