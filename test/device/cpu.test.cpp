@@ -591,6 +591,42 @@ TEST_CASE("cross_entropy: loss and gradient against the softmax formula") {
   CHECK_THROWS_WITH_AS((void)d.cross_entropy(logits, targets), doctest::Contains("id 7 at [1] of [2] outside [0, 3)"), Error);
 }
 
+TEST_CASE("exp_of: Eigen's exp bit for bit, over the whole range, at every power of two's edge, infinities, NaN, and every tail length") {
+  // the softmax and cross-entropy kernels take exp_of for its faster scaling by 2^m: it must not
+  // change one bit of what Eigen's exp gives, subnormal results and overflow included
+  std::vector<float> x;
+  for (int i = 0; i < 20000; ++i) x.push_back(-100.0f + 0.01f * static_cast<float>(i));  // -100 .. 100
+  for (int m = -130; m <= 130; ++m)  // either side of m ln 2, where the exponent steps
+    for (float d : {-0.5f, -0.25f, -1e-3f, 0.0f, 1e-3f, 0.25f, 0.5f}) x.push_back((static_cast<float>(m) + d) * 0.6931472f);
+  const float inf = std::numeric_limits<float>::infinity();
+  for (float v : {0.0f, -0.0f, 88.72f, 88.7228f, 88.723f, 88.8f, -87.3f, -88.0f, -88.72f, -88.723f, -89.0f, -103.0f, inf, -inf,
+                  std::numeric_limits<float>::quiet_NaN(), 1e-40f, -1e-40f, std::numeric_limits<float>::max(), -std::numeric_limits<float>::max()})
+    x.push_back(v);
+  const auto n = static_cast<Eigen::Index>(x.size());
+  const Eigen::Map<const Eigen::ArrayXf> X(x.data(), n);
+  const Eigen::ArrayXf eigen = X.exp(), ours = detail::cpu::exp_of(X);
+  std::int64_t differ = 0;
+  for (Eigen::Index i = 0; i < n; ++i) {
+    if (std::bit_cast<std::uint32_t>(eigen[i]) != std::bit_cast<std::uint32_t>(ours[i])) {
+      if (++differ <= 5) MESSAGE("exp(" << x[i] << "): Eigen " << eigen[i] << ", exp_of " << ours[i]);
+    }
+  }
+  CHECK(differ == 0);
+  CHECK(std::isnan(ours[n - 5]));
+  CHECK(ours[n - 7] == inf);
+  CHECK(ours[n - 1] < 1e-37f);  // Eigen's exp(-max) is its clamp's subnormal, and so is ours
+  // inside expressions (a scaled, shifted row, summed): the same traversal, the same scalar tail
+  for (Eigen::Index len = 1; len < 70; ++len) {
+    const Eigen::Map<const Eigen::ArrayXf> row(x.data() + 9000, len);
+    const float a = (row * 0.5f - 1.5f).exp().sum(), b = detail::cpu::exp_of(row * 0.5f - 1.5f).sum();
+    CAPTURE(len);
+    CHECK(std::bit_cast<std::uint32_t>(a) == std::bit_cast<std::uint32_t>(b));
+  }
+  // f64 is Eigen's own
+  const Eigen::ArrayXd xd = X.head(100).cast<double>();
+  CHECK((detail::cpu::exp_of(xd) == xd.exp()).all());
+}
+
 TEST_CASE("dropout: reproducible mask, kept values scaled by 1/(1-p)") {
   auto& d = test::cpu64();
   Tensor x = d.empty({10000}, DType::kF32);

@@ -86,7 +86,7 @@ template <class T>
 void softmax_causal_row(const T* s, T* p, std::int64_t i, std::int64_t t, T scale) {
   const std::int64_t n = i + 1, w = std::min(t, (n + 15) / 16 * 16);
   const T mx = ConstRowMap<T>(s, n).maxCoeff() * scale;
-  RowMap<T>(p, w) = (ConstRowMap<T>(s, w) * scale - mx).exp();
+  RowMap<T>(p, w) = exp_of(ConstRowMap<T>(s, w) * scale - mx);
   if (n < t) RowMap<T>(p + n, t - n).setZero();
   RowMap<T> pr(p, n);
   pr /= pr.sum();
@@ -146,7 +146,7 @@ void softmax_rows(const T* x, T* y, std::int64_t rows, std::int64_t cols) {
     for (std::int64_t r = b; r < e; ++r) {
       ConstRowMap<T> xr(x + r * cols, cols);
       RowMap<T> yr(y + r * cols, cols);
-      yr = (xr - xr.maxCoeff()).exp();
+      yr = exp_of(xr - xr.maxCoeff());
       yr /= yr.sum();
     }
   });
@@ -197,7 +197,7 @@ void cross_entropy_stats(const T* logits, const I* targets, const T* max, T* sum
   parallel_for(rows, row_grain(cols), [&](std::int64_t b, std::int64_t e) {
     for (std::int64_t r = b; r < e; ++r) {
       ConstRowMap<T> lr(logits + r * cols, cols);
-      sum_exp[r] = (lr - max[r]).exp().sum();
+      sum_exp[r] = exp_of(lr - max[r]).sum();
       const std::int64_t c = static_cast<std::int64_t>(targets[r]) - first;
       target_logit[r] = c >= 0 && c < cols ? lr[c] : T(0);
     }
@@ -211,7 +211,7 @@ void cross_entropy_part_backward(const T* logits, const I* targets, const T* max
   parallel_for(rows, row_grain(cols), [&](std::int64_t b, std::int64_t e) {
     for (std::int64_t r = b; r < e; ++r) {
       RowMap<T> dr(dlogits + r * cols, cols);
-      dr = (ConstRowMap<T>(logits + r * cols, cols) - max[r]).exp() * (scale / sum_exp[r]);
+      dr = exp_of(ConstRowMap<T>(logits + r * cols, cols) - max[r]) * (scale / sum_exp[r]);
       const std::int64_t c = static_cast<std::int64_t>(targets[r]) - first;
       if (c >= 0 && c < cols) dr[c] -= scale;
     }
@@ -228,7 +228,7 @@ double cross_entropy(const T* logits, const I* targets, std::int64_t rows, std::
   for (std::int64_t r = 0; r < rows; ++r) {
     ConstRowMap<T> lr(logits + r * classes, classes);
     T mx = lr.maxCoeff();
-    T lse = mx + std::log((lr - mx).exp().sum());
+    T lse = mx + std::log(exp_of(lr - mx).sum());
     total += static_cast<double>(lse - lr[targets[r]]);
   }
   return total;
@@ -242,7 +242,7 @@ void cross_entropy_backward(const T* logits, const I* targets, T* dlogits, std::
       ConstRowMap<T> lr(logits + r * classes, classes);
       RowMap<T> dr(dlogits + r * classes, classes);
       T mx = lr.maxCoeff();
-      dr = (lr - mx).exp();
+      dr = exp_of(lr - mx);
       dr *= scale / dr.sum();
       dr[targets[r]] -= scale;
     }
