@@ -194,6 +194,24 @@ TEST_CASE("replicate: ranks that differ in a hyper-parameter, the seed, the lear
                        doctest::Contains("disagree on field 0 of the optimizer's options"), Error);
   CHECK_THROWS_WITH_AS(run([](int r, gpt::Shape&, double&, TrainerOptions&, Config& c) { c.set(keys::num_micro_batch, 1 + r); }),
                        doctest::Contains("disagree on config key pipeline.num_micro_batch"), Error);
+  // given empty and not given print alike, but mean two things (zero.level: no ZeRO, or the
+  // program's epl::Zero<k>); one rank waited out the timeout in a collective the other never made
+  for (int given_on : {0, 1}) {
+    std::string message;
+    try {
+      run([given_on](int r, gpt::Shape&, double&, TrainerOptions&, Config& c) {
+        if (r == given_on) c.set_text("zero.level", "");
+      });
+    } catch (const Error& e) {
+      message = e.what();
+    }
+    CAPTURE(message);
+    // whichever rank's error is reported names its own side
+    const bool reported_given = message.find("disagree on config key zero.level (this rank's: \"\" given)") != std::string::npos;
+    const bool reported_default = message.find("disagree on config key zero.level (this rank's: not given, default \"\")") != std::string::npos;
+    CHECK(reported_given != reported_default);
+  }
+  CHECK_NOTHROW(run([](int, gpt::Shape&, double&, TrainerOptions&, Config& c) { c.set_text("zero.level", ""); }));
   CHECK_NOTHROW(run([](int, gpt::Shape&, double&, TrainerOptions&, Config&) {}));
 }
 
