@@ -212,6 +212,24 @@ TEST_CASE("checkpoint: collection without a boundary, bad checkpoint keys, and a
     CHECK(message.find(what) != std::string::npos);
   };
   fails([] { (void)one_device(config("collection"), gpt::make_gpt(tiny())); }, "gradient_checkpoint.type = \"collection\" but the model marks no boundary");
+  // by instance, not by type: a Repeat of no marked blocks marks nothing (it trained as if it did, a
+  // stranger's finding)
+  struct NoneRepeated {
+    nn::Embedding tok{32, 16};
+    nn::Repeat<Recompute<nn::Mlp>> body{0, [](std::int64_t) { return Recompute<nn::Mlp>(nn::Mlp(16)); }};
+    nn::Linear head{16, 32};
+  };
+  fails([] { (void)one_device(config("collection"), NoneRepeated{}); }, "gradient_checkpoint.type = \"collection\" but the model marks no boundary");
+  fails([] {
+    Config cfg;
+    cfg.set("gradient_checkpoint.check_gradients", true);
+    (void)one_device(cfg, NoneRepeated{});
+  }, "gradient_checkpoint.check_gradients = true but nothing is recomputed (gradient_checkpoint.type = unset and the model marks no epl::Recompute)");
+  {
+    NoneRepeated one;
+    one.body.layers.push_back(Recompute<nn::Mlp>(nn::Mlp(16)));
+    CHECK_NOTHROW((void)one_device(config("collection"), one));
+  }
   fails([] {
     Config cfg = config("auto");
     cfg.set("gradient_checkpoint.end_taskgraph", 1);

@@ -111,6 +111,18 @@ inline constexpr bool contains_node_v = detail::any_node<Pred, std::remove_cvref
 /// \brief True when a recompute boundary (nn::Recompute) lies anywhere in model type M.
 template <class M>
 inline constexpr bool has_recompute_v = contains_node_v<M, detail::is_recompute_node>;
+/// \brief Whether model instance m holds a recompute boundary: has_recompute_v, but by instance,
+/// so a Repeat of none (a model built with 0 blocks) marks nothing.
+template <class M>
+bool has_recompute(M& m) {
+  if constexpr (!has_recompute_v<M>) return false;
+  else if constexpr (kind_of_v<M> == NodeKind::kRecompute) return true;
+  else {
+    bool any = false;
+    for_each_child(m, [&](auto& child) { any = any || has_recompute(child); });
+    return any;
+  }
+}
 
 }  // namespace nn
 }  // namespace v0

@@ -106,7 +106,9 @@ class Trainer : private detail::ModelHolder<Model>,
     this->config_ = cfg;
     auto options = plan_options(cfg, this->opt_);
     options.rank_speeds = rank_speeds(cfg, *this->device_, *this->world_);  // uneven devices: shares and stage cuts
-    this->plan_ = plan::make<Model, Policy>(options, this->world_->size(), device::computes<D, double>());
+    auto structure = plan::structure_of<Model>();
+    structure.marks_recompute = nn::has_recompute(this->model_);  // by instance: a Repeat of none marks none
+    this->plan_ = plan::make(options, this->world_->size(), structure, policy::compiled<Policy>(device::computes<D, double>()));
     const auto& plan = this->plan_;
     auto& groups = this->groups_.emplace(*this->world_, plan.mesh_shape(), plan.rows_over_tensor(), plan.data_weights, plan.micro_batches);
     auto& mesh = groups.mesh();
@@ -134,7 +136,7 @@ class Trainer : private detail::ModelHolder<Model>,
   void name_layer(Error& e) override { nn::name_layer(this->model_, e); }
   [[noreturn]] void fail_non_finite(double norm) override {
     detail::fail_non_finite_gradient(this->model_, this->arena_, [&](const nn::Parameter& p) { return this->sync_->grad_of(p); },
-                                     *this->device_, norm, this->steps_ + 1, this->plan_.policies, this->world_->size());
+                                     *this->device_, norm, this->steps_ + 1, this->plan_.policies, *this->world_);
   }
 };
 
