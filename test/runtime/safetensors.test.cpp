@@ -271,6 +271,17 @@ TEST_CASE("safetensors: a damaged file is an error naming it, never a crash") {
     fs::resize_file(f, 100);
     CHECK(error_of(t, f).find("is corrupt or truncated: its header says") != std::string::npos);
   }
+  SUBCASE("a file torch.save wrote is named as one, with the call that writes safetensors (a stranger's finding)") {
+    for (const std::string& start : {std::string("PK\x03\x04\x00\x00\x08\x08", 8), std::string("\x80\x02\x8a\x0alZ\xfc\x9c", 8)}) {
+      {
+        std::ofstream out(f, std::ios::binary | std::ios::trunc);
+        out << start << std::string(200, 'x');
+      }
+      const auto msg = error_of(t, f);
+      CHECK(msg.find("is not a safetensors file: it begins as a") != std::string::npos);
+      CHECK(msg.find("safetensors.torch.save_file(model.state_dict(), path)") != std::string::npos);
+    }
+  }
   SUBCASE("a header that is not JSON") {
     for (const char* header : {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}", "[]", "{\"a\":{\"dtype\":F32}}",
                                "{\"a\":{\"shape\":[1],\"data_offsets\":[0,4]}}", "{\"a\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,4]}}",

@@ -247,6 +247,11 @@ class SafetensorsFile {
     in.read(reinterpret_cast<char*>(len), 8);
     std::uint64_t n = 0;
     for (int i = 7; i >= 0; --i) n = n << 8 | len[i];
+    // a PyTorch file given for a safetensors one read as a 500-TB header "corrupt or truncated"
+    const bool zip = len[0] == 'P' && len[1] == 'K' && len[2] == 3 && len[3] == 4, pickle = len[0] == 0x80 && len[1] >= 2 && len[1] <= 5;
+    EPL_CHECK(!zip && !pickle, "safetensors file ", path_, " is not a safetensors file: it begins as ",
+              zip ? "a zip archive (torch.save's format)" : "a Python pickle (torch.save's legacy format)",
+              "; in PyTorch, write the tensors with safetensors.torch.save_file(model.state_dict(), path) (pip install safetensors)");
     EPL_CHECK(n <= size - 8 && n <= (std::uint64_t{1} << 30), "safetensors file ", path_, " is corrupt or truncated: its header says ", n,
               " bytes of header but the file has ", size, " bytes; write it again or check the copy");
     std::string header(static_cast<std::size_t>(n), '\0');
