@@ -118,6 +118,20 @@ TEST_CASE("materialize: a parameter listed twice is named with both names, not l
                        Error);
 }
 
+TEST_CASE("materialize: parameters too large for the machine name their largest, not only the arena's size") {
+  // one stray token id of 2^31 - 1 made a vocabulary of 2^31: "reduce the batch or the model"
+  // named neither the embedding nor its size (a stranger's finding)
+  struct Huge {
+    nn::Linear in{4, 8};
+    nn::Embedding tok{std::int64_t{1} << 31, 64};
+  };
+  Huge m;
+  CHECK_THROWS_WITH_AS((void)param::materialize(m, test::cpu()),
+                       doctest::Contains("host allocation of 524288 MiB"), Error);
+  CHECK_THROWS_WITH_AS((void)param::materialize(m, test::cpu()),
+                       doctest::Contains("; the largest of the 3 parameters is tok.weight [2147483648, 64]"), Error);
+}
+
 TEST_CASE("materialize: the same seed draws the same values; another seed other values") {
   Three x, y, z;
   (void)param::materialize(x, test::cpu(), {.seed = 7});

@@ -220,7 +220,18 @@ Arena materialize(L& l, const D& d, MaterializeOptions opt) {
   });
   std::int64_t streams = 0;
   nn::for_each_stream(l, [&](nn::RandomStream& s) { s.ordinal = streams++; });
-  return detail::lay_out(visiting, d, opt);
+  try {
+    return detail::lay_out(visiting, d, opt);
+  } catch (const Error& e) {
+    // an arena too large to allocate: its largest parameter says why (one stray token id of 2^31 - 1
+    // made a vocabulary of 2^31 and was reported as "reduce the batch or the model", a stranger's finding)
+    const nn::Parameter* largest = nullptr;
+    for (const nn::Parameter* p : visiting)
+      if (!largest || p->numel() > largest->numel()) largest = p;
+    const bool memory = e.detail().find("allocation") != std::string::npos || e.detail().find("out of memory") != std::string::npos;
+    if (!largest || !memory) throw;
+    EPL_FAIL(e.detail(), "; the largest of the ", visiting.size(), " parameters is ", named.at(largest), " ", largest->shape);
+  }
 }
 
 }  // namespace param
