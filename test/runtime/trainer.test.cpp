@@ -174,6 +174,58 @@ TEST_CASE("a NaN loss names the ranks whose rows gave it") {
   CHECK(error.find("the loss is nan at step 1 (from the rows of rank 1)") != std::string::npos);
 }
 namespace {
+struct NanAt {  // identity that writes a NaN into its output on one rank, in forward or in its parameter's gradient
+  nn::Parameter w{Shape{2}, nn::Init::zeros()};
+  int rank = -1;
+  bool in_forward = true;
+  template <class V> void visit(V&& v) { v("w", w); }
+  template <class Ctx> Tensor forward(Ctx& ctx, const Tensor& x) {
+    if (in_forward && ctx_rank == rank) ctx.device().fill(x, std::nan(""));
+    return x;
+  }
+  template <class Ctx> Tensor backward(Ctx& ctx, const Tensor& dy) {
+    if (!in_forward && ctx_rank == rank) ctx.device().fill(w.grad, std::nan(""));
+    return dy;
+  }
+  int ctx_rank = -1;  // the world rank this copy trains on
+};
+using Piped = Pipeline<Replicate<1, nn::Linear>, Replicate<1, NanAt, nn::Linear>, Replicate<1, NanAt, nn::Linear>>;
+}  // namespace
+TEST_CASE("a NaN made inside a pipeline names the last stage as where the loss is, not as whose rows were bad; a bad "
+          "gradient names one parameter on every rank") {
+  for (const bool in_forward : {true, false}) {
+    CAPTURE(in_forward);
+    std::vector<std::string> errors(3);
+    comm::run_threads(3, [&](comm::ThreadCommunicator& c) {
+      Context ctx(c, 1);
+      // stage 1 (rank 1) makes the NaN; in backward, stage 2's own parameter is bad too: the first in
+      // the model's order, stage 1's, is the one every rank names
+      Piped model(Replicate<1, nn::Linear>(nn::Linear(3, 4)),
+                  Replicate<1, NanAt, nn::Linear>(NanAt{.rank = 1, .in_forward = in_forward, .ctx_rank = c.rank()}, nn::Linear(4, 4)),
+                  Replicate<1, NanAt, nn::Linear>(NanAt{.rank = in_forward ? -1 : 2, .in_forward = in_forward, .ctx_rank = c.rank()},
+                                                  nn::Linear(4, 2)));
+      Trainer<Piped, optim::SGD> t(ctx, Config{}, std::move(model), optim::SGD({}));
+      if (c.rank() == 0) CHECK(t.parameter_names()[2] == "1.0.w");
+      Batch b{test::random({4, 3}, 1), test::ids({4}, 2, 2)};
+      try {
+        (void)t.step(b);
+      } catch (const Error& e) {
+        errors[static_cast<std::size_t>(c.rank())] = e.what();
+      }
+    }, {.report = false});
+    for (const auto& error : errors) {
+      CAPTURE(error);
+      if (in_forward) {
+        CHECK(error.find("the loss is nan at step 1 (from rank 2, the last stage of its pipeline: the value may have turned non-finite "
+                         "in any stage, or in the rows every stage reads)") != std::string::npos);
+      } else {
+        CHECK(error.find("the gradient norm is nan at step 1; the first parameter with a NaN or infinite gradient is 1.0.w") !=
+              std::string::npos);
+      }
+    }
+  }
+}
+namespace {
 // A model whose last Linear expects a width of 5 and is given 6.
 struct Head { nn::Linear hidden; nn::ReLU act; nn::Linear out; };
 struct Mis { nn::Linear first; Head head; };

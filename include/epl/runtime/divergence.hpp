@@ -4,6 +4,7 @@
 /// naming the step, the ranks whose own rows gave the loss (bad data traced to its reader) and
 /// the first parameter with a bad gradient, with the fix that fits the run's policies.
 #include <cmath>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <unordered_set>
@@ -21,24 +22,34 @@ namespace detail {
 
 /// A loss that is not finite (the global batch's, on every rank alike: a collective over world)
 /// fails on every rank, naming the ranks whose own part `mine` was not finite.
-EPL_LINKED void check_finite_loss(comm::Communicator& world, double loss, double mine, std::int64_t step, const policy::Setup& s);
+/// In a pipeline (`pipeline` stages) the ranks named are the last stages, where the loss is made.
+EPL_LINKED void check_finite_loss(comm::Communicator& world, double loss, double mine, std::int64_t step, const policy::Setup& s,
+                                  int pipeline);
 
-/// A gradient norm that is not finite: fails naming the first parameter this rank holds (in
-/// `arena`) whose gradient (`grad_of(p)`) is not finite.
+/// A gradient norm that is not finite (on every rank alike: the norm is the world's): fails on
+/// every rank naming the same parameter, the first in the model's order whose gradient
+/// (`grad_of(p)`, this rank's part) is not finite on any rank. Each rank named its own first one,
+/// and which rank's error a run reported changed from run to run (a stranger's finding).
 template <class Model, class D, class GradOf>
 [[noreturn]] void fail_non_finite_gradient(Model& model, const param::Arena& arena, GradOf&& grad_of, const D& device, double norm,
-                                           std::int64_t step, const policy::Setup& s, int world_size) {
-  std::string where;
+                                           std::int64_t step, const policy::Setup& s, comm::Communicator& world) {
   const std::unordered_set<const nn::Parameter*> held(arena.parameters().begin(), arena.parameters().end());
-  nn::visit_parameters(model, [&](std::string_view path, nn::Parameter& p) {
-    if (!where.empty() || !held.count(&p)) return;
+  std::int64_t first = std::numeric_limits<std::int64_t>::max();  // its ordinal: the same number on every rank
+  nn::visit_parameters(model, [&](std::string_view, nn::Parameter& p) {
+    if (p.ordinal >= first || !held.count(&p)) return;
     const Tensor g = grad_of(p);
-    if (g.defined() && g.numel() > 0 && !std::isfinite(device.sum_squares(g))) where = std::string(path);
+    if (g.defined() && g.numel() > 0 && !std::isfinite(device.sum_squares(g))) first = p.ordinal;
   });
-  EPL_FAIL("the gradient norm is ", norm, " at step ", step, where.empty() ? "" : "; the first parameter with a "
-           "NaN or infinite gradient is " + where, ": training diverged or a layer's backward is wrong; lower the learning "
-           "rate, clip gradients (TrainerOptions::clip_norm) or gradcheck the layer",
-           s.fp16 && !s.amp() && world_size > 1 ? "; or, as gradients travel as fp16 (communication.fp16), lower "
+  world.all_reduce(comm::Buffer(&first, 1, DType::kI64), comm::Buffer(&first, 1, DType::kI64), comm::ReduceOp::kMin);
+  std::string where;
+  nn::visit_parameters(model, [&](std::string_view path, nn::Parameter& p) {
+    if (p.ordinal == first) where = std::string(path);
+  });
+  EPL_FAIL("the gradient norm is ", std::isnan(norm) ? "nan" : norm > 0 ? "inf" : "-inf", " at step ", step,
+           where.empty() ? "" : "; the first parameter with a NaN or infinite gradient is " + where,
+           ": training diverged or a layer's backward is wrong; lower the learning rate, clip gradients "
+           "(TrainerOptions::clip_norm) or gradcheck the layer",
+           s.fp16 && !s.amp() && world.size() > 1 ? "; or, as gradients travel as fp16 (communication.fp16), lower "
            "communication.fp16_scale = " + concat(s.fp16_scale) + ": a gradient times the scale past 65504 is infinite" : "");
 }
 

@@ -245,7 +245,7 @@ double TrainerCore<Optimizer, Loss, D, Sync>::step(const Batch& batch) {
     const double mine = place_.weight * compute_gradients(batch, plan_.policies.recompute);  // schedule, then sync.finish()
     const double loss = groups_->loss(mine);
     hooks_.after_gradients(*device_, sync_->owned_grads(), *world_);
-    if (opt_.check_finite) detail::check_finite_loss(*world_, loss, mine, steps_ + 1, plan_.policies);
+    if (opt_.check_finite) detail::check_finite_loss(*world_, loss, mine, steps_ + 1, plan_.policies, plan_.pipeline);
     // AMP's factor and the clip coefficient are read with the gradients by the update, not applied in passes of their own
     const double unscale = hooks_.gradient_factor();
     if (plan_.policies.clip_after_reduce) last_grad_norm_ = groups_->norm(sync_->sum_squares()) * unscale;
