@@ -15,6 +15,9 @@ namespace {
 std::filesystem::path checkpoint_in(const std::filesystem::path& dir) {
   if (std::filesystem::exists(dir / epl::checkpoint::kManifest)) return dir;
   auto newest = epl::checkpoint::newest(dir);
+  // a step directory that lost its manifest is named as one (the reader says what it lacks), not as
+  // a folder of no checkpoints (a stranger's finding)
+  if (!newest && dir.filename().string().starts_with("step-")) (void)epl::checkpoint::Reader(dir);
   EPL_CHECK(newest.has_value(), "no checkpoint in ", dir, ": name a step-N directory that a save wrote, or the checkpoint.dir "
             "that holds them");
   return *newest;

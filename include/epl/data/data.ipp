@@ -135,20 +135,12 @@ EPL_LINKED WindowLoader::WindowLoader(const TokenDataset& ds, std::int64_t seq_l
   shuffle();
 }
 
-namespace detail {
-inline std::string hex64(std::uint64_t v) {
-  char b[24];
-  std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(v));
-  return b;
-}
-}  // namespace detail
-
 EPL_LINKED void WindowLoader::seek(const Position& p, bool other_data) {
   const bool same_data = p.data == 0 || (p.data == ds_->fingerprint() && p.tokens == ds_->size());
   EPL_CHECK(other_data || same_data, "the saved loader position (a checkpoint's, or the one given to seek) is in ",
             p.source.empty() ? std::string("(unnamed)") : p.source, " (",
-            p.tokens, " tokens, checksum ", detail::hex64(p.data), "), but this loader reads ", ds_->source(), " (", ds_->size(),
-            " tokens, checksum ", detail::hex64(ds_->fingerprint()), "): other data would resume at a position that means nothing in it; "
+            p.tokens, " tokens, checksum ", p.data, "), but this loader reads ", ds_->source(), " (", ds_->size(),
+            " tokens, checksum ", ds_->fingerprint(), "): other data would resume at a position that means nothing in it; "
             "resume on the same data, or set checkpoint.resume_other_data=true to go on with other data on purpose");
   EPL_CHECK((p.windows == windows_ || !same_data) && p.seq_len == seq_ && p.batch == batch_ && p.seed == seed_, "a saved loader "
             "position is for ", p.windows, " windows of ", p.seq_len, " tokens in global batches of ", p.batch, " with seed ", p.seed,
