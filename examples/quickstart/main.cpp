@@ -43,14 +43,15 @@ int main(int argc, char** argv) try {
     epl::Trainer<Net, epl::optim::Momentum> trainer(ctx, cfg, Net{nn::Linear(kFeatures, 2), nn::Linear(2, kClasses)},
                                                     epl::optim::Momentum({.lr = 0.001, .momentum = 0.9}));
     // This rank's share of each batch: the data-parallel replicas divide it (pipeline stages of
-    // one replica read the same rows).
+    // one replica read the same rows; under cluster.rank_speeds, in proportion to the speeds).
     const epl::data::Shard shard = trainer.data_shard();
-    EPL_CHECK(kBatch % shard.ranks == 0, "the quick start's batch of ", kBatch, " does not divide among ", shard.ranks, " replicas");
-    const std::int64_t per = kBatch / shard.ranks;
+    EPL_CHECK(!shard.weights.empty() || kBatch % shard.ranks == 0, "the quick start's batch of ", kBatch, " does not divide among ",
+              shard.ranks, " replicas");
+    const std::int64_t per = shard.rows_of(kBatch), first = shard.first_of(kBatch);
     epl::log_rank(ctx.rank(), "of ", ctx.size(), ": ", per, " of each batch's ", kBatch, " samples");
     // A run resumed from a checkpoint (--checkpoint.dir) goes on from the iteration it saved.
     for (std::int64_t iteration = trainer.steps(); iteration < epochs * (kSamples / kBatch); ++iteration) {
-      const std::int64_t lo = iteration % (kSamples / kBatch) * kBatch + shard.rank * per;
+      const std::int64_t lo = iteration % (kSamples / kBatch) * kBatch + first;
       double loss = trainer.step({x.slice(lo, lo + per), y.slice(lo, lo + per)});
       if (ctx.rank() == 0) std::printf("Iteration %lld, loss: %.6f\n", static_cast<long long>(iteration), loss);
     }
