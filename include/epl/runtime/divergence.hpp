@@ -20,6 +20,9 @@ namespace epl {
 inline namespace v0 {
 namespace detail {
 
+/// A value that is not finite as the messages print it: "nan", "inf" or "-inf" (never "-nan").
+inline const char* non_finite_name(double x) { return std::isnan(x) ? "nan" : x > 0 ? "inf" : "-inf"; }
+
 /// A loss that is not finite (the global batch's, on every rank alike: a collective over world)
 /// fails on every rank, naming the ranks whose own part `mine` was not finite.
 /// In a pipeline (`pipeline` stages) the ranks named are the last stages, where the loss is made.
@@ -45,7 +48,7 @@ template <class Model, class D, class GradOf>
   nn::visit_parameters(model, [&](std::string_view path, nn::Parameter& p) {
     if (p.ordinal == first) where = std::string(path);
   });
-  EPL_FAIL("the gradient norm is ", std::isnan(norm) ? "nan" : norm > 0 ? "inf" : "-inf", " at step ", step,
+  EPL_FAIL("the gradient norm is ", non_finite_name(norm), " at step ", step,
            where.empty() ? "" : "; the first parameter with a NaN or infinite gradient is " + where,
            ": training diverged or a layer's backward is wrong; lower the learning rate, clip gradients "
            "(TrainerOptions::clip_norm) or gradcheck the layer",

@@ -17,10 +17,11 @@ EPL_LINKED void check_finite_loss(comm::Communicator& world, double loss, double
   for (std::size_t r = 0; r < all.size(); ++r)
     if (!std::isfinite(all[r])) from += (from.empty() ? "" : ", ") + std::to_string(r);
   // a pipeline's loss is its last stage's: a NaN made in stage 1 was blamed on the last stage's rows (a stranger's finding)
-  const std::string ranks = "rank" + std::string(from.find(',') == std::string::npos ? " " : "s ") + from;
-  EPL_FAIL("the loss is ", std::isnan(loss) ? "nan" : loss > 0 ? "inf" : "-inf", " at step ", step,
+  const bool one = from.find(',') == std::string::npos;
+  const std::string ranks = (one ? "rank " : "ranks ") + from;
+  EPL_FAIL("the loss is ", non_finite_name(loss), " at step ", step,
            from.empty() ? std::string()
-           : pipeline > 1 ? " (from " + ranks + ", the last stage of " + (from.find(',') == std::string::npos ? "its" : "their") +
+           : pipeline > 1 ? " (from " + ranks + ", the last stage of " + (one ? "its" : "their") +
                                 " pipeline: the value may have turned non-finite in any stage, or in the rows every stage reads)"
                           : " (from the rows of " + ranks + ")",
            ": training diverged or the "
