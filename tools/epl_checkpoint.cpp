@@ -1,6 +1,6 @@
 // epl-checkpoint: reads the checkpoints a Trainer saves (include/epl/checkpoint/checkpoint.hpp).
-//   epl-checkpoint show DIR              the step, scalars, tensors and files of a checkpoint, every
-//                                        piece read and its checksum checked
+//   epl-checkpoint show DIR              the step, scalars, configuration the run used, tensors and
+//                                        files of a checkpoint, every piece read and its checksum checked
 //   epl-checkpoint export DIR OUT        its weights as a safetensors file (PyTorch's
 //                                        safetensors.torch.load_file reads it)
 //   epl-checkpoint export --ema DIR OUT  the average of its weights (a run with epl::Ema), named as
@@ -35,6 +35,7 @@ int main(int argc, char** argv) try {
     std::printf("%s: step %lld, %zu tensors in %zu pieces, %zu files\n", dir.c_str(), static_cast<long long>(m.step), m.tensors.size(),
                 m.pieces.size(), m.files.size());
     for (const auto& [k, v] : m.scalars) std::printf("  %s = %s\n", k.c_str(), v.c_str());
+    for (const auto& [k, v] : m.config) std::printf("  config %s = %s\n", k.c_str(), v.c_str());  // what the run was given or defaulted
     std::uint64_t bytes = 0;
     for (const auto& [name, t] : m.tensors) {
       bytes += r.whole(name).size();  // every piece read, its checksum checked
