@@ -59,6 +59,14 @@ inline constexpr const char* kManifest = "manifest.txt";
 inline std::string kept_name(std::string_view parameter, std::string_view suffix) {
   return std::string(parameter).append("@").append(suffix);
 }
+/// The tensor the optimizer's state slot k of a parameter is saved as: `<parameter>@state<k>`
+/// (AdamW's two moments are slots 0 and 1).
+inline std::string state_name(std::string_view parameter, std::size_t slot) { return kept_name(parameter, "state" + std::to_string(slot)); }
+/// Whether what follows a tensor name's '@' is an optimizer's slot (state_name's), not a policy's state.
+inline bool optimizer_slot(std::string_view suffix) {
+  return suffix.size() > 5 && suffix.starts_with("state") &&
+         suffix.find_first_not_of("0123456789", 5) == std::string_view::npos;
+}
 /// The largest rank and element count a manifest may describe: beyond them it is corrupt.
 inline constexpr int kMaxRank = Shape::kMaxRank;
 inline constexpr std::int64_t kMaxElements = std::int64_t{1} << 40;

@@ -3,6 +3,7 @@
 /// \brief The definition of checkpoint::export_safetensors (an .ipp: included only at the end of
 /// checkpoint/export.hpp, unless the program links epl::precompiled, which compiles it once).
 #include <filesystem>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,19 @@ std::size_t export_safetensors(const std::filesystem::path& checkpoint_dir, cons
   std::uint64_t at = 0;
   std::vector<std::string> names;
   const auto source = [&](const std::string& name) { return kept.empty() ? name : kept_name(name, kept); };
+  // what else it keeps beside the weights: the optimizer's slots (never weights) and the policies' states
+  EPL_CHECK(!optimizer_slot(kept), "export_safetensors: \"", kept, "\" is the optimizer's state slot ", kept.substr(5),
+            " (AdamW's moments, Momentum's velocity), not weights; export the weights (\"\") or the average of them that epl::Ema "
+            "keeps (\"ema\")");
+  std::set<std::string, std::less<>> policies;
+  std::string listed;
+  for (const auto& [name, t] : r.manifest().tensors)
+    if (const auto mark = name.find('@'); mark != std::string::npos && !optimizer_slot(std::string_view(name).substr(mark + 1)) &&
+                                          policies.insert(name.substr(mark + 1)).second)
+      listed += (listed.empty() ? "\"" : ", \"") + name.substr(mark + 1) + "\"";
+  EPL_CHECK(kept.empty() || policies.contains(kept), "export_safetensors: the checkpoint ", checkpoint_dir,
+            " was saved without the state asked for (\"", kept, "\"; it keeps ", listed.empty() ? "none but the optimizer's" : listed,
+            "; the average of the weights, \"ema\", is saved by a run with epl::Ema); export its weights (\"\") or a state it keeps");
   for (const auto& [name, t] : r.manifest().tensors) {
     if (name.find('@') != std::string::npos) continue;
     EPL_CHECK(r.manifest().tensors.count(source(name)), "export_safetensors: the checkpoint ", checkpoint_dir, " holds no ", source(name),

@@ -165,7 +165,6 @@ class BasicSerializer {
   static void place(const files::Folder& folder, const std::string& partial, const std::string& name);
   // Rank 0, holding the lock: removes what saves that did not finish left behind.
   static void remove_unfinished(const files::Folder& folder);
-  static std::string state_name(const std::string& parameter, std::size_t slot) { return parameter + "@state" + std::to_string(slot); }
   // The manifest's scalar that holds a layer's options: "layer." and its path.
   static std::string layer_options_name(const std::string& path) { return "layer." + path; }
   // Calls fn(parameter, its element range [b, e), the region, the offset of b in the region) for
