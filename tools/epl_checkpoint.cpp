@@ -35,7 +35,10 @@ int main(int argc, char** argv) try {
     std::printf("%s: step %lld, %zu tensors in %zu pieces, %zu files\n", dir.c_str(), static_cast<long long>(m.step), m.tensors.size(),
                 m.pieces.size(), m.files.size());
     for (const auto& [k, v] : m.scalars) std::printf("  %s = %s\n", k.c_str(), v.c_str());
-    for (const auto& [k, v] : m.config) std::printf("  config %s = %s\n", k.c_str(), v.c_str());  // what the run was given or defaulted
+    for (const auto& [k, v] : m.config) {  // what the run was given, and where, or defaulted
+      const auto from = m.given.find(k);
+      std::printf("  config %s = %s%s\n", k.c_str(), v.c_str(), from == m.given.end() ? "" : (" (" + from->second + ")").c_str());
+    }
     std::uint64_t bytes = 0;
     for (const auto& [name, t] : m.tensors) {
       bytes += r.whole(name).size();  // every piece read, its checksum checked

@@ -170,4 +170,74 @@ TEST_CASE("gradcheck fails a layer that overwrites its gradient instead of accum
   CHECK(r.worst.find("w[") == 0);
   CHECK(r.worst.find("overwritten") != std::string::npos);
 }
+
+// A NaN compares false with every tolerance: a backward that gave one, or a forward that is not
+// finite where it is checked, passed with a small error; options that check nothing passed too
+// (a stranger's findings).
+namespace {
+enum class Broken { kNanInputGrad, kNanParamGrad, kNanForward, kReadsPastFrame };
+template <Broken kHow>
+struct Faulty {  // y = w * x element-wise, broken one way
+  nn::Parameter w{Shape{4}, nn::Init::uniform(1.0)};
+  template <class V> void visit(V&& v) { v("w", w); }
+  Tensor forward(testing::CheckPass& ctx, const Tensor& x) {
+    Tensor y = ctx.empty_like(x);
+    ctx.device().mul(x, w.value, y);
+    if constexpr (kHow == Broken::kNanForward) ctx.device().scale(y, std::nan(""));
+    ctx.save(this, {x});
+    return y;
+  }
+  Tensor backward(testing::CheckPass& ctx, const Tensor& dy) {
+    nn::Saved s = ctx.restore(this);
+    Tensor dw = ctx.empty_like(dy);
+    ctx.device().mul(dy, s[kHow == Broken::kReadsPastFrame ? 1 : 0], dw);
+    if constexpr (kHow == Broken::kNanParamGrad) ctx.device().fill(dw, std::nan(""));
+    ctx.device().add(w.grad, dw, w.grad);
+    Tensor dx = ctx.empty_like(dy);
+    ctx.device().mul(dy, w.value, dx);
+    if constexpr (kHow == Broken::kNanInputGrad) ctx.device().fill(dx, std::nan(""));
+    return dx;
+  }
+};
+template <Broken kHow>
+testing::GradcheckResult check_faulty() {
+  Faulty<kHow> layer;
+  (void)param::materialize(layer, test::cpu64(), {.dtype = DType::kF64, .seed = 1});
+  return testing::gradcheck(layer, test::random<double>({4}, 2));
+}
+}  // namespace
+
+TEST_CASE("gradcheck fails a gradient or a loss that is not finite, and refuses options that check nothing") {
+  const auto input = check_faulty<Broken::kNanInputGrad>();
+  CHECK_FALSE(input.ok(1e-6));
+  CHECK(input.worst.find("input[0]") == 0);
+  CHECK(input.worst.find("the gradient backward gave is not finite") != std::string::npos);
+  const auto param = check_faulty<Broken::kNanParamGrad>();
+  CHECK_FALSE(param.ok(1e-6));
+  CHECK(param.worst.find("w[0]") == 0);
+  const auto forward = check_faulty<Broken::kNanForward>();
+  CHECK_FALSE(forward.ok(1e-6));
+  CHECK(forward.worst.find("the loss is not finite around this point") != std::string::npos);
+  CHECK_THROWS_WITH_AS(check_faulty<Broken::kReadsPastFrame>(), doctest::Contains("backward: reads saved tensor 1 of a frame that holds 1"),
+                       Error);
+
+  nn::Linear l(3, 2);
+  CHECK_THROWS_WITH_AS(testing::gradcheck(l, test::random<double>({2, 3}, 1)),
+                       doctest::Contains("gradcheck: parameter weight has no values: materialize the layer in f64 first"), Error);
+  (void)param::materialize(l, test::cpu(), {.seed = 3});
+  CHECK_THROWS_WITH_AS(testing::gradcheck(l, test::random<double>({2, 3}, 1)), doctest::Contains("gradcheck: parameter weight is f32"),
+                       Error);
+  nn::Linear m(3, 2);
+  (void)param::materialize(m, test::cpu64(), {.dtype = DType::kF64, .seed = 3});
+  const Tensor x = test::random<double>({2, 3}, 1);
+  for (double step : {0.0, -1e-6, std::nan("")})
+    CHECK_THROWS_WITH_AS(testing::gradcheck(m, x, {.step = step}), doctest::Contains("is not a step"), Error);
+  CHECK_THROWS_WITH_AS(testing::gradcheck(m, x, {.tolerance = -1}), doctest::Contains("is not a tolerance"), Error);
+  for (int n : {0, -3})
+    CHECK_THROWS_WITH_AS(testing::gradcheck(m, x, {.max_per_tensor = n}), doctest::Contains("checks nothing"), Error);
+  const auto one = testing::gradcheck(m, x, {.max_per_tensor = 1});
+  CHECK(one.checked == 3);  // one element of the input, the weight and the bias
+  CHECK(one.ok(1e-6));
+  CHECK_THROWS_WITH_AS(testing::gradcheck(m, test::random<double>({0, 3}, 1)), doctest::Contains("the input [0, 3] has no elements"), Error);
+}
 }

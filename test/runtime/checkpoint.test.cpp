@@ -817,6 +817,7 @@ TEST_CASE("checkpoint: the manifest reads back what it wrote and refuses every i
   m.step = 7;
   m.scalars = {{"seed", "5"}, {"optimizer", "epl::optim::AdamW<with spaces>"}};
   m.config = {{"trace", ""}, {"checkpoint.dir", "/tmp/a dir/%x\n"}};
+  m.given = {{"checkpoint.dir", "command line"}};  // trace had its default
   m.tensors["w"] = {DType::kF32, Shape{4, 6}};
   m.files["rank-00000.bin"] = 48;
   m.pieces.push_back({"w", "rank-00000.bin", 0, 48, 0x1234abcd, {1, 1, 2, 1}, Shape{4, 3}, 0, 12});
@@ -825,6 +826,21 @@ TEST_CASE("checkpoint: the manifest reads back what it wrote and refuses every i
   CHECK(back.step == 7);
   CHECK(back.scalars == m.scalars);
   CHECK(back.config == m.config);
+  CHECK(back.given == m.given);
+  // version 1 (no given keys) is read; a fourth word there, or a newer version, is not
+  const std::string given_line = "config checkpoint.dir /tmp/a%20dir/%25x%0A command%20line\n";
+  REQUIRE(text.find(given_line) != std::string::npos);
+  std::string v1 = text;
+  v1.replace(v1.find("epl-checkpoint 2"), 16, "epl-checkpoint 1");
+  CHECK_THROWS_WITH_AS(checkpoint::parse(v1, "test", false), doctest::Contains("has 4 words; a \"config\" line has 3"), Error);
+  v1.replace(v1.find(given_line), given_line.size(), "config checkpoint.dir /tmp/a%20dir/%25x%0A\n");
+  const auto old = checkpoint::parse(v1, "test", false);
+  CHECK(old.config == m.config);
+  CHECK(old.given.empty());
+  std::string v3 = text;
+  v3.replace(v3.find("epl-checkpoint 2"), 16, "epl-checkpoint 3");
+  CHECK_THROWS_WITH_AS(checkpoint::parse(v3, "test", false), doctest::Contains("says version 3; this epl reads versions 1 to 2 (a newer epl wrote it)"),
+                       Error);
   REQUIRE(back.pieces.size() == 1);
   CHECK(back.pieces[0].crc == 0x1234abcd);
   CHECK(back.pieces[0].local == Shape{4, 3});

@@ -305,6 +305,11 @@ TEST_CASE("program flags: every bad input is an error naming the option") {
                        doctest::Contains("option --steps = \"99999999999999999999\" is out of range: an integer here lies between -2^63 and 2^63 - 1"),
                        Error);
   CHECK_THROWS_WITH_AS(Config().set_text("lr.min", "1e999"), doctest::Contains("is out of range: a number here"), Error);
+  // past a double with a range of its own: that range, not the type's (a stranger's finding)
+  CHECK_THROWS_WITH_AS(Config().set_text("communication.timeout", "1e400"),
+                       doctest::Contains("config key communication.timeout = \"1e400\" is out of range: it must be from 0.001 to 86400"), Error);
+  CHECK_THROWS_WITH_AS(parse({"--layers=-99999999999999999999"}), doctest::Contains("is out of range: it must be from 1 to 64"), Error);
+  CHECK_THROWS_WITH_AS(parse({"--steps=-99999999999999999999"}), doctest::Contains("is out of range: it must be at least 1"), Error);
   CHECK_THROWS_WITH_AS(parse({"--layers=-1"}), doctest::Contains("option --layers = -1 is out of range; it must be at least 1"), Error);
   CHECK_THROWS_WITH_AS(parse({"--layers=65"}), doctest::Contains("it must be at most 64"), Error);
   CHECK_THROWS_WITH_AS(parse({"--stpes=3"}), doctest::Contains("unknown option \"--stpes\"; did you mean --steps?"), Error);

@@ -52,7 +52,9 @@ namespace epl {
 inline namespace v0 {
 namespace checkpoint {
 
-inline constexpr int kVersion = 1;
+/// The manifest's format: 2 adds where a given configuration key came from (a fourth word on its
+/// `config` line); a version-1 manifest is read as well.
+inline constexpr int kVersion = 2;
 inline constexpr const char* kManifest = "manifest.txt";
 /// The tensor a policy's state (policy::SavedState, the average of the weights) is saved as:
 /// `<parameter>@<suffix>`.
@@ -117,6 +119,9 @@ struct Manifest {
   std::int64_t step = 0;
   std::vector<std::pair<std::string, std::string>> scalars;  // name (no whitespace), value (escaped on disk)
   std::vector<std::pair<std::string, std::string>> config;   // key, value (escaped on disk)
+  /// The configuration keys the run was given, and where ("environment", "command line", "code"
+  /// as Config::name_of says); a key not here had its default (or the manifest is of version 1).
+  std::map<std::string, std::string, std::less<>> given;
   std::map<std::string, TensorInfo> tensors;
   std::vector<Piece> pieces;
   std::map<std::string, std::uint64_t> files;                // name, bytes
@@ -267,7 +272,10 @@ inline std::string format(const Manifest& m) {
     EPL_CHECK(detail::is_token(k), "a checkpoint scalar named \"", k, "\" cannot be saved: its name holds whitespace");
     out += "scalar " + k + " " + detail::escape(v) + "\n";
   }
-  for (const auto& [k, v] : m.config) out += "config " + detail::escape(k) + " " + detail::escape(v) + "\n";
+  for (const auto& [k, v] : m.config) {
+    const auto from = m.given.find(k);
+    out += "config " + detail::escape(k) + " " + detail::escape(v) + (from == m.given.end() ? "" : " " + detail::escape(from->second)) + "\n";
+  }
   for (const auto& [name, t] : m.tensors) {
     EPL_CHECK(detail::is_token(name), "a tensor named \"", name, "\" cannot be saved: its name holds whitespace");
     out += "tensor " + name + " " + detail::dtype_token(t.dtype) + " ";
@@ -310,6 +318,7 @@ inline Manifest parse(std::string_view text, const std::string& where, bool veri
   }
   Manifest m;
   bool header = false, step = false;
+  int version = kVersion;
   std::size_t number = 0, pos = 0;
   const std::size_t body_end = last == std::string_view::npos ? 0 : last + 1;
   while (pos < body_end) {
@@ -323,7 +332,8 @@ inline Manifest parse(std::string_view text, const std::string& where, bool veri
     if (!header) {
       if (kind != "epl-checkpoint") l.fail("is \"", raw.substr(0, 40), "\" where the first line says \"epl-checkpoint ", kVersion, "\"");
       const int v = l.number<int>(1, 0, 1 << 30, "a version");
-      if (v != kVersion) l.fail("says version ", v, "; this epl reads version ", kVersion);
+      if (v < 1 || v > kVersion) l.fail("says version ", v, "; this epl reads versions 1 to ", kVersion, v > kVersion ? " (a newer epl wrote it)" : "");
+      version = v;
       header = true;
     } else if (kind == "step") {
       l.expect_words(2);
@@ -335,9 +345,14 @@ inline Manifest parse(std::string_view text, const std::string& where, bool veri
       if (!v) l.fail("has a scalar value that is not escaped text");
       m.scalars.emplace_back(l.token(1, "scalar name"), std::move(*v));
     } else if (kind == "config") {
-      l.expect_words(3);
+      if (version < 2 || l.size() != 4) l.expect_words(3);  // version 2: where a given key came from, a fourth word
       auto k = detail::unescape(l.word(1)), v = detail::unescape(l.word(2));
       if (!k || !v) l.fail("has a configuration entry that is not escaped text");
+      if (l.size() == 4) {
+        auto from = detail::unescape(l.word(3));
+        if (!from) l.fail("has a configuration entry that is not escaped text");
+        m.given.emplace(*k, std::move(*from));
+      }
       m.config.emplace_back(std::move(*k), std::move(*v));
     } else if (kind == "tensor") {
       const std::string name = l.token(1, "tensor name");

@@ -215,6 +215,7 @@ class BasicSerializer {
   bool other_data_ = false;      // checkpoint.resume_other_data
   std::string announce_;         // rank 0: "resumed from ...", printed at the first step
   std::vector<std::pair<std::string, std::string>> config_;  // every key's value as text
+  std::map<std::string, std::string, std::less<>> given_;   // the keys given, and where (Manifest::given)
   std::function<void(std::string_view)> phase_;
   std::vector<data::WindowLoader*> loaders_;                   // watched: their positions are saved
   std::vector<data::WindowLoader::Position> saved_positions_;  // a resumed run's, until the loaders are watched

@@ -106,7 +106,11 @@ void BasicSerializer<Unused>::configure(const Config& cfg, std::function<void(st
   other_data_ = cfg.get(keys::resume_other_data);
   EPL_CHECK(every_ == 0 || !dir_.empty(), "checkpoint.every = ", every_, " but checkpoint.dir is not set; give the directory to "
             "save into (--checkpoint.dir=DIR) or drop checkpoint.every");
-  for (const auto& k : Config::keys()) config_.emplace_back(k.name, cfg.value_text(k.name));
+  for (const auto& k : Config::keys()) {
+    config_.emplace_back(k.name, cfg.value_text(k.name));
+    // "" given (off) and "" by default (the program's policy) print alike: the manifest says which (a stranger's finding)
+    if (const auto from = cfg.source(k.name); from != Config::Source::kDefault) given_.emplace(k.name, Config::name_of(from));
+  }
   phase_ = std::move(phase);
 }
 
@@ -434,6 +438,7 @@ Manifest BasicSerializer<Unused>::merged_manifest(const std::vector<std::string>
   scalar("layout.pipeline", std::to_string(s.pipeline));
   scalar("layout.zero", std::to_string(s.zero));
   m.config = config_;
+  m.given = given_;
   return m;
 }
 

@@ -173,7 +173,13 @@ class Config {
   }
   /// \brief A key's value as text (strings quoted).
   [[nodiscard]] std::string value_text(std::string_view key) const { return detail::value_str(entry(key).value); }
+  /// \brief Where a key's value came from (a Source; Config::name_of(source) as text).
   [[nodiscard]] Source source(std::string_view key) const { return entry(key).source; }
+  /// \brief A Source as describe() prints it: "default", "environment", "command line" or "code".
+  [[nodiscard]] static constexpr std::string_view name_of(Source s) {
+    constexpr std::string_view names[] = {"default", "environment", "command line", "code"};
+    return names[static_cast<int>(s)];
+  }
   template <class T>
   [[nodiscard]] Source source(Key<T> key) const {
     return source(key.name);

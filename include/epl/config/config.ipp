@@ -120,10 +120,8 @@ EPL_LINKED std::string Config::usage(std::string_view program, std::string_view 
 }
 
 EPL_LINKED std::string Config::describe() const {
-  constexpr const char* src[] = {"default", "environment", "command line", "code"};
   std::string out;
-  for (const auto& [name, e] : entries_)
-    out += name + " = " + detail::value_str(e.value) + " (" + src[static_cast<int>(e.source)] + ")\n";
+  for (const auto& [name, e] : entries_) out += name + " = " + detail::value_str(e.value) + " (" + std::string(name_of(e.source)) + ")\n";
   return out;
 }
 
@@ -264,10 +262,24 @@ EPL_LINKED ConfigValue Config::coerce(const ConfigKey& k, ConfigValue v) {
   return v;
 }
 
+namespace detail {
+// A key's bound as a message gives it: an integral one as digits (1048576, not 1.04858e+06).
+EPL_LINKED std::string bound_text(double b) {
+  return b == std::floor(b) && std::abs(b) < 1e15 ? std::to_string(static_cast<std::int64_t>(b)) : detail::concat(b);
+}
+// Where a number too large (or too small) for its type must lie: the key's own range on the side the
+// number left it, where the key has one (communication.timeout's 0.001 to 86400), else the type's.
+EPL_LINKED std::string range_text(const ConfigKey& k, std::string_view text, const char* type_range) {
+  const bool low = std::isfinite(k.min), high = std::isfinite(k.max);
+  if (text.find("e-") != std::string_view::npos || text.find("E-") != std::string_view::npos) return type_range;  // underflow
+  if (low && high) return "it must be from " + bound_text(k.min) + " to " + bound_text(k.max);
+  if (text.starts_with('-') ? low : high) return (low ? "it must be at least " : "it must be at most ") + bound_text(low ? k.min : k.max);
+  return type_range;
+}
+}  // namespace detail
+
 EPL_LINKED void Config::check_value(const ConfigKey& k, const ConfigValue& v) {
-  auto bound = [](double b) {  // an integral bound as digits (1048576, not 1.04858e+06)
-    return b == std::floor(b) && std::abs(b) < 1e15 ? std::to_string(static_cast<std::int64_t>(b)) : detail::concat(b);
-  };
+  const auto bound = detail::bound_text;
   auto range = [&](double x, const std::string& shown) {
     EPL_CHECK(x >= k.min, what(k), " = ", shown, " is out of range; it must be at least ", bound(k.min));
     EPL_CHECK(x <= k.max, what(k), " = ", shown, " is out of range; it must be at most ", bound(k.max));
@@ -315,14 +327,14 @@ EPL_LINKED ConfigValue Config::parse(const Entry& e, std::string_view text) {
     std::int64_t x = 0;  // digits and an optional '-' only: " 2", "+2" and "2x" are not integers
     auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), x);
     EPL_CHECK(ec != std::errc::result_out_of_range || p != text.data() + text.size(), what(k), " = ", detail::quoted(text),
-              " is out of range: an integer here lies between -2^63 and 2^63 - 1");
+              " is out of range: ", detail::range_text(k, text, "an integer here lies between -2^63 and 2^63 - 1"));
     if (text.empty() || ec != std::errc{} || p != text.data() + text.size()) return bad();
     v = x;
   } else if (std::holds_alternative<double>(k.default_value)) {
     double x = 0;
     auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), x);
     EPL_CHECK(ec != std::errc::result_out_of_range || p != text.data() + text.size(), what(k), " = ", detail::quoted(text),
-              " is out of range: a number here has a magnitude between 2.2e-308 and 1.8e308, or is 0");
+              " is out of range: ", detail::range_text(k, text, "a number here has a magnitude between 2.2e-308 and 1.8e308, or is 0"));
     if (text.empty() || ec != std::errc{} || p != text.data() + text.size()) return bad();
     v = x;
   } else if (std::holds_alternative<std::vector<std::string>>(k.default_value)) {

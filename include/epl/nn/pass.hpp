@@ -32,7 +32,12 @@ struct Saved {
   std::vector<Tensor> tensors;
   std::uint64_t aux = 0;
   std::shared_ptr<const void> extra;
-  const Tensor& operator[](std::size_t i) const { return tensors.at(i); }
+  const Tensor& operator[](std::size_t i) const {
+    EPL_CHECK(i < tensors.size(), "backward: reads saved tensor ", i, " of a frame that holds ", tensors.size(),
+              ": each ctx.restore(this) returns what one ctx.save(this, {...}) kept, the last saved first; save all the "
+              "tensors backward reads in one call, or restore once for each save");
+    return tensors[i];
+  }
   /// \brief The saved object, as the type the layer saved.
   template <class T>
   [[nodiscard]] const T& get() const {

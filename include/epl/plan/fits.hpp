@@ -46,8 +46,8 @@ inline void cost_is_out_of_range(std::int64_t parameters, std::int64_t activatio
 // A layer's stated cost in range (what fits and static_search sum stays within 64 bits).
 constexpr void check_cost(const strategy::Cost& c) {
   if (c.parameters < 0 || c.activation_bytes < 0 || c.output_bytes < 0 || c.tensor_bytes < 0 || c.tensor_collectives < 0 ||
-      c.parameters > kMostCounted || c.activation_bytes > kMostCounted || c.output_bytes > kMostCounted ||
-      c.tensor_bytes > kMostCounted || !(c.macs_per_token >= 0) || !(c.macs_per_token < 1e30))
+      c.backward_bytes < 0 || c.parameters > kMostCounted || c.activation_bytes > kMostCounted || c.output_bytes > kMostCounted ||
+      c.tensor_bytes > kMostCounted || c.backward_bytes > kMostCounted || !(c.macs_per_token >= 0) || !(c.macs_per_token < 1e30))
     cost_is_out_of_range(c.parameters, c.activation_bytes);
 }
 [[noreturn]] inline void budget_is_not_valid(const char* who, const char* what) { EPL_FAIL(who, ": ", what); }
@@ -98,6 +98,7 @@ constexpr std::size_t static_unit_count() {
 struct StaticSums {
   std::int64_t parameters = 0;        // elements this rank holds (its stage's, its tensor part)
   std::int64_t activation_bytes = 0;  // per row, this rank's stage
+  std::int64_t backward_bytes = 0;    // the most a unit's backward allocates a while, per row
 };
 // One rank's sums: the busiest of a Pipeline's declared stages (the whole model when it declares
 // none), each unit's parameters divided among the ranks of the split it runs under.
@@ -109,6 +110,7 @@ constexpr StaticSums static_sums() {
     auto& s = per[static_cast<std::size_t>(stage < 0 ? 0 : stage)];
     s.parameters += c.parameters / tensor;
     s.activation_bytes += c.activation_bytes;
+    s.backward_bytes = c.backward_bytes > s.backward_bytes ? c.backward_bytes : s.backward_bytes;
   };
   for_each_static_unit<M>(add);
   StaticSums most = per[0];
@@ -167,7 +169,8 @@ constexpr std::int64_t limit_of(const Cluster& c, const Budget& b) {
 /// \brief One rank's bytes for Model with Policy on `cluster`, from the layers' static costs:
 /// ZeRO's and offload's compiled stage shard the state over the data-parallel ranks (the ranks
 /// over pipeline stages x split degree); activations are the busiest stage's per row, times the
-/// rows of a micro-batch, times the micro-batches a first stage of 1F1B keeps in flight.
+/// rows of a micro-batch, times the micro-batches a first stage of 1F1B keeps in flight, plus the
+/// most one unit's backward allocates for a while (strategy::Cost::backward_bytes).
 template <class Model, class Policy = Policies<>>
 constexpr StaticFootprint static_footprint(const Cluster& cluster, const Budget& budget) {
   constexpr int t = tensor_degree_v<Model>;
@@ -183,11 +186,11 @@ constexpr StaticFootprint static_footprint(const Cluster& cluster, const Budget&
   const auto sums = detail::static_sums<Model>();
   const int slots = budget.optimizer_slots + policy::state_slots(c);  // the optimizer's and the policies' (an EMA's copy)
   detail::check_countable(static_cast<double>(sums.parameters) * 4.0 * (2 + slots));
-  detail::check_countable(static_cast<double>(sums.activation_bytes) * static_cast<double>(budget.rows));
+  detail::check_countable(static_cast<double>(sums.activation_bytes + sums.backward_bytes) * static_cast<double>(budget.rows));
   StaticFootprint f;
   f.state = state_bytes(sums.parameters, data, c.zero, c.offload, slots);
   const std::int64_t micro_rows = budget.rows / data / budget.micro_batches;
-  f.activations = sums.activation_bytes * micro_rows * (p == 1 ? 1 : std::min(budget.micro_batches, p));
+  f.activations = (sums.activation_bytes * (p == 1 ? 1 : std::min(budget.micro_batches, p)) + sums.backward_bytes) * micro_rows;
   return f;
 }
 

@@ -120,6 +120,7 @@ constexpr auto static_units() {
 struct StageSums {
   double macs = 0;  // per token, this rank's part
   std::int64_t parameters = 0, activation_bytes = 0, kept_recomputed = 0, largest = 0, output_bytes = 0, tensor_bytes = 0;
+  std::int64_t backward_bytes = 0;  // the most one unit's backward allocates for a while, per row
   int collectives = 0;
   // the rank's slowest chunk (an Interleaved rank holds v): its multiply-adds a token, its split
   // group's traffic; and the most units any of its chunks holds (recompute needs 2 to cut one)
@@ -168,14 +169,16 @@ class StaticPricer {
     StepCost cost;
     for (int s = 0; s < p; ++s) {
       const auto& sum = rank_[static_cast<std::size_t>(s)];
-      check_countable(static_cast<double>(sum.activation_bytes + sum.kept_recomputed) * static_cast<double>(budget_.rows) *
+      check_countable(static_cast<double>(sum.activation_bytes + sum.kept_recomputed + sum.backward_bytes) * static_cast<double>(budget_.rows) *
                       static_cast<double>(m));
       StaticFootprint f;
       f.state = state_bytes(sum.parameters, k.data, k.policies.zero, k.policies.offload, budget_.optimizer_slots);
-      // what each micro-batch in flight keeps, and a recomputed unit's activations once, during its backward
+      // what each micro-batch in flight keeps, a recomputed unit's activations once during its backward,
+      // and the most one unit's backward allocates over them
       const bool recompute = k.policies.recompute;
       const std::int64_t kept = recompute ? sum.kept_recomputed : sum.activation_bytes;
-      f.activations = static_cast<std::int64_t>(static_cast<double>(kept * micro_rows) * flight) + (recompute ? sum.largest * micro_rows : 0);
+      f.activations = static_cast<std::int64_t>(static_cast<double>(kept * micro_rows) * flight) +
+                      ((recompute ? sum.largest : 0) + sum.backward_bytes) * micro_rows;
       if (f.total() > plan.bytes.total()) plan.bytes = f;
       // the slowest chunk's micro-batch: forward, backward twice its work, and under recompute the
       // forward of the segments gradient_checkpoint.type = "auto" recomputes again
@@ -259,6 +262,7 @@ class StaticPricer {
         sum.activation_bytes += u.activation_bytes;
         sum.kept_recomputed += u.output_bytes;  // a recomputed unit keeps its boundary
         sum.largest = u.activation_bytes > sum.largest ? u.activation_bytes : sum.largest;
+        sum.backward_bytes = u.backward_bytes > sum.backward_bytes ? u.backward_bytes : sum.backward_bytes;
         if (units[i].split) {
           sum.tensor_bytes += u.tensor_bytes;
           sum.collectives += u.tensor_collectives;
@@ -439,6 +443,7 @@ Profile static_profile(const Model& model, const Cluster& cluster, std::int64_t 
     u.macs_per_token = c.macs_per_token * (costs[i].split ? p.tensor : 1);
     u.activation_bytes = c.activation_bytes;
     u.output_bytes = c.output_bytes;
+    u.backward_bytes = c.backward_bytes;
     u.forward_seconds = c.macs_per_token * tokens / cluster.macs_per_second;
     u.backward_seconds = 2 * u.forward_seconds;
   }

@@ -120,6 +120,10 @@ struct Cost {
   std::int64_t tensor_bytes = 0;
   /// How many all-reduces those are per pass (each pays the link's latency).
   int tensor_collectives = 0;
+  /// Bytes per row its backward allocates for a while over what its forward kept (the gradient of
+  /// its input, for the sized layers here): a rank's compile-time activation peak is what its
+  /// stage keeps plus the largest of these (0: not stated).
+  std::int64_t backward_bytes = 0;
 };
 
 /// \brief Specialise with `static constexpr double value` (multiply-adds per token) or
@@ -129,20 +133,23 @@ template <class L>
 struct static_cost;
 
 /// nn::SizedLinear's costs from its sizes: In x Out multiply-adds a token, its weight and bias,
-/// the output it keeps a row (f32; its input is the layer before's), that output's bytes sent on.
+/// the output it keeps a row (f32; its input is the layer before's), that output's bytes sent on,
+/// and its input's gradient, which its backward allocates.
 template <std::int64_t In, std::int64_t Out, bool Bias, std::int64_t T>
 struct static_cost<nn::SizedLinear<In, Out, Bias, T>> {
   static constexpr Cost value{.macs_per_token = static_cast<double>(In) * static_cast<double>(Out),
                               .parameters = In * Out + (Bias ? Out : 0),
                               .activation_bytes = 4 * Out * T,
-                              .output_bytes = 4 * Out * T};
+                              .output_bytes = 4 * Out * T,
+                              .backward_bytes = 4 * In * T};
 };
 
-/// A sized pointwise layer's: no parameters, a multiply-add an element, the output it keeps.
+/// A sized pointwise layer's: no parameters, a multiply-add an element, the output it keeps, its
+/// input's gradient in backward.
 template <class K, std::int64_t Width>
 struct static_cost<nn::SizedPointwise<K, Width>> {
   static constexpr Cost value{.macs_per_token = static_cast<double>(Width), .parameters = 0, .activation_bytes = 4 * Width,
-                              .output_bytes = 4 * Width};
+                              .output_bytes = 4 * Width, .backward_bytes = 4 * Width};
 };
 
 namespace detail {

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,8 @@ struct GradcheckResult {
   double max_error = 0;
   std::string worst;  ///< "input[i]" or "<parameter path>[i]" of the largest error
   int checked = 0;
+  /// \brief Whether every checked element is within tolerance (an error that is not finite, from
+  /// a NaN or an infinity in either gradient, never is).
   [[nodiscard]] bool ok(double tolerance) const { return checked > 0 && max_error <= tolerance; }
 };
 
@@ -48,6 +51,7 @@ namespace detail {
 inline std::vector<std::int64_t> probe_indices(std::int64_t n, int max) {
   std::vector<std::int64_t> idx;
   if (n <= max) for (std::int64_t i = 0; i < n; ++i) idx.push_back(i);
+  else if (max == 1) idx.push_back(0);
   else for (int j = 0; j < max; ++j) idx.push_back(j * (n - 1) / (max - 1));
   return idx;
 }
@@ -69,11 +73,17 @@ inline void check_tensor(const Tensor& t, const Tensor& analytic, const std::str
     v[i] = keep;
     const double numeric = (up - down) / (2 * opt.step);
     const double added = started ? a[i] - grad_start(static_cast<std::size_t>(i)) : a[i];
-    const double err = std::abs(added - numeric) / std::max(1.0, std::abs(numeric));
+    // a NaN compares false with every error: an error that is not finite fails the check, and is named
+    const double err = std::isfinite(added) && std::isfinite(numeric) ? std::abs(added - numeric) / std::max(1.0, std::abs(numeric))
+                                                                       : std::numeric_limits<double>::infinity();
     ++r.checked;
-    if (err > r.max_error) {
+    if (err > r.max_error) {  // the first element that is not finite stays the one named
       r.max_error = err;
       r.worst = name + "[" + std::to_string(i) + "] analytic " + std::to_string(added) + " numeric " + std::to_string(numeric);
+      if (std::isinf(err))
+        r.worst += std::isfinite(numeric) ? ": the gradient backward gave is not finite"
+                                          : ": the loss is not finite around this point (the forward gives nan or inf here; check at "
+                                            "an input inside the layer's domain)";
       if (started && std::abs(a[i] - numeric) / std::max(1.0, std::abs(numeric)) <= opt.tolerance)
         r.worst += ": the gradient was overwritten, not accumulated; backward must add into grad (grad += ...), "
                    "since micro-batches accumulate there";
@@ -91,6 +101,19 @@ GradcheckResult gradcheck(L& layer, const Tensor& x, GradcheckOptions opt = {}) 
             "gradcheck needs an f64 input (or an index tensor, whose gradient is not checked), got ",
             x.defined() ? std::string(name_of(x.dtype())) : std::string("an undefined tensor"),
             ": make it with DType::kF64 and materialize the layer in f64 (param::materialize(layer, device::CpuF64{}, {.dtype = DType::kF64}))");
+  EPL_CHECK(std::isfinite(opt.step) && opt.step > 0, "gradcheck: GradcheckOptions::step = ", opt.step, " is not a step; the "
+            "finite differences need a small positive h (the default 1e-6)");
+  EPL_CHECK(std::isfinite(opt.tolerance) && opt.tolerance >= 0, "gradcheck: GradcheckOptions::tolerance = ", opt.tolerance,
+            " is not a tolerance; give a non-negative error (the default 1e-6)");
+  EPL_CHECK(opt.max_per_tensor >= 1, "gradcheck: GradcheckOptions::max_per_tensor = ", opt.max_per_tensor, " checks nothing; give "
+            "at least 1 element a tensor (the default 32)");
+  EPL_CHECK(x.numel() > 0, "gradcheck: the input ", x.shape(), " has no elements; check at an input with rows");
+  nn::visit_parameters(layer, [&](std::string_view name, nn::Parameter& p) {
+    EPL_CHECK(p.materialized(), "gradcheck: parameter ", name, " has no values: materialize the layer in f64 first "
+              "(param::materialize(layer, device::CpuF64{}, {.dtype = DType::kF64}))");
+    EPL_CHECK(p.value.dtype() == DType::kF64, "gradcheck: parameter ", name, " is ", name_of(p.value.dtype()), "; materialize the "
+              "layer in f64 (param::materialize(layer, device::CpuF64{}, {.dtype = DType::kF64}))");
+  });
   device::CpuF64 cpu;
   const nn::PassOptions pass{true, opt.seed, 0, 0};
   auto run = [&](CheckPass& ctx) { return nn::forward(layer, ctx, x); };
