@@ -333,7 +333,7 @@ TEST_CASE("check_twin: a twin that describes the model passes; one whose paramet
   CHECK_THROWS_WITH_AS(plan::check_twin(net, OffByBias{}), doctest::Contains("states 196 parameters, but the model"), Error);
   CHECK_THROWS_WITH_AS(plan::check_twin(net, OffByBias{}), doctest::Contains("has 212"), Error);
   CHECK_THROWS_WITH_AS(plan::check_twin(net, Shifted{}), doctest::Contains("unit 0 of the model"), Error);
-  CHECK_THROWS_WITH_AS(plan::check_twin(net, Shifted{}), doctest::Contains("(model.0) has 144 parameters, but the twin's unit 0 states 148"),
+  CHECK_THROWS_WITH_AS(plan::check_twin(net, Shifted{}), doctest::Contains("(the unit of a.weight) has 144 parameters, but the twin's unit 0 states 148"),
                        Error);
   CHECK_THROWS_WITH_AS(plan::check_twin(net, Three{}), doctest::Contains("has 3 units that hold parameters, but the model"), Error);
 }

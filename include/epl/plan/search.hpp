@@ -8,10 +8,12 @@
 /// degrees; estimate prices a split's all-reduces on Cluster::tensor.
 #include <algorithm>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "epl/core/linked.hpp"
+#include "epl/nn/walk.hpp"
 #include "epl/plan/cost.hpp"
 #include "epl/plan/fits.hpp"
 #include "epl/plan/price.hpp"
@@ -104,13 +106,19 @@ void check_twin(const Model& model, const Twin& = Twin{}) {
   using Pass = nn::Pass<D, policy::gradient_sync_t<Policies<>, D>>;  // search's: no other instantiation
   std::vector<strategy::Unit<Pass>> units;
   strategy::flatten<Pass>(copy, units);
+  std::map<const nn::Parameter*, std::string> paths;  // a unit is named by its first parameter's path (a.weight), as a checkpoint names it
+  nn::visit_parameters(copy, [&](std::string_view path, nn::Parameter& q) { paths.emplace(&q, std::string(path)); });
   std::vector<std::pair<std::string, std::int64_t>> real;  // the units that hold parameters
   std::int64_t real_total = 0, twin_total = 0;
   for (auto& u : units) {
     std::int64_t n = 0;
-    u.parameters(u.layer, [&](nn::Parameter& q) { n += q.global_shape().numel(); });
+    std::string first;
+    u.parameters(u.layer, [&](nn::Parameter& q) {
+      n += q.global_shape().numel();
+      if (const auto it = paths.find(&q); first.empty() && it != paths.end()) first = it->second;
+    });
     real_total += n;
-    if (n > 0) real.emplace_back(u.name, n);
+    if (n > 0) real.emplace_back(first.empty() ? u.name : "the unit of " + first, n);
   }
   for (const auto n : twin) twin_total += n;
   std::erase(twin, 0);
