@@ -395,6 +395,33 @@ TEST_CASE("checkpoint: checkpoint.every saves as training goes and checkpoint.di
   CHECK(fs::is_directory(dir.path / "step-00000006"));
 }
 
+TEST_CASE("checkpoint: the manifest keeps every key's value, where each given one came from, and the program's flags") {
+  TempDir dir("given");
+  const Flag<std::int64_t> steps{"steps", 100, "optimizer steps"};
+  const Flag<double> warmup{"warmup", 0.5, "a flag left at its default"};
+  const char* argv[] = {"prog", "--steps=1", "--zero.level=", "--pipeline.num_micro_batch=2"};
+  Config cfg = Config::parse(4, argv, steps, warmup);
+  (void)cfg.get(steps);
+  cfg.set("amp.level", "");  // code
+  (void)train({.cfg = cfg, .steps = 1, .save_to = dir.path});
+  const checkpoint::Reader reader(dir.path / "step-00000001");
+  const auto& m = reader.manifest();
+  auto value = [&](std::string_view key) {
+    for (const auto& [k, v] : m.config)
+      if (k == key) return v;
+    return std::string("(none)");
+  };
+  CHECK(value("zero.level") == "\"\"");
+  CHECK(value("steps") == "1");
+  CHECK(value("warmup") == "0.5");
+  CHECK(value("offload.level") == "\"\"");
+  std::string given;
+  for (const auto& [k, v] : m.given) given += k + "=" + v + ";";
+  CAPTURE(given);
+  CHECK(m.given == std::map<std::string, std::string, std::less<>>{{"amp.level", "code"}, {"pipeline.num_micro_batch", "command line"},
+                                                                    {"steps", "command line"}, {"zero.level", "command line"}});
+}
+
 TEST_CASE("checkpoint: a save that fails part-way leaves the previous checkpoint the one resumed") {
   for (const char* phase : {"prepared", "shards written", "manifest written"}) {
     CAPTURE(phase);

@@ -106,11 +106,14 @@ void BasicSerializer<Unused>::configure(const Config& cfg, std::function<void(st
   other_data_ = cfg.get(keys::resume_other_data);
   EPL_CHECK(every_ == 0 || !dir_.empty(), "checkpoint.every = ", every_, " but checkpoint.dir is not set; give the directory to "
             "save into (--checkpoint.dir=DIR) or drop checkpoint.every");
-  for (const auto& k : Config::keys()) {
-    config_.emplace_back(k.name, cfg.value_text(k.name));
-    // "" given (off) and "" by default (the program's policy) print alike: the manifest says which (a stranger's finding)
-    if (const auto from = cfg.source(k.name); from != Config::Source::kDefault) given_.emplace(k.name, Config::name_of(from));
-  }
+  // every EPL key, then the program's own flags (no '.' in their names): "" given (off) and "" by
+  // default (the program's policy) print alike, so the manifest says which (a stranger's finding)
+  auto keep = [&](std::string_view name) {
+    config_.emplace_back(name, cfg.value_text(name));
+    if (const auto from = cfg.source(name); from != Config::Source::kDefault) given_.emplace(name, Config::name_of(from));
+  };
+  for (const auto& k : Config::keys()) keep(k.name);
+  for (const auto name : cfg.flags()) keep(name);
   phase_ = std::move(phase);
 }
 

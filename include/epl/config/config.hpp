@@ -211,6 +211,8 @@ class Config {
   EPL_LINKED void check_all_read() const;
   /// \brief The descriptions of every EPL key this version knows.
   static std::span<const ConfigKey> keys() { return detail::config_keys(); }
+  /// \brief The names of the program's own flags (epl::Flag) this configuration holds, in name order.
+  [[nodiscard]] std::vector<std::string_view> flags() const { return names(true); }
 
   /// \brief The environment variable of a key: EPL_ + upper-cased key with '.' -> '_'.
   EPL_LINKED static std::string env_name(std::string_view key);
