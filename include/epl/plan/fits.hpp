@@ -87,6 +87,23 @@ constexpr void for_each_static_unit(V& visit, int stage = -1, int tensor = 1) {
                                                 "plan a twin)");
   }
 }
+// Whether every unit for_each_static_unit would visit states its costs. Where one does not, a
+// search instantiates that walk alone (its static_assert names the layer) and stops there, not in
+// the errors of everything priced from the units after it (a stranger's finding: 21 kB of them).
+template <class M>
+constexpr bool statically_costed() {
+  using N = nn::node_traits<M>;
+  if constexpr (nn::is_structural_v<M> || strategy::has_static_cost<M>) return true;
+  else if constexpr (N::kind == nn::NodeKind::kSequence || N::kind == nn::NodeKind::kPipeline || N::kind == nn::NodeKind::kSplit ||
+                     N::kind == nn::NodeKind::kReplicate)
+    return []<class... C>(nn::type_list<C...>) { return (statically_costed<C>() && ...); }(typename N::children{});
+  else return false;
+}
+template <class M>
+constexpr void name_the_uncosted_layer() {
+  auto none = [](const strategy::Cost&, int, int) {};
+  for_each_static_unit<M>(none);
+}
 // The units for_each_static_unit visits.
 template <class M>
 constexpr std::size_t static_unit_count() {

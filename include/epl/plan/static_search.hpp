@@ -313,11 +313,9 @@ constexpr void check_static(const Cluster& cluster, const Budget& budget, const 
 }
 }  // namespace detail
 
-/// \brief The K fastest combinations of Model with Policy's compiled policies that fit `budget` on
-/// `cluster`, priced from the layers' static costs; usable in a constant expression.
-template <class Model, class Policy = Policies<>, std::size_t K = 8>
-constexpr StaticSearch<K> static_search(const Cluster& cluster, const Budget& budget, const StaticSearchOptions& o = {}) {
-  static_assert(K > 0, "epl: plan::static_search<Model, Policy, K>: K, the plans kept, must be at least 1");
+namespace detail {
+template <class Model, class Policy, std::size_t K>
+constexpr StaticSearch<K> search_costed(const Cluster& cluster, const Budget& budget, const StaticSearchOptions& o) {
   constexpr policy::Compiled c = policy::compiled<Policy>(false);
   using Pricer = detail::StaticPricer<Model>;
   detail::check_static<Model>(cluster, budget, o, "plan::static_search");
@@ -348,6 +346,20 @@ constexpr StaticSearch<K> static_search(const Cluster& cluster, const Budget& bu
   if (r.tried == 0) detail::nothing_to_try__check_the_batch_and_micro_batches(cluster.ranks, budget.rows);
   if (r.count == 0) detail::no_combination_fits__add_ranks_or_memory(r.smallest_over.bytes.total(), limit, r.tried);
   return r;
+}
+}  // namespace detail
+
+/// \brief The K fastest combinations of Model with Policy's compiled policies that fit `budget` on
+/// `cluster`, priced from the layers' static costs; usable in a constant expression.
+template <class Model, class Policy = Policies<>, std::size_t K = 8>
+constexpr StaticSearch<K> static_search(const Cluster& cluster, const Budget& budget, const StaticSearchOptions& o = {}) {
+  static_assert(K > 0, "epl: plan::static_search<Model, Policy, K>: K, the plans kept, must be at least 1");
+  if constexpr (!detail::statically_costed<Model>()) {
+    detail::name_the_uncosted_layer<Model>();  // one error, naming the layer
+    return StaticSearch<K>{};
+  } else {
+    return detail::search_costed<Model, Policy, K>(cluster, budget, o);
+  }
 }
 
 /// \brief One combination of Model priced as static_search prices it, fitting the budget or not
