@@ -66,6 +66,11 @@ TEST_CASE("memory: accounting per device and category, current and peak") {
       Tensor a = dev.empty({1000}, DType::kI32, MemoryCategory::kActivations);
       CHECK(memory_stats(dev.id()).current_of(MemoryCategory::kActivations) == 4000);
     }
+    {  // an empty tensor is charged nothing (a stage of no parameters was charged 1 byte, which the planner's exact prediction is not)
+      Tensor none = dev.empty({0, 8}, DType::kF32, MemoryCategory::kActivations);
+      CHECK(none.data<float>() != nullptr);
+      CHECK(memory_stats(dev.id()).current_of(MemoryCategory::kActivations) == 0);
+    }
     auto after = memory_stats(dev.id());
     CHECK(after.current_of(MemoryCategory::kActivations) == 0);
     CHECK(after.peak_of(MemoryCategory::kActivations) == 4000);

@@ -257,5 +257,18 @@ TEST_CASE("pipeline: evaluate returns the one-device loss on every rank") {
     Trainer<gpt::Gpt, optim::SGD> t(ctx, config(2, 4, "PreferBackward"), gpt::make_gpt(shape()), optim::SGD({}), {.seed = 3});
     CHECK(t.evaluate(b) == doctest::Approx(want).epsilon(1e-6));
   });
+  // each stage its own rows gave the loss of stage 0's inputs against the last stage's targets, without a
+  // word (a stranger's finding); now refused, as step refuses it, with other row counts too
+  const Batch other = loader.next(test::cpu());
+  for (const bool fewer : {false, true}) {
+    comm::run_threads(2, [&](comm::ThreadCommunicator& c) {
+      Context ctx(c, 330 + c.rank());
+      Trainer<gpt::Gpt, optim::SGD> t(ctx, config(2, 4, "PreferBackward"), gpt::make_gpt(shape()), optim::SGD({}), {.seed = 3});
+      Batch mine = c.rank() == 0 ? b : other;
+      if (fewer && c.rank() == 1) mine = {other.inputs.slice(0, 2), other.targets.slice(0, 2)};
+      CHECK_THROWS_WITH_AS((void)t.evaluate(mine), doctest::Contains("in trainer.evaluate() after step 0 pipeline stage 1 got other inputs "
+                                                                     "than its pipeline stage 0"), Error);
+    });
+  }
 }
 }

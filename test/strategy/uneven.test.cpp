@@ -64,8 +64,12 @@ TEST_CASE("uneven: batch shares follow the speeds by largest remainder, a row ea
   CHECK(second.rows_of(7) == 2);
   CHECK(second.first_of(7) == 4);
   CHECK(strategy::share_rows(12, 2, {1, 0.5}, 2) == std::vector<std::int64_t>{8, 4});  // whole micro-batches of 2 rows
-  CHECK_THROWS_WITH_AS(strategy::share_rows(2, 3, {1, 1, 1}), doctest::Contains("a global batch of 2 rows cannot give each of 3"), Error);
-  CHECK_THROWS_WITH_AS(strategy::share_rows(7, 2, {1, 1}, 2), doctest::Contains("use a batch that is a multiple of 2"), Error);
+  CHECK_THROWS_WITH_AS(strategy::share_rows(2, 3, {1, 1, 1}),
+                       doctest::Contains("a global batch of 2 rows cannot give each of 3 data-parallel ranks its share by speed "
+                                         "(cluster.rank_speeds): one row at least; use a batch of at least 3 rows"), Error);
+  CHECK_THROWS_WITH_AS(strategy::share_rows(6, 2, {1, 2}, 4), doctest::Contains("a whole number of its 4 micro-batches, one at least; use a "
+                                                                               "batch of at least 8 rows, a multiple of 4"), Error);
+  CHECK_THROWS_WITH_AS(strategy::share_rows(7, 2, {1, 1}, 2), doctest::Contains("use a batch of at least 4 rows, a multiple of 2"), Error);
 }
 
 TEST_CASE("uneven: data-parallel ranks of different speeds train as one device (2 and 3 ranks, micro-batches)") {

@@ -15,8 +15,9 @@ inline namespace v0 {
 /// \brief Bytes on one device, charged to one memory category while they live.
 class Storage {
  public:
+  // An empty tensor's storage is charged nothing; it still holds an address (one byte of the allocator's).
   Storage(Allocator& alloc, std::size_t bytes, MemoryCategory category)
-      : alloc_(&alloc), bytes_(bytes), category_(category), ptr_(alloc.allocate(bytes)) {
+      : alloc_(&alloc), bytes_(bytes), category_(category), ptr_(alloc.allocate(bytes > 0 ? bytes : 1)) {
     memory_account(alloc.device()).charge(category_, static_cast<std::int64_t>(bytes_));
   }
   /// \brief Bytes someone else owns and accounts for, seen as storage of device d (a second
@@ -26,7 +27,7 @@ class Storage {
   ~Storage() {
     if (!alloc_) return;
     memory_account(alloc_->device()).charge(category_, -static_cast<std::int64_t>(bytes_));
-    alloc_->deallocate(ptr_, bytes_);
+    alloc_->deallocate(ptr_, bytes_ > 0 ? bytes_ : 1);
   }
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -129,7 +130,7 @@ class Tensor {
     }
   }
   static std::size_t bytes_for(const Shape& s, DType t) {
-    return std::max<std::size_t>(1, static_cast<std::size_t>(s.numel()) * size_of(t));
+    return static_cast<std::size_t>(s.numel()) * size_of(t);
   }
   const Storage& require() const {
     EPL_CHECK(storage_ != nullptr, "use of an undefined (empty) tensor (a parameter this rank does not hold is one: another "

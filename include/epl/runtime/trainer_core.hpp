@@ -273,6 +273,7 @@ double TrainerCore<Optimizer, Loss, D, Sync>::evaluate(const Batch& batch) {
   else {
     agree_on_call(*world_, Call::kEvaluate, steps_, 0, false);
     detail::check_batch(batch.inputs, batch.targets, device_->id(), 1, 1, false);  // no rows evaluated to nan (a stranger's finding)
+    groups_->check_evaluation_rows(batch.inputs, batch.targets, steps_, reader());  // a stage's rows another's: another loss, silently
     const Tensor targets = groups_->targets(*device_, batch.targets, 1);
     double loss = 0;
     try {

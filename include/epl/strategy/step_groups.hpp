@@ -13,6 +13,7 @@
 #include <cstring>
 #include <functional>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "epl/core/random.hpp"
@@ -110,6 +111,9 @@ class StepGroups {
   /// \brief Fails unless the ranks of a split group (unless colocated) and the stages of a
   /// pipeline were given the same rows (equal shares are the world's check: runtime's agree_on_call).
   EPL_LINKED void check_rows(const Tensor& inputs, const Tensor& targets, std::int64_t step, const Download& download = {});
+  /// \brief The same for an evaluation after `step` steps (pipelined, stage 0's inputs meet the last
+  /// stage's targets: rows that differ would give another batch's loss without a word).
+  EPL_LINKED void check_evaluation_rows(const Tensor& inputs, const Tensor& targets, std::int64_t step, const Download& download = {});
 
   /// \brief The global batch's loss from this rank's: the last stage's, summed over the pipeline,
   /// then the mean over the ranks that share the batch.
@@ -164,14 +168,15 @@ class StepGroups {
  private:
   comm::Communicator& loss_group() { return sharers_.valid() ? sharers_ : replicas_; }
   // The ranks of group must have been given the same rows (inputs and targets).
-  static void same_rows(comm::Communicator& group, const Tensor& inputs, const Tensor& targets, std::int64_t step,
+  EPL_LINKED void rows_agree(const Tensor& inputs, const Tensor& targets, const std::string& when, const Download& download);
+  static void same_rows(comm::Communicator& group, const Tensor& inputs, const Tensor& targets, const std::string& when,
                         const Download& download, const char* who, const char* of, const char* why) {
     std::uint64_t mine[2] = {content_hash(inputs, download), content_hash(targets, download)};
     std::vector<std::uint64_t> all(static_cast<std::size_t>(2 * group.size()));
     group.all_gather(comm::Buffer(mine, 2, DType::kI64), comm::Buffer(all.data(), 2 * group.size(), DType::kI64));
     for (int r = 1; r < group.size(); ++r) {
       const bool same_inputs = all[2 * r] == all[0], same_targets = all[2 * r + 1] == all[1];
-      EPL_CHECK(same_inputs && same_targets, "at step ", step, " ", who, r, of, " got other ", same_inputs ? "targets" : "inputs",
+      EPL_CHECK(same_inputs && same_targets, when, " ", who, r, of, " got other ", same_inputs ? "targets" : "inputs",
                 " than its ", who, "0; ", why, " (read them with data::WindowLoader and trainer.data_shard())");
     }
   }

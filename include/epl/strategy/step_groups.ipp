@@ -52,9 +52,12 @@ EPL_LINKED std::vector<std::int64_t> share_rows(std::int64_t rows, int ranks, co
               "; each rank's weight (cluster.rank_speeds, data::Shard::weights) must be a positive finite number");
   std::vector<std::int64_t> out(static_cast<std::size_t>(ranks), rows / ranks);
   if (weights.empty()) return out;
-  EPL_CHECK(quantum >= 1 && rows % quantum == 0 && rows / quantum >= ranks, "a global batch of ", rows, rows == 1 ? " row" : " rows", " cannot give each of ",
-            ranks, " data-parallel ranks of uneven speed (cluster.rank_speeds) a whole number of its ", quantum,
-            " micro-batch(es), one at least; use a batch that is a multiple of ", quantum, " and at least ", ranks * quantum, " rows");
+  // (equal speeds too: the rule is the shares', whatever the weights; a stranger read "uneven" of 1,1)
+  EPL_CHECK(quantum >= 1 && rows % quantum == 0 && rows / quantum >= ranks, "a global batch of ", rows, rows == 1 ? " row" : " rows",
+            " cannot give each of ", ranks, " data-parallel ranks its share by speed (cluster.rank_speeds): ",
+            quantum == 1 ? std::string("one row at least")
+                         : "a whole number of its " + std::to_string(quantum) + " micro-batches, one at least",
+            "; use a batch of at least ", ranks * quantum, " rows", quantum == 1 ? std::string() : ", a multiple of " + std::to_string(quantum));
   const std::int64_t units = rows / quantum;
   for (auto& o : out) o = 0;
   double total = 0;
@@ -107,11 +110,19 @@ EPL_LINKED RowPlace StepGroups::place(std::int64_t rows, std::int64_t step) {
 }
 
 EPL_LINKED void StepGroups::check_rows(const Tensor& inputs, const Tensor& targets, std::int64_t step, const Download& download) {
+  rows_agree(inputs, targets, "at step " + std::to_string(step), download);
+}
+
+EPL_LINKED void StepGroups::check_evaluation_rows(const Tensor& inputs, const Tensor& targets, std::int64_t step, const Download& download) {
+  rows_agree(inputs, targets, "in trainer.evaluate() after step " + std::to_string(step), download);
+}
+
+EPL_LINKED void StepGroups::rows_agree(const Tensor& inputs, const Tensor& targets, const std::string& when, const Download& download) {
   if (tensor_.valid() && !rows_over_tensor_)
-    same_rows(tensor_, inputs, targets, step, download, "tensor-parallel rank ", " of a split group",
+    same_rows(tensor_, inputs, targets, when, download, "tensor-parallel rank ", " of a split group",
               "the ranks of an epl::Split group work on the same rows");
   if (pipeline_.valid())
-    same_rows(pipeline_, inputs, targets, step, download, "pipeline stage ", "",
+    same_rows(pipeline_, inputs, targets, when, download, "pipeline stage ", "",
               "the stages of one pipeline replica work on the same rows (stage 0 reads their inputs, the last stage their targets)");
 }
 

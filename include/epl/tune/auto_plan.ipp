@@ -150,14 +150,17 @@ EPL_LINKED plan::SearchResult held_to_given(plan::SearchResult found, const Conf
     return one.value_text(key);
   };
   std::vector<std::string> held;  // the given keys some plan sets, as key=value
+  std::map<std::string, std::vector<std::string>> taken;  // the values the plans that fit give each of them
   const auto keep = [&](const plan::Estimate& e) {
     bool agrees = true;
     for (const auto& [key, text] : e.candidate.keys()) {
       const auto mine = given(key);
       if (!mine) continue;
-      const std::string shown = key + "=" + *mine;
+      const std::string shown = key + "=" + *mine, value = same(key, text);
       if (std::find(held.begin(), held.end(), shown) == held.end()) held.push_back(shown);
-      agrees = agrees && same(key, text) == *mine;
+      auto& values = taken[key];
+      if (std::find(values.begin(), values.end(), value) == values.end()) values.push_back(value);
+      agrees = agrees && value == *mine;
     }
     return agrees;
   };
@@ -165,10 +168,16 @@ EPL_LINKED plan::SearchResult held_to_given(plan::SearchResult found, const Conf
   std::vector<plan::Estimate> kept;
   for (auto& e : found.plans)
     if (keep(e)) kept.push_back(std::move(e));
-  std::string keys;
-  for (const auto& k : held) keys += (keys.empty() ? "" : ", ") + k;
-  EPL_CHECK(!kept.empty(), "auto.auto_parallel: none of the ", before, " plans that fit agrees with the keys given (", keys,
-            "): leave them unset for the planner to choose them, or give pipeline.num_stages to lay the run out by hand");
+  std::string keys;  // each given key, and what the plans that fit take for it (the search's range: micro-batches 1-8, the compiled ZeRO)
+  for (const auto& k : held) {
+    const std::string key = k.substr(0, k.find('='));
+    std::string values;
+    for (const auto& v : taken[key]) values += (values.empty() ? "" : ", ") + v;
+    keys += (keys.empty() ? "" : "; ") + k + " (they take " + values + ")";
+  }
+  EPL_CHECK(!kept.empty(), "auto.auto_parallel: none of the ", before, " plans that fit agrees with the keys given: ", keys,
+            "; give a value they take, leave the key unset for the planner to choose it, or give pipeline.num_stages to lay "
+            "the run out by hand");
   found.plans = std::move(kept);
   return found;
 }
