@@ -90,6 +90,7 @@ constexpr void for_each_static_unit(V& visit, int stage = -1, int tensor = 1) {
 // Whether every unit for_each_static_unit would visit states its costs. Where one does not, a
 // search instantiates that walk alone (its static_assert names the layer) and stops there, not in
 // the errors of everything priced from the units after it (a stranger's finding: 21 kB of them).
+// It follows for_each_static_unit's recursion above, node kind for node kind: change them together.
 template <class M>
 constexpr bool statically_costed() {
   using N = nn::node_traits<M>;
