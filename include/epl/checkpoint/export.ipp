@@ -46,11 +46,11 @@ std::size_t export_safetensors(const std::filesystem::path& checkpoint_dir, cons
             " (AdamW's moments, Momentum's velocity), not weights; export the weights (\"\") or the average of them that epl::Ema "
             "keeps (\"ema\")");
   std::set<std::string, std::less<>> policies;
-  std::string listed;
   for (const auto& [name, t] : r.manifest().tensors)
-    if (const auto mark = name.find('@'); mark != std::string::npos && !optimizer_slot(std::string_view(name).substr(mark + 1)) &&
-                                          policies.insert(name.substr(mark + 1)).second)
-      listed += (listed.empty() ? "\"" : ", \"") + name.substr(mark + 1) + "\"";
+    if (const auto mark = name.find('@'); mark != std::string::npos && !optimizer_slot(std::string_view(name).substr(mark + 1)))
+      policies.insert(name.substr(mark + 1));
+  std::string listed;
+  for (const auto& p : policies) listed += (listed.empty() ? "\"" : ", \"") + p + "\"";
   EPL_CHECK(kept.empty() || policies.contains(kept), "export_safetensors: the checkpoint ", checkpoint_dir,
             " was saved without the state asked for (\"", kept, "\"; it keeps ", listed.empty() ? "none but the optimizer's" : listed,
             "; the average of the weights, \"ema\", is saved by a run with epl::Ema); export its weights (\"\") or a state it keeps");

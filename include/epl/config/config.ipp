@@ -279,10 +279,9 @@ EPL_LINKED std::string range_text(const ConfigKey& k, std::string_view text, con
 }  // namespace detail
 
 EPL_LINKED void Config::check_value(const ConfigKey& k, const ConfigValue& v) {
-  const auto bound = detail::bound_text;
   auto range = [&](double x, const std::string& shown) {
-    EPL_CHECK(x >= k.min, what(k), " = ", shown, " is out of range; it must be at least ", bound(k.min));
-    EPL_CHECK(x <= k.max, what(k), " = ", shown, " is out of range; it must be at most ", bound(k.max));
+    EPL_CHECK(x >= k.min, what(k), " = ", shown, " is out of range; it must be at least ", detail::bound_text(k.min));
+    EPL_CHECK(x <= k.max, what(k), " = ", shown, " is out of range; it must be at most ", detail::bound_text(k.max));
   };
   if (auto* i = std::get_if<std::int64_t>(&v)) range(static_cast<double>(*i), std::to_string(*i));
   if (auto* d = std::get_if<double>(&v)) {
