@@ -484,14 +484,15 @@ TEST_CASE("checkpoint: damaged, missing and foreign checkpoints are refused nami
     const auto e = error_of(resume);
     CHECK(e.find("rank-00001.bin is truncated") != std::string::npos);
   }
-  SUBCASE("a NaN weight, its checksums signed again (a run saved after it diverged, or a file written by hand)") {
-    // a stranger's such checkpoint loaded, and failed 3 steps later with "the loss is nan ... lower the learning rate"
+  // writes x over element 2 of the first piece of rank 1's shard that `which` picks, and signs the
+  // checksums again (a run saved after it diverged, or a file written by hand); returns its tensor
+  auto forge = [&](float x, auto which) {
     std::ifstream in(manifest);
     const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     in.close();
     checkpoint::Manifest m = checkpoint::parse(text, manifest.string());
-    const auto piece = std::find_if(m.pieces.begin(), m.pieces.end(), [](const checkpoint::Piece& p) {
-      return p.file == "rank-00001.bin" && p.tensor.find('@') == std::string::npos && p.end - p.begin >= 3;
+    const auto piece = std::find_if(m.pieces.begin(), m.pieces.end(), [&](const checkpoint::Piece& p) {
+      return p.file == "rank-00001.bin" && which(p.tensor) && p.end - p.begin >= 3;
     });
     REQUIRE(piece != m.pieces.end());
     std::vector<char> bytes(piece->bytes);
@@ -499,17 +500,33 @@ TEST_CASE("checkpoint: damaged, missing and foreign checkpoints are refused nami
       std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
       f.seekg(static_cast<std::streamoff>(piece->offset));
       f.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-      const float nan = std::numeric_limits<float>::quiet_NaN();
-      std::memcpy(bytes.data() + 8, &nan, 4);  // element 2 of the piece
+      std::memcpy(bytes.data() + 8, &x, 4);  // element 2 of the piece
       f.seekp(static_cast<std::streamoff>(piece->offset));
       f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
     }
     piece->crc = checkpoint::crc32c(bytes.data(), bytes.size());
     std::ofstream(manifest, std::ios::trunc) << checkpoint::format(m);
+    return piece->tensor;
+  };
+  SUBCASE("a NaN weight, its checksums signed again (a run saved after it diverged, or a file written by hand)") {
+    // a stranger's such checkpoint loaded, and failed 3 steps later with "the loss is nan ... lower the learning rate"
+    const std::string tensor =
+        forge(std::numeric_limits<float>::quiet_NaN(), [](const std::string& t) { return t.find('@') == std::string::npos; });
     const auto e = error_of(resume);
     CHECK(e.find("checkpoint " + ck.string() + " holds nan at element ") != std::string::npos);
-    CHECK(e.find(" of " + piece->tensor + ": a NaN or infinite value, saved after training diverged or written by hand; resume from "
+    CHECK(e.find(" of " + tensor + ": a NaN or infinite value, saved after training diverged or written by hand; resume from "
                  "an earlier step's checkpoint") != std::string::npos);
+  }
+  SUBCASE("a negative second moment of AdamW, its checksums signed again") {
+    // a stranger's such checkpoint loaded, and its first step's loss was nan ("lower the learning rate")
+    const std::string tensor = forge(-0.25f, [](const std::string& t) { return t.ends_with("@state1"); });
+    const auto e = error_of(resume);
+    CHECK(e.find("checkpoint " + ck.string() + " holds -0.25 at element ") != std::string::npos);
+    CHECK(e.find(" of " + tensor + ", a slot of the optimizer's state that is never negative (a mean of squares)") != std::string::npos);
+    // the first moment may be negative: the same value there loads
+    restore();
+    (void)forge(-0.25f, [](const std::string& t) { return t.ends_with("@state0"); });
+    CHECK(error_of(resume) == "no error");
   }
   SUBCASE("a missing shard") {
     fs::remove(shard);

@@ -30,7 +30,7 @@
 #include "epl/config/config.hpp"
 #include "epl/data/data.hpp"
 #include "epl/nn/walk.hpp"
-#include "epl/optim/schedule.hpp"
+#include "epl/optim/optimizer.hpp"
 #include "epl/param/arena.hpp"
 #include "epl/policy/amp.hpp"
 #include "epl/reflect/type_name.hpp"
@@ -74,6 +74,7 @@ struct TrainerState {
   std::int64_t optimizer_steps = 0;
   const std::vector<Tensor>* optimizer_state = nullptr;  ///< kStateSlots buffers over the regions
   int optimizer_slots = 0;                         ///< the optimizer's kStateSlots
+  unsigned nonnegative_slots = 0;                  ///< optim::nonnegative_slots: checked on load
   const optim::LrSchedule* schedule = nullptr;     ///< the learning-rate schedule, saved and checked on resume
   /// Restarts the optimizer at a saved step count with zeroed state of n elements; returns it.
   std::function<const std::vector<Tensor>&(std::int64_t steps, std::int64_t n, DType t)> restore_optimizer;
@@ -100,6 +101,7 @@ void describe(TrainerState& s, Model& model, U& updater, const D& d) {
   s.optimizer_steps = updater.steps();
   s.optimizer_state = &updater.state();
   s.optimizer_slots = O::kStateSlots;
+  s.nonnegative_slots = optim::nonnegative_slots<O>();
   s.schedule = &updater.schedule();
   s.restore_optimizer = [&updater, &d](std::int64_t steps, std::int64_t n, DType t) -> const std::vector<Tensor>& {
     return updater.restore(d, steps, n, t);

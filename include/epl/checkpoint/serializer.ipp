@@ -41,13 +41,16 @@ namespace detail {
 // a load must refuse): "<source> holds <v> at element <i> of <tensor>: <fix>". A NaN in a weight
 // would otherwise surface steps later, as a NaN loss blamed on the learning rate or the inputs.
 inline void check_finite(const std::vector<unsigned char>& bytes, DType dtype, const std::string& source, const std::string& tensor,
-                         const char* fix) {
+                         const char* fix, bool nonnegative = false) {
   auto scan = [&](auto zero) {  // not [&]<class T>(T): nvcc's host pass mangles a template lambda here
     using T = decltype(zero);
     for (std::size_t i = 0; i + sizeof(T) <= bytes.size(); i += sizeof(T)) {
       T v;
       std::memcpy(&v, bytes.data() + i, sizeof(T));
       EPL_CHECK(std::isfinite(v), source, " holds ", v, " at element ", i / sizeof(T), " of ", tensor, ": ", fix);
+      EPL_CHECK(!nonnegative || v >= 0, source, " holds ", v, " at element ", i / sizeof(T), " of ", tensor,
+                ", a slot of the optimizer's state that is never negative (a mean of squares): the file was written by hand "
+                "or damaged before its checksums; resume from an earlier step's checkpoint (move this one aside)");
     }
   };
   if (dtype == DType::kF32) scan(0.0f);
@@ -460,7 +463,8 @@ void BasicSerializer<Unused>::verify(const Reader& reader, const std::string& wh
       if (reader.has(tensor) && read.insert(tensor).second)  // restore() names one missing
         detail::check_finite(reader.whole(tensor), m.tensors.at(tensor).dtype, "checkpoint " + where, tensor,
                              "a NaN or infinite value, saved after training diverged or written by hand; resume from an earlier step's "
-                             "checkpoint (move this one aside)");
+                             "checkpoint (move this one aside)",
+                             k >= 0 && (s.nonnegative_slots >> k & 1u) != 0);
     }
     for (const auto& kept : s.policy_state)
       if (const std::string tensor = kept_name(name, kept.suffix); reader.has(tensor) && read.insert(tensor).second)

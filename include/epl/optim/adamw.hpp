@@ -19,6 +19,7 @@ class AdamW {
     double weight_decay = 0.01;
   };
   static constexpr int kStateSlots = 2;  ///< m, v
+  static constexpr unsigned kNonNegativeSlots = 0b10;  ///< v, a mean of squares (optim::nonnegative_slots)
 
   explicit AdamW(Options o) : opt_(o) {
     EPL_CHECK(std::isfinite(o.lr) && o.lr > 0, "AdamW: learning rate ", o.lr, " must be positive and finite");

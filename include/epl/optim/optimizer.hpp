@@ -53,6 +53,15 @@ concept optimizer = requires(const O& o, const device::Archetype& d, const Tenso
   o.update(d, t, t, state, std::int64_t{1});
 });
 
+/// \brief The state slots of O whose values are never negative, bit k for slot k (AdamW's second
+/// moment, a mean of squares): an optimizer declares them as `static constexpr unsigned
+/// kNonNegativeSlots`, and a checkpoint holding a negative value in one is refused on load.
+template <class O>
+constexpr unsigned nonnegative_slots() noexcept {
+  if constexpr (requires { O::kNonNegativeSlots; }) return static_cast<unsigned>(O::kNonNegativeSlots);
+  else return 0;
+}
+
 /// \brief An optimizer over flat ranges: its state buffers (MemoryCategory::kOptimizerState,
 /// zero at the first step, as long as the range given) and its step count.
 /// \tparam O models optimizer
