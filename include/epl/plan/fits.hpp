@@ -10,6 +10,7 @@
 /// throws an epl::Error with the bytes and by how much they are over.
 #include <array>
 #include <cstdint>
+#include <type_traits>
 
 #include "epl/core/error.hpp"
 #include "epl/plan/cost.hpp"
@@ -170,6 +171,23 @@ inline void world_size_does_not_hold_a_replica__use_a_multiple(const char* who, 
   EPL_FAIL(who, ": a cluster of ", ranks, " ranks cannot hold replicas of ", replica, " ranks (pipeline stages x split "
            "degree); use a multiple of ", replica);
 }
+// In a constant expression a model that does not fit reads element `need` of a one-element array
+// named for the reason, which the compilers refuse naming the array and printing the index: g++'s
+// error shows the reason and the bytes a rank needs, and clang's note on this call shows the
+// budget too (fits_v shows all three as template arguments).
+namespace misfit {
+inline constexpr char activations_are_largest__mark_epl_Recompute_or_raise_micro_batches[1]{};
+inline constexpr char one_replica_has_nothing_to_shard_over__add_ranks_or_split_the_model[1]{};
+inline constexpr char optimizer_state_is_largest__add_epl_Zero_1[1]{};
+inline constexpr char gradients_are_largest__add_epl_Zero_2[1]{};
+inline constexpr char parameters_are_largest__add_epl_Zero_3[1]{};
+inline constexpr char state_is_sharded__add_epl_Offload[1]{};
+inline constexpr char state_is_sharded_already__add_ranks_or_split_the_model[1]{};
+inline constexpr char no_combination_fits__add_ranks_or_memory[1]{};  // static_search's
+}  // namespace misfit
+constexpr bool does_not_fit__the_index_is_the_bytes_a_rank_needs(const char* reason, std::int64_t need, std::int64_t budget) {
+  return need <= budget || reason[need] == 0;
+}
 // The budget's own checks, shared by fits and static_search.
 constexpr void check_budget(const Budget& b, const char* who) {
   if (b.bytes < 0) budget_is_not_valid(who, "Budget::bytes must be 0 (the cluster's bytes_per_rank) or more");
@@ -215,6 +233,18 @@ constexpr StaticFootprint static_footprint(const Cluster& cluster, const Budget&
 namespace detail {
 // Why a footprint does not fit: its largest part, and what shrinks it.
 enum class Misfit { kActivations, kOneReplica, kOptimizerState, kGradients, kParameters, kOffload, kEverything };
+constexpr const char* misfit_array(Misfit m) {
+  switch (m) {
+    case Misfit::kActivations: return misfit::activations_are_largest__mark_epl_Recompute_or_raise_micro_batches;
+    case Misfit::kOneReplica: return misfit::one_replica_has_nothing_to_shard_over__add_ranks_or_split_the_model;
+    case Misfit::kOptimizerState: return misfit::optimizer_state_is_largest__add_epl_Zero_1;
+    case Misfit::kGradients: return misfit::gradients_are_largest__add_epl_Zero_2;
+    case Misfit::kParameters: return misfit::parameters_are_largest__add_epl_Zero_3;
+    case Misfit::kOffload: return misfit::state_is_sharded__add_epl_Offload;
+    case Misfit::kEverything: break;
+  }
+  return misfit::state_is_sharded_already__add_ranks_or_split_the_model;
+}
 template <class Model, class Policy>
 constexpr Misfit misfit_of(const StaticFootprint& f, const Cluster& cluster) {
   constexpr policy::Compiled c = policy::compiled<Policy>(false);
@@ -232,16 +262,19 @@ constexpr Misfit misfit_of(const StaticFootprint& f, const Cluster& cluster) {
 }  // namespace detail
 
 /// \brief True when Model with Policy fits `budget` on `cluster`; otherwise, in a constant
-/// expression, a compile error at the call that names the largest part and the policy that
-/// shrinks it, and at run time an epl::Error that says so with the bytes. (For the bytes in the
-/// compile error too, use fits_v.)
+/// expression, a compile error that names the largest part and the policy that shrinks it, and
+/// prints the bytes a rank needs (as an array index; clang prints the budget too), and at run time
+/// an epl::Error that says so with the bytes. (fits_v shows the reason, the bytes and the budget
+/// as template arguments.)
 template <class Model, class Policy = Policies<>>
 constexpr bool fits(const Cluster& cluster, const Budget& budget) {
   const auto f = static_footprint<Model, Policy>(cluster, budget);
   const std::int64_t need = f.total(), limit = detail::limit_of(cluster, budget);
   if (need <= limit) return true;
   using detail::Misfit;
-  switch (detail::misfit_of<Model, Policy>(f, cluster)) {
+  const Misfit why = detail::misfit_of<Model, Policy>(f, cluster);
+  if (std::is_constant_evaluated()) return detail::does_not_fit__the_index_is_the_bytes_a_rank_needs(detail::misfit_array(why), need, limit);
+  switch (why) {
     case Misfit::kActivations: detail::activations_are_largest__mark_epl_Recompute_or_raise_micro_batches(need, limit); break;
     case Misfit::kOneReplica: detail::one_replica_has_nothing_to_shard_over__add_ranks_or_split_the_model(need, limit); break;
     case Misfit::kOptimizerState: detail::optimizer_state_is_largest__add_epl_Zero_1(need, limit); break;

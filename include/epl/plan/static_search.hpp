@@ -13,14 +13,15 @@
 /// compile, and recompute; prices each from the costs (roofline compute at the cluster's GEMM
 /// rate, α-β collectives, the schedule's bubble and in-flight micro-batches) and keeps the fastest
 /// that fit the budget. The tensor-parallel degree is the model type's (its epl::Split parts):
-/// search each type and merge() them to compare degrees. When nothing fits, a compile error stops
-/// at a call named for it (`no_combination_fits__add_ranks_or_memory`); at run time the same call
-/// throws an epl::Error saying by how much the smallest is over. The run-time search
+/// search each type and merge() them to compare degrees. When nothing fits, a compile error names
+/// it (`no_combination_fits__add_ranks_or_memory`) and prints the bytes the smallest plan needs (an
+/// array index); at run time an epl::Error says by how much the smallest is over. The run-time search
 /// (plan::search) does the same from a measured profile, more exactly.
 #include <array>
 #include <iterator>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
 #include "epl/plan/fits.hpp"
 #include "epl/plan/price.hpp"
@@ -344,7 +345,12 @@ constexpr StaticSearch<K> search_costed(const Cluster& cluster, const Budget& bu
         }
       });
   if (r.tried == 0) detail::nothing_to_try__check_the_batch_and_micro_batches(cluster.ranks, budget.rows);
-  if (r.count == 0) detail::no_combination_fits__add_ranks_or_memory(r.smallest_over.bytes.total(), limit, r.tried);
+  if (r.count == 0) {
+    if (std::is_constant_evaluated())  // the diagnostic names the reason and prints the smallest's bytes
+      (void)detail::does_not_fit__the_index_is_the_bytes_a_rank_needs(detail::misfit::no_combination_fits__add_ranks_or_memory,
+                                                                       r.smallest_over.bytes.total(), limit);
+    detail::no_combination_fits__add_ranks_or_memory(r.smallest_over.bytes.total(), limit, r.tried);
+  }
   return r;
 }
 }  // namespace detail
