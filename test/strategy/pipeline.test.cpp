@@ -194,6 +194,29 @@ TEST_CASE("pipeline: setups that cannot run are errors naming the numbers and th
   Config no_auto;
   no_auto.set(keys::num_stages, 2);
   fails(2, no_auto, "pipeline.num_stages = 2 needs stages: declare the model as epl::Pipeline");
+  // 4 declared stages on 2 pipeline ranks need Interleaved; the message names the schedule given
+  {
+    using Four = Pipeline<Replicate<1, nn::Linear>, Replicate<1, nn::Linear>, Replicate<1, nn::Linear>, Replicate<1, nn::Linear>>;
+    Config zb = config(2, 2, "ZeroBubble");
+    zb.set(keys::auto_parallel, false);
+    CHECK_THROWS_WITH_AS(comm::run_threads(2, [&](comm::ThreadCommunicator& c) {
+      Context ctx(c, 283 + c.rank());
+      Trainer<Four, optim::SGD> t(ctx, zb, Four(Replicate<1, nn::Linear>(nn::Linear(4, 4)), Replicate<1, nn::Linear>(nn::Linear(4, 4)),
+                                                 Replicate<1, nn::Linear>(nn::Linear(4, 4)), Replicate<1, nn::Linear>(nn::Linear(4, 4))),
+                                  optim::SGD({}));
+    }, {.report = false}), doctest::Contains("pipeline.num_stages = 2 ranks hold 4 stages, 2 each: that needs pipeline.strategy="
+                                             "Interleaved (ZeroBubble, the schedule this run has, runs one stage per rank)"), Error);
+  }
+  // a declared epl::Pipeline with auto.auto_parallel and no planner: refused as a plain model is
+  // (a stranger's finding: it trained the type's own layout, and the key changed nothing)
+  Config unplanned;
+  unplanned.set(keys::auto_parallel, true);
+  CHECK_THROWS_WITH_AS(comm::run_threads(2, [&](comm::ThreadCommunicator& c) {
+    Context ctx(c, 285 + c.rank());
+    auto m = gpt::make_two_stage_gpt(shape());
+    Trainer<decltype(m), optim::SGD> t(ctx, unplanned, std::move(m), optim::SGD({}));
+  }, {.report = false}), doctest::Contains("auto.auto_parallel=true without pipeline.num_stages asks the planner to choose the "
+                                           "layout, and no planner chose it: call epl::auto_plan"), Error);
   fails(2, config(2, 2, "Interleaved").set(keys::num_virtual_stages, 8),
         "a model of 12 sequential units cannot be cut into 16 pipeline stages");
   // The stages of one replica given other rows: rank 1 once trained silently on its own targets.

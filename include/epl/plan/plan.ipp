@@ -41,6 +41,12 @@ inline int place_replicate_and_split(const ModelStructure& model, const PlanOpti
 // The pipeline: p ranks, the model's chunks (a Pipeline type's stages, or a balanced cut), the
 // schedule and its checks.
 inline void plan_pipeline(const ModelStructure& model, const PlanOptions& opt, const strategy::ScheduleEntry& schedule, int p, Plan& plan) {
+  // auto_plan gives the stages it chose; a Trainer built from the user's keys alone would train
+  // the model's own layout and say nothing (strangers' findings: a plain model, then a Pipeline type)
+  EPL_CHECK(!opt.auto_parallel || opt.stages_given, "auto.auto_parallel=true without pipeline.num_stages asks the planner to "
+            "choose the layout, and no planner chose it: call epl::auto_plan on every rank before building the Trainer and "
+            "build it from the Config it returns (docs/planner.md), or give pipeline.num_stages",
+            model.is_pipeline ? " (the epl::Pipeline type's stages, or a divisor of them)" : " to cut the model into that many stages");
   if (model.is_pipeline) {
     // A Pipeline type runs one stage per rank unless pipeline.num_stages says otherwise.
     const int stages = model.declared_stages;
@@ -51,12 +57,6 @@ inline void plan_pipeline(const ModelStructure& model, const PlanOptions& opt, c
   } else if (plan.cut_at_split) {
     plan.chunks = 2;
   } else {
-    // auto_plan gives the stages it chose; a Trainer built from the user's keys alone would
-    // train data-parallel and say nothing (a stranger's finding)
-    EPL_CHECK(!opt.auto_parallel || opt.stages_given, "auto.auto_parallel=true without pipeline.num_stages asks the planner to "
-              "choose the layout, and no planner chose it: call epl::auto_plan on every rank before building the Trainer and "
-              "build it from the Config it returns (docs/planner.md), or give pipeline.num_stages to cut the model into that "
-              "many stages");
     EPL_CHECK(p == 1 || opt.auto_parallel, "pipeline.num_stages = ", p, " needs stages: declare the model as "
               "epl::Pipeline<epl::Replicate<1, ...>, ...>, or set auto.auto_parallel=true to cut it into ", p,
               " balanced stages");
@@ -66,7 +66,9 @@ inline void plan_pipeline(const ModelStructure& model, const PlanOptions& opt, c
   plan.schedule = p == 1 ? nullptr : &schedule;
   const int v = plan.virtual_stages();
   EPL_CHECK(v == 1 || schedule.virtual_stages, "pipeline.num_stages = ", p, " ranks hold ", plan.chunks, " stages, ", v,
-            " each: that needs pipeline.strategy=Interleaved (PreferForward and PreferBackward run one stage per rank)");
+            " each: that needs pipeline.strategy=Interleaved (", schedule.name,
+            schedule.label != schedule.name ? " (" + std::string(schedule.label) + ")" : std::string(), ", the schedule this run has, "
+            "runs one stage per rank)");
   // named both ways: "PreferBackward (1F1B)", whichever of the two the user wrote (the key holds EPL's name)
   EPL_CHECK(!opt.schedule_given || p > 1 || opt.auto_parallel, "pipeline.strategy = ", opt.schedule,
             schedule.label != schedule.name ? " (" + std::string(schedule.label) + ")" : std::string(), " is given, but this run has "
