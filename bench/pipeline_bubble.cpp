@@ -12,11 +12,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <unistd.h>
 
 #include "epl/comm/threads/run_threads.hpp"
 #include "epl/core/files.hpp"
@@ -65,7 +68,12 @@ Row measure(const std::string& schedule, int p, int m, double forward_ms, int st
   const auto f = std::chrono::microseconds(static_cast<std::int64_t>(forward_ms * 1000 / 4));
   epl::Config cfg;
   cfg.set(epl::keys::num_stages, p).set(epl::keys::auto_parallel, true).set(epl::keys::pipeline_strategy, schedule);
-  cfg.set(epl::keys::num_micro_batch, m).set(epl::keys::trace, trace.empty() ? std::string("/dev/null") : trace);
+  // the busy time comes from the trace's spans; a run not asked to keep its trace writes it to a
+  // file of the temp folder, removed after (the trace key refuses /dev/null, a device)
+  const std::string file = trace.empty() ? (std::filesystem::temp_directory_path() / ("epl_bubble_" + schedule + "_p" + std::to_string(p) +
+                                                                                     "_m" + std::to_string(m) + "_" + std::to_string(::getpid()) + ".json")).string()
+                                         : trace;
+  cfg.set(epl::keys::num_micro_batch, m).set(epl::keys::trace, file);
   std::vector<double> bubbles, step_secs;
   std::mutex mutex;
   epl::comm::run_threads(p, [&](epl::comm::ThreadCommunicator& c) {
@@ -91,6 +99,7 @@ Row measure(const std::string& schedule, int p, int m, double forward_ms, int st
       step_secs.push_back(secs);
     }
   }, {.threads_per_rank = 1, .report = false});  // main prints the error once
+  if (trace.empty()) std::filesystem::remove(file);
   Row r{schedule, p, m, v};
   for (double b : bubbles) r.measured += b / static_cast<double>(bubbles.size());
   std::sort(step_secs.begin(), step_secs.end());
