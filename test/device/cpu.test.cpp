@@ -480,6 +480,23 @@ std::pair<std::vector<double>, std::vector<double>> unfused_attention(const D& d
   return {test::values<T>(merged), test::values<T>(dh)};
 }
 
+TEST_CASE("attention_heads: [t, t] scores past the machine's memory are refused naming t, before a thread draws them") {
+  // a stranger's --context=100000 ended in a bare std::bad_alloc (40 GB a thread); 10^6 positions
+  // are 4 TB a thread: more than any machine, forward and backward, on 1 thread and on 2
+  const std::int64_t t = 1'000'000;
+  for (int threads : {1, 2}) {
+    CAPTURE(threads);
+    device::Cpu d(0, threads);
+    Tensor h = d.zeros({1, t, 6}, DType::kF32), o = d.zeros({1, t, 2}, DType::kF32), dh = d.zeros({1, t, 6}, DType::kF32);
+    CHECK_THROWS_WITH_AS((void)d.attention_heads(h, o, 2, 1.0, DType::kF32),
+                         doctest::Contains("attention_heads: the causal scores of a head are [t, t] with t = 1000000 positions, 3814697 MiB a "
+                                           "thread"),
+                         Error);
+    CHECK_THROWS_WITH_AS((void)d.attention_heads_backward(h, o, dh, 2, 1.0, DType::kF32),
+                         doctest::Contains("shorten the sequence (the context), or run fewer threads"), Error);
+  }
+}
+
 TEST_CASE("attention_heads: a head at a time equals the unfused ops bit for bit, forward and backward, in every precision and kernel") {
   std::vector<std::optional<device::CpuBf16Kernel>> kernels = {std::nullopt};
   for (auto k : {device::CpuBf16Kernel::kRoundedF32, device::CpuBf16Kernel::kAvx512Bf16, device::CpuBf16Kernel::kAmx})

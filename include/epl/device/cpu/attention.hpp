@@ -15,11 +15,18 @@
 /// each row on a 64-byte boundary (rows of whole 16-float vectors): Eigen sums a row in an order
 /// that depends on where it starts, so the results equal the unfused layer's bit for bit where its
 /// rows start there too (t a multiple of 16), and to the rounding of a row's sums elsewhere.
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <memory>
+#include <new>
+#include <string>
 #include <vector>
 
+#include "epl/core/error.hpp"
+#include "epl/core/memory.hpp"
 #include "epl/device/cpu/blas.hpp"
+#include "epl/device/cpu/parallel.hpp"
 #include "epl/device/cpu/nn_kernels.hpp"
 
 namespace epl {
@@ -38,12 +45,14 @@ struct AttentionHeads {
   [[nodiscard]] std::int64_t ld() const { return (t + 15) / 16 * 16; }
 };
 
-/// A thread's [t, t] buffers of attention_heads, each starting on a 64-byte boundary.
+/// A thread's [t, t] buffers of attention_heads, each starting on a 64-byte boundary; empty when
+/// the host could not give them (the threads of parallel_for must not throw: the caller checks).
 template <class T>
 class HeadBuffers {
  public:
   HeadBuffers(std::int64_t rows, std::int64_t ld, int count)
-      : each_((rows * ld + 63) / 64 * 64), all_(new T[static_cast<std::size_t>(each_ * count + 64)]) {}
+      : each_((rows * ld + 63) / 64 * 64), all_(new (std::nothrow) T[static_cast<std::size_t>(each_ * count + 64)]) {}
+  [[nodiscard]] bool empty() const noexcept { return !all_; }
   T* operator[](int i) {
     auto at = reinterpret_cast<std::uintptr_t>(all_.get());
     return reinterpret_cast<T*>((at + 63) / 64 * 64) + i * each_;
@@ -53,6 +62,27 @@ class HeadBuffers {
   std::int64_t each_;
   std::unique_ptr<T[]> all_;
 };
+
+/// The host bytes attention's threads take for `count` [t, t] buffers each: checked against what
+/// the machine has left before any is drawn, as a large tensor is (they are not tensors, and the
+/// allocator's check did not see them: a stranger's 100,000-token context ended in a bare
+/// std::bad_alloc, where a smaller one past the memory would meet the OOM killer).
+template <class T>
+void check_head_buffers(const AttentionHeads& g, int count, const char* op) {
+  const double each = static_cast<double>(g.t) * static_cast<double>(g.ld()) * static_cast<double>(sizeof(T)) * count;
+  const double all = each * static_cast<double>(std::min<std::int64_t>(g.b * g.heads, threads()));
+  if (all < static_cast<double>(std::int64_t{64} << 20)) return;  // small: /proc is not read
+  const std::int64_t left = available_host_bytes();
+  const auto mib = [](double bytes) { return std::to_string(static_cast<std::int64_t>(bytes / (1 << 20))) + " MiB"; };
+  EPL_CHECK(left < 0 || all + static_cast<double>(kHostReserve) <= static_cast<double>(left), op, ": the causal scores of a head "
+            "are [t, t] with t = ", g.t, " positions, ", mib(each), " a thread and ", mib(all), " for the threads that run the ",
+            g.b * g.heads, " heads, which would leave less than ", mib(static_cast<double>(kHostReserve)), " of this machine's memory (",
+            mib(static_cast<double>(left)), " available); shorten the sequence (the context), or run fewer threads (OMP_NUM_THREADS)");
+}
+inline void check_drawn(bool failed, const AttentionHeads& g, const char* op) {
+  EPL_CHECK(!failed, op, ": the host could not give a thread the [t, t] buffer of a head's causal scores (t = ", g.t,
+            " positions); shorten the sequence (the context), or run fewer threads (OMP_NUM_THREADS)");
+}
 
 /// p = the causal softmax of scale q k^T for head x, into its [t, t] buffer.
 template <class T>
@@ -69,8 +99,14 @@ void attention_probabilities(const AttentionHeads& g, std::int64_t x, const T* q
 template <class T>
 void attention_heads(const AttentionHeads& g, const T* qkv, T* o, T scale, DType inputs) {
   const auto kernel = kernel_for(inputs);
+  check_head_buffers<T>(g, 1, "attention_heads");
+  std::atomic<bool> failed{false};
   parallel_for(g.b * g.heads, 1, [&](std::int64_t x0, std::int64_t x1) {
     HeadBuffers<T> buffers(g.t, g.ld(), 1);
+    if (buffers.empty()) {
+      failed = true;
+      return;
+    }
     T* p = buffers[0];
     std::vector<sgemm::RowBlock> blocks;
     for (std::int64_t x = x0; x < x1; ++x) {
@@ -79,6 +115,7 @@ void attention_heads(const AttentionHeads& g, const T* qkv, T* o, T scale, DType
                        o + g.in_o(x), g.dim(), inputs, kernel, blocks);
     }
   });
+  check_drawn(failed, g, "attention_heads");
 }
 
 /// attention_heads' backward: dqkv [b, t, 3 dim] (dq | dk | dv) from dout [b, t, dim], the
@@ -88,8 +125,14 @@ void attention_heads_backward(const AttentionHeads& g, const T* qkv, const T* do
   using device::Triangle;
   const auto kernel = kernel_for(inputs);
   const std::int64_t ld = 3 * g.dim(), t = g.t, lp = g.ld();
+  check_head_buffers<T>(g, 2, "attention_heads_backward");
+  std::atomic<bool> failed{false};
   parallel_for(g.b * g.heads, 1, [&](std::int64_t x0, std::int64_t x1) {
     HeadBuffers<T> buffers(t, lp, 2);
+    if (buffers.empty()) {
+      failed = true;
+      return;
+    }
     T *p = buffers[0], *ds = buffers[1];
     std::vector<sgemm::RowBlock> blocks;
     for (std::int64_t x = x0; x < x1; ++x) {
@@ -106,6 +149,7 @@ void attention_heads_backward(const AttentionHeads& g, const T* qkv, const T* do
                        blocks);
     }
   });
+  check_drawn(failed, g, "attention_heads_backward");
 }
 
 }  // namespace detail::cpu
