@@ -64,6 +64,14 @@ struct FactorSgd {
 };
 static_assert(optim::optimizer<FactorSgd> && optim::reads_grad_scale<FactorSgd>);
 static_assert(optim::optimizer<PlainSgd> && !optim::reads_grad_scale<PlainSgd>);
+// a slot count below 0 is not an optimizer (a stranger's kStateSlots = -1 compiled, and ran with no state)
+template <int Slots>
+struct SlotsSgd : PlainSgd {
+  static constexpr int kStateSlots = Slots;
+};
+static_assert(optim::optimizer<SlotsSgd<0>> && optim::optimizer<SlotsSgd<2>> && !optim::optimizer<SlotsSgd<-1>> &&
+              !optim::optimizer<SlotsSgd<33>>);
+static_assert(optim::nonnegative_slots<optim::AdamW>() == 0b10u && optim::nonnegative_slots<PlainSgd>() == 0);
 }  // namespace
 
 TEST_SUITE("cpu") {

@@ -38,7 +38,7 @@ concept reads_grad_scale = requires(const O& o, const device::Archetype& d, cons
 };
 
 /// \brief O satisfies optimizer if 1. O::kStateSlots names how many state values it keeps per
-/// parameter element (0 for SGD, 1 for Momentum, 2 for AdamW), 2. o.update(device, value, grad,
+/// parameter element (0 for SGD, 1 for Momentum, 2 for AdamW; 0 to 32), 2. o.update(device, value, grad,
 /// state, step) applies step number `step` (from 1) to a flat range of values from the same
 /// range of gradients and of each state buffer, or o.update(device, value, grad, state, step,
 /// grad_scale) does so reading each gradient as grad_scale g (a double; the step's AMP unscale
@@ -49,7 +49,7 @@ template <class O>
 concept optimizer = requires(const O& o, const device::Archetype& d, const Tensor& t, std::span<const Tensor> state) {
   { O::kStateSlots } -> std::convertible_to<int>;
   o.options();
-} && (reads_grad_scale<O> || requires(const O& o, const device::Archetype& d, const Tensor& t, std::span<const Tensor> state) {
+} && O::kStateSlots >= 0 && O::kStateSlots <= 32 && (reads_grad_scale<O> || requires(const O& o, const device::Archetype& d, const Tensor& t, std::span<const Tensor> state) {
   o.update(d, t, t, state, std::int64_t{1});
 });
 
@@ -58,8 +58,13 @@ concept optimizer = requires(const O& o, const device::Archetype& d, const Tenso
 /// kNonNegativeSlots`, and a checkpoint holding a negative value in one is refused on load.
 template <class O>
 constexpr unsigned nonnegative_slots() noexcept {
-  if constexpr (requires { O::kNonNegativeSlots; }) return static_cast<unsigned>(O::kNonNegativeSlots);
-  else return 0;
+  if constexpr (requires { O::kNonNegativeSlots; }) {
+    static_assert(O::kStateSlots >= 32 || (static_cast<unsigned>(O::kNonNegativeSlots) >> O::kStateSlots) == 0,
+                  "epl: an optimizer's kNonNegativeSlots names a slot past its kStateSlots (bit k is slot k, from 0)");
+    return static_cast<unsigned>(O::kNonNegativeSlots);
+  } else {
+    return 0;
+  }
 }
 
 /// \brief An optimizer over flat ranges: its state buffers (MemoryCategory::kOptimizerState,
