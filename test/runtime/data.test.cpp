@@ -172,6 +172,10 @@ TEST_CASE("io.slicing: files divided among ranks, balanced, dropped or uneven, a
   for (int r = 0; r < 5; ++r)
     for (auto& f : data::slice_files(r % 2 ? reversed : files, {r, 5}, on)) CHECK(once.insert(f.string()).second);
   CHECK(once.size() == 10);
+  // a file listed twice (in two spellings) is refused: two ranks trained on it as their own shares (a stranger's finding)
+  CHECK_THROWS_WITH_AS(data::slice_files({"data/part0.txt", "data/part1.txt", "data/./part0.txt", "data/part2.txt"}, {0, 2}, on),
+                       doctest::Contains("io.slicing: \"data/part0.txt\" is listed twice; each rank reads its own files, each file once"),
+                       Error);
   // both ways of handling a remainder at once is an error, not one silently winning
   Config both = drop;
   both.set("io.unbalanced_io_slicing", true);

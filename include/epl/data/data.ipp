@@ -112,8 +112,13 @@ EPL_LINKED std::vector<std::filesystem::path> slice_files(const std::vector<std:
   }
   // by name: each rank may have listed a directory in its own order (a stranger's ranks read
   // overlapping files, and others never, when one listed them reversed)
-  std::vector<std::filesystem::path> sorted = files;
+  std::vector<std::filesystem::path> sorted;
+  for (const auto& f : files) sorted.push_back(f.lexically_normal());
   std::sort(sorted.begin(), sorted.end());
+  // a file listed twice would be read by two ranks (or twice by one), each as its own share
+  const auto twice = std::adjacent_find(sorted.begin(), sorted.end());
+  EPL_CHECK(twice == sorted.end(), "io.slicing: ", *twice, " is listed twice; each rank reads its own files, each file once: "
+            "list every file once");
   std::vector<std::filesystem::path> mine;
   for (std::int64_t i = shard.rank; i < used; i += ranks) mine.push_back(sorted[static_cast<std::size_t>(i)]);
   return mine;
