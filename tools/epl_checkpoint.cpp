@@ -1,6 +1,7 @@
 // epl-checkpoint: reads the checkpoints a Trainer saves (include/epl/checkpoint/checkpoint.hpp).
 //   epl-checkpoint show DIR              the step, scalars, configuration the run used, tensors and
-//                                        files of a checkpoint, every piece read and its checksum checked
+//                                        files of a checkpoint, every piece read and its checksum checked,
+//                                        and NaN or infinite values named (status 2: a resume refuses them)
 //   epl-checkpoint export DIR OUT        its weights as a safetensors file (PyTorch's
 //                                        safetensors.torch.load_file reads it)
 //   epl-checkpoint export --ema DIR OUT  the average of its weights (a run with epl::Ema), named as
@@ -14,6 +15,10 @@
 namespace {
 std::filesystem::path checkpoint_in(const std::filesystem::path& dir) {
   if (std::filesystem::exists(dir / epl::checkpoint::kManifest)) return dir;
+  EPL_CHECK(std::filesystem::exists(dir), dir, " does not exist: name a step-N directory that a save wrote, or the checkpoint.dir "
+            "that holds them");
+  EPL_CHECK(std::filesystem::is_directory(dir), dir, " is a file, not a directory: name a step-N directory that a save wrote, or the "
+            "checkpoint.dir that holds them");
   auto newest = epl::checkpoint::newest(dir);
   // a step directory that lost its manifest is named as one (the reader says what it lacks), not as
   // a folder of no checkpoints (a stranger's finding)
@@ -40,11 +45,23 @@ int main(int argc, char** argv) try {
       std::printf("  config %s = %s%s\n", k.c_str(), v.c_str(), from == m.given.end() ? "" : (" (" + from->second + ")").c_str());
     }
     std::uint64_t bytes = 0;
+    std::size_t not_finite = 0;
     for (const auto& [name, t] : m.tensors) {
-      bytes += r.whole(name).size();  // every piece read, its checksum checked
+      const auto whole = r.whole(name);  // every piece read, its checksum checked
+      bytes += whole.size();
       std::printf("  %-40s %s %s\n", name.c_str(), std::string(epl::name_of(t.dtype)).c_str(), epl::detail::concat(t.shape).c_str());
+      if (const auto bad = epl::checkpoint::detail::first_out_of_domain(whole, t.dtype)) {  // checksums signed after training diverged: a resume refuses it
+        std::printf("    holds %g at element %zu: NaN or infinite\n", bad->second, bad->first);
+        ++not_finite;
+      }
     }
     std::printf("every piece's checksum holds (%llu bytes)\n", static_cast<unsigned long long>(bytes));
+    if (not_finite > 0) {
+      std::fprintf(stderr, "epl-checkpoint: %zu tensor%s of %s hold%s NaN or infinite values (saved after training diverged, or "
+                   "written by hand): a resume refuses it; resume from an earlier step's checkpoint\n", not_finite, not_finite == 1 ? "" : "s",
+                   dir.c_str(), not_finite == 1 ? "s" : "");
+      return 2;
+    }
     return 0;
   }
   const bool ema = command == "export" && argc == 5 && std::string(argv[2]) == "--ema";

@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -32,6 +33,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #if defined(__SSE4_2__)
@@ -150,6 +152,35 @@ inline std::optional<std::int64_t> step_of(std::string_view name) {
 }
 
 namespace detail {
+// The first element of a tensor's bytes (f32 or f64; other dtypes hold no such value a load must
+// refuse) that is NaN or infinite, or negative where `nonnegative`: its index and value.
+inline std::optional<std::pair<std::size_t, double>> first_out_of_domain(const std::vector<unsigned char>& bytes, DType dtype,
+                                                                         bool nonnegative = false) {
+  auto scan = [&](auto zero) -> std::optional<std::pair<std::size_t, double>> {  // not [&]<class T>(T): nvcc's host pass mangles it
+    using T = decltype(zero);
+    for (std::size_t i = 0; i + sizeof(T) <= bytes.size(); i += sizeof(T)) {
+      T v;
+      std::memcpy(&v, bytes.data() + i, sizeof(T));
+      if (!std::isfinite(v) || (nonnegative && v < 0)) return std::pair{i / sizeof(T), static_cast<double>(v)};
+    }
+    return std::nullopt;
+  };
+  if (dtype == DType::kF32) return scan(0.0f);
+  if (dtype == DType::kF64) return scan(0.0);
+  return std::nullopt;
+}
+// Names the first NaN or infinity in a tensor's bytes, or negative value where `nonnegative`:
+// "<source> holds <v> at element <i> of <tensor>: <fix>". A NaN in a weight would otherwise
+// surface steps later, as a NaN loss blamed on the learning rate or the inputs.
+inline void check_finite(const std::vector<unsigned char>& bytes, DType dtype, const std::string& source, const std::string& tensor,
+                         const char* fix, bool nonnegative = false) {
+  const auto bad = first_out_of_domain(bytes, dtype, nonnegative);
+  if (!bad) return;
+  EPL_CHECK(std::isfinite(bad->second), source, " holds ", bad->second, " at element ", bad->first, " of ", tensor, ": ", fix);
+  EPL_FAIL(source, " holds ", bad->second, " at element ", bad->first, " of ", tensor, ", a slot of the optimizer's state that is never "
+           "negative (its kNonNegativeSlots: AdamW's second moment, a mean of squares): the file was written by hand or damaged before "
+           "its checksums; resume from an earlier step's checkpoint (move this one aside)");
+}
 // What a user does about a checkpoint that cannot be read.
 inline std::string set_aside(const std::filesystem::path& checkpoint) {
   return "; use an earlier checkpoint (move " + checkpoint.string() + " aside and a resume takes the newest one left)";

@@ -76,6 +76,10 @@ std::size_t export_safetensors(const std::filesystem::path& checkpoint_dir, cons
   (void)w.add("", {}, {}, 0, 0, header.data(), header.size());
   for (const auto& name : names) {
     const auto bytes = r.whole(source(name));
+    // a file load_safetensors (and a resume) would refuse is not written (the file is committed whole, or not at all)
+    detail::check_finite(bytes, r.manifest().tensors.at(source(name)).dtype, "export_safetensors: checkpoint " + checkpoint_dir.string(),
+                         source(name), "a NaN or infinite value, which a load refuses (saved after training diverged, or written by hand); "
+                         "export an earlier step's checkpoint");
     (void)w.add(name, {}, {}, 0, 0, bytes.data(), bytes.size());
   }
   file.commit(out.filename().string());

@@ -36,27 +36,6 @@ inline void check_names(const std::map<const nn::Parameter*, std::string>& names
   }
 }
 
-namespace detail {
-// Names the first NaN or infinity in a tensor's bytes (f32 or f64; other dtypes hold no such value
-// a load must refuse): "<source> holds <v> at element <i> of <tensor>: <fix>". A NaN in a weight
-// would otherwise surface steps later, as a NaN loss blamed on the learning rate or the inputs.
-inline void check_finite(const std::vector<unsigned char>& bytes, DType dtype, const std::string& source, const std::string& tensor,
-                         const char* fix, bool nonnegative = false) {
-  auto scan = [&](auto zero) {  // not [&]<class T>(T): nvcc's host pass mangles a template lambda here
-    using T = decltype(zero);
-    for (std::size_t i = 0; i + sizeof(T) <= bytes.size(); i += sizeof(T)) {
-      T v;
-      std::memcpy(&v, bytes.data() + i, sizeof(T));
-      EPL_CHECK(std::isfinite(v), source, " holds ", v, " at element ", i / sizeof(T), " of ", tensor, ": ", fix);
-      EPL_CHECK(!nonnegative || v >= 0, source, " holds ", v, " at element ", i / sizeof(T), " of ", tensor,
-                ", a slot of the optimizer's state that is never negative (a mean of squares): the file was written by hand "
-                "or damaged before its checksums; resume from an earlier step's checkpoint (move this one aside)");
-    }
-  };
-  if (dtype == DType::kF32) scan(0.0f);
-  else if (dtype == DType::kF64) scan(0.0);
-}
-}  // namespace detail
 
 template <class Unused>
 BasicSerializer<Unused>::BasicSerializer() = default;
@@ -74,6 +53,18 @@ void BasicSerializer<Unused>::restore_loaders(const Manifest& m, const std::stri
   const std::int64_t loaders = scalar("loaders");
   EPL_CHECK(loaders <= 1024, "checkpoint ", where, " says it holds ", loaders, " loader positions: the manifest is not one a save writes");
   saved_loaders_ = static_cast<std::size_t>(loaders);
+  // a run that sliced its files (each rank its own) resumed without io.slicing, or the other way:
+  // each rank reads other files than its saved position's, which seek called other data and
+  // offered checkpoint.resume_other_data for (a stranger's finding)
+  const auto slicing = [](const auto& config) -> std::string {
+    for (const auto& [key, value] : config)
+      if (key == "io.slicing") return value;
+    return "";
+  };
+  const std::string saved_slicing = slicing(m.config), run_slicing = slicing(config_);
+  EPL_CHECK(loaders == 0 || saved_slicing.empty() || run_slicing.empty() || saved_slicing == run_slicing, "checkpoint ", where,
+            " was saved by a run with io.slicing = ", saved_slicing, " and this run has io.slicing = ", run_slicing, ": its ranks would "
+            "read other files than their saved positions'; resume with io.slicing = ", saved_slicing);
   const std::string own = "rank" + std::to_string(world.rank()) + ".";
   auto key_of = [&](const std::string& key) {
     if (m.scalar(key)) return key;
@@ -435,6 +426,7 @@ Manifest BasicSerializer<Unused>::merged_manifest(const std::vector<std::string>
     for (const auto& [k, v] : loader_scalars[r]) {
       EPL_CHECK(same || k != "loaders" || v == loader_scalars[0][0].second, "rank ", r, " watches ", v, " data loaders and rank 0 ",
                 loader_scalars[0][0].second, "; every rank watches the same loaders");
+      if (!same && k == "loaders" && r > 0) continue;  // one count for every rank (epl-checkpoint show printed it once a rank)
       scalar(same || k == "loaders" ? k : "rank" + std::to_string(r) + "." + k, v);
     }
   // what wrote it, for a reader's information: loading does not depend on it
