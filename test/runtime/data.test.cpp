@@ -222,6 +222,12 @@ TEST_CASE("a shard of a batch that does not divide among the ranks is an error, 
   CHECK((data::Shard{2, 4}.rows_of(8)) == 2);
   CHECK((data::Shard{2, 4}.first_of(8)) == 4);
   CHECK_THROWS_WITH_AS((void)(data::Shard{1, 3}.rows_of(8)), doctest::Contains("its last 2 rows would be read by no rank"), Error);
+  CHECK_THROWS_WITH_AS((void)(data::Shard{1, 3}.rows_of(7)), doctest::Contains("its last row would be read by no rank; make the batch a "
+                                                                                "multiple of 3 (or give cluster.rank_speeds"), Error);
+  // fewer rows than ranks: uneven shares do not help (a stranger was sent to cluster.rank_speeds, which then refused the batch)
+  CHECK_THROWS_WITH_AS((void)(data::Shard{0, 4}.rows_of(2)),
+                       doctest::Contains("make the batch a multiple of 4 (uneven shares, cluster.rank_speeds, still give each rank a row)"),
+                       Error);
   CHECK_THROWS_WITH_AS((void)(data::Shard{1, 3}.first_of(8)), doctest::Contains("make the batch a multiple of 3"), Error);
   CHECK((data::Shard{1, 3, {1, 1, 2}}.rows_of(8)) == 2);  // uneven shares by weight take every row
 }

@@ -60,8 +60,9 @@ struct RowShare {
     EPL_CHECK(ranks >= 1 && rank >= 0 && rank < ranks, "data-parallel rank ", rank, " of ", ranks, " ranks is not a rank; give a "
               "rank from 0 to the number of ranks - 1, and at least 1 rank");
     EPL_CHECK(!weights.empty() || rows % ranks == 0, "a global batch of ", rows, rows == 1 ? " row" : " rows", " does not divide among ", ranks,
-              " data-parallel ranks: its last ", rows % ranks, " rows would be read by no rank; make the batch a multiple of ", ranks,
-              " (or give cluster.rank_speeds for uneven shares)");
+              " data-parallel ranks: ", rows % ranks == 1 ? std::string("its last row") : "its last " + std::to_string(rows % ranks) + " rows",
+              " would be read by no rank; make the batch a multiple of ", ranks,
+              rows >= ranks ? " (or give cluster.rank_speeds for uneven shares)" : " (uneven shares, cluster.rank_speeds, still give each rank a row)");
     return share_rows(rows, ranks, weights, quantum);
   }
 };
