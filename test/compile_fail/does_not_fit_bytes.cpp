@@ -4,17 +4,8 @@
 // static_search), as the index of an array named for the reason; clang shows the budget too.
 #include <epl/plan/static_search.hpp>
 
-struct Big {
-  epl::nn::Linear l{1, 1};
-  template <class V> void visit(V&& v) { l.visit(v); }
-};
-template <>
-struct epl::strategy::static_cost<Big> {
-  static constexpr Cost value{.macs_per_token = 1e9, .parameters = 1'000'000'000, .activation_bytes = 0};
-};
-struct Model {
-  Big big;
-};
+#include "too_big_model.hpp"
+
 static_assert(epl::plan::fits<Model>({.ranks = 2}, {.bytes = 8'000'000'000, .rows = 2}));
 static_assert(epl::plan::static_search<Model>({.ranks = 1}, {.bytes = 8'000'000'000, .rows = 2}).count > 0);
 int main() {}

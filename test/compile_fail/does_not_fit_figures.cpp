@@ -3,17 +3,8 @@
 // needs (16 bytes an element with AdamW: 16,000,000,000) and its budget (8,000,000,000).
 #include <epl/plan/fits.hpp>
 
-struct Big {
-  epl::nn::Linear l{1, 1};
-  template <class V> void visit(V&& v) { l.visit(v); }
-};
-template <>
-struct epl::strategy::static_cost<Big> {
-  static constexpr Cost value{.macs_per_token = 1e9, .parameters = 1'000'000'000, .activation_bytes = 0};
-};
-struct Model {
-  Big big;
-};
+#include "too_big_model.hpp"
+
 constexpr epl::plan::Cluster kCluster{.ranks = 2};
 constexpr epl::plan::Budget kBudget{.bytes = 8'000'000'000, .rows = 2};
 static_assert(epl::plan::fits_v<Model, epl::Policies<>, kCluster, kBudget>);
