@@ -114,13 +114,22 @@ struct Piece {
   std::int64_t begin = 0, end = 0;
 };
 
+/// \brief Named text values, in order (a manifest's scalars and configuration).
+using TextValues = std::vector<std::pair<std::string, std::string>>;
+/// \brief The value named `name` in `values`, or null.
+[[nodiscard]] inline const std::string* value_of(const TextValues& values, std::string_view name) {
+  for (const auto& [k, v] : values)
+    if (k == name) return &v;
+  return nullptr;
+}
+
 /// \brief What a checkpoint holds: named scalars (the step, the optimizer's step count, the loss
 /// scale, the loaders' positions, ...), the configuration as text, the tensors, their pieces and
 /// the files that hold them.
 struct Manifest {
   std::int64_t step = 0;
-  std::vector<std::pair<std::string, std::string>> scalars;  // name (no whitespace), value (escaped on disk)
-  std::vector<std::pair<std::string, std::string>> config;   // key, value (escaped on disk)
+  TextValues scalars;  // name (no whitespace), value (escaped on disk)
+  TextValues config;   // key, value (escaped on disk)
   /// The configuration keys the run was given, and where ("environment", "command line", "code"
   /// as Config::name_of says); a key not here had its default (or the manifest is of version 1).
   std::map<std::string, std::string, std::less<>> given;
@@ -129,11 +138,7 @@ struct Manifest {
   std::map<std::string, std::uint64_t> files;                // name, bytes
 
   /// The scalar `name`, or null.
-  [[nodiscard]] const std::string* scalar(std::string_view name) const {
-    for (const auto& [k, v] : scalars)
-      if (k == name) return &v;
-    return nullptr;
-  }
+  [[nodiscard]] const std::string* scalar(std::string_view name) const { return value_of(scalars, name); }
 };
 
 /// \brief The name of the checkpoint directory of a step: step-00000010 (at least 8 digits).

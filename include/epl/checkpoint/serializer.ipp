@@ -56,10 +56,9 @@ void BasicSerializer<Unused>::restore_loaders(const Manifest& m, const std::stri
   // a run that sliced its files (each rank its own) resumed without io.slicing, or the other way:
   // each rank reads other files than its saved position's, which seek called other data and
   // offered checkpoint.resume_other_data for (a stranger's finding)
-  const auto slicing = [](const auto& config) -> std::string {
-    for (const auto& [key, value] : config)
-      if (key == "io.slicing") return value;
-    return "";
+  const auto slicing = [](const TextValues& config) {
+    const auto* value = value_of(config, "io.slicing");
+    return value ? *value : std::string();
   };
   const std::string saved_slicing = slicing(m.config), run_slicing = slicing(config_);
   EPL_CHECK(loaders == 0 || saved_slicing.empty() || run_slicing.empty() || saved_slicing == run_slicing, "checkpoint ", where,
