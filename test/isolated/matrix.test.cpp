@@ -2,6 +2,10 @@
 // space host code cannot touch train every strategy and policy equal to one device and to the CPU,
 // so every host access and staging copy a GPU run would trip on shows up here first.
 #include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
 
 #include "../helpers.hpp"
 #include "../multirank_matrix.hpp"
@@ -106,5 +110,32 @@ TEST_CASE("isolated: what a stranger tried — a tensor outliving its device, tw
     }
   });
   CHECK(failed == 2);
+  // parameters gathered on every rank, then a step, an evaluation and a save: the replicas' copies
+  // are compared through the device's download (ZeRO 3, and without ZeRO), not read by host code
+  const auto dir = std::filesystem::temp_directory_path() / ("epl-isolated-gathered-" + std::to_string(::getpid()));
+  for (const char* level : {"", "v2"}) {
+    CAPTURE(level);
+    std::filesystem::remove_all(dir);
+    std::vector<double> losses(2);
+    comm::run_threads(2, [&](comm::ThreadCommunicator& c) {
+      device::Isolated d(149 + c.rank());
+      Context ctx(c, 149 + c.rank());
+      Config cfg;
+      cfg.set("zero.level", level);
+      Trainer<gpt::Gpt, optim::AdamW, Policies<Zero<3>>, nn::SoftmaxCrossEntropy, device::Isolated> t(
+          ctx, d, cfg, gpt::make_gpt(test::matrix::shape()), optim::AdamW({}));
+      auto ds = test::matrix::corpus();
+      data::WindowLoader loader(ds, 8, 4, 1, t.data_shard());
+      (void)t.step(loader.next(d));
+      t.gather_parameters();
+      (void)t.save(dir);
+      (void)t.evaluate(loader.next(d));
+      t.gather_parameters();
+      losses[static_cast<std::size_t>(c.rank())] = t.step(loader.next(d));
+    });
+    CHECK(std::isfinite(losses[0]));
+    CHECK(losses[0] == losses[1]);
+  }
+  std::filesystem::remove_all(dir);
 }
 }

@@ -3,6 +3,7 @@
 // per rank equal the ZeRO formulas; what cannot combine, or was not compiled, is a clear error.
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
 
 #include "../../examples/gpt/gpt.hpp"
@@ -323,6 +324,45 @@ TEST_CASE("zero: parameters written after gather_parameters() are trained on und
     CAPTURE(level);
     CHECK(test::max_rel_diff(run(level), plain) <= 1e-6);
   }
+}
+
+TEST_CASE("zero: parameters written after gather_parameters() on one rank only are refused before they are read back, under every stage") {
+  // a stranger's: each rank copies back its own slice of a write, so a write on rank 0 alone was
+  // kept in part (stages 1-3) or drifted the replicas until check_replicas_every (stage 0)
+  enum class Then { kStep, kEvaluate, kSave };
+  const auto dir = std::filesystem::temp_directory_path() / ("epl-zero-one-rank-write-" + std::to_string(::getpid()));
+  for (const char* level : {"", "v0", "v1", "v2"})
+    for (Then then : {Then::kStep, Then::kEvaluate, Then::kSave}) {
+      CAPTURE(level);
+      CAPTURE(static_cast<int>(then));
+      std::filesystem::remove_all(dir);
+      std::atomic<int> failed{0};
+      std::string message;
+      comm::run_threads(2, [&](comm::ThreadCommunicator& c) {
+        Context ctx(c, 330 + c.rank());
+        Trainer<gpt::Gpt, optim::AdamW, Policies<Zero<3>>> t(ctx, config(level), gpt::make_gpt(tiny()), optim::AdamW({.lr = 0.01}),
+                                                             {.seed = 5});
+        auto ds = test::token_corpus(4000);
+        data::WindowLoader loader(ds, 8, kGlobalBatch, 17, t.data_shard());
+        t.step(loader.next(ctx.cpu()));
+        t.gather_parameters();
+        if (c.rank() == 0)
+          nn::for_each_parameter(t.model(), [](nn::Parameter& p) { p.value.span<float>()[0] += 1.0f; });
+        try {
+          if (then == Then::kStep) (void)t.step(loader.next(ctx.cpu()));
+          if (then == Then::kEvaluate) (void)t.evaluate(loader.next(ctx.cpu()));
+          if (then == Then::kSave) (void)t.save(dir);
+        } catch (const Error& e) {
+          ++failed;
+          if (c.rank() == 0) message = e.what();
+        }
+      });
+      CHECK(failed == 2);
+      CHECK(message.find("the parameters data-parallel rank 1 holds after trainer.gather_parameters() differ from rank 0's") !=
+            std::string::npos);
+      CHECK(message.find("write them alike on every rank") != std::string::npos);
+    }
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("zero: a checkpoint saved after writing the gathered parameters holds what was written, under every stage") {

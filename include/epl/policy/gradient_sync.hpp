@@ -132,6 +132,7 @@ class AllReduceSync {
   [[nodiscard]] int stage() const noexcept { return 0; }
   [[nodiscard]] Tensor grad_of(const nn::Parameter& p) const { return p.grad; }
   void gather_all() {}
+  [[nodiscard]] std::vector<Tensor> gathered() const { return {arena_->values()}; }
   void write_back() {}
   void release_all() {}
   [[nodiscard]] std::vector<param::Range> owned_ranges() const { return {{0, arena_->size()}}; }
@@ -219,6 +220,11 @@ class ZeroSync {
   /// \brief Stage 3: gathers every parameter so the model can be read (a collective).
   void gather_all() {
     if (sharder_) sharder_->gather_all();
+  }
+  /// \brief The whole parameters a program reads and writes after gather_all(): stage 3's
+  /// gathered blocks, or the arena.
+  [[nodiscard]] std::vector<Tensor> gathered() {
+    return stage_ == 3 ? sharder_->gathered() : std::vector<Tensor>{arena_->values()};
   }
   /// \brief Stage 3: what the user wrote into the gathered parameters goes back into the shards
   /// (before a checkpoint reads them); they stay gathered.

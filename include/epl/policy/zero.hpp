@@ -267,6 +267,18 @@ class ZeroSharder {
         device_->copy(blocks_[u].values.slice(b, b + blocks_[u].owned.size()), own_values(u));
       }
   }
+  /// \brief Stage 3, the parameters gathered for the user (gather_all): each block whole, its
+  /// gather completed; empty when none are.
+  [[nodiscard]] std::vector<Tensor> gathered() {
+    std::vector<Tensor> v;
+    if (stage_ < 3 || !pinned_) return v;
+    for (auto& b : blocks_)
+      if (b.values.defined()) {
+        b.gather.wait();
+        v.push_back(b.values);
+      }
+    return v;
+  }
   /// \brief Stage 3: drops every gathered block (after an evaluation); what the user wrote into
   /// them goes back into the shard first (write_back).
   void release_all() {

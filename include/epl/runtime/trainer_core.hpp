@@ -52,10 +52,13 @@ class TrainerCore {
   }
   /// \brief ZeRO stage 3 keeps only this rank's shard of the parameters between layers: this
   /// gathers all of them so model() can be read (a collective over the data-parallel group; every
-  /// rank calls it). They stay until the next step or evaluation. Other runs: no-op.
+  /// rank calls it). They stay until the next step or evaluation. Other runs: no-op for the
+  /// values. A program may write them, alike on every rank: the next step, evaluation, save or
+  /// with_owned_values compares the replicas' copies first and fails naming a rank that differs.
   void gather_parameters() {
     agree_on_call(*world_, Call::kGather, steps_, 0, false);
     sync_->gather_all();
+    gathered_ = true;
   }
 
   /// \brief Saves the whole training state into dir/step-N (N = steps()): every parameter and the
@@ -82,6 +85,7 @@ class TrainerCore {
   template <class Fn>
   void with_owned_values(Fn&& fn) {
     agree_on_call(*world_, Call::kOwnedValues, steps_, 0, false);
+    check_gathered_alike();
     sync_->release_all();
     fn(*device_, std::span<const Tensor>(sync_->owned_values()), hooks_);
     sync_->after_update();
@@ -189,6 +193,7 @@ class TrainerCore {
   std::int64_t steps_ = 0;
   strategy::RowPlace place_;  // this step's rows in the global batch
   bool stepped_ = false;  // this trainer took a step
+  bool gathered_ = false;  // gather_parameters() was called: the program may have written the parameters
   double last_grad_norm_ = 0;
 
  private:
@@ -196,6 +201,18 @@ class TrainerCore {
     EPL_CHECK(sync_->stage() < 3, "check_replicas compares the replicas' whole parameters, which ZeRO stage 3 never holds (each "
               "rank keeps its shard); it runs under zero.level \"\", \"v0\" and \"v1\"");
     groups_->check_replicas(strategy::content_hash(arena_.values(), reader()), steps_);
+  }
+  // After gather_parameters() a program may write the parameters, alike on every rank (each rank
+  // keeps its own slice of them): before a step, an evaluation, a save or with_owned_values reads
+  // them back, the replicas' copies must agree. keep: they stay gathered (a save), so a later write
+  // is checked too.
+  void check_gathered_alike(bool keep = false) {
+    if (!gathered_) return;
+    gathered_ = keep;
+    if (groups_->mesh().data_size() == 1) return;
+    std::uint64_t h = 0;
+    for (const auto& t : sync_->gathered()) h = mix64(h ^ strategy::content_hash(t, reader()));
+    groups_->check_gathered(h, steps_);
   }
   // How host code reads this device's tensors (a GPU's memory only through a download).
   [[nodiscard]] strategy::Download reader() const { return [d = device_](const Tensor& t, void* h) { d->download(t, h); }; }
@@ -215,6 +232,7 @@ class TrainerCore {
   template <class Fn>
   void reload(Call call, Fn&& into) {
     agree_on_call(*world_, call, steps_, 0, false);
+    gathered_ = false;  // what a program wrote is loaded over
     sync_->release_all();  // as in resume
     auto s = state();
     into(s);
@@ -233,6 +251,7 @@ double TrainerCore<Optimizer, Loss, D, Sync>::step(const Batch& batch) {
   else {
     agree_on_call(*world_, Call::kStep, steps_ + 1, detail::rows_of(batch.inputs), world_->size() == groups_->mesh().data_size(),
                   !groups_->uneven(), updater_.next_learning_rate());
+    check_gathered_alike();
     detail::check_batch(batch.inputs, batch.targets, device_->id(), plan_.micro_batches, groups_->rows().ranks, groups_->uneven());
     place_ = groups_->place(detail::rows_of(batch.inputs), steps_ + 1);  // uneven shares: checked, and the loss's weight
     groups_->check_rows(batch.inputs, batch.targets, steps_ + 1, reader());
@@ -272,6 +291,7 @@ double TrainerCore<Optimizer, Loss, D, Sync>::evaluate(const Batch& batch) {
   if constexpr (!device::trainable<D>) return 0;
   else {
     agree_on_call(*world_, Call::kEvaluate, steps_, 0, false);
+    check_gathered_alike();
     detail::check_batch(batch.inputs, batch.targets, device_->id(), 1, 1, false);  // no rows evaluated to nan (a stranger's finding)
     groups_->check_evaluation_rows(batch.inputs, batch.targets, steps_, reader());  // a stage's rows another's: another loss, silently
     const Tensor targets = groups_->targets(*device_, batch.targets, 1);
@@ -291,6 +311,7 @@ double TrainerCore<Optimizer, Loss, D, Sync>::evaluate(const Batch& batch) {
 template <class Optimizer, class Loss, class D, class Sync>
 std::filesystem::path TrainerCore<Optimizer, Loss, D, Sync>::save(const std::filesystem::path& dir) {
   agree_on_call(*world_, Call::kSave, steps_, 0, false);
+  check_gathered_alike(true);
   sync_->write_back();  // ZeRO stage 3: what the user wrote into the gathered parameters is saved
   return serializer_.save(dir, state());
 }
@@ -298,6 +319,7 @@ std::filesystem::path TrainerCore<Optimizer, Loss, D, Sync>::save(const std::fil
 template <class Optimizer, class Loss, class D, class Sync>
 std::optional<std::filesystem::path> TrainerCore<Optimizer, Loss, D, Sync>::resume(const std::filesystem::path& dir) {
   agree_on_call(*world_, Call::kResume, steps_, 0, false);
+  gathered_ = false;
   sync_->release_all();  // ZeRO stage 3: parameters gathered for the user would be copied back over the loaded ones
   auto s = state();
   auto from = serializer_.resume(dir, s);

@@ -138,6 +138,8 @@ class StepGroups {
   }
   /// \brief Fails unless every replica's parameters hash alike (h: this rank's hash).
   EPL_LINKED void check_replicas(std::uint64_t h, std::int64_t step);
+  /// \brief The same for the parameters a program may have written after gather_parameters().
+  EPL_LINKED void check_gathered(std::uint64_t h, std::int64_t step);
 
   /// \brief The targets a rank's loss sees: its own rows, or under a colocated split the group's,
   /// micro-batch by micro-batch (each micro-batch's rows of every part in group order, as the
@@ -168,6 +170,8 @@ class StepGroups {
 
  private:
   comm::Communicator& loss_group() { return sharers_.valid() ? sharers_ : replicas_; }
+  // The first replica whose hash differs from rank 0's, or 0 (a collective over the replicas).
+  EPL_LINKED int first_unlike_replica(std::uint64_t h);
   // The ranks of group must have been given the same rows (inputs and targets).
   EPL_LINKED void rows_agree(const Tensor& inputs, const Tensor& targets, const std::string& when, const Download& download);
   static void same_rows(comm::Communicator& group, const Tensor& inputs, const Tensor& targets, const std::string& when,

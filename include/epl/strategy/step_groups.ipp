@@ -126,12 +126,25 @@ EPL_LINKED void StepGroups::rows_agree(const Tensor& inputs, const Tensor& targe
               "the stages of one pipeline replica work on the same rows (stage 0 reads their inputs, the last stage their targets)");
 }
 
-EPL_LINKED void StepGroups::check_replicas(std::uint64_t h, std::int64_t step) {
+EPL_LINKED int StepGroups::first_unlike_replica(std::uint64_t h) {
   std::vector<std::uint64_t> all(static_cast<std::size_t>(replicas_.size()));
   replicas_.all_gather(comm::Buffer(&h, 1, DType::kI64), comm::Buffer(all.data(), replicas_.size(), DType::kI64));
   for (std::size_t r = 1; r < all.size(); ++r)
-    EPL_CHECK(all[r] == all[0], "after step ", step, " the parameters of data-parallel rank ", r, " differ from rank 0's: the "
-              "replicas drifted apart (non-deterministic code on one rank, or a gradient that was not reduced)");
+    if (all[r] != all[0]) return static_cast<int>(r);
+  return 0;
+}
+
+EPL_LINKED void StepGroups::check_replicas(std::uint64_t h, std::int64_t step) {
+  const int r = first_unlike_replica(h);
+  EPL_CHECK(r == 0, "after step ", step, " the parameters of data-parallel rank ", r, " differ from rank 0's: the "
+            "replicas drifted apart (non-deterministic code on one rank, or a gradient that was not reduced)");
+}
+
+EPL_LINKED void StepGroups::check_gathered(std::uint64_t h, std::int64_t step) {
+  const int r = first_unlike_replica(h);
+  EPL_CHECK(r == 0, "after step ", step, " the parameters data-parallel rank ", r, " holds after trainer.gather_parameters() "
+            "differ from rank 0's: a write on some ranks only would be kept in part (each rank keeps its own slice of the "
+            "parameters); write them alike on every rank, or load values with trainer.load_safetensors on every rank");
 }
 }  // namespace strategy
 }  // namespace v0
