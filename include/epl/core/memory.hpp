@@ -204,6 +204,12 @@ EPL_LINKED std::int64_t available_host_bytes() noexcept;
 /// What a large host block must leave of the machine's memory (available_host_bytes): room for
 /// the small blocks, the stacks and the libraries.
 inline constexpr std::int64_t kHostReserve = std::int64_t{256} << 20;
+/// Whether taking `bytes` more leaves kHostReserve of `left` (available_host_bytes; -1, not known: yes).
+[[nodiscard]] constexpr bool leaves_reserve(double bytes, std::int64_t left) noexcept {
+  return left < 0 || bytes + static_cast<double>(kHostReserve) <= static_cast<double>(left);
+}
+/// Bytes as whole MiB, for messages.
+[[nodiscard]] inline std::string mib(double bytes) { return std::to_string(static_cast<std::int64_t>(bytes / (1 << 20))) + " MiB"; }
 
 /// A large host block (kHugePage bytes or more) for `d`, from host_bytes (nullptr as it gives),
 /// taken and filled while no other thread takes one, and refused if it would not leave

@@ -60,9 +60,8 @@ EPL_LINKED void* large_host_block(DeviceId d, std::size_t size) {
   static std::mutex one_at_a_time;
   const std::lock_guard lock(one_at_a_time);
   const std::int64_t left = available_host_bytes();
-  const auto mib = [](std::int64_t bytes) { return std::to_string(bytes >> 20) + " MiB"; };
-  EPL_CHECK(left < 0 || static_cast<std::int64_t>(size) + kHostReserve <= left, "host allocation of ", mib(static_cast<std::int64_t>(size)),
-            " on ", d.str(), " would leave less than ", mib(kHostReserve), " of this machine's memory (", mib(left),
+  EPL_CHECK(leaves_reserve(static_cast<double>(size), left), "host allocation of ", mib(static_cast<double>(size)),
+            " on ", d.str(), " would leave less than ", mib(kHostReserve), " of this machine's memory (", mib(static_cast<double>(left)),
             " available); reduce the batch or the model, the thread ranks that share this memory, or each rank's state "
             "(zero.level shards it across the ranks)");
   void* p = host_bytes(size);

@@ -73,10 +73,9 @@ void check_head_buffers(const AttentionHeads& g, int count, const char* op) {
   const double all = each * static_cast<double>(std::min<std::int64_t>(g.b * g.heads, threads()));
   if (all < static_cast<double>(std::int64_t{64} << 20)) return;  // small: /proc is not read
   const std::int64_t left = available_host_bytes();
-  const auto mib = [](double bytes) { return std::to_string(static_cast<std::int64_t>(bytes / (1 << 20))) + " MiB"; };
-  EPL_CHECK(left < 0 || all + static_cast<double>(kHostReserve) <= static_cast<double>(left), op, ": the causal scores of a head "
+  EPL_CHECK(leaves_reserve(all, left), op, ": the causal scores of a head "
             "are [t, t] with t = ", g.t, " positions, ", mib(each), " a thread and ", mib(all), " for the threads that run the ",
-            g.b * g.heads, " heads, which would leave less than ", mib(static_cast<double>(kHostReserve)), " of this machine's memory (",
+            g.b * g.heads, " heads, which would leave less than ", mib(kHostReserve), " of this machine's memory (",
             mib(static_cast<double>(left)), " available); shorten the sequence (the context), or run fewer threads (OMP_NUM_THREADS)");
 }
 inline void check_drawn(bool failed, const AttentionHeads& g, const char* op) {
