@@ -90,7 +90,8 @@ consteval void require_layer_field() {
 }
 template <class Parent, class Ctx>
 consteval void require_fields() {
-  static_assert(reflect::field_count_v<Parent> > 0, "epl: an empty struct is not a layer");
+  static_assert(reflect::field_count_v<Parent> > 0 || !reflect::detail::countable_v<Parent>,  // that error is its own
+                "epl: an empty struct is not a layer");
   []<std::size_t... I>(std::index_sequence<I...>) {
     (require_layer_field<Parent, I, reflect::field_t<I, Parent>, Ctx>(), ...);
   }(std::make_index_sequence<reflect::field_count_v<Parent>>{});

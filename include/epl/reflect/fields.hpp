@@ -37,12 +37,25 @@ struct AnyField {
 template <class T>
 inline constexpr bool one_field_v = std::is_class_v<T> && std::is_aggregate_v<T> && !std::is_empty_v<T> &&
                                     requires { T{AnyField{}}; } && !requires { T{AnyField{}, AnyField{}}; };
+// Boost.PFR counts the fields of an aggregate it cannot value-initialise (a member without a
+// default constructor) by trying every count up to the struct's size in bits: a model of a few
+// layers and one such member took minutes and 23 GB of the compiler's memory (a stranger's). epl
+// refuses such a struct first, and PFR never sees it.
+template <class T>
+inline constexpr bool countable_v = std::is_default_constructible_v<T>;
+template <class T>
+constexpr void refuse_uncountable() {
+  static_assert(countable_v<T>, "epl: this struct (a model or a layer struct: countable_v<T> names it) is not "
+                "default-constructible, so epl cannot see its fields: each of its members needs a default constructor (a layer "
+                "with only constructors that take arguments: add `Layer() = default;` to it); see docs/custom-layers.md");
+}
 }  // namespace detail
 
-/// \brief The number of fields of aggregate T.
+/// \brief The number of fields of aggregate T (which must be default-constructible).
 template <class T>
 inline constexpr std::size_t field_count_v = [] {
   if constexpr (detail::one_field_v<T>) return std::size_t{1};
+  else if constexpr (!detail::countable_v<T>) return detail::refuse_uncountable<T>(), std::size_t{0};
   else return boost::pfr::tuple_size_v<T>;
 }();
 
@@ -54,6 +67,7 @@ constexpr auto& get(T& t) noexcept {
     auto& [field] = t;
     return *std::addressof(field);  // the field of t (nvcc takes a plain `return field` for a local's)
   } else {
+    static_assert(detail::countable_v<std::remove_const_t<T>>, "epl: see the error above (not default-constructible)");
     return boost::pfr::get<I>(t);
   }
 }
@@ -160,6 +174,7 @@ inline constexpr std::string_view field_name_v = detail::FieldName<T, I>::value;
 template <class T, class Fn>
 void for_each_field(T& t, Fn&& fn) {
   if constexpr (detail::one_field_v<T>) fn(reflect::get<0>(t), std::integral_constant<std::size_t, 0>{});
+  else if constexpr (!detail::countable_v<std::remove_const_t<T>>) detail::refuse_uncountable<std::remove_const_t<T>>();
   else boost::pfr::for_each_field(t, std::forward<Fn>(fn));
 }
 
@@ -177,6 +192,7 @@ void for_each_field_reverse(T& t, Fn&& fn) {
 template <class T, class Fn>
 void for_each_field_const(const T& t, Fn&& fn) {
   if constexpr (detail::one_field_v<T>) fn(reflect::get<0>(t));
+  else if constexpr (!detail::countable_v<T>) detail::refuse_uncountable<T>();
   else boost::pfr::for_each_field(t, [&](const auto& field) { fn(field); });
 }
 
