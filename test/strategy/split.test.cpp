@@ -3,6 +3,8 @@
 // the cross-entropy by vocabulary, Dropout on split columns) on 2 and 4 ranks, Split x data
 // parallel, Split inside a pipeline stage; each rule moves exactly its formula's bytes; bad
 // setups are clear errors.
+#include <atomic>
+
 #include "../multirank_matrix.hpp"
 #include "split_helpers.hpp"
 
@@ -161,6 +163,22 @@ TEST_CASE("split: sizes that do not divide, a world that does not fit and split 
     Trainer<Lin, optim::SGD> t(ctx, Config{}, Lin{Split<2, nn::Linear>(nn::Linear(4, 8))}, optim::SGD({}));
     (void)t.step({test::random({2, 4}, 10 + c.rank()), test::ids({2}, 8, 3)});  // each rank its own rows: wrong
   }, {.report = false}), doctest::Contains("tensor-parallel rank 1 of a split group got other inputs than its tensor-parallel rank 0"), Error);
+  // the model run by hand: the split's Linear (column-parallel, vocabulary-parallel into the loss)
+  // gave this rank's 4 columns as the whole 8 logits (a stranger's); a pass without the group is named
+  std::atomic<int> named{0};
+  comm::run_threads(2, [&](comm::ThreadCommunicator& c) {
+    Context ctx(c, 452 + c.rank());
+    Trainer<Lin, optim::SGD> t(ctx, Config{}, Lin{Split<2, nn::Linear>(nn::Linear(4, 8))}, optim::SGD({}));
+    nn::Pass<device::Cpu> pass(ctx.cpu());
+    try {
+      (void)nn::forward(t.model(), pass, test::random({2, 4}, 10));
+    } catch (const Error& e) {
+      if (std::string(e.what()).find("a column-parallel Linear is split over a tensor-parallel group, but this pass has none") !=
+          std::string::npos)
+        ++named;
+    }
+  });
+  CHECK(named == 2);
 }
 
 // EPL's large classifier: a replicated backbone and a split classifier on the same devices

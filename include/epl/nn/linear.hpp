@@ -91,6 +91,9 @@ class Linear {
   template <class Ctx>
   Tensor forward(Ctx& ctx, const Tensor& x_in) {
     EPL_CHECK(opt_.in > 0, "Linear() was default-constructed, with no sizes: construct it as Linear(in, out)");
+    // its output is this rank's columns: a pass without the split group (a model run by hand) would
+    // hand them on as the whole output, silently (a stranger's logits of 2 columns for 4 classes)
+    if (mode_ == Parallel::kColumn && part_.parts > 1) (void)detail::tensor_group(ctx, "a column-parallel Linear");
     EPL_CHECK(x_in.shape().back() == local_in(), "Linear(", opt_.in, " -> ", opt_.out, ") got input ", x_in.shape(),
               "; its last dimension must be ", local_in(), mode_ == Parallel::kRow ? " (its part of the split input)" : "");
     const auto& d = ctx.device();

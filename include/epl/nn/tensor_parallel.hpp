@@ -42,7 +42,7 @@ namespace detail {
 template <class Ctx>
 comm::Communicator& tensor_group(Ctx& ctx, const char* who) {
   EPL_CHECK(ctx.groups().tensor != nullptr, who, " is split over a tensor-parallel group, but this pass has none: run it "
-            "through a Trainer (or give nn::Groups::tensor)");
+            "through a Trainer (trainer.evaluate), or give nn::Groups::tensor");
   return *ctx.groups().tensor;
 }
 }  // namespace detail
