@@ -55,6 +55,18 @@ template <class... P, class... H>
 constexpr bool one_each(List<H...>) {
   return ((tags_of<H, P...>() <= 1) && ...);
 }
+// A home that declares tags (kTag) names its default (a home of a program's own may forget it).
+template <class H>
+concept declares_tags = requires { H::template kTag<int>; };
+template <class... H>
+constexpr bool defaults_given(List<H...>) {
+  return ((!declares_tags<H> || has_tag<H>) && ...);
+}
+// How many homes claim P as their tag (two kTag that both hold: one home's tag matching another's).
+template <class P, class... H>
+constexpr int homes_of(List<H...>) {
+  return (0 + ... + static_cast<int>(is_tag_of<H, P>()));
+}
 }  // namespace detail
 
 /// \brief The tags of P... by home: of<H> is H's tag among them, or H's default.

@@ -15,10 +15,17 @@ inline namespace v0 {
 /// Offload<offload::None>, Amp<amp::Off>, no Ema).
 template <class... P>
 struct Policies : policy::Tags<P...> {
-  static_assert((policy::detail::is_any_tag<P>(policy::Homes{}) && ...),
+  static constexpr bool kDefaultsGiven = policy::detail::defaults_given(policy::Homes{});
+  static constexpr bool kClaimedOnce = ((policy::detail::homes_of<P>(policy::Homes{}) <= 1) && ...);
+  static_assert(kDefaultsGiven, "a home in policy::Homes declares kTag<P> but no `using Default = ...;` (the tag a run that "
+                "gives none takes): add it to that home (docs/policies.md, \"What a home holds\")");
+  static_assert(!kDefaultsGiven || (policy::detail::is_any_tag<P>(policy::Homes{}) && ...),
                 "epl::Policies<...> takes policy types only: the tags of policy::Homes (epl::Zero<k>, epl::Offload<level>, "
-                "epl::Amp<precision>, epl::Ema; docs/policies.md lists them); one of the types given is not a policy");
-  static_assert(policy::detail::one_each<P...>(policy::Homes{}),
+                "epl::Amp<precision>, epl::Ema and the homes a program adds; docs/policies.md lists them); one of the types "
+                "given is not a policy");
+  static_assert(kClaimedOnce, "epl::Policies<...>: one of the tags given is claimed by two homes of policy::Homes (the kTag<P> "
+                "of both holds): a tag belongs to one home; make a home's kTag match its own tags only");
+  static_assert(!kClaimedOnce || policy::detail::one_each<P...>(policy::Homes{}),
                 "epl::Policies<...> got two tags of one policy (two epl::Zero<k>, two epl::Amp<...>, two epl::Ema, or a tag and "
                 "its default); give one of each");
   static_assert(policy::detail::check_each<policy::Tags<P...>>(policy::Homes{}));
