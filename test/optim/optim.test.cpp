@@ -149,6 +149,9 @@ TEST_CASE("the gradient factor: each optimizer reads grad_scale g and leaves the
   optim::Updater<PlainSgd> u(PlainSgd{});
   CHECK_THROWS_WITH_AS(u.set_schedule(optim::LrSchedule{.decay = optim::LrSchedule::Decay::kLinear, .decay_steps = 10}),
                        doctest::Contains("non-const `Options& options()`"), Error);
+  // the fix names both ways a schedule is asked for (it named the lr.* keys alone: a stranger's)
+  CHECK_THROWS_WITH_AS(u.set_schedule(optim::LrSchedule{.decay = optim::LrSchedule::Decay::kLinear, .decay_steps = 10}),
+                       doctest::Contains("add one, or train without a schedule (no lr.* keys, no TrainerOptions::lr_schedule)"), Error);
 }
 TEST_CASE("optimizer state is accounted as optimizer state, one buffer per slot over the range") {
   device::Cpu dev(30);

@@ -146,6 +146,9 @@ TEST_CASE("unknown EPL_* variables are refused naming the nearest key; rank coun
   const char* argv[] = {"prog"};
   CHECK_THROWS_WITH_AS(Config::parse(1, argv), doctest::Contains("did you mean EPL_ZERO_LEVEL (zero.level)?"), Error);
   unsetenv("EPL_ZERO_LEVL");
+  setenv("EPL_lr_warmup_steps", "3", 1);  // the wrong case (a stranger's)
+  CHECK_THROWS_WITH_AS(Config::parse(1, argv), doctest::Contains("did you mean EPL_LR_WARMUP_STEPS (lr.warmup_steps)?"), Error);
+  unsetenv("EPL_lr_warmup_steps");
   setenv("EPL_NUM_RANK", "3", 1);
   CHECK_THROWS_WITH_AS(Config::parse(1, argv), doctest::Contains("did you mean EPL_NUM_RANKS?"), Error);
   unsetenv("EPL_NUM_RANK");
@@ -267,6 +270,8 @@ TEST_CASE("program flags: typed values, spaces or '=', lists, booleans, --help")
   CHECK(c.get(mode) == "slow");
   CHECK(c.get(keys::num_micro_batch) == 2);
   CHECK_FALSE(c.help_requested());
+  const char* shouted[] = {"prog", "--STEPS=3"};  // the wrong case (a stranger's)
+  CHECK_THROWS_WITH_AS(Config::parse(2, shouted, steps, data), doctest::Contains("unknown option \"--STEPS\"; did you mean --steps?"), Error);
   const char* help[] = {"prog", "--help"};
   Config h = Config::parse(2, help, steps, data);
   CHECK(h.help_requested());

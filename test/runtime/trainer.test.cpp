@@ -70,6 +70,14 @@ TEST_CASE("a batch that does not divide into micro-batches names both numbers") 
   data::WindowLoader loader(ds, 8, 8, 1);
   CHECK_THROWS_WITH_AS(t.step(loader.next(test::cpu())),
                        doctest::Contains("batch of 8 samples does not divide into pipeline.num_micro_batch = 3"), Error);
+  {  // from the environment, which the program's reader may not see: said (a stranger's)
+    Config env;
+    env.set_text("pipeline.num_micro_batch", "3", Config::Source::kEnvironment);
+    Trainer<gpt::Gpt, optim::SGD> e(test::cpu(), env, gpt::make_gpt(tiny()), optim::SGD({}));
+    CHECK_THROWS_WITH_AS(e.step(loader.next(test::cpu())),
+                         doctest::Contains("does not divide into pipeline.num_micro_batch = 3 (EPL_PIPELINE_NUM_MICRO_BATCH in the "
+                                           "environment) micro-batches"), Error);
+  }
   Batch empty{test::ids({0, 8}, 256, 1), test::ids({0, 8}, 256, 2)};  // zero rows: once "a multiple of 3"
   CHECK_THROWS_WITH_AS(t.step(empty), doctest::Contains("the batch has no rows; give every step and evaluation at least one row per "
                                                        "micro-batch (pipeline.num_micro_batch = 3)"), Error);

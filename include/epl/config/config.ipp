@@ -48,10 +48,16 @@ EPL_LINKED std::size_t edit_distance(std::string_view a, std::string_view b) {
 }
 
 EPL_LINKED std::string_view nearest(std::string_view name, const std::vector<std::string_view>& candidates) {
+  const auto lower = [](std::string_view s) {  // --STEPS, EPL_lr_warmup_steps: a name in the wrong case is near
+    std::string out(s);
+    for (char& ch : out) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    return out;
+  };
+  const std::string wanted = lower(name);
   std::string_view best;
   std::size_t best_d = std::max<std::size_t>(3, name.size() / 4) + 1;
   for (auto c : candidates)
-    if (auto d = edit_distance(name, c); d < best_d) {
+    if (auto d = edit_distance(wanted, lower(c)); d < best_d) {
       best = c;
       best_d = d;
     }

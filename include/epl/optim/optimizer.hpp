@@ -89,7 +89,7 @@ class Updater {
     } else {
       EPL_CHECK(!schedule.active(), "a learning-rate schedule (", schedule.name(), ") was asked for, but this optimizer has no lr to "
                 "set: it needs a non-const `Options& options()` whose Options has a member `lr` (a const options() alone can only be "
-                "read); add one, or drop the lr.* keys");
+                "read); add one, or train without a schedule (no lr.* keys, no TrainerOptions::lr_schedule)");
     }
     schedule.check();
     schedule_ = std::move(schedule);

@@ -127,8 +127,10 @@ EPL_LINKED void check_batch_memory(const Tensor& inputs, const Tensor& targets, 
 /// \brief What a step checks of this rank's batch before any collective reads it: as many targets
 /// as inputs, in this rank's device's memory, at least one row, and rows that divide into the
 /// micro-batches (m) the way `ranks` data-parallel shares (equal unless `uneven`) need. An
-/// evaluation checks the same with m = 1 and one share.
-EPL_LINKED void check_batch(const Tensor& inputs, const Tensor& targets, DeviceId device, int m, int ranks, bool uneven);
+/// evaluation checks the same with m = 1 and one share. m_from: where m came from, for the message
+/// (" (EPL_PIPELINE_NUM_MICRO_BATCH in the environment)"), or empty.
+EPL_LINKED void check_batch(const Tensor& inputs, const Tensor& targets, DeviceId device, int m, int ranks, bool uneven,
+                            std::string_view m_from = {});
 }  // namespace detail
 
 /// \brief While it lives, this thread trains on device `id`: a second thread that claims the same

@@ -65,7 +65,8 @@ EPL_LINKED void check_batch_memory(const Tensor& inputs, const Tensor& targets, 
   }
 }
 
-EPL_LINKED void check_batch(const Tensor& inputs, const Tensor& targets, DeviceId device, int m, int ranks, bool uneven) {
+EPL_LINKED void check_batch(const Tensor& inputs, const Tensor& targets, DeviceId device, int m, int ranks, bool uneven,
+                            std::string_view m_from) {
   EPL_CHECK(inputs.defined() && targets.defined(), "the batch's ", !inputs.defined() ? "inputs are" : "targets are",
             " an undefined (empty) tensor: make them on this rank's device (device.empty, device.upload or loader.next)");
   const std::int64_t rows = detail::rows_of(inputs), n_targets = detail::rows_of(targets);
@@ -76,7 +77,7 @@ EPL_LINKED void check_batch(const Tensor& inputs, const Tensor& targets, DeviceI
             "token or feature (a window of seq_len 1 or more)");
   EPL_CHECK(rows > 0, "the batch has no rows; give every step and evaluation at least one row",
             m > 1 ? " per micro-batch (pipeline.num_micro_batch = " + std::to_string(m) + ")" : std::string());
-  EPL_CHECK(rows % m == 0, "this rank's batch of ", rows, " samples does not divide into pipeline.num_micro_batch = ", m,
+  EPL_CHECK(rows % m == 0, "this rank's batch of ", rows, " samples does not divide into pipeline.num_micro_batch = ", m, m_from,
             " micro-batches; make ", ranks > 1 && !uneven ? "the global batch a multiple of " + std::to_string(ranks * m) + " (" +
             std::to_string(ranks) + " data-parallel ranks x " + std::to_string(m) + " micro-batches)"
             : "the batch a multiple of " + std::to_string(m));

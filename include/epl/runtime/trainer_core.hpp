@@ -252,7 +252,9 @@ double TrainerCore<Optimizer, Loss, D, Sync>::step(const Batch& batch) {
     agree_on_call(*world_, Call::kStep, steps_ + 1, detail::rows_of(batch.inputs), world_->size() == groups_->mesh().data_size(),
                   !groups_->uneven(), updater_.next_learning_rate());
     check_gathered_alike();
-    detail::check_batch(batch.inputs, batch.targets, device_->id(), plan_.micro_batches, groups_->rows().ranks, groups_->uneven());
+    detail::check_batch(batch.inputs, batch.targets, device_->id(), plan_.micro_batches, groups_->rows().ranks, groups_->uneven(),
+                        config_.source(keys::num_micro_batch) == Config::Source::kEnvironment
+                            ? " (" + Config::env_name(keys::num_micro_batch.name) + " in the environment)" : std::string());
     place_ = groups_->place(detail::rows_of(batch.inputs), steps_ + 1);  // uneven shares: checked, and the loss's weight
     groups_->check_rows(batch.inputs, batch.targets, steps_ + 1, reader());
     if (!std::exchange(stepped_, true)) config_.check_all_read();  // a key nothing read (io.slicing alone) is an error
