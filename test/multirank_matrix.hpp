@@ -23,6 +23,9 @@ struct Run {
   std::vector<double> losses;
   std::map<std::int64_t, std::vector<double>> params;  // by ordinal: the part this rank holds
   std::map<std::int64_t, nn::Parameter> specs;          // how each is sharded
+  std::vector<double> outputs;                         // trainer.predict on a held-out batch: this rank's rows, whole
+  Shape output_shape;
+  std::int64_t first_row = 0;                          // where they lie in the global batch
 };
 
 inline data::TokenDataset corpus() {
@@ -42,6 +45,13 @@ Run train(Context* ctx, const D& d, const Config& cfg, Model model) {
     data::WindowLoader loader(ds, 8, kBatch, 17, t.data_shard());
     Run r;
     for (int s = 0; s < kSteps; ++s) r.losses.push_back(t.step(loader.next(d)));
+    data::WindowLoader held_out(ds, 8, kBatch, 29, t.data_shard());
+    const Tensor y = t.predict(held_out.next(d).inputs);
+    std::vector<float> out(static_cast<std::size_t>(y.numel()));
+    d.download(y, out.data());
+    r.outputs.assign(out.begin(), out.end());
+    r.output_shape = y.shape();
+    r.first_row = t.data_shard().first_of(kBatch);
     t.gather_parameters();
     nn::for_each_parameter(t.model(), [&](nn::Parameter& p) {
       if (!p.materialized()) return;
@@ -79,16 +89,18 @@ inline std::vector<double> part_of(const nn::Parameter& spec, const std::vector<
 struct Row {
   std::string name;
   int ranks;
-  double loss_vs_one, params_vs_one, loss_vs_cpu, seconds;
+  double loss_vs_one, params_vs_one, outputs_vs_one, loss_vs_cpu, seconds;
 };
 inline std::vector<Row>& table() {
   static std::vector<Row> rows;
   return rows;
 }
 inline void print_table(const char* device) {
-  std::printf("\n%-44s %5s %14s %14s %14s %8s\n", device, "ranks", "loss vs one", "params vs one", "loss vs CPU", "seconds");
+  std::printf("\n%-44s %5s %14s %14s %14s %14s %8s\n", device, "ranks", "loss vs one", "params vs one", "predict vs one", "loss vs CPU",
+              "seconds");
   for (const auto& r : table())
-    std::printf("%-44s %5d %14.2e %14.2e %14.2e %8.2f\n", r.name.c_str(), r.ranks, r.loss_vs_one, r.params_vs_one, r.loss_vs_cpu, r.seconds);
+    std::printf("%-44s %5d %14.2e %14.2e %14.2e %14.2e %8.2f\n", r.name.c_str(), r.ranks, r.loss_vs_one, r.params_vs_one, r.outputs_vs_one,
+                r.loss_vs_cpu, r.seconds);
   table().clear();
 }
 
@@ -127,12 +139,26 @@ void expect_equal(const char* name, int n, const Config& cfg, const Config& base
     }
   }
   CHECK(held.size() == one.params.size());
+  // every rank's prediction is the one device's on its rows (the whole vocabulary, every stage)
+  double worst_outputs = 0;
+  const std::int64_t per_row = static_cast<std::int64_t>(one.outputs.size()) / kBatch;
+  for (int r = 0; r < n; ++r) {
+    CAPTURE(r);
+    const auto& run = runs[static_cast<std::size_t>(r)];
+    Shape want = one.output_shape;
+    want[0] = run.output_shape[0];
+    CHECK(run.output_shape == want);
+    REQUIRE(static_cast<std::int64_t>(run.outputs.size()) == run.output_shape[0] * per_row);
+    const auto from = one.outputs.begin() + run.first_row * per_row;
+    worst_outputs = std::max(worst_outputs, rel(run.outputs, std::vector<double>(from, from + static_cast<std::ptrdiff_t>(run.outputs.size()))));
+  }
+  CHECK(worst_outputs < tol);
   CHECK(worst_loss < tol);
   CHECK(worst_params < tol);
   const double vs_cpu = rel(one.losses, host.losses);
   CHECK(vs_cpu < cpu_tol);
   CHECK(one.losses.back() < one.losses.front());  // it learns
-  table().push_back({name, n, worst_loss, worst_params, vs_cpu, seconds});
+  table().push_back({name, n, worst_loss, worst_params, worst_outputs, vs_cpu, seconds});
 }
 
 inline Config micro(std::int64_t m) {

@@ -131,6 +131,49 @@ TEST_CASE("evaluation leaves parameters unchanged and matches the training loss 
   CHECK(t.step(b) == doctest::Approx(e).epsilon(1e-6));
 }
 
+TEST_CASE("predict: the model's output, as a hand pass gives it, whose cross-entropy is evaluate's; it changes nothing") {
+  Trainer<gpt::Gpt, optim::SGD> t(test::cpu(), Config{}, gpt::make_gpt(tiny()), optim::SGD({.lr = 0.1}));
+  auto ds = test::token_corpus(3000);
+  data::WindowLoader loader(ds, 8, 4, 2);
+  (void)t.step(loader.next(test::cpu()));
+  Batch b = loader.next(test::cpu());
+  const auto before = test::flat_params(t.model());
+  const Tensor y = t.predict(b.inputs);
+  CHECK(test::flat_params(t.model()) == before);
+  CHECK(t.steps() == 1);
+  REQUIRE(y.shape() == Shape{4, 8, 32});
+  nn::Pass<device::Cpu> pass(test::cpu(), nn::PassOptions{.training = false});
+  CHECK(test::max_rel_diff(test::values(y), test::values(nn::forward(t.model(), pass, b.inputs))) < 1e-6);
+  // the mean over rows of log-sum-exp minus the target's logit
+  const auto logits = test::values(y);
+  const auto targets = b.targets.span<std::int32_t>();
+  double loss = 0;
+  for (std::int64_t r = 0; r < 32; ++r) {
+    const auto row = logits.begin() + r * 32;
+    const double top = *std::max_element(row, row + 32);
+    double sum = 0;
+    for (int k = 0; k < 32; ++k) sum += std::exp(row[k] - top);
+    loss += top + std::log(sum) - row[targets[static_cast<std::size_t>(r)]];
+  }
+  CHECK(loss / 32 == doctest::Approx(t.evaluate(b)).epsilon(1e-6));
+  // bad inputs, and a call made on one rank only, are named
+  CHECK_THROWS_WITH_AS((void)t.predict(Tensor{}), doctest::Contains("the batch's inputs are an undefined (empty) tensor"), Error);
+  CHECK_THROWS_WITH_AS(comm::run_threads(2, [&](comm::ThreadCommunicator& c) {
+    Context ctx(c, 7);
+    Trainer<gpt::Gpt, optim::SGD> u(ctx, Config{}, gpt::make_gpt(tiny()), optim::SGD({}));
+    if (c.rank() == 0) (void)u.predict(b.inputs);
+    else (void)u.evaluate(b);
+  }, {.report = false}), doctest::Contains("rank 0 called trainer.predict() at step 0 while rank 1 called trainer.evaluate()"), Error);
+  // a pipeline's stages read the same rows (stage 0 the inputs; the output is the last stage's)
+  Config piped;
+  piped.set(keys::num_stages, 2).set(keys::auto_parallel, true);
+  CHECK_THROWS_WITH_AS(comm::run_threads(2, [&](comm::ThreadCommunicator& c) {
+    Context ctx(c, 7);
+    Trainer<gpt::Gpt, optim::SGD> u(ctx, piped, gpt::make_gpt(tiny()), optim::SGD({}));
+    (void)u.predict(loader.next(test::cpu()).inputs);  // each stage other rows
+  }, {.report = false}), doctest::Contains("in trainer.predict() after step 0 pipeline stage 1 got other inputs"), Error);
+}
+
 // A NaN or infinite loss or gradient stops the run with the step and the parameter named.
 namespace {
 struct InfGrad {  // identity whose backward puts an infinity into its parameter's gradient

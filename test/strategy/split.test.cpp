@@ -216,11 +216,30 @@ Batch class_batch(const device::Cpu& cpu, int step, data::Shard shard, std::int6
   }
   return {x, y};
 }
+// trainer.predict on a held-out batch: this rank's rows of the [kRows, classes] logits, whole
+template <class T>
+void predict_into(T& t, const device::Cpu& cpu, std::int64_t classes, std::vector<double>& out) {
+  const Tensor y = t.predict(class_batch(cpu, 100, t.data_shard(), classes).inputs);
+  REQUIRE(y.shape() == Shape{kRows / t.data_shard().ranks, classes});
+  out = test::values(y);
+}
+// ...against one device's rows of them
+void check_prediction(const std::vector<double>& mine, const std::vector<double>& one, data::Shard shard) {
+  REQUIRE(mine.size() * static_cast<std::size_t>(shard.ranks) == one.size());
+  const auto from = one.begin() + static_cast<std::ptrdiff_t>(mine.size()) * shard.rank;
+  CHECK(test::max_rel_diff(mine, std::vector<double>(from, from + static_cast<std::ptrdiff_t>(mine.size()))) < 1e-5);
+}
+struct Predicted : Run {
+  std::vector<double> outputs;
+  data::Shard shard;
+};
 template <class Model>
-Run train_classifier(Context& ctx, const Config& cfg, Model model, std::int64_t classes) {
+Predicted train_classifier(Context& ctx, const Config& cfg, Model model, std::int64_t classes) {
   Trainer<Model, optim::Momentum> t(ctx, cfg, std::move(model), optim::Momentum({.lr = 0.1}), {.seed = 5, .clip_norm = 1.0});
-  Run r;
+  Predicted r;
   for (int s = 0; s < kSteps; ++s) r.losses.push_back(t.step(class_batch(ctx.cpu(), s, t.data_shard(), classes)));
+  predict_into(t, ctx.cpu(), classes, r.outputs);
+  r.shard = t.data_shard();
   nn::for_each_parameter(t.model(), [&](nn::Parameter& p) {
     r.params[p.ordinal] = test::values(p.value);
     r.specs[p.ordinal] = p;
@@ -233,10 +252,10 @@ TEST_CASE("colocated: a replicated backbone and a split classifier on the same 2
   constexpr std::int64_t classes = 64;
   Config cfg = config(1);
   Context solo = Context::solo(397);
-  const Run ref = train_classifier(solo, cfg, Plain{backbone(), {nn::Linear(8, classes)}}, classes);
+  const Predicted ref = train_classifier(solo, cfg, Plain{backbone(), {nn::Linear(8, classes)}}, classes);
   cfg.set(keys::colocate_split_and_replicate, true);
   auto check = [&](int n, auto make, int parts) {
-    std::vector<Run> runs(static_cast<std::size_t>(n));
+    std::vector<Predicted> runs(static_cast<std::size_t>(n));
     comm::run_threads(n, [&](comm::ThreadCommunicator& c) {
       Context ctx(c, 460 + c.rank());
       runs[c.rank()] = train_classifier(ctx, cfg, make(), classes);
@@ -248,6 +267,7 @@ TEST_CASE("colocated: a replicated backbone and a split classifier on the same 2
       for (const auto& [ordinal, values] : runs[r].params)
         CHECK(test::max_rel_diff(values, part_of(runs[r].specs.at(ordinal), ref.params.at(ordinal))) < 1e-5);
       CHECK(runs[r].specs.at(4).shard.parts == parts);  // the classifier's weight is split
+      check_prediction(runs[r].outputs, ref.outputs, runs[r].shard);  // its rows of the group's, whole
     }
   };
   check(2, [] { return Colocated<2>{Replicate<2, Backbone>(backbone()), Split<2, Classifier>(Classifier{nn::Linear(8, classes)})}; }, 2);
@@ -262,16 +282,18 @@ TEST_CASE("separate placement (EPL's, without the key): the backbone on N ranks,
   for (std::int64_t micro : {1, 2}) {
     CAPTURE(micro);
     Context solo = Context::solo(394);
-    const Run ref = train_classifier(solo, config(micro), Plain{backbone(), {nn::Linear(8, classes)}}, classes);
+    const Predicted ref = train_classifier(solo, config(micro), Plain{backbone(), {nn::Linear(8, classes)}}, classes);
     for (int n : {4, 8}) {  // 2 stages of 2 ranks, and 2 replicas of that
       CAPTURE(n);
-      std::vector<Run> runs(static_cast<std::size_t>(n));
+      std::vector<Predicted> runs(static_cast<std::size_t>(n));
       std::vector<int> stage(static_cast<std::size_t>(n));
       comm::run_threads(n, [&](comm::ThreadCommunicator& c) {
         Context ctx(c, 500 + c.rank());
         Trainer<Colocated<2>, optim::Momentum> t(ctx, config(micro), make(), optim::Momentum({.lr = 0.1}), {.seed = 5, .clip_norm = 1.0});
         stage[c.rank()] = t.mesh().coord().pipeline;
         for (int s = 0; s < kSteps; ++s) runs[c.rank()].losses.push_back(t.step(class_batch(ctx.cpu(), s, t.data_shard(), classes)));
+        predict_into(t, ctx.cpu(), classes, runs[c.rank()].outputs);  // the backbone's ranks too
+        runs[c.rank()].shard = t.data_shard();
         nn::for_each_parameter(t.model(), [&](nn::Parameter& p) {
           if (!p.materialized()) return;
           runs[c.rank()].params[p.ordinal] = test::values(p.value);
@@ -286,6 +308,7 @@ TEST_CASE("separate placement (EPL's, without the key): the backbone on N ranks,
         // the backbone's ranks hold only the backbone, the classifier's only their part of it
         CHECK(runs[r].params.count(0) == (stage[r] == 0 ? 1u : 0u));
         CHECK(runs[r].params.count(4) == (stage[r] == 1 ? 1u : 0u));
+        check_prediction(runs[r].outputs, ref.outputs, runs[r].shard);
       }
     }
   }

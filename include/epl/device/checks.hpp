@@ -22,7 +22,9 @@ namespace device::detail {
 inline void defined(const Tensor& t, const char* op, const char* which) {
   EPL_CHECK(t.defined(), op, ": ", which, " is an empty tensor (no storage); a Parameter whose layer's visit() does not "
             "list it is never materialized: list every Parameter there, or allocate the tensor (device.empty); under ZeRO stage 3 "
-            "a sub-layer run as sub.forward(ctx, x) instead of nn::forward(sub, ctx, x) has its parameters never gathered");
+            "a sub-layer run as sub.forward(ctx, x) instead of nn::forward(sub, ctx, x) has its parameters never gathered, and a "
+            "Trainer's model run by hand holds only its shard between steps: call trainer.gather_parameters() first, or "
+            "trainer.predict(inputs)");
 }
 inline void same_dtype(const Tensor& a, const Tensor& b, const char* op) {
   const bool ids = a.dtype() == DType::kI32 || a.dtype() == DType::kI64 || b.dtype() == DType::kI32 || b.dtype() == DType::kI64;

@@ -144,15 +144,10 @@ class Linear {
   // A device whose GEMM can add a bias (c = op(a) op(b) + bias in one pass).
   template <class D>
   static constexpr bool gemm_adds_bias = requires(const D& d, const Tensor& t) { d.gemm_bias(t, false, t, true, t, t, DType::kF32); };
-  // [..., out / N] parts -> [..., out] on every rank: all_gather gives [N, rows, out / N]
+  // [..., out / N] parts -> [..., out] on every rank
   template <class Ctx>
   Tensor gather_columns(Ctx& ctx, const Tensor& part) const {
-    const std::int64_t rows = part.shape().rows(), cols = part.shape().back();
-    Tensor parts = ctx.empty({part_.parts, rows, cols}, part.dtype());
-    detail::tensor_group(ctx, "a column-parallel Linear").all_gather(part, parts);
-    Tensor whole = ctx.empty(part.shape().with_back(opt_.out), part.dtype());
-    ctx.device().permute_heads(whole.view({1, rows, opt_.out}), parts.view({1, part_.parts, rows, cols}), 0, false);
-    return whole;
+    return nn::gather_columns(ctx.device(), detail::tensor_group(ctx, "a column-parallel Linear"), part);
   }
   // [..., out] -> this rank's columns [..., out / N]
   template <class Ctx>

@@ -42,10 +42,23 @@ namespace detail {
 template <class Ctx>
 comm::Communicator& tensor_group(Ctx& ctx, const char* who) {
   EPL_CHECK(ctx.groups().tensor != nullptr, who, " is split over a tensor-parallel group, but this pass has none: run it "
-            "through a Trainer (trainer.evaluate), or give nn::Groups::tensor");
+            "through its Trainer (trainer.predict for its output, trainer.evaluate for the loss), or give nn::Groups::tensor");
   return *ctx.groups().tensor;
 }
 }  // namespace detail
+
+/// \brief [..., cols] parts on the ranks of `group` -> [..., N cols] on every rank, rank q's part
+/// at columns [q cols, (q + 1) cols) (a column-parallel Linear's output; a prediction's
+/// vocabulary-parallel logits). all_gather gives [N, rows, cols], permuted into the rows.
+template <class D>
+Tensor gather_columns(const D& device, comm::Communicator& group, const Tensor& part) {
+  const std::int64_t n = group.size(), rows = part.shape().rows(), cols = part.shape().back();
+  Tensor parts = device.empty({n, rows, cols}, part.dtype(), MemoryCategory::kActivations);
+  group.all_gather(part, parts);
+  Tensor whole = device.empty(part.shape().with_back(n * cols), part.dtype(), MemoryCategory::kActivations);
+  device.permute_heads(whole.view({1, rows, n * cols}), parts.view({1, n, rows, cols}), 0, false);
+  return whole;
+}
 
 /// \brief t = the sum of t over the split group (in place).
 template <class Ctx>

@@ -171,7 +171,7 @@ class DeviceClaim {
 };
 
 /// \brief The trainer's calls that are collectives over the world.
-enum class Call : std::int64_t { kStep = 1, kSave, kResume, kLoad, kEvaluate, kGather, kCheckReplicas, kOwnedValues, kLoadSafetensors };
+enum class Call : std::int64_t { kStep = 1, kSave, kResume, kLoad, kEvaluate, kGather, kCheckReplicas, kOwnedValues, kLoadSafetensors, kPredict };
 EPL_LINKED const char* call_name(Call c);
 
 /// \brief The first collective of each of the trainer's collective calls: all-gathers (call,
@@ -183,7 +183,7 @@ EPL_LINKED const char* call_name(Call c);
 /// are named so in the message).
 /// What a call made on some ranks only is told.
 inline constexpr const char* kCollectiveCalls =
-    "step, evaluate, save, resume, load, load_safetensors, gather_parameters, check_replicas and with_owned_values (epl::swap_ema) "
+    "step, evaluate, predict, save, resume, load, load_safetensors, gather_parameters, check_replicas and with_owned_values (epl::swap_ema) "
     "are collectives that every rank calls, in the same "
     "order";
 

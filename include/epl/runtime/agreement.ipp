@@ -92,6 +92,7 @@ EPL_LINKED const char* call_name(Call c) {
     case Call::kLoad: return "trainer.load()";
     case Call::kLoadSafetensors: return "trainer.load_safetensors()";
     case Call::kEvaluate: return "trainer.evaluate()";
+    case Call::kPredict: return "trainer.predict()";
     case Call::kGather: return "trainer.gather_parameters()";
     case Call::kCheckReplicas: return "trainer.check_replicas()";
     case Call::kOwnedValues: return "trainer.with_owned_values() (epl::swap_ema)";

@@ -45,6 +45,10 @@ class TrainerCore {
   /// \brief The loss on batch without training (dropout off, no update), over this rank's rows
   /// (pipelined: the last stage's loss, on every rank).
   double evaluate(const Batch& batch);
+  /// \brief The model's output on inputs (this rank's rows, as evaluate: dropout off, no update),
+  /// whole on every rank: a vocabulary-parallel head's columns gathered over its split group, a
+  /// pipeline's last stage's output sent to every stage. On this rank's device. A collective.
+  Tensor predict(const Tensor& inputs);
   /// \brief Data parallel: fails unless every replica holds bit-identical parameters.
   void check_replicas() {
     agree_on_call(*world_, Call::kCheckReplicas, steps_, 0, false);
@@ -194,6 +198,7 @@ class TrainerCore {
   strategy::RowPlace place_;  // this step's rows in the global batch
   bool stepped_ = false;  // this trainer took a step
   bool gathered_ = false;  // gather_parameters() was called: the program may have written the parameters
+  bool sharded_output_ = false;  // the last chunk's output is a vocabulary-parallel part of its columns
   double last_grad_norm_ = 0;
 
  private:
@@ -311,6 +316,27 @@ double TrainerCore<Optimizer, Loss, D, Sync>::evaluate(const Batch& batch) {
 }
 
 template <class Optimizer, class Loss, class D, class Sync>
+Tensor TrainerCore<Optimizer, Loss, D, Sync>::predict(const Tensor& inputs) {
+  if constexpr (!device::trainable<D>) return {};
+  else {
+    agree_on_call(*world_, Call::kPredict, steps_, 0, false);
+    check_gathered_alike();
+    detail::check_batch(inputs, inputs, device_->id(), 1, 1, false);  // no targets: the inputs stand in for them
+    groups_->check_evaluation_rows(inputs, inputs, steps_, reader(), "trainer.predict()");
+    std::vector<Tensor> out(1);
+    try {
+      executor_->run(plan_.forward_only(groups_->mesh().coord().pipeline), {inputs, Tensor{}, 1, &out},
+                     [&](int, int) { return pass(0, 1, false, nn::RecomputeMode::kNone); });
+    } catch (Error& e) {
+      name_layer(e);
+      throw;
+    }
+    sync_->release_all();
+    return groups_->whole_output(*device_, out[0], inputs.dim(0), sharded_output_);
+  }
+}
+
+template <class Optimizer, class Loss, class D, class Sync>
 std::filesystem::path TrainerCore<Optimizer, Loss, D, Sync>::save(const std::filesystem::path& dir) {
   agree_on_call(*world_, Call::kSave, steps_, 0, false);
   check_gathered_alike(true);
@@ -365,6 +391,7 @@ void TrainerCore<Optimizer, Loss, D, Sync>::start(const Config& cfg, std::vector
   actions_ = plan_.actions(stage);
   executor_.emplace(*device_, std::move(chunks), plan_.chunks, plan_.pipeline, stage, mesh.pipeline());
   if (vocab_parallel) executor_->loss().parallelize(part);
+  sharded_output_ = vocab_parallel;
   tracer_.open(cfg.get(keys::trace), *world_);
   executor_->set_timeline(tracer_.timeline());
   sync_->set_timeline(tracer_.timeline());

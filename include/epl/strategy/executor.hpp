@@ -28,10 +28,12 @@ namespace strategy {
 
 /// \brief What a step runs on: the micro-batches' inputs and targets, micro-batch m being the m-th
 /// of `count` equal parts of each (the targets may hold more rows: a colocated split's loss sees
-/// its group's rows).
+/// its group's rows). With `outputs` (a prediction: no targets), the last chunk's output of
+/// micro-batch m goes to (*outputs)[m] instead of the loss.
 struct MicroBatches {
   Tensor inputs, targets;
   int count = 1;
+  std::vector<Tensor>* outputs = nullptr;
   [[nodiscard]] Tensor input(int m) const { return part(inputs, m); }
   [[nodiscard]] Tensor target(int m) const { return part(targets, m); }
 
@@ -123,7 +125,8 @@ class Executor {
           Tensor x = c == 0 ? mb.input(m) : take(inputs, c, m);
           Tensor y = local_[static_cast<std::size_t>(c / ranks_)].forward(*pass, x);
           extra += pass->extra_loss() / mb.count;  // layers' own loss terms (an MoE's balancing loss)
-          if (c == chunks_ - 1) loss += loss_.forward(*pass, y, mb.target(m)) / mb.count;
+          if (c == chunks_ - 1 && mb.outputs) mb.outputs->at(static_cast<std::size_t>(m)) = y;
+          else if (c == chunks_ - 1) loss += loss_.forward(*pass, y, mb.target(m)) / mb.count;
           else if (rank_of(c + 1) == stage_) inputs[{c + 1, m}] = y;  // the next chunk is this rank's
           else outputs[{c, m}] = y;
           break;

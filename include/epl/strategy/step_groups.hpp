@@ -8,6 +8,7 @@
 /// These small collectives run on groups split for them, so the data and tensor groups' byte
 /// counts are the gradients' and the layers' traffic alone (tests assert them).
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -18,6 +19,7 @@
 
 #include "epl/core/random.hpp"
 #include "epl/nn/pass.hpp"
+#include "epl/nn/tensor_parallel.hpp"
 #include "epl/policy/gradient_sync.hpp"
 #include "epl/strategy/mesh.hpp"
 #include "epl/core/linked.hpp"
@@ -112,9 +114,11 @@ class StepGroups {
   /// \brief Fails unless the ranks of a split group (unless colocated) and the stages of a
   /// pipeline were given the same rows (equal shares are the world's check: runtime's agree_on_call).
   EPL_LINKED void check_rows(const Tensor& inputs, const Tensor& targets, std::int64_t step, const Download& download = {});
-  /// \brief The same for an evaluation after `step` steps (pipelined, stage 0's inputs meet the last
-  /// stage's targets: rows that differ would give another batch's loss without a word).
-  EPL_LINKED void check_evaluation_rows(const Tensor& inputs, const Tensor& targets, std::int64_t step, const Download& download = {});
+  /// \brief The same for an evaluation (`call`: or a prediction) after `step` steps (pipelined, stage
+  /// 0's inputs meet the last stage's targets: rows that differ would give another batch's loss
+  /// without a word).
+  EPL_LINKED void check_evaluation_rows(const Tensor& inputs, const Tensor& targets, std::int64_t step, const Download& download = {},
+                                        const char* call = "trainer.evaluate()");
 
   /// \brief The global batch's loss from this rank's: the last stage's, summed over the pipeline,
   /// then the mean over the ranks that share the batch.
@@ -155,6 +159,36 @@ class StepGroups {
       for (std::int64_t q = 0; q < n; ++q)
         d.copy(all.slice(q * rows + m * per, q * rows + (m + 1) * per), ordered.slice((m * n + q) * per, (m * n + q + 1) * per));
     return ordered;
+  }
+
+  /// \brief The model's whole output on this rank's `rows` (a prediction, one micro-batch) from the
+  /// last chunk's `y`, on every rank: a vocabulary-parallel output's columns (`columns_split`)
+  /// gathered over the split group, this rank's rows of a colocated split's group rows (the
+  /// targets' order), and the last pipeline stage's result sent to the others (whose `y` is empty).
+  template <class D>
+  Tensor whole_output(const D& d, Tensor y, std::int64_t rows, bool columns_split) {
+    const int last = mesh_.pipeline_size() - 1;
+    if (mesh_.coord().pipeline == last) {
+      const std::int64_t n = mesh_.tensor_size();
+      if (columns_split && n > 1) y = nn::gather_columns(d, mesh_.tensor(), y);
+      if (rows_over_tensor_ && y.dim(0) == n * rows) y = y.slice(mesh_.coord().tensor * rows, (mesh_.coord().tensor + 1) * rows);
+    }
+    if (!pipeline_.valid()) return y;
+    std::array<std::int64_t, Shape::kMaxRank + 2> h{};  // rank, extents, dtype
+    if (y.defined()) {
+      h[0] = y.rank();
+      for (int i = 0; i < y.rank(); ++i) h[static_cast<std::size_t>(i + 1)] = y.dim(i);
+      h.back() = static_cast<std::int64_t>(y.dtype());
+    }
+    Tensor header = d.empty({static_cast<std::int64_t>(h.size())}, DType::kI64, MemoryCategory::kCommunication);
+    d.upload(h.data(), header);
+    mesh_.pipeline().broadcast(header, last);
+    d.download(header, h.data());
+    Shape shape;
+    for (std::int64_t i = 0; i < h[0]; ++i) shape.push_back(h[static_cast<std::size_t>(i + 1)]);
+    Tensor out = y.defined() ? y : d.empty(shape, static_cast<DType>(h.back()), MemoryCategory::kActivations);
+    mesh_.pipeline().broadcast(out, last);
+    return out;
   }
 
   /// \brief Records every group's blocking collectives on t, the layers' tensor- and sequence-parallel

@@ -113,8 +113,9 @@ EPL_LINKED void StepGroups::check_rows(const Tensor& inputs, const Tensor& targe
   rows_agree(inputs, targets, "at step " + std::to_string(step), download);
 }
 
-EPL_LINKED void StepGroups::check_evaluation_rows(const Tensor& inputs, const Tensor& targets, std::int64_t step, const Download& download) {
-  rows_agree(inputs, targets, "in trainer.evaluate() after step " + std::to_string(step), download);
+EPL_LINKED void StepGroups::check_evaluation_rows(const Tensor& inputs, const Tensor& targets, std::int64_t step, const Download& download,
+                                                  const char* call) {
+  rows_agree(inputs, targets, std::string("in ") + call + " after step " + std::to_string(step), download);
 }
 
 EPL_LINKED void StepGroups::rows_agree(const Tensor& inputs, const Tensor& targets, const std::string& when, const Download& download) {
