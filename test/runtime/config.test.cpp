@@ -388,3 +388,14 @@ TEST_CASE("EPL_NUM_RANKS and EPL_GPU_PER_WORKER must be whole numbers in range; 
   CHECK_THROWS_WITH_AS(Config::parse(2, help, heads), doctest::Contains("option --help takes no value"), Error);
 }
 }
+
+TEST_SUITE("cpu") {
+TEST_CASE("a configuration key declared twice (two policy homes' config_keys) is named, not silently dropped") {
+  auto keys = detail::config_keys();  // the library's own table has every key once
+  CHECK_NOTHROW(detail::check_unique_keys(keys));
+  const auto ema = std::find_if(keys.begin(), keys.end(), [](const ConfigKey& k) { return k.name == "ema.decay"; });
+  REQUIRE(ema != keys.end());
+  keys.push_back(*ema);  // a home of a program's own that declares ema.decay again
+  CHECK_THROWS_WITH_AS(detail::check_unique_keys(keys), doctest::Contains("configuration key ema.decay is declared twice"), Error);
+}
+}

@@ -99,6 +99,9 @@ EPL_LINKED std::vector<std::string_view> schedule_names();
 EPL_LINKED std::vector<std::pair<std::string_view, std::string_view>> schedule_aliases();
 EPL_LINKED std::string_view schedule_help();
 EPL_LINKED const std::vector<ConfigKey>& config_keys();
+// Fails naming a key that two entries declare: a policy home's key that another home or the
+// library's table has already (the second would be ignored, its default and range with it).
+EPL_LINKED void check_unique_keys(const std::vector<ConfigKey>& keys);
 
 /// An environment variable epl reads that is not a configuration key: a whole number in [min, max].
 struct LibraryVariable {

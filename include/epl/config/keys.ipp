@@ -2,6 +2,8 @@
 /// \file
 /// \brief The bodies of the key table's functions (config/keys.hpp declares them): included by that
 /// header in a header-only program, or compiled once into epl::precompiled (core/linked.hpp).
+#include <set>
+
 #include "epl/config/keys.hpp"
 
 namespace epl {
@@ -89,9 +91,18 @@ EPL_LINKED const std::vector<ConfigKey>& config_keys() {
     auto policies = policy::config_keys();
     const auto after = std::find_if(all.rbegin(), all.rend(), [](const ConfigKey& k) { return k.name.starts_with("pipeline."); }).base();
     all.insert(after, policies.begin(), policies.end());
+    check_unique_keys(all);
     return all;
   }();
   return keys;
+}
+
+EPL_LINKED void check_unique_keys(const std::vector<ConfigKey>& keys) {
+  std::set<std::string_view> seen;
+  for (const auto& k : keys)
+    EPL_CHECK(seen.insert(k.name).second, "configuration key ", k.name, " is declared twice (", k.help, "): a policy home's "
+              "config_keys() (policy/homes/) repeats a key another home or the library's table declares; give the key one home, "
+              "or name the new one apart (its own prefix)");
 }
 
 EPL_LINKED const std::vector<LibraryVariable>& library_variables() {
