@@ -59,6 +59,16 @@ inline double max_rel_diff(const std::vector<double>& a, const std::vector<doubl
   for (std::size_t i = 0; i < a.size(); ++i) m = std::max(m, std::abs(a[i] - b[i]) / std::max(1.0, std::abs(b[i])));
   return m;
 }
+/// The rows of `whole` (the values of a [rows, ...] tensor laid flat) that `part` (count of them)
+/// holds, from row `first`: a rank's trainer.predict against one device's.
+inline std::vector<double> rows_like(const std::vector<double>& whole, std::int64_t rows, const std::vector<double>& part,
+                                     std::int64_t first) {
+  const auto per = static_cast<std::int64_t>(whole.size()) / rows;
+  REQUIRE(static_cast<std::int64_t>(part.size()) % per == 0);
+  REQUIRE(first * per + static_cast<std::int64_t>(part.size()) <= static_cast<std::int64_t>(whole.size()));
+  const auto from = whole.begin() + first * per;
+  return {from, from + static_cast<std::ptrdiff_t>(part.size())};
+}
 
 /// Learnable token ids, (i^2 + 3i) mod 29, over a vocabulary of 32.
 inline data::TokenDataset token_corpus(std::size_t n) {

@@ -1,7 +1,8 @@
 // Pipeline over MPI processes: the GPT cut into stages across the processes of this mpirun
 // (2 stages, and as many stages as processes; with 4 processes also 2 stages x 2 replicas),
 // every schedule and m in {1, 4, 8}, equals the same run on one device with the same global
-// batch: the loss of every step on every rank, and every parameter a rank holds.
+// batch: the loss of every step on every rank, every parameter a rank holds, and every rank's
+// prediction of a held-out batch.
 #include <map>
 
 #include "../../examples/gpt/gpt.hpp"
@@ -15,6 +16,8 @@ namespace {
 struct Run {
   std::vector<double> losses;
   std::map<std::int64_t, std::vector<double>> params;  // by ordinal: those this rank holds
+  std::vector<double> outputs;                         // trainer.predict on a held-out batch: this rank's rows
+  std::int64_t first_row = 0;
 };
 template <class Make>
 Run train(Context& ctx, const Config& cfg, Make make) {
@@ -23,6 +26,9 @@ Run train(Context& ctx, const Config& cfg, Make make) {
   data::WindowLoader loader(ds, 8, 8, 17, t.data_shard());
   Run r;
   for (int s = 0; s < 4; ++s) r.losses.push_back(t.step(loader.next(ctx.cpu())));
+  data::WindowLoader held_out(ds, 8, 8, 29, t.data_shard());
+  r.outputs = test::values(t.predict(held_out.next(ctx.cpu()).inputs));  // the last stage's, on every stage
+  r.first_row = t.data_shard().first_of(8);
   nn::for_each_parameter(t.model(), [&](nn::Parameter& p) {
     if (p.materialized()) r.params[p.ordinal] = test::values(p.value);
   });
@@ -55,6 +61,7 @@ TEST_CASE("mpi: a pipeline over MPI processes equals one device, every schedule,
         CHECK(test::max_rel_diff(got.losses, ref.losses) < 1e-5);
         CHECK_FALSE(got.params.empty());
         for (const auto& [ordinal, values] : got.params) CHECK(test::max_rel_diff(values, ref.params.at(ordinal)) < 1e-5);
+        CHECK(test::max_rel_diff(got.outputs, test::rows_like(ref.outputs, 8, got.outputs, got.first_row)) < 1e-5);
       }
     }
   }

@@ -1,6 +1,7 @@
 // Split over MPI processes: the GPT with its embedding, blocks and head split over every process
 // of this mpirun (2 or 4; with 4 also 2-way split x 2 replicas), a colocated backbone and split
-// classifier, and an expert-parallel MoE each equal the same run on one device.
+// classifier, and an expert-parallel MoE each equal the same run on one device (the GPT's and the
+// MoE's predictions of a held-out batch too).
 #include <map>
 
 #include "../../examples/gpt/gpt.hpp"
@@ -32,6 +33,8 @@ nn::MoE moe() { return nn::MoE({.dim = 16, .hidden = 24, .experts = 4, .top_k = 
 struct Run {
   std::vector<double> losses;
   std::map<std::int64_t, nn::Parameter> params;  // by ordinal: this rank's part, its values and spec
+  std::vector<double> outputs;                    // trainer.predict on a held-out batch: this rank's rows, whole
+  std::int64_t first_row = -1;                    // -1: not predicted
 };
 template <class Model>
 Run train(Context& ctx, Model model) {
@@ -42,6 +45,9 @@ Run train(Context& ctx, Model model) {
   data::WindowLoader loader(ds, 8, 8, 17, t.data_shard());
   Run r;
   for (int s = 0; s < 4; ++s) r.losses.push_back(t.step(loader.next(ctx.cpu())));
+  data::WindowLoader held_out(ds, 8, 8, 29, t.data_shard());
+  r.outputs = test::values(t.predict(held_out.next(ctx.cpu()).inputs));  // the vocabulary's columns gathered
+  r.first_row = t.data_shard().first_of(8);
   nn::for_each_parameter(t.model(), [&](nn::Parameter& p) {
     if (p.materialized()) r.params[p.ordinal] = p;
   });
@@ -59,6 +65,7 @@ void expect_equal(const Run& got, const Run& ref) {
     split += !p.shard.whole();
   }
   CHECK(split > 0);
+  if (got.first_row >= 0) CHECK(test::max_rel_diff(got.outputs, test::rows_like(ref.outputs, 8, got.outputs, got.first_row)) < 1e-5);
 }
 }  // namespace
 

@@ -79,11 +79,11 @@ TEST_CASE("a batch that does not divide into micro-batches names both numbers") 
                                            "environment) micro-batches"), Error);
   }
   Batch empty{test::ids({0, 8}, 256, 1), test::ids({0, 8}, 256, 2)};  // zero rows: once "a multiple of 3"
-  CHECK_THROWS_WITH_AS(t.step(empty), doctest::Contains("the batch has no rows; give every step and evaluation at least one row per "
-                                                       "micro-batch (pipeline.num_micro_batch = 3)"), Error);
+  CHECK_THROWS_WITH_AS(t.step(empty), doctest::Contains("the batch has no rows; give every step, evaluation and prediction at least "
+                                                       "one row per micro-batch (pipeline.num_micro_batch = 3)"), Error);
   // an evaluation of no rows returned nan (a stranger's finding)
-  CHECK_THROWS_WITH_AS((void)t.evaluate(empty), doctest::Contains("the batch has no rows; give every step and evaluation at least one row"),
-                       Error);
+  CHECK_THROWS_WITH_AS((void)t.evaluate(empty),
+                       doctest::Contains("the batch has no rows; give every step, evaluation and prediction at least one row"), Error);
   // rows of no tokens trained to a loss of nan, blamed on the learning rate (a stranger's finding)
   Batch no_tokens{test::ids({3, 0}, 256, 1), test::ids({3, 0}, 256, 2)};
   CHECK_THROWS_WITH_AS(t.step(no_tokens), doctest::Contains("the batch's inputs [3, 0] hold no values: each row needs at least one"),

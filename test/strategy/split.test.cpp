@@ -274,6 +274,21 @@ TEST_CASE("colocated: a replicated backbone and a split classifier on the same 2
   check(4, [] { return Colocated<4>{Replicate<4, Backbone>(backbone()), Split<4, Classifier>(Classifier{nn::Linear(8, classes)})}; }, 4);
   // 2 x 2: two replicas of a colocated pair
   check(4, [] { return Colocated<2>{Replicate<2, Backbone>(backbone()), Split<2, Classifier>(Classifier{nn::Linear(8, classes)})}; }, 2);
+  // the split part gathers its group's rows: a rank of other many rows in an evaluation or a
+  // prediction is named (it failed inside the gather, a stranger's finding)
+  for (const bool predict : {true, false}) {
+    CAPTURE(predict);
+    CHECK_THROWS_WITH_AS(comm::run_threads(2, [&](comm::ThreadCommunicator& c) {
+      Context ctx(c, 466 + c.rank());
+      Trainer<Colocated<2>, optim::SGD> t(ctx, cfg, Colocated<2>{Replicate<2, Backbone>(backbone()),
+                                                                 Split<2, Classifier>(Classifier{nn::Linear(8, classes)})}, optim::SGD({}));
+      const Tensor x = test::random({3 + c.rank(), 12}, 7);
+      if (predict) (void)t.predict(x);
+      else (void)t.evaluate({x, test::ids({3 + c.rank()}, classes, 8)});
+    }, {.report = false}), doctest::Contains((std::string("in trainer.") + (predict ? "predict" : "evaluate") + "() after step 0 "
+                                              "tensor-parallel rank 1 of a split group got 4 rows and its tensor-parallel rank 0 3").c_str()),
+                         Error);
+  }
 }
 
 TEST_CASE("separate placement (EPL's, without the key): the backbone on N ranks, the split classifier on N others, equal one device") {

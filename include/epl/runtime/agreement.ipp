@@ -75,7 +75,7 @@ EPL_LINKED void check_batch(const Tensor& inputs, const Tensor& targets, DeviceI
   // a sequence of length 0 ([8, 0] ids) trained to a loss of nan, blamed on the learning rate (a stranger's finding)
   EPL_CHECK(rows == 0 || inputs.numel() > 0, "the batch's inputs ", inputs.shape(), " hold no values: each row needs at least one "
             "token or feature (a window of seq_len 1 or more)");
-  EPL_CHECK(rows > 0, "the batch has no rows; give every step and evaluation at least one row",
+  EPL_CHECK(rows > 0, "the batch has no rows; give every step, evaluation and prediction at least one row",
             m > 1 ? " per micro-batch (pipeline.num_micro_batch = " + std::to_string(m) + ")" : std::string());
   EPL_CHECK(rows % m == 0, "this rank's batch of ", rows, " samples does not divide into pipeline.num_micro_batch = ", m, m_from,
             " micro-batches; make ", ranks > 1 && !uneven ? "the global batch a multiple of " + std::to_string(ranks * m) + " (" +

@@ -115,7 +115,18 @@ EPL_LINKED void StepGroups::check_rows(const Tensor& inputs, const Tensor& targe
 
 EPL_LINKED void StepGroups::check_evaluation_rows(const Tensor& inputs, const Tensor& targets, std::int64_t step, const Download& download,
                                                   const char* call) {
-  rows_agree(inputs, targets, std::string("in ") + call + " after step " + std::to_string(step), download);
+  const std::string when = std::string("in ") + call + " after step " + std::to_string(step);
+  if (tensor_.valid() && rows_over_tensor_) {  // a step's equal shares are the world's check (agree_on_call)
+    std::int64_t mine = inputs.dim(0);
+    std::vector<std::int64_t> all(static_cast<std::size_t>(tensor_.size()));
+    tensor_.all_gather(comm::Buffer(&mine, 1, DType::kI64), comm::Buffer(all.data(), tensor_.size(), DType::kI64));
+    for (std::size_t r = 1; r < all.size(); ++r)
+      EPL_CHECK(all[r] == all[0], when, " tensor-parallel rank ", r, " of a split group got ", all[r], " rows and its tensor-parallel "
+                "rank 0 ", all[0], "; the split part gathers the rows of every rank of its group (cluster.colocate_split_and_replicate, "
+                "or a split stage after a replicated one), so each rank gives as many: cut the batch evenly (trainer.data_shard()), "
+                "or give a remainder that does not divide whole to every rank");
+  }
+  rows_agree(inputs, targets, when, download);
 }
 
 EPL_LINKED void StepGroups::rows_agree(const Tensor& inputs, const Tensor& targets, const std::string& when, const Download& download) {
