@@ -74,6 +74,13 @@ Row measure(const std::string& schedule, int p, int m, double forward_ms, int st
                                                                                      "_m" + std::to_string(m) + "_" + std::to_string(::getpid()) + ".json")).string()
                                          : trace;
   cfg.set(epl::keys::num_micro_batch, m).set(epl::keys::trace, file);
+  struct Removed {  // the temporary trace goes when the run ends, a throwing one too
+    std::string file;
+    ~Removed() {
+      std::error_code ignored;
+      if (!file.empty()) std::filesystem::remove(file, ignored);
+    }
+  } removed{trace.empty() ? file : std::string()};
   std::vector<double> bubbles, step_secs;
   std::mutex mutex;
   epl::comm::run_threads(p, [&](epl::comm::ThreadCommunicator& c) {
@@ -99,7 +106,6 @@ Row measure(const std::string& schedule, int p, int m, double forward_ms, int st
       step_secs.push_back(secs);
     }
   }, {.threads_per_rank = 1, .report = false});  // main prints the error once
-  if (trace.empty()) std::filesystem::remove(file);
   Row r{schedule, p, m, v};
   for (double b : bubbles) r.measured += b / static_cast<double>(bubbles.size());
   std::sort(step_secs.begin(), step_secs.end());

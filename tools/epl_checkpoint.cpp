@@ -39,10 +39,12 @@ int main(int argc, char** argv) try {
     const auto& m = r.manifest();
     std::printf("%s: step %lld, %zu tensors in %zu pieces, %zu files\n", dir.c_str(), static_cast<long long>(m.step), m.tensors.size(),
                 m.pieces.size(), m.files.size());
-    for (const auto& [k, v] : m.scalars) std::printf("  %s = %s\n", k.c_str(), v.c_str());
+    using epl::detail::printable;  // a value holding a newline stays on its line
+    for (const auto& [k, v] : m.scalars) std::printf("  %s = %s\n", k.c_str(), printable(v).c_str());
     for (const auto& [k, v] : m.config) {  // what the run was given, and where, or defaulted
       const auto from = m.given.find(k);
-      std::printf("  config %s = %s%s\n", k.c_str(), v.c_str(), from == m.given.end() ? "" : (" (" + from->second + ")").c_str());
+      std::printf("  config %s = %s%s\n", k.c_str(), printable(v).c_str(),
+                  from == m.given.end() ? "" : (" (" + from->second + ")").c_str());
     }
     std::uint64_t bytes = 0;
     std::size_t not_finite = 0;

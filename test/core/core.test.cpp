@@ -209,6 +209,13 @@ TEST_CASE("error: a program's own epl::Error is located where it is thrown") {
   CHECK(std::string(e.what()).find("core.test.cpp:") != std::string::npos);
 }
 
+TEST_CASE("error: a quoted value shows on one line, its control characters escaped, and long ones cut") {
+  CHECK(detail::quoted("a\nb\tc\rd\x1b") == "\"a\\nb\\tc\\rd\\x1b\"");
+  CHECK(detail::quoted("plain, café") == "\"plain, café\"");  // UTF-8 passes as it is
+  CHECK(detail::quoted(std::string(70, 'x')) == "\"" + std::string(64, 'x') + "...\" (70 characters)");
+  CHECK(detail::printable("line 1\nline 2") == "line 1\\nline 2");
+}
+
 TEST_CASE("random: counter-based values are pure functions of (key, index)") {
   auto k = stream_key(5, 3);
   CHECK(uniform01(k, 10) == uniform01(k, 10));

@@ -355,6 +355,15 @@ TEST_CASE("program flags: every bad input is an error naming the option") {
   CHECK_THROWS_WITH_AS((void)code.get<std::int64_t>("stpes"), doctest::Contains("unknown key \"stpes\""), Error);
 }
 
+TEST_CASE("value_text holds a text whole, as the agreement and a checkpoint compare it; a message cuts and escapes it") {
+  Config c;
+  const std::string dir = "/data/runs/" + std::string(80, 'r') + "\nnext";
+  c.set(keys::checkpoint_dir, dir);
+  CHECK(c.value_text("checkpoint.dir") == "\"" + dir + "\"");
+  CHECK(detail::value_str(ConfigValue{dir}) == "\"/data/runs/" + std::string(53, 'r') + "...\" (96 characters)");
+  CHECK(detail::value_str(ConfigValue{std::string("a\nb")}) == "\"a\\nb\"");
+}
+
 TEST_CASE("the names Megatron and DeepSpeed users type are accepted as aliases, and held as EPL's") {
   Config c;
   for (const auto& [given, held] : std::vector<std::pair<std::string, std::string>>{

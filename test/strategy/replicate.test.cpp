@@ -194,6 +194,12 @@ TEST_CASE("replicate: ranks that differ in a hyper-parameter, the seed, the lear
                        doctest::Contains("disagree on field 0 of the optimizer's options"), Error);
   CHECK_THROWS_WITH_AS(run([](int r, gpt::Shape&, double&, TrainerOptions&, Config& c) { c.set(keys::num_micro_batch, 1 + r); }),
                        doctest::Contains("disagree on config key pipeline.num_micro_batch"), Error);
+  // a text that differs past its 64th character (compared cut, these two agreed)
+  const std::string long_dir = "/tmp/epl-agreement/" + std::string(60, 'd') + "/rank-";
+  CHECK_THROWS_WITH_AS(run([&](int r, gpt::Shape&, double&, TrainerOptions&, Config& c) {
+                         c.set(keys::checkpoint_dir, long_dir + std::to_string(r));
+                       }),
+                       doctest::Contains("disagree on config key checkpoint.dir"), Error);
   // given empty and not given print alike, but mean two things (zero.level: no ZeRO, or the
   // program's epl::Zero<k>); one rank waited out the timeout in a collective the other never made
   for (int given_on : {0, 1}) {

@@ -32,7 +32,9 @@ namespace epl {
 inline namespace v0 {
 
 namespace detail {
-EPL_LINKED std::string value_str(const ConfigValue& v);
+/// A value for a message (strings quoted, cut after 64 characters, their control characters
+/// escaped); whole: every character as it is, for what compares or saves values (value_text).
+EPL_LINKED std::string value_str(const ConfigValue& v, bool whole = false);
 EPL_LINKED std::string type_str(const ConfigValue& v);
 /// Levenshtein distance, for "did you mean".
 EPL_LINKED std::size_t edit_distance(std::string_view a, std::string_view b);
@@ -171,8 +173,9 @@ class Config {
   [[nodiscard]] T get(const Flag<T>& flag) const {
     return get<T>(flag.spec().name);
   }
-  /// \brief A key's value as text (strings quoted).
-  [[nodiscard]] std::string value_text(std::string_view key) const { return detail::value_str(entry(key).value); }
+  /// \brief A key's value as text (strings quoted, whole: the ranks' agreement compares it and a
+  /// checkpoint's manifest saves it).
+  [[nodiscard]] std::string value_text(std::string_view key) const { return detail::value_str(entry(key).value, true); }
   /// \brief Where a key's value came from (a Source; Config::name_of(source) as text).
   [[nodiscard]] Source source(std::string_view key) const { return entry(key).source; }
   /// \brief A Source as describe() prints it: "default", "environment", "command line" or "code".

@@ -9,14 +9,16 @@ namespace epl {
 inline namespace v0 {
 
 namespace detail {
-EPL_LINKED std::string value_str(const ConfigValue& v) {
-  return std::visit([](const auto& x) -> std::string {
+EPL_LINKED std::string value_str(const ConfigValue& v, bool whole) {
+  // cut, two ranks' checkpoint.dir differing past the 64th character were taken to agree
+  const auto quote = [whole](const std::string& text) { return whole ? "\"" + text + "\"" : detail::quoted(text); };
+  return std::visit([&quote](const auto& x) -> std::string {
     using T = std::decay_t<decltype(x)>;
     if constexpr (std::is_same_v<T, bool>) return x ? "true" : "false";
-    else if constexpr (std::is_same_v<T, std::string>) return detail::quoted(x);
+    else if constexpr (std::is_same_v<T, std::string>) return quote(x);
     else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
       std::string s = "[";
-      for (const auto& e : x) s += (s.size() > 1 ? ", " : "") + detail::quoted(e);
+      for (const auto& e : x) s += (s.size() > 1 ? ", " : "") + quote(e);
       return s + "]";
     } else if constexpr (std::is_same_v<T, double>) {
       return concat(x);

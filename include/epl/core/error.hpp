@@ -102,8 +102,11 @@ inline std::atomic<int>& unthrown_failures() noexcept {
 }
 
 /// A user-supplied value for a message: quoted, and cut after 64 characters with its length, so
-/// a megabyte of bad input is not repeated whole in the error.
+/// a megabyte of bad input is not repeated whole in the error; its control characters escaped.
 EPL_LINKED std::string quoted(std::string_view text, std::size_t keep = 64);
+/// text on one line: its control characters written as C escapes (\n, \t, \r, \x1b), so that a
+/// value holding a newline neither breaks a message nor a listing (epl-checkpoint show).
+EPL_LINKED std::string printable(std::string_view text);
 }  // namespace detail
 
 }  // namespace v0

@@ -16,10 +16,27 @@ EPL_LINKED std::string with_rank(int rank, const std::string& what) {
 }
 
 EPL_LINKED std::string quoted(std::string_view text, std::size_t keep) {
-  std::string out = "\"";
-  out.append(text.substr(0, keep));
+  std::string out = "\"" + printable(text.substr(0, keep));
   if (text.size() <= keep) return out.append("\"");
   return out.append("...\" (").append(std::to_string(text.size())).append(" characters)");
+}
+
+EPL_LINKED std::string printable(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (const char ch : text) {
+    const auto u = static_cast<unsigned char>(ch);
+    if (ch == '\n') out += "\\n";
+    else if (ch == '\t') out += "\\t";
+    else if (ch == '\r') out += "\\r";
+    else if (u < 0x20 || u == 0x7f) {
+      constexpr char kHex[] = "0123456789abcdef";
+      out += "\\x";
+      out += kHex[u >> 4];
+      out += kHex[u & 15];
+    } else out += ch;
+  }
+  return out;
 }
 }  // namespace detail
 
