@@ -35,7 +35,8 @@ class Pipeline {
                 "epl::Replicate<1, Layer>)");
   static_assert(((devices_per_replica_v<Stages> == devices_per_replica_v<std::tuple_element_t<0, std::tuple<Stages...>>>) && ...),
                 "epl::Pipeline<Stages...>: every stage must span the same number of devices of one pipeline replica: a "
-                "Replicate<D, ...> stage spans 1 (its D replicas are data parallel), a Split<N, ...> stage N; uneven "
+                "Replicate<D, ...> stage spans D, a Split<N, ...> stage 1 (its N ranks are the tensor axis, over which "
+                "the other stages run replicated: beside a Split every stage is Replicate<1, ...> or a Split); uneven "
                 "stages are not supported (a replicated backbone followed by a split part on other devices is a plain "
                 "struct { Replicate<N, ...>; Split<N, ...>; } without cluster.colocate_split_and_replicate: docs/split.md)");
 
