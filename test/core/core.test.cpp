@@ -145,6 +145,79 @@ TEST_CASE("memory: a host block larger than the memory left is refused naming th
   CHECK(fits.span<float>()[1024 * 1024 - 1] == 0.0f);
 }
 
+namespace {
+// Raw memory of a test's own, full at `limit` bytes: what the caching allocator draws and returns.
+struct LimitedRaw {
+  static constexpr bool kRetryAfterRelease = true;
+  static inline std::size_t held = 0, limit = 0;
+  static inline int released_calls = 0;
+  static void* allocate(DeviceId, std::size_t size) {
+    EPL_CHECK(held + size <= limit, "the test's memory is full");
+    held += size;
+    auto* p = static_cast<std::size_t*>(std::malloc(sizeof(std::size_t)));
+    *p = size;
+    return p;
+  }
+  static void release(void* p) noexcept {
+    held -= *static_cast<std::size_t*>(p);
+    std::free(p);
+  }
+  static void released() noexcept { ++released_calls; }
+};
+}  // namespace
+
+TEST_CASE("memory: the caching allocator gives back what no allocation since the last trim needed, and retries a failed draw") {
+  constexpr std::size_t kMiB = std::size_t{1} << 20;
+  LimitedRaw::limit = 10 * kMiB;
+  CachingAllocator<LimitedRaw> a(DeviceId{DeviceKind::kHost, 900});
+  const auto reserved = [&] { return memory_stats(a.device()).reserved; };
+  // a step's sizes recur every step: kept
+  void* first = a.allocate(2 * kMiB);
+  a.deallocate(first, 2 * kMiB);
+  CHECK(a.trim() == 0);  // drawn since the last trim
+  const auto step = [&] {
+    void* p = a.allocate(2 * kMiB);
+    CHECK(p == first);
+    a.deallocate(p, 2 * kMiB);
+  };
+  for (int i = 0; i < 3; ++i) {
+    step();
+    CHECK(a.trim() == 0);
+  }
+  // a size drawn once (start-up's whole model under ZeRO-3) goes at the second trim after its use
+  void* once = a.allocate(4 * kMiB);
+  a.deallocate(once, 4 * kMiB);
+  step();
+  CHECK(a.trim() == 0);
+  CHECK(LimitedRaw::held == 6 * kMiB);
+  step();
+  CHECK(a.trim() == 4 * kMiB);
+  CHECK(LimitedRaw::held == 2 * kMiB);
+  CHECK(reserved() == static_cast<std::int64_t>(2 * kMiB));
+  CHECK(LimitedRaw::released_calls == 1);
+  // of three cached blocks of a size, the one that stayed cached throughout goes
+  void* three[3];
+  for (auto& p : three) p = a.allocate(kMiB);
+  for (auto* p : three) a.deallocate(p, kMiB);
+  step();
+  CHECK(a.trim() == 0);
+  void* two[2] = {a.allocate(kMiB), a.allocate(kMiB)};
+  for (auto* p : two) a.deallocate(p, kMiB);
+  step();
+  CHECK(a.trim() == kMiB);
+  CHECK(LimitedRaw::held == 4 * kMiB);
+  // a draw the device refuses is tried again once the cache is given back
+  void* big = a.allocate(7 * kMiB);
+  CHECK(LimitedRaw::held == 7 * kMiB);
+  CHECK(reserved() == static_cast<std::int64_t>(7 * kMiB));
+  // with nothing cached to give back, the device's error stands
+  CHECK_THROWS_WITH_AS(a.allocate(4 * kMiB), doctest::Contains("the test's memory is full"), Error);
+  a.deallocate(big, 7 * kMiB);
+  CHECK(a.release_cached() == 7 * kMiB);
+  CHECK(LimitedRaw::held == 0);
+  CHECK(reserved() == 0);
+}
+
 TEST_CASE("dtype: casts through half and bfloat16 round to the nearest representable value") {
   auto& d = test::cpu();
   Tensor x = test::tensor({4}, {1.0, -2.5, 3.14159265, 65504.0});

@@ -4,11 +4,13 @@
 ///
 /// Every tensor's storage is charged to one (device, category) account while it lives, so
 /// the savings of ZeRO, checkpointing and offload are measured in bytes, not claimed.
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -134,8 +136,14 @@ class Allocator {
 /// \brief An Allocator that caches freed blocks by rounded size and hands them out again, over
 /// raw allocate/release functions of one device. Caching matters: a training step frees and
 /// reallocates the same sizes every step; host memory returned to the system is page-faulted
-/// anew, and cudaMalloc synchronises the device.
-/// \tparam Raw has static void* allocate(DeviceId, std::size_t) and void release(void*) noexcept
+/// anew, and cudaMalloc synchronises the device. What a step does not reuse goes back: trim()
+/// (the Trainer's, after each step, evaluation and prediction) returns the blocks of each size
+/// that stayed cached through the whole time since the last trim (start-up's whole-model
+/// buffers under ZeRO-3, another batch's activations), so a run's memory follows what it uses,
+/// not every size it ever drew. A Raw that declares kRetryAfterRelease gets its failed
+/// allocation tried once more after every cached block is returned.
+/// \tparam Raw has static void* allocate(DeviceId, std::size_t) and void release(void*) noexcept;
+/// optionally static void released() noexcept, called after a trim released blocks
 template <class Raw>
 class CachingAllocator final : public Allocator {
  public:
@@ -148,41 +156,83 @@ class CachingAllocator final : public Allocator {
     auto size = round(bytes);
     {
       std::lock_guard lock(mutex_);
-      auto& list = free_[size];
-      if (!list.empty()) {
-        void* p = list.back();
-        list.pop_back();
+      auto& cls = free_[size];
+      if (!cls.blocks.empty()) {
+        void* p = cls.blocks.back();
+        cls.blocks.pop_back();
+        cls.idle = std::min(cls.idle, cls.blocks.size());
         return p;
       }
+      cls.idle = 0;
     }
-    void* p = Raw::allocate(device_, size);
+    void* p = nullptr;
+    if constexpr (requires { Raw::kRetryAfterRelease; }) {
+      try {
+        p = Raw::allocate(device_, size);
+      } catch (const Error&) {  // the cache's other sizes may hold what this one needs
+        if (release_cached() == 0) throw;
+        p = Raw::allocate(device_, size);
+      }
+    } else {
+      p = Raw::allocate(device_, size);
+    }
     memory_account(device_).reserve(static_cast<std::int64_t>(size));
     return p;
   }
   void deallocate(void* p, std::size_t bytes) noexcept override {
     if (!p) return;
     std::lock_guard lock(mutex_);
-    try { free_[round(bytes)].push_back(p); } catch (...) { Raw::release(p); }
+    try { free_[round(bytes)].blocks.push_back(p); } catch (...) { release_one(p, round(bytes)); }
   }
   [[nodiscard]] DeviceId device() const noexcept override { return device_; }
-  /// \brief Returns cached blocks to the device.
-  void release_cached() noexcept {
-    std::lock_guard lock(mutex_);
-    for (auto& [size, list] : free_) {
-      for (void* p : list) Raw::release(p);
-      memory_account(device_).reserve(-static_cast<std::int64_t>(size * list.size()));
-      list.clear();
-    }
-  }
+  /// \brief Returns every cached block to the device; the bytes returned.
+  std::size_t release_cached() noexcept { return release(true); }
+  /// \brief Returns, of each size, the cached blocks that none of the allocations since the last
+  /// trim needed (the fewest the size held free in that time), and starts that count anew; the
+  /// bytes returned. A size a step draws each step keeps its blocks.
+  std::size_t trim() noexcept { return release(false); }
 
  private:
+  struct Blocks {
+    std::vector<void*> blocks;
+    std::size_t idle = 0;  // the fewest blocks cached at once since the last trim: none of them was needed
+  };
   static std::size_t round(std::size_t bytes) {
     std::size_t step = bytes < (1u << 20) ? 256 : (1u << 16);
     return std::max<std::size_t>(step, (bytes + step - 1) / step * step);
   }
+  void release_one(void* p, std::size_t size) noexcept {
+    Raw::release(p);
+    memory_account(device_).reserve(-static_cast<std::int64_t>(size));
+  }
+  std::size_t release(bool all) noexcept {
+    std::vector<std::pair<void*, std::size_t>> gone;
+    {
+      std::lock_guard lock(mutex_);
+      for (auto it = free_.begin(); it != free_.end();) {
+        auto& cls = it->second;
+        const std::size_t n = all ? cls.blocks.size() : std::min(cls.idle, cls.blocks.size());
+        for (std::size_t i = 0; i < n; ++i) {
+          try { gone.emplace_back(cls.blocks.back(), it->first); } catch (...) { release_one(cls.blocks.back(), it->first); }
+          cls.blocks.pop_back();
+        }
+        cls.idle = cls.blocks.size();
+        it = cls.blocks.empty() ? free_.erase(it) : std::next(it);
+      }
+    }
+    std::size_t bytes = 0;
+    for (const auto& [p, size] : gone) {
+      release_one(p, size);
+      bytes += size;
+    }
+    if constexpr (requires { Raw::released(); }) {
+      if (bytes > 0) Raw::released();
+    }
+    return bytes;
+  }
   DeviceId device_;
   std::mutex mutex_;
-  std::map<std::size_t, std::vector<void*>> free_;
+  std::map<std::size_t, Blocks> free_;
 };
 
 namespace detail {
@@ -211,6 +261,10 @@ inline constexpr std::int64_t kHostReserve = std::int64_t{256} << 20;
 /// Bytes as whole MiB, for messages.
 [[nodiscard]] inline std::string mib(double bytes) { return std::to_string(static_cast<std::int64_t>(bytes / (1 << 20))) + " MiB"; }
 
+/// Hands the C library's freed host memory back to the system (glibc's malloc_trim: blocks below
+/// its mmap threshold stay in its heap when freed); nothing elsewhere.
+EPL_LINKED void return_freed_host_memory() noexcept;
+
 /// A large host block (kHugePage bytes or more) for `d`, from host_bytes (nullptr as it gives),
 /// taken and filled while no other thread takes one, and refused if it would not leave
 /// kHostReserve of the memory available. Thread ranks share one machine's memory: unchecked, each
@@ -221,12 +275,14 @@ EPL_LINKED void* large_host_block(DeviceId d, std::size_t size);
 
 /// Host memory, from host_bytes; a large block through large_host_block.
 struct HostMemory {
+  static constexpr bool kRetryAfterRelease = true;  // a cached block of another size is host memory too
   static void* allocate(DeviceId d, std::size_t size) {
     void* p = size >= kHugePage ? large_host_block(d, size) : host_bytes(size);
     EPL_CHECK(p != nullptr, "host allocation of ", size, " bytes failed on ", d.str(), "; reduce the batch or model size");
     return p;
   }
   static void release(void* p) noexcept { std::free(p); }
+  static void released() noexcept { return_freed_host_memory(); }
 };
 }  // namespace detail
 

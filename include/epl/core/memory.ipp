@@ -4,6 +4,9 @@
 /// them): included by that header in a header-only program, or compiled once into
 /// epl::precompiled (core/linked.hpp).
 #include <sys/mman.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #include <algorithm>
 #include <cstdio>
@@ -54,6 +57,12 @@ EPL_LINKED std::int64_t available_host_bytes() noexcept {
   const std::int64_t limit = file_number("/sys/fs/cgroup/memory.max", ""), used = file_number("/sys/fs/cgroup/memory.current", "");
   if (limit >= 0 && used >= 0) left = left < 0 ? std::max<std::int64_t>(0, limit - used) : std::min(left, std::max<std::int64_t>(0, limit - used));
   return left;
+}
+
+EPL_LINKED void return_freed_host_memory() noexcept {
+#if defined(__GLIBC__)
+  (void)malloc_trim(0);
+#endif
 }
 
 EPL_LINKED void* large_host_block(DeviceId d, std::size_t size) {

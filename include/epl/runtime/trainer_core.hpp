@@ -243,6 +243,12 @@ class TrainerCore {
     into(s);
     sync_->after_update();
   }
+  // The device's cached blocks that nothing since the last call needed go back (another batch's
+  // activations), all of them once the run is built (start-up's whole model, which ZeRO shards),
+  // where the device can trim (CPU, Isolated).
+  void trim_cache(bool all = false) noexcept {
+    if constexpr (requires(const D& d) { d.trim_cache(all); }) (void)device_->trim_cache(all);
+  }
   // What the serializer saves and loads: views of the arena, the optimizer and the scaler.
   checkpoint::TrainerState state();
 };
@@ -289,6 +295,7 @@ double TrainerCore<Optimizer, Loss, D, Sync>::step(const Batch& batch) {
         (steps_ == 1 || steps_ % opt_.check_replicas_every == 0))
       compare_replicas();
     if (serializer_.due(steps_)) save(serializer_.dir());
+    trim_cache();
     return loss;
   }
 }
@@ -311,6 +318,7 @@ double TrainerCore<Optimizer, Loss, D, Sync>::evaluate(const Batch& batch) {
       throw;
     }
     sync_->release_all();
+    trim_cache();
     return groups_->stage_loss(loss);
   }
 }
@@ -332,7 +340,9 @@ Tensor TrainerCore<Optimizer, Loss, D, Sync>::predict(const Tensor& inputs) {
       throw;
     }
     sync_->release_all();
-    return groups_->whole_output(*device_, out[0], inputs.dim(0), sharded_output_);
+    Tensor whole = groups_->whole_output(*device_, out[0], inputs.dim(0), sharded_output_);
+    trim_cache();
+    return whole;
   }
 }
 
@@ -400,6 +410,7 @@ void TrainerCore<Optimizer, Loss, D, Sync>::start(const Config& cfg, std::vector
   auto s = state();
   serializer_.open(s);
   if (serializer_.resumed_from()) sync_->after_update();
+  trim_cache(true);
 }
 
 template <class Optimizer, class Loss, class D, class Sync>

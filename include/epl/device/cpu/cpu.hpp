@@ -52,6 +52,15 @@ class BasicCpu {
   [[nodiscard]] Allocator& allocator() const noexcept { return *alloc_; }
   [[nodiscard]] int threads() const { return epl::detail::cpu::threads(); }
   void synchronize() const noexcept {}
+  /// \brief Returns the cached blocks that no allocation since the last trim needed (all: every
+  /// cached block), of this device's pool and of the host pool it offloads to
+  /// (CachingAllocator::trim); the bytes. The Trainer calls it after each step, evaluation and
+  /// prediction, and with all once it is built (start-up's whole model).
+  std::size_t trim_cache(bool all = false) const noexcept {
+    auto& device = host_allocator(id().index);
+    auto& host = offload_allocator(id().index);
+    return all ? device.release_cached() + host.release_cached() : device.trim() + host.trim();
+  }
 
   // ---- memory ------------------------------------------------------------------------
   [[nodiscard]] Tensor empty(Shape s, DType t, MemoryCategory c = MemoryCategory::kActivations) const {

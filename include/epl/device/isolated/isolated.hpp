@@ -221,6 +221,9 @@ class Isolated {
   [[nodiscard]] Allocator& allocator() const noexcept { return *alloc_; }
   [[nodiscard]] int threads() const { return cpu_.threads(); }
   void synchronize() const noexcept {}
+  /// \brief As device::Cpu's: this device's cached blocks no allocation since the last trim
+  /// needed, and its host pool's, go back; the bytes.
+  std::size_t trim_cache(bool all = false) const noexcept { return (all ? alloc_->release_cached() : alloc_->trim()) + cpu_.trim_cache(all); }
   /// \brief The lane a thread communicator moves this device's buffers with.
   [[nodiscard]] std::shared_ptr<Lane> lane() const { return lane_; }
 
