@@ -395,6 +395,39 @@ TEST_CASE("checkpoint: checkpoint.every saves as training goes and checkpoint.di
   CHECK(fs::is_directory(dir.path / "step-00000006"));
 }
 
+TEST_CASE("checkpoint: checkpoint.keep removes the older checkpoints a save completed, never the one just saved") {
+  TempDir dir("keep");
+  Config cfg = config("v2");
+  cfg.set("checkpoint.dir", dir.path.string());
+  cfg.set("checkpoint.every", 1);
+  cfg.set("checkpoint.keep", 2);
+  const auto steps_left = [&] {
+    std::vector<std::string> left;
+    for (const auto& e : fs::directory_iterator(dir.path))
+      if (e.is_directory()) left.push_back(e.path().filename().string());
+    std::sort(left.begin(), left.end());
+    return left;
+  };
+  const Outcome straight = train({.ranks = 2, .cfg = config("v2"), .steps = 6});
+  const Outcome first = train({.ranks = 2, .cfg = cfg, .steps = 4});
+  CHECK(steps_left() == std::vector<std::string>{"step-00000003", "step-00000004"});
+  fs::create_directories(dir.path / "step-00000002" / "mine");  // no manifest: not a save's, so not the run's to remove
+  const Outcome second = train({.ranks = 2, .cfg = cfg, .steps = 2});  // resumes at 4, saves 5 and 6
+  CHECK(second.start == 4);
+  CHECK(second.params == straight.params);
+  CHECK_FALSE(fs::exists(dir.path / "step-00000004"));
+  CHECK(fs::is_directory(dir.path / "step-00000005"));
+  CHECK(fs::is_directory(dir.path / "step-00000006"));
+  CHECK(fs::is_directory(dir.path / "step-00000002" / "mine"));
+  // keep 1: the save just made, even when an older run's later step is there
+  Config one = cfg;
+  one.set("checkpoint.keep", 1);
+  (void)train({.ranks = 2, .cfg = one, .steps = 1});  // resumes at 6, saves 7
+  CHECK(fs::is_directory(dir.path / "step-00000007"));
+  CHECK_FALSE(fs::exists(dir.path / "step-00000006"));
+  CHECK(steps_left() == std::vector<std::string>{"step-00000002", "step-00000007"});
+}
+
 TEST_CASE("checkpoint: the manifest keeps every key's value, where each given one came from, and the program's flags") {
   TempDir dir("given");
   const Flag<std::int64_t> steps{"steps", 100, "optimizer steps"};
@@ -615,6 +648,12 @@ TEST_CASE("checkpoint: misuse is named") {
     Config cfg = config();
     cfg.set("checkpoint.every", 3);
     CHECK(error_of({.cfg = cfg}).find("checkpoint.every = 3 but checkpoint.dir is not set") != std::string::npos);
+  }
+  SUBCASE("checkpoint.keep without checkpoint.dir, and a negative keep") {
+    Config cfg = config();
+    cfg.set("checkpoint.keep", 2);
+    CHECK(error_of({.cfg = cfg}).find("checkpoint.keep = 2 but checkpoint.dir is not set") != std::string::npos);
+    CHECK_THROWS_WITH_AS(cfg.set("checkpoint.keep", -1), doctest::Contains("checkpoint.keep"), Error);
   }
   SUBCASE("a resumed run that does not watch its loader") {
     (void)train({.steps = 1, .save_to = dir.path});

@@ -25,7 +25,7 @@ TEST_CASE("defaults are EPL's") {
   CHECK(c.get<std::string>("amp.loss_scale") == "dynamic");
   CHECK(c.get<bool>("cluster.device_place_prefer_intra_node") == true);
   CHECK(c.get<std::string>("zero.level").empty());
-  CHECK(Config::keys().size() == 39);  // EPL's keys and epl's own (ema.decay the newest)
+  CHECK(Config::keys().size() == 40);  // EPL's keys and epl's own (checkpoint.keep the newest)
   CHECK(c.get(keys::ema_decay) == 0.999);
   CHECK(c.get(keys::sequence_parallel) == false);
   CHECK(c.get(keys::rank_speeds).empty());

@@ -165,6 +165,9 @@ class BasicSerializer {
   // Rank 0: renames the finished directory `partial` to step directory `name`, replacing only a
   // step directory a save wrote.
   static void place(const files::Folder& folder, const std::string& partial, const std::string& name);
+  // Rank 0, after a save (checkpoint.keep): removes the step directories a save completed beyond
+  // the newest keep_ - 1 besides `saved`.
+  void remove_older(const files::Folder& folder, const std::string& saved);
   // Rank 0, holding the lock: removes what saves that did not finish left behind.
   static void remove_unfinished(const files::Folder& folder);
   // The manifest's scalar that holds a layer's options: "layer." and its path.
@@ -214,6 +217,7 @@ class BasicSerializer {
 
   std::string dir_;              // checkpoint.dir
   std::int64_t every_ = 0;       // checkpoint.every
+  std::int64_t keep_ = 0;        // checkpoint.keep
   bool other_data_ = false;      // checkpoint.resume_other_data
   std::string announce_;         // rank 0: "resumed from ...", printed at the first step
   std::vector<std::pair<std::string, std::string>> config_;  // every key's value as text

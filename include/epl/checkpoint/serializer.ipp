@@ -96,6 +96,9 @@ template <class Unused>
 void BasicSerializer<Unused>::configure(const Config& cfg, std::function<void(std::string_view)> phase) {
   dir_ = cfg.get(keys::checkpoint_dir);
   every_ = cfg.get(keys::checkpoint_every);
+  keep_ = cfg.get(keys::checkpoint_keep);
+  EPL_CHECK(keep_ == 0 || !dir_.empty(), "checkpoint.keep = ", keep_, " but checkpoint.dir is not set; give the directory to "
+            "save into (--checkpoint.dir=DIR) or drop checkpoint.keep");
   other_data_ = cfg.get(keys::resume_other_data);
   EPL_CHECK(every_ == 0 || !dir_.empty(), "checkpoint.every = ", every_, " but checkpoint.dir is not set; give the directory to "
             "save into (--checkpoint.dir=DIR) or drop checkpoint.every");
@@ -159,6 +162,7 @@ std::filesystem::path BasicSerializer<Unused>::save(const std::filesystem::path&
     }
     phase("manifest written");
     place(folder, partial, name);
+    if (keep_ > 0) remove_older(folder, name);
   });
   return final_dir;
 }
@@ -180,6 +184,21 @@ void BasicSerializer<Unused>::place(const files::Folder& folder, const std::stri
   folder.rename(partial, name);
   folder.sync();
   folder.remove_tree(aside);
+}
+
+template <class Unused>
+void BasicSerializer<Unused>::remove_older(const files::Folder& folder, const std::string& saved) {
+  // checkpoint.keep: the one just saved, and the newest others up to keep_ in all; only step
+  // directories a save completed (a manifest in them) are counted and removed
+  std::vector<std::pair<std::int64_t, std::string>> others;
+  for (const auto& entry : folder.list()) {
+    const auto step = step_of(entry);
+    if (!step || entry == saved || folder.kind(entry) != files::Kind::kDirectory) continue;
+    if (folder.sub(entry, "checkpoint").kind(kManifest) == files::Kind::kRegular) others.emplace_back(*step, entry);
+  }
+  std::sort(others.begin(), others.end(), std::greater<>());
+  for (std::size_t i = static_cast<std::size_t>(keep_ - 1); i < others.size(); ++i) folder.remove_tree(others[i].second);
+  if (others.size() >= static_cast<std::size_t>(keep_)) folder.sync();
 }
 
 template <class Unused>

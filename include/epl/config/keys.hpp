@@ -85,6 +85,7 @@ inline constexpr Key<double> timeout{"communication.timeout"};
 inline constexpr Key<S> trace{"trace"};
 inline constexpr Key<S> checkpoint_dir{"checkpoint.dir"};
 inline constexpr Key<I> checkpoint_every{"checkpoint.every"};
+inline constexpr Key<I> checkpoint_keep{"checkpoint.keep"};
 inline constexpr Key<bool> resume_other_data{"checkpoint.resume_other_data"};
 inline constexpr Key<S> lr_schedule{"lr.schedule"};
 inline constexpr Key<I> lr_warmup_steps{"lr.warmup_steps"};

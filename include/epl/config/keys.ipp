@@ -76,6 +76,9 @@ EPL_LINKED const std::vector<ConfigKey>& config_keys() {
          "save training checkpoints here (step-N directories) and resume from the newest complete one at start (epl)"},
         {"checkpoint.every", I{0}, {}, 0, 1 << 30, true,
          "save a checkpoint into checkpoint.dir after every this many steps; 0: only resume (epl)"},
+        {"checkpoint.keep", I{0}, {}, 0, 1 << 30, true,
+         "after each save, keep the newest this many checkpoints in checkpoint.dir (the one just saved always) and remove the "
+         "older ones; 0: keep every one (epl)"},
         {"lr.schedule", S{"constant"}, {"constant", "cosine", "linear"}, -kNone, kNone, true,
          "learning rate per optimizer step: constant, or after lr.warmup_steps a cosine or linear decay from the optimizer's lr "
          "to lr.min at step lr.decay_steps (epl)"},
