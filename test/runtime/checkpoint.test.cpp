@@ -412,10 +412,12 @@ TEST_CASE("checkpoint: checkpoint.keep removes the older checkpoints a save comp
   const Outcome first = train({.ranks = 2, .cfg = cfg, .steps = 4});
   CHECK(steps_left() == std::vector<std::string>{"step-00000003", "step-00000004"});
   fs::create_directories(dir.path / "step-00000002" / "mine");  // no manifest: not a save's, so not the run's to remove
+  std::ofstream(dir.path / "step-00000003" / "notes.txt") << "the program's own";  // a save's, with a file of the program's
   const Outcome second = train({.ranks = 2, .cfg = cfg, .steps = 2});  // resumes at 4, saves 5 and 6
   CHECK(second.start == 4);
   CHECK(second.params == straight.params);
   CHECK_FALSE(fs::exists(dir.path / "step-00000004"));
+  CHECK(fs::is_regular_file(dir.path / "step-00000003" / "notes.txt"));
   CHECK(fs::is_directory(dir.path / "step-00000005"));
   CHECK(fs::is_directory(dir.path / "step-00000006"));
   CHECK(fs::is_directory(dir.path / "step-00000002" / "mine"));
@@ -425,7 +427,19 @@ TEST_CASE("checkpoint: checkpoint.keep removes the older checkpoints a save comp
   (void)train({.ranks = 2, .cfg = one, .steps = 1});  // resumes at 6, saves 7
   CHECK(fs::is_directory(dir.path / "step-00000007"));
   CHECK_FALSE(fs::exists(dir.path / "step-00000006"));
-  CHECK(steps_left() == std::vector<std::string>{"step-00000002", "step-00000007"});
+  CHECK(steps_left() == std::vector<std::string>{"step-00000002", "step-00000003", "step-00000007"});
+  // a folder the program saves into itself (trainer.save(dir)) is the program's: not pruned
+  TempDir own("keep-own"), by_hand("keep-by-hand");
+  Config pruned = config("v2");
+  pruned.set("checkpoint.dir", own.path.string());
+  pruned.set("checkpoint.every", 1);
+  pruned.set("checkpoint.keep", 1);
+  (void)train({.ranks = 2, .cfg = pruned, .steps = 2, .save_to = by_hand.path});
+  (void)train({.ranks = 2, .cfg = pruned, .steps = 1, .save_to = by_hand.path});
+  CHECK(fs::is_directory(by_hand.path / "step-00000002"));
+  CHECK(fs::is_directory(by_hand.path / "step-00000003"));
+  CHECK_FALSE(fs::exists(own.path / "step-00000002"));
+  CHECK(fs::is_directory(own.path / "step-00000003"));
 }
 
 TEST_CASE("checkpoint: the manifest keeps every key's value, where each given one came from, and the program's flags") {

@@ -200,6 +200,11 @@ TEST_CASE("replicate: ranks that differ in a hyper-parameter, the seed, the lear
                          c.set(keys::checkpoint_dir, long_dir + std::to_string(r));
                        }),
                        doctest::Contains("disagree on config key checkpoint.dir"), Error);
+  // compared whole, shown cut (and its control characters escaped): a 5000-character value was printed whole
+  CHECK_THROWS_WITH_AS(run([&](int r, gpt::Shape&, double&, TrainerOptions&, Config& c) {
+                         c.set(keys::checkpoint_dir, long_dir + std::to_string(r));
+                       }),
+                       doctest::Contains("...\" (86 characters) given)"), Error);
   // given empty and not given print alike, but mean two things (zero.level: no ZeRO, or the
   // program's epl::Zero<k>); one rank waited out the timeout in a collective the other never made
   for (int given_on : {0, 1}) {

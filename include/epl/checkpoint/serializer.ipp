@@ -162,7 +162,8 @@ std::filesystem::path BasicSerializer<Unused>::save(const std::filesystem::path&
     }
     phase("manifest written");
     place(folder, partial, name);
-    if (keep_ > 0) remove_older(folder, name);
+    std::error_code ec;  // checkpoint.keep prunes checkpoint.dir, not a folder a program saves into by hand
+    if (keep_ > 0 && !dir_.empty() && std::filesystem::equivalent(dir, dir_, ec)) remove_older(folder, name);
   });
   return final_dir;
 }
@@ -189,12 +190,21 @@ void BasicSerializer<Unused>::place(const files::Folder& folder, const std::stri
 template <class Unused>
 void BasicSerializer<Unused>::remove_older(const files::Folder& folder, const std::string& saved) {
   // checkpoint.keep: the one just saved, and the newest others up to keep_ in all; only step
-  // directories a save completed (a manifest in them) are counted and removed
+  // directories a save completed (a manifest in them) and holding nothing else a save does not
+  // write (a program's notes beside it) are counted and removed
+  const auto saves_only = [](const files::Folder& step) {
+    for (const auto& e : step.list()) {
+      const std::string_view n(e);
+      const bool rank_file = n.starts_with("rank-") && n.ends_with(".bin");
+      if ((n != kManifest && !rank_file) || step.kind(n) != files::Kind::kRegular) return false;
+    }
+    return step.kind(kManifest) == files::Kind::kRegular;
+  };
   std::vector<std::pair<std::int64_t, std::string>> others;
   for (const auto& entry : folder.list()) {
     const auto step = step_of(entry);
     if (!step || entry == saved || folder.kind(entry) != files::Kind::kDirectory) continue;
-    if (folder.sub(entry, "checkpoint").kind(kManifest) == files::Kind::kRegular) others.emplace_back(*step, entry);
+    if (saves_only(folder.sub(entry, "checkpoint"))) others.emplace_back(*step, entry);
   }
   std::sort(others.begin(), others.end(), std::greater<>());
   for (std::size_t i = static_cast<std::size_t>(keep_ - 1); i < others.size(); ++i) folder.remove_tree(others[i].second);

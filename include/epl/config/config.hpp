@@ -176,6 +176,9 @@ class Config {
   /// \brief A key's value as text (strings quoted, whole: the ranks' agreement compares it and a
   /// checkpoint's manifest saves it).
   [[nodiscard]] std::string value_text(std::string_view key) const { return detail::value_str(entry(key).value, true); }
+  /// \brief A key's value for a message: strings quoted, cut after 64 characters, their control
+  /// characters escaped.
+  [[nodiscard]] std::string value_shown(std::string_view key) const { return detail::value_str(entry(key).value); }
   /// \brief Where a key's value came from (a Source; Config::name_of(source) as text).
   [[nodiscard]] Source source(std::string_view key) const { return entry(key).source; }
   /// \brief A Source as describe() prints it: "default", "environment", "command line" or "code".

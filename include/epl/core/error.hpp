@@ -83,11 +83,21 @@ class Error : public std::runtime_error {
 };
 
 namespace detail {
+/// text on one line: its control characters written as C escapes (\n, \t, \r, \x1b), so that a
+/// value holding a newline neither breaks a message nor a listing (epl-checkpoint show).
+EPL_LINKED std::string printable(std::string_view text);
+/// One piece of a message; a path quoted as the standard library prints it, with its control
+/// characters escaped (a file name may hold a newline or a terminal's escape).
+template <class Part>
+void append_part(std::ostringstream& out, const Part& part) {
+  if constexpr (requires { part.native(); part.has_filename(); }) out << '"' << printable(part.string()) << '"';  // a std::filesystem::path
+  else out << part;
+}
 /// Builds a message from any streamable pieces: EPL_CHECK(cond, "shape ", s, " ...").
 template <class... Parts>
 std::string concat(const Parts&... parts) {
   std::ostringstream out;
-  (out << ... << parts);
+  (append_part(out, parts), ...);
   return out.str();
 }
 
@@ -104,9 +114,6 @@ inline std::atomic<int>& unthrown_failures() noexcept {
 /// A user-supplied value for a message: quoted, and cut after 64 characters with its length, so
 /// a megabyte of bad input is not repeated whole in the error; its control characters escaped.
 EPL_LINKED std::string quoted(std::string_view text, std::size_t keep = 64);
-/// text on one line: its control characters written as C escapes (\n, \t, \r, \x1b), so that a
-/// value holding a newline neither breaks a message nor a listing (epl-checkpoint show).
-EPL_LINKED std::string printable(std::string_view text);
 }  // namespace detail
 
 }  // namespace v0

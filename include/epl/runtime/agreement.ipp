@@ -20,9 +20,9 @@ EPL_LINKED void add_config_facts(RunFacts& facts, const Config& cfg) {
     // given or not is part of a key's meaning (zero.level given empty is no ZeRO, unset the
     // program's epl::Zero<k>), and "" prints alike either way
     const bool given = cfg.source(k.name) != Config::Source::kDefault;
-    const std::string v = cfg.value_text(k.name);
+    const std::string v = cfg.value_text(k.name), shown = cfg.value_shown(k.name);  // compared whole, shown cut and escaped
     facts.add("config key " + std::string(k.name), detail::hash_text(given ? 1469598103934665603ull : 1099511628211ull, v),
-              given ? v + " given" : "not given, default " + v);
+              given ? shown + " given" : "not given, default " + shown);
   }
 }
 

@@ -179,6 +179,14 @@ class TrainerCore {
              std::int64_t replicated_from);
 
   const D* device_;
+  // Destroyed last of the run's members: once its tensors are freed, its device's cached blocks go
+  // back too, so a destroyed Trainer's memory is not held until the next one trims (a stranger's).
+  struct GiveBack {
+    const D* device;
+    ~GiveBack() {
+      if constexpr (requires(const D& d) { d.trim_cache(true); }) (void)device->trim_cache(true);
+    }
+  } give_back_{device_};
   DeviceClaim claim_{device_->id()};  // one thread per GPU slot (or device::Isolated index)
   std::optional<comm::Communicator> solo_;
   comm::Communicator* world_;
