@@ -1,8 +1,8 @@
 // The planner's cost model: each rank's parameter, gradient and optimizer bytes predicted before
-// anything is drawn equal the allocator's after a step, for data parallel, ZeRO 1-3, offload, a
-// pipeline and a split; a unit's activation bytes measured by the probe; the compile-time check
-// and its run-time message; the search returns only plans the plan accepts, fastest first, and
-// says by how much nothing fits.
+// anything is drawn equal the allocator's after a step, and ZeRO's blocks in flight a step's peaks
+// over them, for data parallel, ZeRO 1-3, offload, micro-batches, a pipeline and a split; a
+// unit's activation bytes measured by the probe; the compile-time check and its run-time message;
+// the search returns only plans the plan accepts, fastest first, and says by how much nothing fits.
 #include <unistd.h>
 
 #include <chrono>
@@ -25,10 +25,12 @@ using All = Policies<Zero<3>, Offload<offload::V0>>;
 
 struct Held {
   plan::StateBytes state;
+  plan::InFlightBytes in_flight;  // a step's peaks of parameters and gradients over the state
   int stage = 0, tensor = 0;
 };
 
-// n thread ranks train one step of Model under cfg; each rank's state bytes from the allocator.
+// n thread ranks train two steps of Model under cfg; each rank's state bytes from the allocator,
+// and what the second step drew of parameters and gradients beyond them (ZeRO's blocks in flight).
 template <class Model, class Make>
 std::vector<Held> measure(int n, const Config& cfg, Make make) {
   std::vector<Held> held(static_cast<std::size_t>(n));
@@ -38,12 +40,16 @@ std::vector<Held> measure(int n, const Config& cfg, Make make) {
     auto ds = test::token_corpus(4000);
     data::WindowLoader loader(ds, 8, 8, 17, t.data_shard());
     t.step(loader.next(ctx.cpu()));
+    memory_account(ctx.cpu().id()).reset_peaks();
+    t.step(loader.next(ctx.cpu()));
     const auto m = memory_stats(ctx.cpu().id());
     const auto h = memory_stats(DeviceId{DeviceKind::kHost, ctx.cpu().id().index});
     auto& out = held[static_cast<std::size_t>(c.rank())];
     out.state = {m.current_of(MemoryCategory::kParameters), m.current_of(MemoryCategory::kGradients),
                  m.current_of(MemoryCategory::kOptimizerState), h.current_of(MemoryCategory::kParameters),
                  h.current_of(MemoryCategory::kGradients), h.current_of(MemoryCategory::kOptimizerState)};
+    out.in_flight = {m.peak_of(MemoryCategory::kParameters) - m.current_of(MemoryCategory::kParameters),
+                     m.peak_of(MemoryCategory::kGradients) - m.current_of(MemoryCategory::kGradients)};
     out.stage = t.mesh().coord().pipeline;
     out.tensor = t.mesh().coord().tensor;
   });
@@ -69,10 +75,12 @@ void expect_exact(int n, const Config& cfg, Make make) {
   const Model model = make();
   const auto plan = plan::make<Model, All>(plan_options(cfg, {}), n);
   const auto predicted = plan::predict_state<Model, All>(model, plan, n, optim::AdamW::kStateSlots);
+  const auto places = plan::detail::predict_places<Model, All, device::Cpu>(model, plan, n, optim::AdamW::kStateSlots);
   for (const auto& h : measure<Model>(n, cfg, make)) {
     CAPTURE(h.stage);
     CAPTURE(h.tensor);
     const auto& p = predicted.at(static_cast<std::size_t>(h.stage * plan.tensor + h.tensor));
+    const auto& f = places.at(static_cast<std::size_t>(h.stage * plan.tensor + h.tensor)).in_flight;
     CHECK(h.state.parameters == p.parameters);
     CHECK(h.state.gradients == p.gradients);
     CHECK(h.state.optimizer_state == p.optimizer_state);
@@ -80,6 +88,11 @@ void expect_exact(int n, const Config& cfg, Make make) {
     CHECK(h.state.host_gradients == p.host_gradients);
     CHECK(h.state.host_optimizer_state == p.host_optimizer_state);
     CHECK(p.device() + p.host() > 0);
+    // ZeRO's blocks in flight: stage 3's gathered blocks, stages 2 and 3's gradient blocks and their staging
+    CHECK(h.in_flight.parameters == f.parameters);
+    CHECK(h.in_flight.gradients == f.gradients);
+    CHECK((f.gradients > 0) == (plan.policies.zero_stage >= 2));
+    CHECK((f.parameters > 0) == (plan.policies.zero_stage == 3));
   }
 }
 
@@ -109,12 +122,34 @@ constexpr std::int64_t kGiB = std::int64_t{1} << 30;
 static_assert(plan::fits<Big>({.ranks = 8}, {.bytes = 17 * kGiB, .rows = 8}));
 static_assert(plan::fits<Big, Policies<Zero<1>>>({.ranks = 8}, {.bytes = 9 * kGiB, .rows = 8}));
 static_assert(plan::static_footprint<Big, Policies<Zero<3>>>({.ranks = 8}, {.bytes = 0, .rows = 8}).state.device() == 2'000'000'000);
+// A hundred units of 10 M parameters each (and the same activations as Big in all).
+template <std::int64_t P>
+struct TenOf {
+  Static<P, 10'000> a, b, c, d, e, f, g, h, i, j;
+};
+struct Hundred {
+  TenOf<10'000'000> a, b, c, d, e, f, g, h, i, j;
+};
+// ZeRO's blocks in flight: communication.max_splits 5 cuts Hundred into blocks of 20 units (200 M
+// elements): stage 3 gathers two (1.6 GB), stages 2 and 3 reduce three (2.4 GB); 100 cuts it into
+// blocks of one unit (Big's one unit is one block whatever it is: its parameter is never split).
+static_assert(plan::static_footprint<Hundred, Policies<Zero<3>>>({.ranks = 8}, {.rows = 8}).in_flight.parameters == 1'600'000'000);
+static_assert(plan::static_footprint<Hundred, Policies<Zero<3>>>({.ranks = 8}, {.rows = 8}).in_flight.gradients == 2'400'000'000);
+static_assert(plan::static_footprint<Hundred, Policies<Zero<2>>>({.ranks = 8}, {.rows = 8}).in_flight.parameters == 0);
+static_assert(plan::static_footprint<Hundred, Policies<Zero<1>>>({.ranks = 8}, {.rows = 8}).in_flight.total() == 0);
+static_assert(plan::static_footprint<Hundred, Policies<Zero<3>>>({.ranks = 8}, {.rows = 8, .max_splits = 100}).in_flight.total() == 200'000'000);
+static_assert(plan::static_footprint<Big, Policies<Zero<3>>>({.ranks = 8}, {.rows = 8, .max_splits = 100}).in_flight.total() == 8'000'000'000);
+// offload stages each gathered block's host shard (an eighth of a block) and each reduced gradient block's
+static_assert(plan::static_footprint<Hundred, Policies<Zero<3>, Offload<offload::V0>>>({.ranks = 8}, {.rows = 8, .max_splits = 100}).in_flight.parameters ==
+              85'000'000);
+static_assert(plan::static_footprint<Hundred, Policies<Zero<3>, Offload<offload::V0>>>({.ranks = 8}, {.rows = 8, .max_splits = 100}).in_flight.gradients ==
+              135'000'000);
 // two stages on 2 x 4 ranks: each rank holds one stage, a quarter of the state under ZeRO 3
 static_assert(plan::static_footprint<BigPipe, Policies<Zero<3>>>({.ranks = 8}, {.bytes = 0, .rows = 8}).state.device() == 4'000'000'000);
 }  // namespace
 
 TEST_SUITE("cpu") {
-TEST_CASE("cost: predicted state bytes equal the allocator's (data parallel, ZeRO 1-3, offload)") {
+TEST_CASE("cost: predicted state bytes and ZeRO's blocks in flight equal the allocator's (data parallel, ZeRO 1-3, offload)") {
   auto make = [] { return gpt::make_gpt(tiny()); };
   expect_exact<gpt::Gpt>(1, config({}), make);
   expect_exact<gpt::Gpt>(2, config({}), make);
@@ -122,12 +157,16 @@ TEST_CASE("cost: predicted state bytes equal the allocator's (data parallel, ZeR
   expect_exact<gpt::Gpt>(2, config({{"zero.level", "v1"}, {"communication.max_splits", "3"}}), make);
   expect_exact<gpt::Gpt>(4, config({{"zero.level", "v2"}}), make);
   expect_exact<gpt::Gpt>(2, config({{"zero.level", "v2"}, {"offload.level", "v0"}}), make);
+  expect_exact<gpt::Gpt>(4, config({{"zero.level", "v2"}, {"offload.level", "v0"}, {"communication.max_splits", "20"}}), make);
+  expect_exact<gpt::Gpt>(2, config({{"zero.level", "v1"}, {"pipeline.num_micro_batch", "2"}}), make);
+  expect_exact<gpt::Gpt>(4, config({{"zero.level", "v2"}, {"pipeline.num_micro_batch", "2"}, {"communication.max_splits", "8"}}), make);
 }
 
-TEST_CASE("cost: predicted state bytes equal the allocator's (a pipeline, a split, both with ZeRO)") {
+TEST_CASE("cost: predicted state bytes and ZeRO's blocks in flight equal the allocator's (a pipeline, a split, both with ZeRO)") {
   auto two = [] { return gpt::make_two_stage_gpt(tiny()); };
   expect_exact<gpt::TwoStageGpt>(2, config({{"pipeline.num_micro_batch", "2"}}), two);
   expect_exact<gpt::TwoStageGpt>(4, config({{"zero.level", "v1"}, {"pipeline.num_micro_batch", "2"}}), two);
+  expect_exact<gpt::TwoStageGpt>(4, config({{"zero.level", "v2"}, {"pipeline.num_micro_batch", "4"}}), two);
   auto cut = [] { return gpt::make_gpt(tiny()); };  // a balanced cut into 2 stages
   expect_exact<gpt::Gpt>(2, config({{"pipeline.num_stages", "2"}, {"auto.auto_parallel", "true"}, {"pipeline.num_micro_batch", "2"}}),
                          cut);
@@ -225,10 +264,20 @@ TEST_CASE("cost: plan::fits at run time names the largest part, the policy that 
                        doctest::Contains("16001000000 bytes, 1001000000 more than its budget of 15000000000"), Error);
   CHECK_THROWS_WITH_AS((plan::fits<Big, Policies<Zero<1>>>({.ranks = 8}, {.bytes = 8 * kGiB, .rows = 8})),
                        doctest::Contains("gradients are the largest part: add epl::Zero<2>"), Error);
-  CHECK_THROWS_WITH_AS((plan::fits<Big, Policies<Zero<3>>>({.ranks = 8}, {.bytes = 1 * kGiB, .rows = 8})),
+  CHECK_THROWS_WITH_AS((plan::fits<Hundred, Policies<Zero<3>>>({.ranks = 8}, {.bytes = 1 * kGiB, .rows = 8, .max_splits = 100})),
                        doctest::Contains("sharded by ZeRO stage 3 already: add epl::Offload"), Error);
-  CHECK_THROWS_WITH_AS((plan::fits<Big, Policies<Zero<3>>>({.ranks = 8}, {.bytes = 3 * kGiB, .rows = 8 * 4096})),
+  CHECK_THROWS_WITH_AS((plan::fits<Hundred, Policies<Zero<3>>>({.ranks = 8}, {.bytes = 3 * kGiB, .rows = 8 * 4096, .max_splits = 100})),
                        doctest::Contains("activations are the largest part"), Error);
+  // stage 3's blocks in flight at communication.max_splits' default: 4 GB over a 2 GB state
+  CHECK_THROWS_WITH_AS((plan::fits<Hundred, Policies<Zero<3>>>({.ranks = 8}, {.bytes = 3 * kGiB, .rows = 8})),
+                       doctest::Contains("a rank needs 6001000000 bytes"), Error);
+  CHECK_THROWS_WITH_AS((plan::fits<Hundred, Policies<Zero<3>>>({.ranks = 8}, {.bytes = 3 * kGiB, .rows = 8})),
+                       doctest::Contains("ZeRO's blocks in flight are the largest part"), Error);
+  CHECK_THROWS_WITH_AS((plan::fits<Hundred, Policies<Zero<3>>>({.ranks = 8}, {.bytes = 3 * kGiB, .rows = 8})),
+                       doctest::Contains("raise communication.max_splits (Budget::max_splits)"), Error);
+  CHECK(plan::fits<Hundred, Policies<Zero<3>>>({.ranks = 8}, {.bytes = 3 * kGiB, .rows = 8, .max_splits = 100}));
+  CHECK_THROWS_WITH_AS((plan::fits<Hundred>({.ranks = 8}, {.bytes = kGiB, .rows = 8, .max_splits = -1})),
+                       doctest::Contains("Budget::max_splits (communication.max_splits) must be from 1 to 2^20"), Error);
   CHECK_THROWS_WITH_AS((plan::fits<BigPipe>({.ranks = 3}, {.bytes = 3 * kGiB, .rows = 8})),
                        doctest::Contains("a cluster of 3 ranks cannot hold replicas of 2 ranks"), Error);
   CHECK_THROWS_WITH_AS((plan::fits<Big>({.ranks = 0}, {.bytes = kGiB, .rows = 8})), doctest::Contains("the cluster's ranks must be at least 1"),

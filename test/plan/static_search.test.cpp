@@ -48,6 +48,18 @@ static_assert(one.best().data == 1 && one.best().pipeline == 1 && one.best().mic
 static_assert(one.best().bytes.state.device() == plan::static_footprint<Four>({.ranks = 1}, {.rows = 8}).state.device());
 static_assert(one.best().bytes.state.device() == 40 * kM * 16);
 static_assert(one.best().bytes.activations == 4 * 4 * kM * 8);
+// ZeRO's blocks in flight, one rule for fits and the search: on 4 ranks under ZeRO 3 with
+// communication.max_splits 4, each unit (10 M elements) is a block; two are gathered (80 MB) and
+// three reducing (120 MB)
+static_assert([] {
+  plan::Combination c{.data = 4};
+  c.policies.zero = 3;
+  const auto priced = plan::static_price<Four>({.ranks = 4}, {.rows = 8, .max_splits = 4}, c);
+  const auto footprint = plan::static_footprint<Four, Policies<Zero<3>>>({.ranks = 4}, {.rows = 8, .max_splits = 4});
+  return priced.bytes.in_flight.parameters == 80 * kM && priced.bytes.in_flight.gradients == 120 * kM &&
+         footprint.in_flight.parameters == 80 * kM && footprint.in_flight.gradients == 120 * kM &&
+         priced.bytes.total() == footprint.total();
+}());
 // 40 M multiply-adds a token, 128 tokens, forward and backward (3x), at 1e12 a second
 static_assert(one.best().seconds > 3 * 40e6 * 128 / 1e12 * 0.999999 && one.best().seconds < 3 * 40e6 * 128 / 1e12 * 1.000001);
 

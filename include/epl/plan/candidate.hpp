@@ -84,6 +84,7 @@ struct Estimate {
   Candidate candidate;
   StateBytes state;                ///< the largest of any rank (exact)
   std::int64_t activations = 0;    ///< peak activation bytes of the rank that holds most
+  InFlightBytes in_flight;         ///< ZeRO's blocks a step holds beyond the state, the most of any rank
   std::int64_t data_bytes = 0;     ///< gradient bytes a rank sends to its data-parallel group (ring)
   std::int64_t pipeline_bytes = 0; ///< activation and gradient bytes a stage sends on
   std::int64_t tensor_bytes = 0;   ///< bytes a rank's split group all-reduces per step (epl::Split)
@@ -94,13 +95,17 @@ struct Estimate {
   double host_seconds = 0;         ///< offload: the shards' parameters and gradients moved between host and device
   double seconds = 0;              ///< predicted step time
   std::int64_t rows = 0;           ///< the global batch it was priced for, rows a step (0: not given)
-  [[nodiscard]] std::int64_t device_bytes() const noexcept { return state.device() + activations; }
-  /// \brief The largest of parameters, gradients, optimizer state, activations, by name.
+  /// \brief A rank's peak on the device: the state between steps, the activations' peak and ZeRO's
+  /// blocks in flight (each part's peak, added: a bound on their sum's).
+  [[nodiscard]] std::int64_t device_bytes() const noexcept { return state.device() + activations + in_flight.total(); }
+  /// \brief The largest of parameters, gradients, optimizer state, activations and ZeRO's blocks
+  /// in flight, by name.
   [[nodiscard]] std::string biggest() const {
     const std::pair<std::int64_t, const char*> parts[] = {{state.parameters, "parameters"},
                                                           {state.gradients, "gradients"},
                                                           {state.optimizer_state, "optimizer state"},
-                                                          {activations, "activations"}};
+                                                          {activations, "activations"},
+                                                          {in_flight.total(), "ZeRO blocks in flight (raise communication.max_splits)"}};
     return std::max_element(std::begin(parts), std::end(parts))->second;
   }
 };

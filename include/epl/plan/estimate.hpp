@@ -26,18 +26,21 @@ namespace epl {
 inline namespace v0 {
 namespace plan {
 
-/// \brief The state bytes of each place of plan on a world of world_size ranks (index
-/// stage * plan.tensor + tensor; every data-parallel rank of a place holds as much), for Model
-/// trained by an optimizer of `slots` state values per element, as Trainer<Model, ..., Policy, ...,
-/// D> lays it out. Nothing is drawn: a copy of the model is sharded and cut as each rank would.
-template <class Model, class Policy = Policies<>, class D = device::Cpu>
-std::vector<StateBytes> predict_state(const Model& model, const Plan& plan, int world_size, int slots) {
+namespace detail {
+// What a place of a plan holds: its state between steps, and ZeRO's blocks in flight during a step.
+struct PlaceBytes {
+  StateBytes state;
+  InFlightBytes in_flight;
+};
+// Each place's bytes, as predict_state lays out its arena.
+template <class Model, class Policy, class D>
+std::vector<PlaceBytes> predict_places(const Model& model, const Plan& plan, int world_size, int slots) {
   using Pass = nn::Pass<D, policy::gradient_sync_t<Policy, D>>;
   const int data = world_size / (plan.pipeline * plan.tensor);
   Plan cut = plan;
   cut.policies.recompute = nn::RecomputeMode::kMarked;  // the parameters a rank owns do not depend on what it recomputes
   const std::int64_t bytes = plan.policies.dtype == DType::kF64 ? 8 : 4;
-  std::vector<StateBytes> out;
+  std::vector<PlaceBytes> out;
   for (int s = 0; s < plan.pipeline; ++s)
     for (int t = 0; t < plan.tensor; ++t) {
       Model copy = model;
@@ -50,9 +53,24 @@ std::vector<StateBytes> predict_state(const Model& model, const Plan& plan, int 
       });
       std::reverse(order.begin(), order.end());  // the arena's backward order
       const auto lay = param::layout(order, mo);
+      ZeroBlocks blocks;
+      for (const auto& b : lay.blocks) blocks.push(b.end - b.begin);
       // the optimizer's slots and the policies' (an EMA's copy), sharded alike
-      out.push_back(state_bytes(lay.size, mo.shards, plan.policies.zero_stage, plan.policies.offload, slots + policy::state_slots(plan.policies), bytes));
+      out.push_back({state_bytes(lay.size, mo.shards, plan.policies.zero_stage, plan.policies.offload, slots + policy::state_slots(plan.policies), bytes),
+                     in_flight_bytes(blocks, mo.shards, plan.policies.zero_stage, plan.policies.offload, plan.micro_batches > 1, bytes)});
     }
+  return out;
+}
+}  // namespace detail
+
+/// \brief The state bytes of each place of plan on a world of world_size ranks (index
+/// stage * plan.tensor + tensor; every data-parallel rank of a place holds as much), for Model
+/// trained by an optimizer of `slots` state values per element, as Trainer<Model, ..., Policy, ...,
+/// D> lays it out. Nothing is drawn: a copy of the model is sharded and cut as each rank would.
+template <class Model, class Policy = Policies<>, class D = device::Cpu>
+std::vector<StateBytes> predict_state(const Model& model, const Plan& plan, int world_size, int slots) {
+  std::vector<StateBytes> out;
+  for (const auto& place : detail::predict_places<Model, Policy, D>(model, plan, world_size, slots)) out.push_back(place.state);
   return out;
 }
 
@@ -87,9 +105,9 @@ PricedChunk priced(const strategy::Chunk<Pass>& chunk) {
 }
 // The checks of estimate's arguments, before the plan is made; `tensor` the model's split degree.
 EPL_LINKED void check_estimate(const Profile& prof, const Candidate& c, const Cluster& cluster, std::int64_t rows, int slots, int tensor);
-// What candidate c costs under plan, from each place's state bytes and each pipeline rank's chunks.
+// What candidate c costs under plan, from each place's bytes and each pipeline rank's chunks.
 EPL_LINKED Estimate estimate_cut(const Plan& plan, const Profile& prof, const Candidate& c, const Cluster& cluster, std::int64_t rows,
-                                 const std::vector<StateBytes>& state, const std::vector<std::vector<PricedChunk>>& stages,
+                                 const std::vector<PlaceBytes>& places, const std::vector<std::vector<PricedChunk>>& stages,
                                  const PlanOptions& base);
 }  // namespace detail
 
@@ -104,7 +122,7 @@ Estimate estimate(const Model& model, const Profile& prof, const Candidate& c, c
   const Plan plan = make<Model, Policy>(c.options(base), cluster.ranks, device::computes<D, double>());
   EPL_CHECK(prof.tensor == plan.tensor, "the profile was probed as a rank of a split group of ", prof.tensor, ", but this model is split ",
             plan.tensor, " ways: it is another model's; profile this model (plan::profile)");
-  const auto state = predict_state<Model, Policy, D>(model, plan, cluster.ranks, slots);
+  const auto places = detail::predict_places<Model, Policy, D>(model, plan, cluster.ranks, slots);
   // Each pipeline rank's chunks as it cuts them, with the segments gradient_checkpoint.type = "auto"
   // recomputes chosen as it chooses them (an error when there are none: the plan is refused).
   Model sharded = model;
@@ -114,7 +132,7 @@ Estimate estimate(const Model& model, const Profile& prof, const Candidate& c, c
     auto& cut = stages.emplace_back();
     for (const auto& chunk : local_chunks<Pass>(sharded, plan, s)) cut.push_back(detail::priced(chunk));
   }
-  return detail::estimate_cut(plan, prof, c, cluster, rows, state, stages, base);
+  return detail::estimate_cut(plan, prof, c, cluster, rows, places, stages, base);
 }
 
 }  // namespace plan

@@ -93,13 +93,15 @@ EPL_LINKED void check_estimate(const Profile& prof, const Candidate& c, const Cl
 }
 
 EPL_LINKED Estimate estimate_cut(const Plan& plan, const Profile& prof, const Candidate& c, const Cluster& cluster, std::int64_t rows,
-                                 const std::vector<StateBytes>& state, const std::vector<std::vector<PricedChunk>>& stages,
+                                 const std::vector<PlaceBytes>& places, const std::vector<std::vector<PricedChunk>>& stages,
                                  const PlanOptions& base) {
   Estimate e;
   e.candidate = c;
   e.candidate.tensor = plan.tensor;
   e.rows = rows;
-  for (const auto& s : state) {
+  for (const auto& [s, f] : places) {
+    e.in_flight.parameters = std::max(e.in_flight.parameters, f.parameters);
+    e.in_flight.gradients = std::max(e.in_flight.gradients, f.gradients);
     e.state.parameters = std::max(e.state.parameters, s.parameters);
     e.state.gradients = std::max(e.state.gradients, s.gradients);
     e.state.optimizer_state = std::max(e.state.optimizer_state, s.optimizer_state);

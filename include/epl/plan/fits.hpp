@@ -27,13 +27,17 @@ struct Budget {
   int micro_batches = 1;         ///< pipeline.num_micro_batch
   int optimizer_slots = 2;       ///< state values per parameter element (AdamW: 2, SGD: 0 or 1)
   std::int64_t tokens_per_row = 1;  ///< tokens a row (a sample) holds: static costs are per token (static_search)
+  /// communication.max_splits, which cuts ZeRO's blocks (about a rank's parameters over it); 0: the
+  /// key's default (5), or static_search's StaticSearchOptions::buckets
+  int max_splits = 0;
 };
 
 /// \brief What a model type's static costs add up to on one rank (no alignment padding).
 struct StaticFootprint {
   StateBytes state;
   std::int64_t activations = 0;
-  [[nodiscard]] constexpr std::int64_t total() const noexcept { return state.device() + activations; }
+  InFlightBytes in_flight;  ///< ZeRO's blocks a step holds beyond the state
+  [[nodiscard]] constexpr std::int64_t total() const noexcept { return state.device() + activations + in_flight.total(); }
 };
 
 namespace detail {
@@ -114,15 +118,48 @@ constexpr std::size_t static_unit_count() {
   for_each_static_unit<M>(count);
   return n;
 }
+// One sequential unit of a model type, from its static cost: its part on one rank of a split.
+struct StaticUnit {
+  strategy::Cost cost;  // macs and parameters already divided by the split degree
+  int stage = -1;       // the declared Pipeline stage, or -1
+  bool split = false;   // inside an epl::Split: its tensor traffic is real
+};
+template <class Model>
+constexpr auto static_units() {
+  std::array<StaticUnit, static_unit_count<Model>()> units{};
+  std::size_t at = 0;
+  auto keep = [&](strategy::Cost cost, int stage, int tensor) {
+    cost.macs_per_token /= tensor;
+    cost.parameters /= tensor;
+    units[at++] = {cost, stage, tensor > 1};
+  };
+  for_each_static_unit<Model>(keep);
+  return units;
+}
+// ZeRO's blocks of a rank's arena holding `parameters` elements, with units [first, end) of `units`
+// added in backward order (the last first), each unit whole, as one chunk: the arena closes a block at
+// a chunk's end. `max_splits` is communication.max_splits.
+template <std::size_t N>
+constexpr void add_blocks(ZeroBlocks& blocks, const std::array<StaticUnit, N>& units, std::size_t first, std::size_t end) {
+  for (std::size_t i = end; i-- > first;) blocks.add(units[i].cost.parameters);
+  blocks.close();
+}
+constexpr ZeroBlocks zero_blocks_of(std::int64_t parameters, int max_splits) {
+  return ZeroBlocks{.block_elements = (parameters + max_splits - 1) / max_splits};
+}
+// communication.max_splits as a Budget gives it (0: the key's default).
+constexpr int max_splits_of(const Budget& b, int otherwise = 5) { return b.max_splits > 0 ? b.max_splits : otherwise; }
 struct StaticSums {
   std::int64_t parameters = 0;        // elements this rank holds (its stage's, its tensor part)
   std::int64_t activation_bytes = 0;  // per row, this rank's stage
   std::int64_t backward_bytes = 0;    // the most a unit's backward allocates a while, per row
+  ZeroBlocks blocks;                  // ZeRO's blocks of its arena
 };
 // One rank's sums: the busiest of a Pipeline's declared stages (the whole model when it declares
-// none), each unit's parameters divided among the ranks of the split it runs under.
+// none), each unit's parameters divided among the ranks of the split it runs under; its arena
+// cut into ZeRO's blocks by `max_splits`.
 template <class M>
-constexpr StaticSums static_sums() {
+constexpr StaticSums static_sums(int max_splits) {
   std::array<StaticSums, static_cast<std::size_t>(declared_stages_v<M>)> per{};
   auto add = [&](const strategy::Cost& c, int stage, int tensor) {
     check_cost(c);
@@ -132,6 +169,17 @@ constexpr StaticSums static_sums() {
     s.backward_bytes = c.backward_bytes > s.backward_bytes ? c.backward_bytes : s.backward_bytes;
   };
   for_each_static_unit<M>(add);
+  constexpr auto units = static_units<M>();
+  for (std::size_t s = 0; s < per.size(); ++s) {  // each stage one chunk, its units in model order
+    std::size_t first = 0, end = 0;
+    for (std::size_t i = 0; i < units.size(); ++i)
+      if (static_cast<std::size_t>(units[i].stage < 0 ? 0 : units[i].stage) == s) {
+        if (end == 0) first = i;
+        end = i + 1;
+      }
+    per[s].blocks = zero_blocks_of(per[s].parameters, max_splits);
+    add_blocks(per[s].blocks, units, first, end);
+  }
   StaticSums most = per[0];
   for (const auto& s : per)
     if (s.parameters + s.activation_bytes > most.parameters + most.activation_bytes) most = s;
@@ -160,6 +208,11 @@ inline void activations_are_largest__mark_epl_Recompute_or_raise_micro_batches(s
   does_not_fit("the activations are the largest part: mark blocks epl::Recompute<...> (or gradient_checkpoint.type=auto), or "
                "raise pipeline.num_micro_batch", need, budget);
 }
+inline void blocks_in_flight_are_largest__raise_communication_max_splits(std::int64_t need, std::int64_t budget) {
+  does_not_fit("ZeRO's blocks in flight are the largest part (stage 3's gathered layers, stages 2 and 3's gradient blocks being "
+               "reduced, about 1/communication.max_splits of a rank's parameters each): raise communication.max_splits "
+               "(Budget::max_splits) for smaller blocks", need, budget);
+}
 inline void state_is_sharded_already__add_ranks_or_split_the_model(std::int64_t need, std::int64_t budget) {
   does_not_fit("every policy that shrinks it is on: use more ranks, or split the model (epl::Split, epl::Pipeline)", need, budget);
 }
@@ -183,6 +236,7 @@ inline constexpr char gradients_are_largest__add_epl_Zero_2[1]{};
 inline constexpr char parameters_are_largest__add_epl_Zero_3[1]{};
 inline constexpr char state_is_sharded__add_epl_Offload[1]{};
 inline constexpr char state_is_sharded_already__add_ranks_or_split_the_model[1]{};
+inline constexpr char blocks_in_flight_are_largest__raise_communication_max_splits[1]{};
 inline constexpr char no_combination_fits__add_ranks_or_memory[1]{};  // static_search's
 }  // namespace misfit
 constexpr bool does_not_fit__the_index_is_the_bytes_a_rank_needs(const char* reason, std::int64_t need, std::int64_t budget) {
@@ -195,6 +249,8 @@ constexpr void check_budget(const Budget& b, const char* who) {
       b.tokens_per_row < 1 || b.tokens_per_row > kMostCounted)
     budget_is_not_valid(who, "Budget::rows, ::micro_batches and ::tokens_per_row must be at least 1 (and at most 2^50), "
                              "::optimizer_slots from 0 to 64");
+  if (b.max_splits < 0 || b.max_splits > (1 << 20))
+    budget_is_not_valid(who, "Budget::max_splits (communication.max_splits) must be from 1 to 2^20, or 0 for the key's default");
 }
 // The bytes a rank may use: the budget's, at most the cluster's (0: the cluster's).
 constexpr std::int64_t limit_of(const Cluster& c, const Budget& b) {
@@ -219,7 +275,7 @@ constexpr StaticFootprint static_footprint(const Cluster& cluster, const Budget&
     detail::budget_is_not_valid("plan::fits", "the global batch (Budget::rows) must divide into the data-parallel ranks (cluster ranks "
                                               "over pipeline stages x split degree) times Budget::micro_batches");
   constexpr policy::Compiled c = policy::compiled<Policy>(false);
-  const auto sums = detail::static_sums<Model>();
+  const auto sums = detail::static_sums<Model>(detail::max_splits_of(budget));
   const int slots = budget.optimizer_slots + policy::state_slots(c);  // the optimizer's and the policies' (an EMA's copy)
   detail::check_countable(static_cast<double>(sums.parameters) * 4.0 * (2 + slots));
   detail::check_countable(static_cast<double>(sums.activation_bytes + sums.backward_bytes) * static_cast<double>(budget.rows));
@@ -227,15 +283,17 @@ constexpr StaticFootprint static_footprint(const Cluster& cluster, const Budget&
   f.state = state_bytes(sums.parameters, data, c.zero, c.offload, slots);
   const std::int64_t micro_rows = budget.rows / data / budget.micro_batches;
   f.activations = (sums.activation_bytes * (p == 1 ? 1 : std::min(budget.micro_batches, p)) + sums.backward_bytes) * micro_rows;
+  f.in_flight = in_flight_bytes(sums.blocks, data, c.zero, c.offload, budget.micro_batches > 1);
   return f;
 }
 
 namespace detail {
 // Why a footprint does not fit: its largest part, and what shrinks it.
-enum class Misfit { kActivations, kOneReplica, kOptimizerState, kGradients, kParameters, kOffload, kEverything };
+enum class Misfit { kActivations, kInFlight, kOneReplica, kOptimizerState, kGradients, kParameters, kOffload, kEverything };
 constexpr const char* misfit_array(Misfit m) {
   switch (m) {
     case Misfit::kActivations: return misfit::activations_are_largest__mark_epl_Recompute_or_raise_micro_batches;
+    case Misfit::kInFlight: return misfit::blocks_in_flight_are_largest__raise_communication_max_splits;
     case Misfit::kOneReplica: return misfit::one_replica_has_nothing_to_shard_over__add_ranks_or_split_the_model;
     case Misfit::kOptimizerState: return misfit::optimizer_state_is_largest__add_epl_Zero_1;
     case Misfit::kGradients: return misfit::gradients_are_largest__add_epl_Zero_2;
@@ -251,6 +309,8 @@ constexpr Misfit misfit_of(const StaticFootprint& f, const Cluster& cluster) {
   const auto& s = f.state;
   constexpr int p = declared_stages_v<Model>;
   const bool replicas = cluster.ranks / (p * tensor_degree_v<Model>) > 1;  // ZeRO shards over them: none, nothing to shard
+  const std::int64_t flight = f.in_flight.total();
+  if (flight > f.activations && flight >= s.parameters && flight >= s.gradients && flight >= s.optimizer_state) return Misfit::kInFlight;
   if (f.activations >= s.parameters && f.activations >= s.gradients && f.activations >= s.optimizer_state) return Misfit::kActivations;
   if (!replicas) return Misfit::kOneReplica;
   if (s.optimizer_state >= s.parameters && s.optimizer_state >= s.gradients && c.zero < 1) return Misfit::kOptimizerState;
@@ -276,6 +336,7 @@ constexpr bool fits(const Cluster& cluster, const Budget& budget) {
   if (std::is_constant_evaluated()) return detail::does_not_fit__the_index_is_the_bytes_a_rank_needs(detail::misfit_array(why), need, limit);
   switch (why) {
     case Misfit::kActivations: detail::activations_are_largest__mark_epl_Recompute_or_raise_micro_batches(need, limit); break;
+    case Misfit::kInFlight: detail::blocks_in_flight_are_largest__raise_communication_max_splits(need, limit); break;
     case Misfit::kOneReplica: detail::one_replica_has_nothing_to_shard_over__add_ranks_or_split_the_model(need, limit); break;
     case Misfit::kOptimizerState: detail::optimizer_state_is_largest__add_epl_Zero_1(need, limit); break;
     case Misfit::kGradients: detail::gradients_are_largest__add_epl_Zero_2(need, limit); break;
@@ -290,6 +351,7 @@ constexpr bool fits(const Cluster& cluster, const Budget& budget) {
 /// template arguments of does_not_fit, with the bytes.
 namespace does_not_fit_because {
 struct activations_are_largest__mark_epl_Recompute_or_raise_micro_batches {};
+struct blocks_in_flight_are_largest__raise_communication_max_splits {};
 struct one_replica_has_nothing_to_shard_over__add_ranks_or_split_the_model {};
 struct optimizer_state_is_largest__add_epl_Zero_1 {};
 struct gradients_are_largest__add_epl_Zero_2 {};
@@ -313,6 +375,7 @@ template <Misfit M>
 constexpr auto reason_type() {
   namespace why = does_not_fit_because;
   if constexpr (M == Misfit::kActivations) return why::activations_are_largest__mark_epl_Recompute_or_raise_micro_batches{};
+  else if constexpr (M == Misfit::kInFlight) return why::blocks_in_flight_are_largest__raise_communication_max_splits{};
   else if constexpr (M == Misfit::kOneReplica) return why::one_replica_has_nothing_to_shard_over__add_ranks_or_split_the_model{};
   else if constexpr (M == Misfit::kOptimizerState) return why::optimizer_state_is_largest__add_epl_Zero_1{};
   else if constexpr (M == Misfit::kGradients) return why::gradients_are_largest__add_epl_Zero_2{};

@@ -92,31 +92,14 @@ struct StaticSearchOptions {
   /// gives micro-batches of that many rows (a large batch's micro-batches of 1 or 2 rows, as
   /// Megatron runs them).
   std::array<int, 4> micro_batch_rows{};
-  int buckets = 5;        ///< communication.max_splits: the reduction's messages a ring pass, all but the last hidden by backward
+  /// communication.max_splits: the reduction's messages a ring pass, all but the last hidden by
+  /// backward, and ZeRO's blocks (Budget::max_splits instead, when given)
+  int buckets = 5;
   bool pipelines = true;  ///< cut an unannotated model into stages, as auto.auto_parallel does
   bool recompute = true;  ///< try gradient_checkpoint.type = "auto"
 };
 
 namespace detail {
-// One sequential unit of a model type, from its static cost: its part on one rank of a split.
-struct StaticUnit {
-  strategy::Cost cost;  // macs and parameters already divided by the split degree
-  int stage = -1;       // the declared Pipeline stage, or -1
-  bool split = false;   // inside an epl::Split: its tensor traffic is real
-};
-template <class Model>
-constexpr auto static_units() {
-  std::array<StaticUnit, static_unit_count<Model>()> units{};
-  std::size_t at = 0;
-  auto keep = [&](strategy::Cost cost, int stage, int tensor) {
-    cost.macs_per_token /= tensor;
-    cost.parameters /= tensor;
-    units[at++] = {cost, stage, tensor > 1};
-  };
-  for_each_static_unit<Model>(keep);
-  return units;
-}
-
 // What one stage of a cut adds up to.
 struct StageSums {
   double macs = 0;  // per token, this rank's part
@@ -130,6 +113,7 @@ struct StageSums {
   std::int64_t chunk_tensor_bytes = 0;
   int chunk_collectives = 0;
   std::size_t chunk_units = 0;
+  ZeroBlocks blocks;  // ZeRO's blocks of the rank's arena
 };
 
 [[noreturn]] inline void nothing_to_try__check_the_batch_and_micro_batches(int ranks, std::int64_t rows) {
@@ -157,7 +141,9 @@ class StaticPricer {
     if constexpr (is_pipeline_v<Model>) return Model::kStages;
     else return 0;
   }();
-  constexpr StaticPricer(const Cluster& cluster, const Budget& budget, int buckets) : cluster_(cluster), budget_(budget), buckets_(buckets) {}
+  // Budget::max_splits, when given, is communication.max_splits for the reduction's buckets too
+  constexpr StaticPricer(const Cluster& cluster, const Budget& budget, int buckets)
+      : cluster_(cluster), budget_(budget), buckets_(max_splits_of(budget, buckets)) {}
 
   constexpr StaticPlan price(const Combination& k) {
     const int p = k.pipeline, v = k.virtual_stages, m = k.micro_batches, t = tensor_degree_v<Model>;
@@ -174,6 +160,7 @@ class StaticPricer {
                       static_cast<double>(m));
       StaticFootprint f;
       f.state = state_bytes(sum.parameters, k.data, k.policies.zero, k.policies.offload, budget_.optimizer_slots);
+      f.in_flight = in_flight_bytes(sum.blocks, k.data, k.policies.zero, k.policies.offload, m > 1);
       // what each micro-batch in flight keeps, a recomputed unit's activations once during its backward,
       // and the most one unit's backward allocates over them
       const bool recompute = k.policies.recompute;
@@ -279,8 +266,14 @@ class StaticPricer {
       const auto& last = units[cut[static_cast<std::size_t>(ch + 1)] - 1].cost;
       if (ch + 1 < chunks) sum.output_bytes = last.output_bytes > sum.output_bytes ? last.output_bytes : sum.output_bytes;
     }
-    for (int s = 0; s < p; ++s)  // what the state bytes multiply stays within 64 bits
-      check_countable(static_cast<double>(rank_[static_cast<std::size_t>(s)].parameters) * 4.0 * (2 + budget_.optimizer_slots));
+    for (int s = 0; s < p; ++s) {  // what the state bytes multiply stays within 64 bits
+      auto& sum = rank_[static_cast<std::size_t>(s)];
+      check_countable(static_cast<double>(sum.parameters) * 4.0 * (2 + budget_.optimizer_slots));
+      // ZeRO's blocks: the rank's chunks in backward order (its last first), each closing a block
+      sum.blocks = zero_blocks_of(sum.parameters, buckets_);
+      for (int ch = chunks - 1 - (chunks - 1 - s) % p; ch >= 0; ch -= p)
+        add_blocks(sum.blocks, units, cut[static_cast<std::size_t>(ch)], cut[static_cast<std::size_t>(ch + 1)]);
+    }
     cut_p_ = p;
     cut_v_ = v;
   }
