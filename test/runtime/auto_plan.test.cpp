@@ -353,6 +353,23 @@ TEST_CASE("auto_plan: the planner's keys the user gave hold; auto.auto_parallel 
   CHECK(refused.find("plans that fit agrees with the keys given: pipeline.num_micro_batch=3 (they take 1") != std::string::npos);
   CHECK(refused.find("zero.level=\"v1\" (they take ") != std::string::npos);
   CHECK(refused.find("give a value they take, leave the key unset for the planner to choose it") != std::string::npos);
+  CHECK(refused.find("the plan's checks refused") == std::string::npos);  // none were
+  // a key of the run that rules out the plans another asks for is named with its reason (a
+  // stranger's finding: communication.fp16 ruled out every ZeRO 3 plan, and the error named
+  // zero.level alone)
+  Config fp16;
+  fp16.set(keys::auto_parallel, true);
+  fp16.set("zero.level", "v2");
+  fp16.set("communication.fp16", true);
+  std::string ruled_out;
+  try {
+    (void)planned_runs(2, fp16, 1);
+  } catch (const Error& e) {
+    ruled_out = e.what();
+  }
+  CHECK(ruled_out.find("agrees with the keys given: zero.level=\"v2\" (they take ") != std::string::npos);
+  CHECK(ruled_out.find("which may be the ones asked for: ") != std::string::npos);
+  CHECK(ruled_out.find("communication.fp16 with ZeRO stage 3 (zero.level = \"v2\") is not supported") != std::string::npos);
   Config unplanned;
   unplanned.set(keys::auto_parallel, true);
   const auto build = [](const Config& c) {

@@ -156,6 +156,12 @@ inline std::optional<std::int64_t> step_of(std::string_view name) {
   return step;
 }
 
+/// \brief Whether `name` in `folder` is a step directory a save completed: a directory that holds
+/// its manifest (a save writes it last, then renames the directory into place).
+inline bool is_saved_step(const files::Folder& folder, const std::string& name) {
+  return folder.kind(name) == files::Kind::kDirectory && folder.sub(name, "checkpoint").kind(kManifest) == files::Kind::kRegular;
+}
+
 namespace detail {
 // The first element of a tensor's bytes (f32 or f64; other dtypes hold no such value a load must
 // refuse) that is NaN or infinite, or negative where `nonnegative`: its index and value.

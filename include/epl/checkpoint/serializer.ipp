@@ -177,7 +177,7 @@ void BasicSerializer<Unused>::place(const files::Folder& folder, const std::stri
     return;
   }
   // saved again (a rerun from an older step): only over a step directory a save wrote
-  EPL_CHECK(k == files::Kind::kDirectory && folder.sub(name, "checkpoint").kind(kManifest) == files::Kind::kRegular, "checkpoint ",
+  EPL_CHECK(is_saved_step(folder, name), "checkpoint ",
             folder / name, " is ", k == files::Kind::kDirectory ? "a directory that holds no " + std::string(kManifest) : files::describe(k),
             ", which a save did not write and will not replace; move it aside");
   const std::string aside = folder.make_unique_dir(name, "replaced");  // empty: the rename below replaces it
@@ -190,20 +190,20 @@ void BasicSerializer<Unused>::place(const files::Folder& folder, const std::stri
 template <class Unused>
 void BasicSerializer<Unused>::remove_older(const files::Folder& folder, const std::string& saved) {
   // checkpoint.keep: the one just saved, and the newest others up to keep_ in all; only step
-  // directories a save completed (a manifest in them) and holding nothing else a save does not
-  // write (a program's notes beside it) are counted and removed
+  // directories a save completed and holding nothing else a save does not write (a program's
+  // notes beside it) are counted and removed
   const auto saves_only = [](const files::Folder& step) {
     for (const auto& e : step.list()) {
       const std::string_view n(e);
       const bool rank_file = n.starts_with("rank-") && n.ends_with(".bin");
       if ((n != kManifest && !rank_file) || step.kind(n) != files::Kind::kRegular) return false;
     }
-    return step.kind(kManifest) == files::Kind::kRegular;
+    return true;
   };
   std::vector<std::pair<std::int64_t, std::string>> others;
   for (const auto& entry : folder.list()) {
     const auto step = step_of(entry);
-    if (!step || entry == saved || folder.kind(entry) != files::Kind::kDirectory) continue;
+    if (!step || entry == saved || !is_saved_step(folder, entry)) continue;
     if (saves_only(folder.sub(entry, "checkpoint"))) others.emplace_back(*step, entry);
   }
   std::sort(others.begin(), others.end(), std::greater<>());

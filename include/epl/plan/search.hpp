@@ -39,6 +39,9 @@ struct SearchOptions {
 struct SearchResult {
   std::vector<Estimate> plans;
   int tried = 0, refused = 0, too_big = 0;
+  /// What the plan's checks said of the combinations they refused, each reason once (at most 8):
+  /// a key the program gives may rule out a policy (communication.fp16 every ZeRO 2 and 3 plan).
+  std::vector<std::string> refusals;
   /// The probe's spread (Profile::spread, the larger of the f32 and AMP probes'): how far its runs
   /// disagreed. Predicted times closer than it cannot be ranked from the probe alone.
   double spread = 0;

@@ -69,6 +69,8 @@ EPL_LINKED SearchResult search_units(const Profile& prof, const Cluster& cluster
                                    } catch (const Error& err) {
                                      ++r.refused;  // the plan's checks refuse it: never a choice
                                      if (first_refusal.empty()) first_refusal = err.what();
+                                     if (r.refusals.size() < 8 && std::find(r.refusals.begin(), r.refusals.end(), err.detail()) == r.refusals.end())
+                                       r.refusals.push_back(err.detail());
                                    }
                                  });
   for (const auto& e : over)

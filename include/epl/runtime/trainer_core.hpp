@@ -34,6 +34,13 @@ namespace epl {
 inline namespace v0 {
 namespace detail {
 
+// Gives back the device's cached blocks, all of them or those nothing needed since the last call,
+// where the device can trim (CPU, Isolated; CUDA's pools do not yet).
+template <class D>
+void trim_device(const D& device, bool all) noexcept {
+  if constexpr (requires { device.trim_cache(all); }) (void)device.trim_cache(all);
+}
+
 template <class Optimizer, class Loss, class D, class Sync>
 class TrainerCore {
  public:
@@ -183,9 +190,7 @@ class TrainerCore {
   // back too, so a destroyed Trainer's memory is not held until the next one trims (a stranger's).
   struct GiveBack {
     const D* device;
-    ~GiveBack() {
-      if constexpr (requires(const D& d) { d.trim_cache(true); }) (void)device->trim_cache(true);
-    }
+    ~GiveBack() { trim_device(*device, true); }
   } give_back_{device_};
   DeviceClaim claim_{device_->id()};  // one thread per GPU slot (or device::Isolated index)
   std::optional<comm::Communicator> solo_;
@@ -252,11 +257,8 @@ class TrainerCore {
     sync_->after_update();
   }
   // The device's cached blocks that nothing since the last call needed go back (another batch's
-  // activations), all of them once the run is built (start-up's whole model, which ZeRO shards),
-  // where the device can trim (CPU, Isolated).
-  void trim_cache(bool all = false) noexcept {
-    if constexpr (requires(const D& d) { d.trim_cache(all); }) (void)device_->trim_cache(all);
-  }
+  // activations), all of them once the run is built (start-up's whole model, which ZeRO shards).
+  void trim_cache(bool all = false) noexcept { trim_device(*device_, all); }
   // What the serializer saves and loads: views of the arena, the optimizer and the scaler.
   checkpoint::TrainerState state();
 };

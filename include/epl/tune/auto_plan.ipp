@@ -175,9 +175,15 @@ EPL_LINKED plan::SearchResult held_to_given(plan::SearchResult found, const Conf
     for (const auto& v : taken[key]) values += (values.empty() ? "" : ", ") + v;
     keys += (keys.empty() ? "" : "; ") + k + " (they take " + values + ")";
   }
+  // the plans the checks refused may be the ones the keys ask for: a key of the run's rules them out
+  std::string refused;
+  for (const auto& why : found.refusals) refused += (refused.empty() ? "" : "; ") + why;
   EPL_CHECK(!kept.empty(), "auto.auto_parallel: none of the ", before, " plans that fit agrees with the keys given: ", keys,
             "; give a value they take, leave the key unset for the planner to choose it, or give pipeline.num_stages to lay "
-            "the run out by hand");
+            "the run out by hand",
+            refused.empty() ? std::string()
+                            : " (the plan's checks refused " + std::to_string(found.refused) + " more, which may be the ones asked for: " +
+                                  refused + ")");
   found.plans = std::move(kept);
   return found;
 }
