@@ -7,6 +7,8 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "epl/core/linked.hpp"
@@ -32,6 +34,31 @@ struct PlaceBytes {
   StateBytes state;
   InFlightBytes in_flight;
 };
+// The most blocks of `lay` one leaf layer's own parameters lie in (`order`: the layout's
+// parameters): ZeRO's hooks gather a layer's blocks, and open their gradients, together.
+template <class Pass, class Model>
+int layer_span(Model& model, const std::vector<nn::Parameter*>& order, const param::Layout& lay) {
+  std::unordered_map<const nn::Parameter*, std::size_t> block_of;
+  std::size_t b = 0;
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    while (b + 1 < lay.blocks.size() && lay.offsets[i] >= lay.blocks[b].end) ++b;
+    block_of.emplace(order[i], b);
+  }
+  int span = 1;
+  nn::visit_nodes(model, [&](std::string_view, auto& node) {
+    if constexpr (nn::leaf_layer<std::remove_cvref_t<decltype(node)>, Pass>) {
+      std::size_t lo = lay.blocks.size(), hi = 0;
+      nn::for_each_own_parameter(node, [&](nn::Parameter& p) {
+        if (const auto it = block_of.find(&p); it != block_of.end()) {
+          lo = std::min(lo, it->second);
+          hi = std::max(hi, it->second);
+        }
+      });
+      if (lo <= hi) span = std::max(span, static_cast<int>(hi - lo + 1));
+    }
+  });
+  return span;
+}
 // Each place's bytes, as predict_state lays out its arena.
 template <class Model, class Policy, class D>
 std::vector<PlaceBytes> predict_places(const Model& model, const Plan& plan, int world_size, int slots) {
@@ -55,9 +82,10 @@ std::vector<PlaceBytes> predict_places(const Model& model, const Plan& plan, int
       const auto lay = param::layout(order, mo);
       ZeroBlocks blocks;
       for (const auto& b : lay.blocks) blocks.push(b.end - b.begin);
+      blocks.span = layer_span<Pass>(copy, order, lay);
       // the optimizer's slots and the policies' (an EMA's copy), sharded alike
       out.push_back({state_bytes(lay.size, mo.shards, plan.policies.zero_stage, plan.policies.offload, slots + policy::state_slots(plan.policies), bytes),
-                     in_flight_bytes(blocks, mo.shards, plan.policies.zero_stage, plan.policies.offload, plan.micro_batches > 1, bytes)});
+                     in_flight_bytes(blocks, mo.shards, plan.policies.zero_stage, plan.policies.offload, plan.micro_batches, bytes)});
     }
   return out;
 }

@@ -201,8 +201,8 @@ inline void parameters_are_largest__add_epl_Zero_3(std::int64_t need, std::int64
   does_not_fit("the parameters are the largest part: add epl::Zero<3> (zero.level=v2) to shard them over the replicas", need, budget);
 }
 inline void state_is_sharded__add_epl_Offload(std::int64_t need, std::int64_t budget) {
-  does_not_fit("the training state is sharded by ZeRO stage 3 already: add epl::Offload<epl::offload::V0> to keep it in host "
-               "memory", need, budget);
+  does_not_fit("add epl::Offload<epl::offload::V0>, with the epl::Zero<3> it needs, to keep the training state in host memory",
+               need, budget);
 }
 inline void activations_are_largest__mark_epl_Recompute_or_raise_micro_batches(std::int64_t need, std::int64_t budget) {
   does_not_fit("the activations are the largest part: mark blocks epl::Recompute<...> (or gradient_checkpoint.type=auto), or "
@@ -212,6 +212,10 @@ inline void blocks_in_flight_are_largest__raise_communication_max_splits(std::in
   does_not_fit("ZeRO's blocks in flight are the largest part (stage 3's gathered layers, stages 2 and 3's gradient blocks being "
                "reduced, about 1/communication.max_splits of a rank's parameters each): raise communication.max_splits "
                "(Budget::max_splits) for smaller blocks", need, budget);
+}
+inline void blocks_in_flight_outweigh_their_shards__use_a_lower_zero_stage(std::int64_t need, std::int64_t budget) {
+  does_not_fit("ZeRO's blocks in flight outweigh what this stage shards (a block never splits a parameter: a model of few large "
+               "layers), so a lower ZeRO stage needs less: lower zero.level (epl::Zero<k> runs every stage up to k)", need, budget);
 }
 inline void state_is_sharded_already__add_ranks_or_split_the_model(std::int64_t need, std::int64_t budget) {
   does_not_fit("every policy that shrinks it is on: use more ranks, or split the model (epl::Split, epl::Pipeline)", need, budget);
@@ -237,6 +241,7 @@ inline constexpr char parameters_are_largest__add_epl_Zero_3[1]{};
 inline constexpr char state_is_sharded__add_epl_Offload[1]{};
 inline constexpr char state_is_sharded_already__add_ranks_or_split_the_model[1]{};
 inline constexpr char blocks_in_flight_are_largest__raise_communication_max_splits[1]{};
+inline constexpr char blocks_in_flight_outweigh_their_shards__use_a_lower_zero_stage[1]{};
 inline constexpr char no_combination_fits__add_ranks_or_memory[1]{};  // static_search's
 }  // namespace misfit
 constexpr bool does_not_fit__the_index_is_the_bytes_a_rank_needs(const char* reason, std::int64_t need, std::int64_t budget) {
@@ -264,36 +269,53 @@ constexpr std::int64_t limit_of(const Cluster& c, const Budget& b) {
 /// rows of a micro-batch, times the micro-batches a first stage of 1F1B keeps in flight, plus the
 /// most one unit's backward allocates for a while (strategy::Cost::backward_bytes).
 template <class Model, class Policy = Policies<>>
-constexpr StaticFootprint static_footprint(const Cluster& cluster, const Budget& budget) {
+constexpr StaticFootprint static_footprint(const Cluster& cluster, const Budget& budget);
+
+namespace detail {
+// static_footprint at ZeRO `zero`, with or without `offload`, `slots` state values an element, the
+// blocks cut by `max_splits`: what fits' advice weighs against the compiled policies' footprint.
+template <class Model>
+constexpr StaticFootprint footprint_under(const Cluster& cluster, const Budget& budget, int zero, bool offload, int slots, int max_splits) {
   constexpr int t = tensor_degree_v<Model>;
   constexpr int p = declared_stages_v<Model>;
-  detail::check_cluster(cluster, "plan::fits");
-  detail::check_budget(budget, "plan::fits");
-  if (cluster.ranks % (p * t) != 0) detail::world_size_does_not_hold_a_replica__use_a_multiple("plan::fits", cluster.ranks, p * t);
+  check_cluster(cluster, "plan::fits");
+  check_budget(budget, "plan::fits");
+  if (cluster.ranks % (p * t) != 0) world_size_does_not_hold_a_replica__use_a_multiple("plan::fits", cluster.ranks, p * t);
   const int data = cluster.ranks / (p * t);
   if (budget.rows % (static_cast<std::int64_t>(data) * budget.micro_batches) != 0)
-    detail::budget_is_not_valid("plan::fits", "the global batch (Budget::rows) must divide into the data-parallel ranks (cluster ranks "
-                                              "over pipeline stages x split degree) times Budget::micro_batches");
-  constexpr policy::Compiled c = policy::compiled<Policy>(false);
-  const auto sums = detail::static_sums<Model>(detail::max_splits_of(budget));
-  const int slots = budget.optimizer_slots + policy::state_slots(c);  // the optimizer's and the policies' (an EMA's copy)
-  detail::check_countable(static_cast<double>(sums.parameters) * 4.0 * (2 + slots));
-  detail::check_countable(static_cast<double>(sums.activation_bytes + sums.backward_bytes) * static_cast<double>(budget.rows));
+    budget_is_not_valid("plan::fits", "the global batch (Budget::rows) must divide into the data-parallel ranks (cluster ranks "
+                                      "over pipeline stages x split degree) times Budget::micro_batches");
+  const auto sums = static_sums<Model>(max_splits);
+  check_countable(static_cast<double>(sums.parameters) * 4.0 * (2 + slots));
+  check_countable(static_cast<double>(sums.activation_bytes + sums.backward_bytes) * static_cast<double>(budget.rows));
   StaticFootprint f;
-  f.state = state_bytes(sums.parameters, data, c.zero, c.offload, slots);
+  f.state = state_bytes(sums.parameters, data, zero, offload, slots);
   const std::int64_t micro_rows = budget.rows / data / budget.micro_batches;
   f.activations = (sums.activation_bytes * (p == 1 ? 1 : std::min(budget.micro_batches, p)) + sums.backward_bytes) * micro_rows;
-  f.in_flight = in_flight_bytes(sums.blocks, data, c.zero, c.offload, budget.micro_batches > 1);
+  f.in_flight = in_flight_bytes(sums.blocks, data, zero, offload, budget.micro_batches);
   return f;
+}
+// The state values an element: the optimizer's and the policies' (an EMA's copy).
+template <class Policy>
+constexpr int slots_of(const Budget& budget) {
+  return budget.optimizer_slots + policy::state_slots(policy::compiled<Policy>(false));
+}
+}  // namespace detail
+
+template <class Model, class Policy>
+constexpr StaticFootprint static_footprint(const Cluster& cluster, const Budget& budget) {
+  constexpr policy::Compiled c = policy::compiled<Policy>(false);
+  return detail::footprint_under<Model>(cluster, budget, c.zero, c.offload, detail::slots_of<Policy>(budget), detail::max_splits_of(budget));
 }
 
 namespace detail {
 // Why a footprint does not fit: its largest part, and what shrinks it.
-enum class Misfit { kActivations, kInFlight, kOneReplica, kOptimizerState, kGradients, kParameters, kOffload, kEverything };
+enum class Misfit { kActivations, kInFlight, kOneReplica, kOptimizerState, kGradients, kParameters, kOffload, kLowerStage, kEverything };
 constexpr const char* misfit_array(Misfit m) {
   switch (m) {
     case Misfit::kActivations: return misfit::activations_are_largest__mark_epl_Recompute_or_raise_micro_batches;
     case Misfit::kInFlight: return misfit::blocks_in_flight_are_largest__raise_communication_max_splits;
+    case Misfit::kLowerStage: return misfit::blocks_in_flight_outweigh_their_shards__use_a_lower_zero_stage;
     case Misfit::kOneReplica: return misfit::one_replica_has_nothing_to_shard_over__add_ranks_or_split_the_model;
     case Misfit::kOptimizerState: return misfit::optimizer_state_is_largest__add_epl_Zero_1;
     case Misfit::kGradients: return misfit::gradients_are_largest__add_epl_Zero_2;
@@ -304,20 +326,45 @@ constexpr const char* misfit_array(Misfit m) {
   return misfit::state_is_sharded_already__add_ranks_or_split_the_model;
 }
 template <class Model, class Policy>
-constexpr Misfit misfit_of(const StaticFootprint& f, const Cluster& cluster) {
+constexpr Misfit misfit_of(const StaticFootprint& f, const Cluster& cluster, const Budget& budget) {
   constexpr policy::Compiled c = policy::compiled<Policy>(false);
   const auto& s = f.state;
   constexpr int p = declared_stages_v<Model>;
   const bool replicas = cluster.ranks / (p * tensor_degree_v<Model>) > 1;  // ZeRO shards over them: none, nothing to shard
-  const std::int64_t flight = f.in_flight.total();
-  if (flight > f.activations && flight >= s.parameters && flight >= s.gradients && flight >= s.optimizer_state) return Misfit::kInFlight;
-  if (f.activations >= s.parameters && f.activations >= s.gradients && f.activations >= s.optimizer_state) return Misfit::kActivations;
+  if (f.activations >= s.parameters && f.activations >= s.gradients && f.activations >= s.optimizer_state &&
+      f.activations >= f.in_flight.total())
+    return Misfit::kActivations;
   if (!replicas) return Misfit::kOneReplica;
-  if (s.optimizer_state >= s.parameters && s.optimizer_state >= s.gradients && c.zero < 1) return Misfit::kOptimizerState;
-  if (s.gradients >= s.parameters && c.zero < 2) return Misfit::kGradients;
-  if (c.zero < 3) return Misfit::kParameters;
-  if (!c.offload) return Misfit::kOffload;
-  return Misfit::kEverything;
+  // Each change a message can advise, with what a rank would need after it: a stage up shards more
+  // but adds blocks in flight, which on a model of few large layers outweigh it (a stranger's
+  // finding: "add epl::Zero<2>" raised the need). The first in this order that fits is advised,
+  // else the one that needs least, if any needs less than now.
+  const auto need = [&](int zero, bool offload, int max_splits) {
+    return footprint_under<Model>(cluster, budget, zero, offload, slots_of<Policy>(budget), max_splits).total();
+  };
+  const int splits = max_splits_of(budget);
+  struct Option {
+    Misfit why;
+    bool open;
+    std::int64_t need;
+  };
+  std::int64_t lower = f.total();
+  for (int z = 0; z < c.zero; ++z) lower = need(z, false, splits) < lower ? need(z, false, splits) : lower;
+  const Option options[] = {
+      {Misfit::kOptimizerState, c.zero < 1 && s.optimizer_state >= s.parameters && s.optimizer_state >= s.gradients, need(1, false, splits)},
+      {Misfit::kGradients, c.zero < 2, need(2, false, splits)},
+      {Misfit::kParameters, c.zero < 3, need(3, false, splits)},
+      {Misfit::kOffload, !c.offload, need(3, true, splits)},
+      {Misfit::kLowerStage, c.zero > 0, lower},
+      {Misfit::kInFlight, f.in_flight.total() > 0, need(c.zero, c.offload, 1 << 20)},  // a block never splits a parameter
+  };
+  const std::int64_t limit = limit_of(cluster, budget);
+  for (const auto& o : options)
+    if (o.open && o.need <= limit) return o.why;
+  const Option* least = nullptr;
+  for (const auto& o : options)
+    if (o.open && o.need < f.total() && (!least || o.need < least->need)) least = &o;
+  return least ? least->why : Misfit::kEverything;
 }
 }  // namespace detail
 
@@ -332,11 +379,12 @@ constexpr bool fits(const Cluster& cluster, const Budget& budget) {
   const std::int64_t need = f.total(), limit = detail::limit_of(cluster, budget);
   if (need <= limit) return true;
   using detail::Misfit;
-  const Misfit why = detail::misfit_of<Model, Policy>(f, cluster);
+  const Misfit why = detail::misfit_of<Model, Policy>(f, cluster, budget);
   if (std::is_constant_evaluated()) return detail::does_not_fit__the_index_is_the_bytes_a_rank_needs(detail::misfit_array(why), need, limit);
   switch (why) {
     case Misfit::kActivations: detail::activations_are_largest__mark_epl_Recompute_or_raise_micro_batches(need, limit); break;
     case Misfit::kInFlight: detail::blocks_in_flight_are_largest__raise_communication_max_splits(need, limit); break;
+    case Misfit::kLowerStage: detail::blocks_in_flight_outweigh_their_shards__use_a_lower_zero_stage(need, limit); break;
     case Misfit::kOneReplica: detail::one_replica_has_nothing_to_shard_over__add_ranks_or_split_the_model(need, limit); break;
     case Misfit::kOptimizerState: detail::optimizer_state_is_largest__add_epl_Zero_1(need, limit); break;
     case Misfit::kGradients: detail::gradients_are_largest__add_epl_Zero_2(need, limit); break;
@@ -352,6 +400,7 @@ constexpr bool fits(const Cluster& cluster, const Budget& budget) {
 namespace does_not_fit_because {
 struct activations_are_largest__mark_epl_Recompute_or_raise_micro_batches {};
 struct blocks_in_flight_are_largest__raise_communication_max_splits {};
+struct blocks_in_flight_outweigh_their_shards__use_a_lower_zero_stage {};
 struct one_replica_has_nothing_to_shard_over__add_ranks_or_split_the_model {};
 struct optimizer_state_is_largest__add_epl_Zero_1 {};
 struct gradients_are_largest__add_epl_Zero_2 {};
@@ -376,6 +425,7 @@ constexpr auto reason_type() {
   namespace why = does_not_fit_because;
   if constexpr (M == Misfit::kActivations) return why::activations_are_largest__mark_epl_Recompute_or_raise_micro_batches{};
   else if constexpr (M == Misfit::kInFlight) return why::blocks_in_flight_are_largest__raise_communication_max_splits{};
+  else if constexpr (M == Misfit::kLowerStage) return why::blocks_in_flight_outweigh_their_shards__use_a_lower_zero_stage{};
   else if constexpr (M == Misfit::kOneReplica) return why::one_replica_has_nothing_to_shard_over__add_ranks_or_split_the_model{};
   else if constexpr (M == Misfit::kOptimizerState) return why::optimizer_state_is_largest__add_epl_Zero_1{};
   else if constexpr (M == Misfit::kGradients) return why::gradients_are_largest__add_epl_Zero_2{};
@@ -390,7 +440,7 @@ constexpr bool fits_with_figures() {
   if constexpr (need <= limit) {
     return true;
   } else {
-    using Reason = decltype(reason_type<misfit_of<Model, Policy>(f, C)>());
+    using Reason = decltype(reason_type<misfit_of<Model, Policy>(f, C, B)>());
     return ::epl::plan::does_not_fit<Reason, need, limit>::value;
   }
 }

@@ -139,14 +139,14 @@ EPL_LINKED std::string report(const SearchResult& r, std::size_t n, bool measure
   auto mib = [](std::int64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); };
   std::string out;
   char line[512];
-  std::snprintf(line, sizeof line, "%-34s %9s %9s %9s %9s %9s %10s %7s\n", "plan (fastest first)", "params", "grads", "optim",
-                "activ.", "MiB", "step ms", "bubble");
+  std::snprintf(line, sizeof line, "%-34s %9s %9s %9s %9s %9s %9s %10s %7s\n", "plan (fastest first)", "params", "grads", "optim",
+                "activ.", "in fl.", "MiB", "step ms", "bubble");
   out += line;
   for (std::size_t i = 0; i < std::min(n, r.plans.size()); ++i) {
     const auto& e = r.plans[i];
-    std::snprintf(line, sizeof line, "%-34s %9.2f %9.2f %9.2f %9.2f %9.2f %10.3f %6.1f%%\n", e.candidate.str().c_str(),
+    std::snprintf(line, sizeof line, "%-34s %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f %10.3f %6.1f%%\n", e.candidate.str().c_str(),
                   mib(e.state.parameters), mib(e.state.gradients), mib(e.state.optimizer_state), mib(e.activations),
-                  mib(e.device_bytes()), 1e3 * e.seconds, 100 * e.bubble);
+                  mib(e.in_flight.total()), mib(e.device_bytes()), 1e3 * e.seconds, 100 * e.bubble);
     out += line;
   }
   std::snprintf(line, sizeof line, "(%d combinations tried: %zu fit, %d over the budget, %d refused by the plan's checks)\n", r.tried,

@@ -2,6 +2,8 @@
 /// \file
 /// \brief The state a rank keeps between steps (parameters, gradients, optimizer state) by where
 /// it lives, as ZeRO and offload place it: the planner's exact part.
+#include <array>
+#include <cstddef>
 #include <cstdint>
 #include <utility>
 
@@ -39,12 +41,17 @@ constexpr StateBytes state_bytes(std::int64_t elements, int shards, int zero_sta
 
 /// \brief ZeRO's blocks of a rank's arena, as param::layout cuts them, streamed in backward order:
 /// what the blocks a step holds at once add up to. The run-time planner pushes the layout's
-/// blocks (exact); the compile-time planner adds its units' parameters, each kept whole.
+/// blocks (exact) and the most blocks one layer's own parameters lie in; the compile-time planner
+/// adds its units' parameters, each kept whole (a unit in one block).
 struct ZeroBlocks {
+  static constexpr int kMost = 8;   ///< windows of up to this many consecutive blocks
   std::int64_t block_elements = 0;  ///< a block closes once it holds this many (0: one block)
   std::int64_t open = 0;            ///< the block being filled
-  std::int64_t last = 0, before = 0;  ///< the two blocks closed before it, the latest first
-  std::int64_t largest = 0, two = 0, three = 0;  ///< the most one, two and three consecutive blocks hold
+  std::int64_t count = 0;           ///< blocks closed
+  std::int64_t largest = 0;         ///< the largest block
+  std::array<std::int64_t, kMost> first{}, recent{};  ///< the first blocks, and the last (the latest first)
+  std::array<std::int64_t, kMost + 1> most{};          ///< most[k]: the most k consecutive blocks hold
+  int span = 1;  ///< the most blocks one layer's own parameters lie in (a layer's blocks are resident together)
   /// \brief A parameter of `elements`, after the block is closed if it holds enough already.
   constexpr void add(std::int64_t elements) {
     if (block_elements > 0 && open >= block_elements) close();
@@ -58,32 +65,67 @@ struct ZeroBlocks {
   /// \brief A whole block of `elements`.
   constexpr void push(std::int64_t elements) {
     largest = elements > largest ? elements : largest;
-    two = elements + last > two ? elements + last : two;
-    three = elements + last + before > three ? elements + last + before : three;
-    before = last;
-    last = elements;
+    if (count < kMost) first[static_cast<std::size_t>(count)] = elements;
+    for (std::size_t i = kMost - 1; i > 0; --i) recent[i] = recent[i - 1];
+    recent[0] = elements;
+    ++count;
+    std::int64_t sum = 0;
+    for (std::int64_t k = 1; k <= kMost && k <= count; ++k) {
+      sum += recent[static_cast<std::size_t>(k - 1)];
+      most[static_cast<std::size_t>(k)] = sum > most[static_cast<std::size_t>(k)] ? sum : most[static_cast<std::size_t>(k)];
+    }
+  }
+  /// \brief The most `k` consecutive blocks hold (at most kMost) in the blocks' order gone through
+  /// `passes` times, one after another: a step's micro-batches each reduce every block in turn,
+  /// and the last blocks of one are still in flight when the next begins. With `shards` > 0 a
+  /// block staged adds its shard's slice (1/shards of it): every block when `all_staged`, else the
+  /// blocks of the passes after the first (a reduction added to the shard goes through a slice).
+  [[nodiscard]] constexpr std::int64_t window(int k, int passes, int shards = 0, bool all_staged = false) const {
+    if (count == 0 || k < 1) return 0;
+    const auto staged = [&](std::int64_t elements, bool yes) { return elements + (shards > 0 && yes ? elements / shards : 0); };
+    std::int64_t want = k < kMost ? k : kMost;
+    const std::int64_t items = count * (passes > 1 ? passes : 1);
+    want = want < items ? want : items;
+    std::int64_t best = staged(most[static_cast<std::size_t>(want < count ? want : count)], all_staged || passes > 1);
+    if (passes < 2) return best;
+    // across the end of a pass: its last j blocks, then the next passes' from their first (where
+    // the blocks are fewer than the window, every block is among `first`)
+    for (std::int64_t j = 1; j < want && j <= count; ++j) {
+      std::int64_t before = 0, after = 0;
+      for (std::int64_t i = 0; i < j; ++i) before += recent[static_cast<std::size_t>(i)];
+      std::int64_t rest = want - j;
+      const std::int64_t later = count * (passes - 1);
+      rest = rest < later ? rest : later;
+      for (std::int64_t t = 0; t < rest; ++t) after += first[static_cast<std::size_t>(t % count)];
+      const std::int64_t sum = staged(before, all_staged || passes > 2) + staged(after, true);
+      best = sum > best ? sum : best;
+    }
+    return best;
   }
 };
 
 /// \brief What ZeRO holds on the device during a step beyond the state between steps: stage 3's
 /// gathered blocks (the running layer's and the next one's gather), stages 2 and 3's gradient
-/// blocks (the one reducing and two in flight), each with its staging slice where the shard lives
-/// on the host or a step adds micro-batches.
+/// blocks (the running layer's, the one reducing and two in flight), each with its staging slice
+/// where the shard lives on the host or a step adds micro-batches.
 struct InFlightBytes {
   std::int64_t parameters = 0, gradients = 0;
   [[nodiscard]] constexpr std::int64_t total() const noexcept { return parameters + gradients; }
 };
 
 /// \brief The blocks in flight of an arena cut as `blocks` (closed), `shards` ranks sharing it, at
-/// ZeRO `zero_stage`, with the shards on the host (`offload`) and more than one micro-batch a step
-/// (`accumulates`), `element_bytes` an element: policy::ZeroSharder's own rules.
-constexpr InFlightBytes in_flight_bytes(const ZeroBlocks& blocks, int shards, int zero_stage, bool offload, bool accumulates,
+/// ZeRO `zero_stage`, with the shards on the host (`offload`), a step of `micro_batches` passes,
+/// `element_bytes` an element: policy::ZeroSharder's own rules. Stage 3 holds a layer's blocks
+/// and the next one's gather; stages 2 and 3 a layer's gradient blocks and the two before them
+/// still reducing, across the micro-batches' passes; a staging slice of a shard's size each where
+/// the shards are on the host, or (gradients) a step adds micro-batches. A bound: exact when each
+/// layer's parameters lie in one block and a step is one pass.
+constexpr InFlightBytes in_flight_bytes(const ZeroBlocks& blocks, int shards, int zero_stage, bool offload, int micro_batches,
                                         std::int64_t element_bytes = 4) {
   InFlightBytes f;
-  if (zero_stage >= 2)  // a block's buffer is reduced into a staging slice when added to, or sent to the host
-    f.gradients = (blocks.three + (offload || accumulates ? blocks.three / shards : 0)) * element_bytes;
+  if (zero_stage >= 2) f.gradients = blocks.window(blocks.span + 2, micro_batches, shards, offload) * element_bytes;
   if (zero_stage >= 3)  // a host shard is copied to a staging slice of the next block before its gather
-    f.parameters = (blocks.two + (offload && shards > 1 ? blocks.largest / shards : 0)) * element_bytes;
+    f.parameters = (blocks.window(blocks.span + 1, 1) + (offload && shards > 1 ? blocks.largest / shards : 0)) * element_bytes;
   return f;
 }
 

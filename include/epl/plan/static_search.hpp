@@ -160,7 +160,7 @@ class StaticPricer {
                       static_cast<double>(m));
       StaticFootprint f;
       f.state = state_bytes(sum.parameters, k.data, k.policies.zero, k.policies.offload, budget_.optimizer_slots);
-      f.in_flight = in_flight_bytes(sum.blocks, k.data, k.policies.zero, k.policies.offload, m > 1);
+      f.in_flight = in_flight_bytes(sum.blocks, k.data, k.policies.zero, k.policies.offload, m);
       // what each micro-batch in flight keeps, a recomputed unit's activations once during its backward,
       // and the most one unit's backward allocates over them
       const bool recompute = k.policies.recompute;

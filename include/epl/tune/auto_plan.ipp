@@ -155,7 +155,7 @@ EPL_LINKED plan::SearchResult held_to_given(plan::SearchResult found, const Conf
     bool agrees = true;
     for (const auto& [key, text] : e.candidate.keys()) {
       const auto mine = given(key);
-      if (!mine) continue;
+      if (!mine || key == keys::auto_parallel.name) continue;  // what asked for the planner, not a constraint on it
       const std::string shown = key + "=" + *mine, value = same(key, text);
       if (std::find(held.begin(), held.end(), shown) == held.end()) held.push_back(shown);
       auto& values = taken[key];

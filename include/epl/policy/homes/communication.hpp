@@ -69,6 +69,10 @@ struct Communication {
 
   template <class K, class C, class S>
   static void decide(const K& k, const C&, const Facts&, S& s) {
+    // the key table checks a configuration's value; a program's policy::Keys (a planner's
+    // PlanOptions::policies) reach here unchecked (a stranger's 0 divided by zero)
+    EPL_CHECK(k.max_splits >= 1 && k.max_splits <= (1 << 20), "communication.max_splits = ", k.max_splits,
+              " must be from 1 to 1048576 (the gradient buckets, and ZeRO's blocks, a rank's parameters are cut into)");
     s.max_splits = static_cast<int>(k.max_splits);
     s.fp16 = k.fp16;
     s.fp16_scale = static_cast<double>(k.fp16_scale);
