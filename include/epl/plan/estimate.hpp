@@ -35,7 +35,9 @@ struct PlaceBytes {
   InFlightBytes in_flight;
 };
 // The most blocks of `lay` one leaf layer's own parameters lie in (`order`: the layout's
-// parameters): ZeRO's hooks gather a layer's blocks, and open their gradients, together.
+// parameters): ZeRO's hooks gather a layer's blocks, and open their gradients, together. A leaf
+// that holds parameters of its own keeps them while the leaves inside it run (nn::MoE's gate), so
+// its span covers theirs too.
 template <class Pass, class Model>
 int layer_span(Model& model, const std::vector<nn::Parameter*>& order, const param::Layout& lay) {
   std::unordered_map<const nn::Parameter*, std::size_t> block_of;
@@ -48,12 +50,14 @@ int layer_span(Model& model, const std::vector<nn::Parameter*>& order, const par
   nn::visit_nodes(model, [&](std::string_view, auto& node) {
     if constexpr (nn::leaf_layer<std::remove_cvref_t<decltype(node)>, Pass>) {
       std::size_t lo = lay.blocks.size(), hi = 0;
-      nn::for_each_own_parameter(node, [&](nn::Parameter& p) {
+      const auto widen = [&](nn::Parameter& p) {
         if (const auto it = block_of.find(&p); it != block_of.end()) {
           lo = std::min(lo, it->second);
           hi = std::max(hi, it->second);
         }
-      });
+      };
+      nn::for_each_own_parameter(node, widen);
+      if (lo <= hi) nn::for_each_parameter(node, widen);  // with its own, the leaves it runs inside it
       if (lo <= hi) span = std::max(span, static_cast<int>(hi - lo + 1));
     }
   });

@@ -155,11 +155,11 @@ struct StaticSums {
   std::int64_t backward_bytes = 0;    // the most a unit's backward allocates a while, per row
   ZeroBlocks blocks;                  // ZeRO's blocks of its arena
 };
-// One rank's sums: the busiest of a Pipeline's declared stages (the whole model when it declares
-// none), each unit's parameters divided among the ranks of the split it runs under; its arena
-// cut into ZeRO's blocks by `max_splits`.
+// Each of a Pipeline's declared stages' sums (the whole model's when it declares none), each unit's
+// parameters divided among the ranks of the split it runs under; its arena cut into ZeRO's blocks
+// by `max_splits`.
 template <class M>
-constexpr StaticSums static_sums(int max_splits) {
+constexpr auto static_sums(int max_splits) {
   std::array<StaticSums, static_cast<std::size_t>(declared_stages_v<M>)> per{};
   auto add = [&](const strategy::Cost& c, int stage, int tensor) {
     check_cost(c);
@@ -180,10 +180,7 @@ constexpr StaticSums static_sums(int max_splits) {
     per[s].blocks = zero_blocks_of(per[s].parameters, max_splits);
     add_blocks(per[s].blocks, units, first, end);
   }
-  StaticSums most = per[0];
-  for (const auto& s : per)
-    if (s.parameters + s.activation_bytes > most.parameters + most.activation_bytes) most = s;
-  return most;
+  return per;
 }
 
 // What does not fit, named so a compile error says it (these are not constexpr: calling one
@@ -285,15 +282,19 @@ constexpr StaticFootprint footprint_under(const Cluster& cluster, const Budget& 
   if (budget.rows % (static_cast<std::int64_t>(data) * budget.micro_batches) != 0)
     budget_is_not_valid("plan::fits", "the global batch (Budget::rows) must divide into the data-parallel ranks (cluster ranks "
                                       "over pipeline stages x split degree) times Budget::micro_batches");
-  const auto sums = static_sums<Model>(max_splits);
-  check_countable(static_cast<double>(sums.parameters) * 4.0 * (2 + slots));
-  check_countable(static_cast<double>(sums.activation_bytes + sums.backward_bytes) * static_cast<double>(budget.rows));
-  StaticFootprint f;
-  f.state = state_bytes(sums.parameters, data, zero, offload, slots);
-  const std::int64_t micro_rows = budget.rows / data / budget.micro_batches;
-  f.activations = (sums.activation_bytes * (p == 1 ? 1 : std::min(budget.micro_batches, p)) + sums.backward_bytes) * micro_rows;
-  f.in_flight = in_flight_bytes(sums.blocks, data, zero, offload, budget.micro_batches);
-  return f;
+  // the busiest stage: the one whose footprint is largest
+  StaticFootprint most;
+  for (const auto& sums : static_sums<Model>(max_splits)) {
+    check_countable(static_cast<double>(sums.parameters) * 4.0 * (2 + slots));
+    check_countable(static_cast<double>(sums.activation_bytes + sums.backward_bytes) * static_cast<double>(budget.rows));
+    StaticFootprint f;
+    f.state = state_bytes(sums.parameters, data, zero, offload, slots);
+    const std::int64_t micro_rows = budget.rows / data / budget.micro_batches;
+    f.activations = (sums.activation_bytes * (p == 1 ? 1 : std::min(budget.micro_batches, p)) + sums.backward_bytes) * micro_rows;
+    f.in_flight = in_flight_bytes(sums.blocks, data, zero, offload, budget.micro_batches);
+    if (f.total() > most.total()) most = f;
+  }
+  return most;
 }
 // The state values an element: the optimizer's and the policies' (an EMA's copy).
 template <class Policy>

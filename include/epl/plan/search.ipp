@@ -128,6 +128,9 @@ EPL_LINKED SearchResult merge(std::vector<SearchResult> results) {
     all.refused += r.refused;
     all.too_big += r.too_big;
     all.spread = std::max(all.spread, r.spread);
+    for (auto& why : r.refusals)
+      if (all.refusals.size() < 8 && std::find(all.refusals.begin(), all.refusals.end(), why) == all.refusals.end())
+        all.refusals.push_back(std::move(why));
     for (auto& e : r.plans) all.plans.push_back(std::move(e));
   }
   EPL_CHECK(!all.plans.empty(), "plan::merge: none of the ", results.size(), " searches found a plan");

@@ -106,8 +106,8 @@ struct ZeroBlocks {
 
 /// \brief What ZeRO holds on the device during a step beyond the state between steps: stage 3's
 /// gathered blocks (the running layer's and the next one's gather), stages 2 and 3's gradient
-/// blocks (the running layer's, the one reducing and two in flight), each with its staging slice
-/// where the shard lives on the host or a step adds micro-batches.
+/// blocks (the running layer's and the two before them still reducing), with their staging slices
+/// where the shards live on the host or a step adds micro-batches.
 struct InFlightBytes {
   std::int64_t parameters = 0, gradients = 0;
   [[nodiscard]] constexpr std::int64_t total() const noexcept { return parameters + gradients; }

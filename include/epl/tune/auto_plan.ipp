@@ -181,6 +181,9 @@ EPL_LINKED plan::SearchResult held_to_given(plan::SearchResult found, const Conf
   EPL_CHECK(!kept.empty(), "auto.auto_parallel: none of the ", before, " plans that fit agrees with the keys given: ", keys,
             "; give a value they take, leave the key unset for the planner to choose it, or give pipeline.num_stages to lay "
             "the run out by hand",
+            found.too_big > 0 ? " (" + std::to_string(found.too_big) + " more plans are over the budget, AutoPlanOptions::budget: "
+                                    "the keys may ask for one of them)"
+                              : std::string(),
             refused.empty() ? std::string()
                             : " (the plan's checks refused " + std::to_string(found.refused) + " more, which may be the ones asked for: " +
                                   refused + ")");
