@@ -118,8 +118,9 @@ struct InFlightBytes {
 /// `element_bytes` an element: policy::ZeroSharder's own rules. Stage 3 holds a layer's blocks
 /// and the next one's gather; stages 2 and 3 a layer's gradient blocks and the two before them
 /// still reducing, across the micro-batches' passes; a staging slice of a shard's size each where
-/// the shards are on the host, or (gradients) a step adds micro-batches. A bound: exact when each
-/// layer's parameters lie in one block and a step is one pass.
+/// the shards are on the host, or (gradients) a step adds micro-batches. Exact in the tests but
+/// where a layer's parameters lie in two blocks under offload with micro-batches, or a layer runs
+/// another inside it (a bound there); see docs/planner.md for what it does not count.
 constexpr InFlightBytes in_flight_bytes(const ZeroBlocks& blocks, int shards, int zero_stage, bool offload, int micro_batches,
                                         std::int64_t element_bytes = 4) {
   InFlightBytes f;
