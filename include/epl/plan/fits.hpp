@@ -8,6 +8,7 @@
 /// A model that does not fit stops the compile at a call whose name says what is largest and which
 /// policy would shrink it (`optimizer_state_is_largest__add_epl_Zero_1`); at run time the same call
 /// throws an epl::Error with the bytes and by how much they are over.
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <type_traits>
@@ -148,7 +149,9 @@ constexpr ZeroBlocks zero_blocks_of(std::int64_t parameters, int max_splits) {
   return ZeroBlocks{.block_elements = (parameters + max_splits - 1) / max_splits};
 }
 // communication.max_splits as a Budget gives it (0: the key's default).
-constexpr int max_splits_of(const Budget& b, int otherwise = 5) { return b.max_splits > 0 ? b.max_splits : otherwise; }
+constexpr int max_splits_of(const Budget& b, int otherwise = static_cast<int>(policy::home::Communication::kDefaultSplits)) {
+  return b.max_splits > 0 ? b.max_splits : otherwise;
+}
 struct StaticSums {
   std::int64_t parameters = 0;        // elements this rank holds (its stage's, its tensor part)
   std::int64_t activation_bytes = 0;  // per row, this rank's stage
@@ -161,24 +164,23 @@ struct StaticSums {
 template <class M>
 constexpr auto static_sums(int max_splits) {
   std::array<StaticSums, static_cast<std::size_t>(declared_stages_v<M>)> per{};
+  std::array<std::size_t, static_cast<std::size_t>(declared_stages_v<M>)> first{}, end{};  // each stage's units, [first, end) of static_units (a stage's are consecutive)
+  std::size_t at = 0;
   auto add = [&](const strategy::Cost& c, int stage, int tensor) {
     check_cost(c);
-    auto& s = per[static_cast<std::size_t>(stage < 0 ? 0 : stage)];
+    const auto k = static_cast<std::size_t>(stage < 0 ? 0 : stage);
+    if (end[k] == 0) first[k] = at;
+    end[k] = ++at;
+    auto& s = per[k];
     s.parameters += c.parameters / tensor;
     s.activation_bytes += c.activation_bytes;
     s.backward_bytes = c.backward_bytes > s.backward_bytes ? c.backward_bytes : s.backward_bytes;
   };
   for_each_static_unit<M>(add);
   constexpr auto units = static_units<M>();
-  for (std::size_t s = 0; s < per.size(); ++s) {  // each stage one chunk, its units in model order
-    std::size_t first = 0, end = 0;
-    for (std::size_t i = 0; i < units.size(); ++i)
-      if (static_cast<std::size_t>(units[i].stage < 0 ? 0 : units[i].stage) == s) {
-        if (end == 0) first = i;
-        end = i + 1;
-      }
+  for (std::size_t s = 0; s < per.size(); ++s) {  // each stage one chunk
     per[s].blocks = zero_blocks_of(per[s].parameters, max_splits);
-    add_blocks(per[s].blocks, units, first, end);
+    add_blocks(per[s].blocks, units, first[s], end[s]);
   }
   return per;
 }
@@ -251,7 +253,7 @@ constexpr void check_budget(const Budget& b, const char* who) {
       b.tokens_per_row < 1 || b.tokens_per_row > kMostCounted)
     budget_is_not_valid(who, "Budget::rows, ::micro_batches and ::tokens_per_row must be at least 1 (and at most 2^50), "
                              "::optimizer_slots from 0 to 64");
-  if (b.max_splits < 0 || b.max_splits > (1 << 20))
+  if (b.max_splits < 0 || b.max_splits > policy::home::Communication::kMostSplits)
     budget_is_not_valid(who, "Budget::max_splits (communication.max_splits) must be from 1 to 2^20, or 0 for the key's default");
 }
 // The bytes a rank may use: the budget's, at most the cluster's (0: the cluster's).
@@ -283,13 +285,13 @@ constexpr StaticFootprint footprint_under(const Cluster& cluster, const Budget& 
     budget_is_not_valid("plan::fits", "the global batch (Budget::rows) must divide into the data-parallel ranks (cluster ranks "
                                       "over pipeline stages x split degree) times Budget::micro_batches");
   // the busiest stage: the one whose footprint is largest
+  const std::int64_t micro_rows = budget.rows / data / budget.micro_batches;
   StaticFootprint most;
   for (const auto& sums : static_sums<Model>(max_splits)) {
     check_countable(static_cast<double>(sums.parameters) * 4.0 * (2 + slots));
     check_countable(static_cast<double>(sums.activation_bytes + sums.backward_bytes) * static_cast<double>(budget.rows));
     StaticFootprint f;
     f.state = state_bytes(sums.parameters, data, zero, offload, slots);
-    const std::int64_t micro_rows = budget.rows / data / budget.micro_batches;
     f.activations = (sums.activation_bytes * (p == 1 ? 1 : std::min(budget.micro_batches, p)) + sums.backward_bytes) * micro_rows;
     f.in_flight = in_flight_bytes(sums.blocks, data, zero, offload, budget.micro_batches);
     if (f.total() > most.total()) most = f;
@@ -350,14 +352,15 @@ constexpr Misfit misfit_of(const StaticFootprint& f, const Cluster& cluster, con
     std::int64_t need;
   };
   std::int64_t lower = f.total();
-  for (int z = 0; z < c.zero; ++z) lower = need(z, false, splits) < lower ? need(z, false, splits) : lower;
+  for (int z = 0; z < c.zero; ++z) lower = std::min(lower, need(z, false, splits));
   const Option options[] = {
       {Misfit::kOptimizerState, c.zero < 1 && s.optimizer_state >= s.parameters && s.optimizer_state >= s.gradients, need(1, false, splits)},
       {Misfit::kGradients, c.zero < 2, need(2, false, splits)},
       {Misfit::kParameters, c.zero < 3, need(3, false, splits)},
       {Misfit::kOffload, !c.offload, need(3, true, splits)},
       {Misfit::kLowerStage, c.zero > 0, lower},
-      {Misfit::kInFlight, f.in_flight.total() > 0, need(c.zero, c.offload, 1 << 20)},  // a block never splits a parameter
+      {Misfit::kInFlight, f.in_flight.total() > 0,  // the smallest blocks: a block never splits a parameter
+       need(c.zero, c.offload, static_cast<int>(policy::home::Communication::kMostSplits))},
   };
   const std::int64_t limit = limit_of(cluster, budget);
   for (const auto& o : options)

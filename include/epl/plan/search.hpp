@@ -42,6 +42,10 @@ struct SearchResult {
   /// What the plan's checks said of the combinations they refused, each reason once (at most 8):
   /// a key the program gives may rule out a policy (communication.fp16 every ZeRO 2 and 3 plan).
   std::vector<std::string> refusals;
+  /// \brief Keeps `why` among refusals unless it is there or they are 8.
+  void note_refusal(std::string why) {
+    if (refusals.size() < 8 && std::find(refusals.begin(), refusals.end(), why) == refusals.end()) refusals.push_back(std::move(why));
+  }
   /// The probe's spread (Profile::spread, the larger of the f32 and AMP probes'): how far its runs
   /// disagreed. Predicted times closer than it cannot be ranked from the probe alone.
   double spread = 0;

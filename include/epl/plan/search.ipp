@@ -69,8 +69,7 @@ EPL_LINKED SearchResult search_units(const Profile& prof, const Cluster& cluster
                                    } catch (const Error& err) {
                                      ++r.refused;  // the plan's checks refuse it: never a choice
                                      if (first_refusal.empty()) first_refusal = err.what();
-                                     if (r.refusals.size() < 8 && std::find(r.refusals.begin(), r.refusals.end(), err.detail()) == r.refusals.end())
-                                       r.refusals.push_back(err.detail());
+                                     r.note_refusal(err.detail());
                                    }
                                  });
   for (const auto& e : over)
@@ -128,9 +127,7 @@ EPL_LINKED SearchResult merge(std::vector<SearchResult> results) {
     all.refused += r.refused;
     all.too_big += r.too_big;
     all.spread = std::max(all.spread, r.spread);
-    for (auto& why : r.refusals)
-      if (all.refusals.size() < 8 && std::find(all.refusals.begin(), all.refusals.end(), why) == all.refusals.end())
-        all.refusals.push_back(std::move(why));
+    for (auto& why : r.refusals) all.note_refusal(std::move(why));
     for (auto& e : r.plans) all.plans.push_back(std::move(e));
   }
   EPL_CHECK(!all.plans.empty(), "plan::merge: none of the ", results.size(), " searches found a plan");

@@ -24,9 +24,11 @@ inline constexpr Key<std::string> gradients_reduce_method{"communication.gradien
 
 namespace policy::home {
 struct Communication {
+  /// communication.max_splits' default, and its range's top: the gradient buckets, and ZeRO's blocks
+  static constexpr std::int64_t kDefaultSplits = 5, kMostSplits = std::int64_t{1} << 20;
   struct Keys {
     std::int64_t apply_groups = 1;       ///< optimizer.num_apply_group
-    std::int64_t max_splits = 5;         ///< communication.max_splits
+    std::int64_t max_splits = kDefaultSplits;  ///< communication.max_splits
     bool fp16 = false;                   ///< communication.fp16
     std::int64_t fp16_scale = 128;       ///< communication.fp16_scale
     bool fp16_scale_given = false;
@@ -48,7 +50,7 @@ struct Communication {
     constexpr double kNone = ConfigKey::kNoLimit;
     using I = std::int64_t;
     return {{"optimizer.num_apply_group", I{1}, {}, 1, 1 << 20, true, "apply the optimizer in this many groups"},
-            {"communication.max_splits", I{5}, {}, 1, 1 << 20, true, "gradient fusion buckets"},
+            {"communication.max_splits", I{kDefaultSplits}, {}, 1, kMostSplits, true, "gradient fusion buckets"},
             {"communication.fp16", false, {}, -kNone, kNone, true, "send gradients as fp16"},
             {"communication.fp16_scale", I{128}, {}, 1, 65504, true,
              "scale applied before the fp16 cast (at most 65504, fp16's largest finite value)"},
@@ -71,8 +73,8 @@ struct Communication {
   static void decide(const K& k, const C&, const Facts&, S& s) {
     // the key table checks a configuration's value; a program's policy::Keys (a planner's
     // PlanOptions::policies) reach here unchecked (a stranger's 0 divided by zero)
-    EPL_CHECK(k.max_splits >= 1 && k.max_splits <= (1 << 20), "communication.max_splits = ", k.max_splits,
-              " must be from 1 to 1048576 (the gradient buckets, and ZeRO's blocks, a rank's parameters are cut into)");
+    EPL_CHECK(k.max_splits >= 1 && k.max_splits <= kMostSplits, "communication.max_splits = ", k.max_splits, " must be from 1 to ",
+              kMostSplits, " (the gradient buckets, and ZeRO's blocks, a rank's parameters are cut into)");
     s.max_splits = static_cast<int>(k.max_splits);
     s.fp16 = k.fp16;
     s.fp16_scale = static_cast<double>(k.fp16_scale);
