@@ -185,7 +185,19 @@ TEST_CASE("static_search: at run time, nothing that fits and nonsense are errors
                        doctest::Contains("more: add ranks or memory"), Error);
   CHECK_THROWS_WITH_AS((plan::static_search<Four>({.ranks = 0}, roomy_budget)), doctest::Contains("the cluster's ranks must be at least 1"),
                        Error);
-  CHECK_THROWS_WITH_AS((plan::static_search<Four>(fast, {.bytes = 1, .rows = 0})), doctest::Contains("Budget::rows"), Error);
+  CHECK_THROWS_WITH_AS((plan::static_search<Four>(fast, {.bytes = 1, .rows = 0})),
+                       doctest::Contains("Budget::rows (the global batch) must be from 1 to 2^50"), Error);
+  // each field of the budget is named alone
+  CHECK_THROWS_WITH_AS((plan::static_search<Four>(fast, {.bytes = 1, .rows = 8, .micro_batches = 0})),
+                       doctest::Contains("Budget::micro_batches must be at least 1"), Error);
+  CHECK_THROWS_WITH_AS((plan::static_search<Four>(fast, {.bytes = 1, .rows = 8, .tokens_per_row = 0})),
+                       doctest::Contains("Budget::tokens_per_row must be from 1 to 2^50"), Error);
+  CHECK_THROWS_WITH_AS((plan::static_search<Four>(fast, {.bytes = 1, .rows = 8, .optimizer_slots = 65})),
+                       doctest::Contains("Budget::optimizer_slots (the optimizer's state slots an element) must be from 0 to 64"), Error);
+  // the reduction's buckets take communication.max_splits' range: up to 2^20, where the key allows it
+  CHECK_THROWS_WITH_AS((plan::static_search<Four>(fast, roomy_budget, {.buckets = (1 << 20) + 1})),
+                       doctest::Contains("StaticSearchOptions::buckets (communication.max_splits) must be from 1 to 2^20"), Error);
+  CHECK(plan::static_search<Four>(fast, roomy_budget, {.buckets = 1 << 20}).count > 0);
   CHECK_THROWS_WITH_AS((plan::static_search<SplitFour>({.ranks = 3}, roomy_budget)), doctest::Contains("use a multiple of 2"), Error);
   // the same answer at run time as at compile time
   const auto r = plan::static_search<Four, Adam>(fast, tight);

@@ -130,6 +130,12 @@ TEST_CASE("auto_plan: the top plans are measured in alternating rounds and the f
                                                     {.rounds = 0, .print = false});
     };
     CHECK_THROWS_WITH_AS(plan_with_no_rounds(), doctest::Contains("rounds = 0"), Error);
+    auto plan_with_a_negative_budget = [&] {
+      return auto_plan<gpt::Gpt, optim::AdamW, All>(ctx, cfg, gpt::make_gpt(tiny()), probe.next(ctx.cpu()), kBatch,
+                                                    {.budget = -1, .print = false});
+    };
+    CHECK_THROWS_WITH_AS(plan_with_a_negative_budget(), doctest::Contains("auto_plan: AutoPlanOptions::budget = -1 bytes; give the bytes a "
+                                                                          "rank may use, or 0 for no limit"), Error);
     auto plan_from_one_row = [&] {
       const Batch b = probe.next(ctx.cpu());
       return auto_plan<gpt::Gpt, optim::AdamW, All>(ctx, cfg, gpt::make_gpt(tiny()), {b.inputs.slice(0, 1), b.targets.slice(0, 1)}, kBatch);

@@ -63,6 +63,32 @@ int layer_span(Model& model, const std::vector<nn::Parameter*>& order, const par
   });
   return span;
 }
+// The elements of each of a rank's chunks' ZeRO blocks (its local chunks `ids`, as Plan::chunks_of
+// gives them), in the arena's backward order: a block never holds two chunks' parameters.
+inline std::vector<std::vector<std::int64_t>> blocks_by_chunk(const std::vector<nn::Parameter*>& order, const param::Layout& lay,
+                                                              const param::MaterializeOptions& mo, const std::vector<int>& ids) {
+  std::vector<std::vector<std::int64_t>> out(ids.size());
+  std::size_t i = 0;  // the first parameter of each block
+  for (const auto& block : lay.blocks) {
+    while (i < order.size() && lay.offsets[i] < block.begin) ++i;
+    const auto at = i < order.size() ? std::find(ids.begin(), ids.end(), mo.segment(*order[i])) : ids.end();
+    out[at == ids.end() ? 0 : static_cast<std::size_t>(at - ids.begin())].push_back(block.size());
+  }
+  return out;
+}
+// The local chunk each backward pass of pipeline rank `stage` runs, in the schedule's order (one
+// chunk a micro-batch where the plan has no pipeline).
+inline std::vector<std::size_t> backward_visits(const Plan& plan, int stage) {
+  const auto ids = plan.chunks_of(stage);
+  std::vector<std::size_t> visits;
+  for (const auto& a : plan.actions(stage))
+    if (a.kind == strategy::Action::Kind::kBackward) {
+      const auto at = std::find(ids.begin(), ids.end(), a.chunk);
+      visits.push_back(at == ids.end() ? 0 : static_cast<std::size_t>(at - ids.begin()));
+    }
+  if (visits.empty()) visits.assign(static_cast<std::size_t>(std::max(plan.micro_batches, 1)), 0);
+  return visits;
+}
 // Each place's bytes, as predict_state lays out its arena.
 template <class Model, class Policy, class D>
 std::vector<PlaceBytes> predict_places(const Model& model, const Plan& plan, int world_size, int slots) {
@@ -87,9 +113,13 @@ std::vector<PlaceBytes> predict_places(const Model& model, const Plan& plan, int
       ZeroBlocks blocks;
       for (const auto& b : lay.blocks) blocks.push(b.end - b.begin);
       blocks.span = layer_span<Pass>(copy, order, lay);
+      auto in_flight = in_flight_bytes(blocks, mo.shards, plan.policies.zero_stage, plan.policies.offload, plan.micro_batches, bytes);
+      if (plan.policies.zero_stage >= 2 && mo.segment)  // the gradient blocks in the order the schedule runs the chunks' backward
+        in_flight.gradients = gradient_blocks_in_flight(blocks_by_chunk(order, lay, mo, plan.chunks_of(s)), backward_visits(plan, s),
+                                                        blocks.span + 2, mo.shards, plan.policies.offload) * bytes;
       // the optimizer's slots and the policies' (an EMA's copy), sharded alike
       out.push_back({state_bytes(lay.size, mo.shards, plan.policies.zero_stage, plan.policies.offload, slots + policy::state_slots(plan.policies), bytes),
-                     in_flight_bytes(blocks, mo.shards, plan.policies.zero_stage, plan.policies.offload, plan.micro_batches, bytes)});
+                     in_flight});
     }
   return out;
 }

@@ -249,10 +249,12 @@ constexpr bool does_not_fit__the_index_is_the_bytes_a_rank_needs(const char* rea
 // The budget's own checks, shared by fits and static_search.
 constexpr void check_budget(const Budget& b, const char* who) {
   if (b.bytes < 0) budget_is_not_valid(who, "Budget::bytes must be 0 (the cluster's bytes_per_rank) or more");
-  if (b.rows < 1 || b.rows > kMostCounted || b.micro_batches < 1 || b.optimizer_slots < 0 || b.optimizer_slots > 64 ||
-      b.tokens_per_row < 1 || b.tokens_per_row > kMostCounted)
-    budget_is_not_valid(who, "Budget::rows, ::micro_batches and ::tokens_per_row must be at least 1 (and at most 2^50), "
-                             "::optimizer_slots from 0 to 64");
+  if (b.rows < 1 || b.rows > kMostCounted) budget_is_not_valid(who, "Budget::rows (the global batch) must be from 1 to 2^50");
+  if (b.micro_batches < 1) budget_is_not_valid(who, "Budget::micro_batches must be at least 1");
+  if (b.tokens_per_row < 1 || b.tokens_per_row > kMostCounted)
+    budget_is_not_valid(who, "Budget::tokens_per_row must be from 1 to 2^50");
+  if (b.optimizer_slots < 0 || b.optimizer_slots > 64)
+    budget_is_not_valid(who, "Budget::optimizer_slots (the optimizer's state slots an element) must be from 0 to 64");
   if (b.max_splits < 0 || b.max_splits > policy::home::Communication::kMostSplits)
     budget_is_not_valid(who, "Budget::max_splits (communication.max_splits) must be from 1 to 2^20, or 0 for the key's default");
 }

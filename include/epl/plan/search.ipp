@@ -75,13 +75,19 @@ EPL_LINKED SearchResult search_units(const Profile& prof, const Cluster& cluster
   for (const auto& e : over)
     if (!smallest || e.device_bytes() < smallest->device_bytes()) smallest = &e;
   EPL_CHECK(r.tried > 0, "plan::search: no combination to try: a global batch of ", rows, rows == 1 ? " row" : " rows", " divides into none of the ",
-            "data-parallel degrees x micro-batch counts (", cluster.ranks, " ranks over the pipeline stages and split degree ", t, ")",
+            "data-parallel degrees (", cluster.ranks, " ranks over the pipeline stages and split degree ", t, ") times SearchOptions::",
+            "micro_batches' counts (", [&] {
+              std::string counts;
+              for (int m : o.micro_batches) counts += (counts.empty() ? "" : ", ") + std::to_string(m);
+              return counts;
+            }(), ")",
             prof.row_multiple > 1 ? " in micro-batches of a multiple of " + std::to_string(prof.row_multiple) +
                                         " rows (the split MoE's tokens divide among its ranks: Profile::row_multiple)"
                                   : std::string(),
             "; use a batch that is a multiple of a data-parallel degree (the ranks over the split degree and the pipeline stages, "
             "1 with as many stages as that allows)",
-            prof.row_multiple > 1 ? " times " + std::to_string(prof.row_multiple) : std::string());
+            prof.row_multiple > 1 ? " times " + std::to_string(prof.row_multiple) : std::string(),
+            " times one of the counts, or list a count that divides a rank's rows (1 always does)");
   EPL_CHECK(r.refused < r.tried, "plan::search: the plan's checks refused every one of the ", r.tried, " combinations; the first: ",
             first_refusal);
   EPL_CHECK(!r.plans.empty(), "no plan of the model fits ", budget, " bytes per rank on ", cluster.ranks, " ranks (", r.tried,

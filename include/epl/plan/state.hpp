@@ -2,10 +2,12 @@
 /// \file
 /// \brief The state a rank keeps between steps (parameters, gradients, optimizer state) by where
 /// it lives, as ZeRO and offload place it: the planner's exact part.
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
 #include <utility>
+#include <vector>
 
 namespace epl {
 inline namespace v0 {
@@ -128,6 +130,56 @@ constexpr InFlightBytes in_flight_bytes(const ZeroBlocks& blocks, int shards, in
   if (zero_stage >= 3)  // a host shard is copied to a staging slice of the next block before its gather
     f.parameters = (blocks.window(blocks.span + 1, 1) + (offload && shards > 1 ? blocks.largest / shards : 0)) * element_bytes;
   return f;
+}
+
+/// \brief The gradient blocks in flight (elements, staging slices included) of a rank whose
+/// arena's blocks lie in chunks (`chunk_blocks[c]`: chunk c's blocks' elements, in backward
+/// order) when the schedule runs the chunks' backward passes in the order `visits` (a chunk index
+/// a pass): the most `k` (the running layer's blocks and the two still reducing) consecutive
+/// blocks the passes reduce one after another. A block's reduction is staged (a slice of its
+/// shard's size more) under `offload`, and when its chunk's pass is not the step's first (it adds
+/// to the shard). ZeroBlocks::window is the case of one chunk and a pass a micro-batch; this is
+/// Interleaved's, whose passes run a chunk's backward for several micro-batches in a row. Each
+/// chunk's blocks enter as its first and last k where it has more than 2k (a window inside it is
+/// its most k consecutive blocks), so the walk is short whatever communication.max_splits cuts.
+inline std::int64_t gradient_blocks_in_flight(const std::vector<std::vector<std::int64_t>>& chunk_blocks, const std::vector<std::size_t>& visits,
+                                              int k, int shards, bool offload) {
+  if (k < 1) return 0;
+  const auto kk = static_cast<std::size_t>(k);
+  const auto staged = [&](std::int64_t elements, bool yes) { return elements + (shards > 0 && yes ? elements / shards : 0); };
+  std::vector<std::int64_t> inside(chunk_blocks.size(), 0);  // each chunk's most k consecutive blocks
+  for (std::size_t c = 0; c < chunk_blocks.size(); ++c) {
+    std::int64_t sum = 0;
+    for (std::size_t i = 0; i < chunk_blocks[c].size(); ++i) {
+      sum += chunk_blocks[c][i] - (i >= kk ? chunk_blocks[c][i - kk] : 0);
+      inside[c] = std::max(inside[c], sum);
+    }
+  }
+  std::vector<char> seen(chunk_blocks.size(), 0);
+  std::vector<std::int64_t> recent;  // the blocks reduced last, since the last gap in the walk
+  std::int64_t best = 0;
+  const auto reduce = [&](std::int64_t elements) {
+    recent.push_back(elements);
+    if (recent.size() > kk) recent.erase(recent.begin());
+    std::int64_t sum = 0;
+    for (const std::int64_t e : recent) sum += e;
+    best = std::max(best, sum);
+  };
+  for (const std::size_t c : visits) {
+    if (c >= chunk_blocks.size()) continue;
+    const auto& b = chunk_blocks[c];
+    const bool stage = offload || seen[c] != 0;
+    seen[c] = 1;
+    best = std::max(best, staged(inside[c], stage));  // the blocks divide by the shards: a window's slices are its sum's
+    if (b.size() <= 2 * kk) {
+      for (const std::int64_t e : b) reduce(staged(e, stage));
+      continue;
+    }
+    for (std::size_t i = 0; i < kk; ++i) reduce(staged(b[i], stage));
+    recent.clear();  // the blocks between: a window there is inside the chunk, counted above
+    for (std::size_t i = b.size() - kk; i < b.size(); ++i) reduce(staged(b[i], stage));
+  }
+  return best;
 }
 
 /// \brief A rank's place: its pipeline rank and its part of the tensor axis.

@@ -298,8 +298,8 @@ constexpr void check_static(const Cluster& cluster, const Budget& budget, const 
       budget_is_not_valid(who, "StaticSearchOptions::micro_batches must hold counts from 1 to 65536 (0: an unused entry)");
   for (int rows : o.micro_batch_rows)
     if (rows < 0) budget_is_not_valid(who, "StaticSearchOptions::micro_batch_rows must hold row counts of 1 or more (0: an unused entry)");
-  if (o.buckets < 1 || o.buckets > kMostMicroBatches)
-    budget_is_not_valid(who, "StaticSearchOptions::buckets (communication.max_splits) must be from 1 to 65536");
+  if (o.buckets < 1 || o.buckets > policy::home::Communication::kMostSplits)
+    budget_is_not_valid(who, "StaticSearchOptions::buckets (communication.max_splits) must be from 1 to 2^20");
   check_countable(static_cast<double>(budget.tokens_per_row) * static_cast<double>(budget.rows) * 4.0);
   if (cluster.ranks % (t * (declared ? declared : 1)) != 0)
     world_size_does_not_hold_a_replica__use_a_multiple(who, cluster.ranks, t * (declared ? declared : 1));

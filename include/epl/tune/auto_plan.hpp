@@ -97,6 +97,7 @@ Config auto_plan(Context& ctx, const Config& cfg, const Model& model, const Batc
   EPL_CHECK(o.repeats >= 1 && o.measure >= 0 && o.rounds >= 1 && o.steps >= 1, "auto_plan: repeats = ", o.repeats, ", measure = ",
             o.measure, ", rounds = ", o.rounds, ", steps = ", o.steps, "; repeats, rounds and steps must be at least 1 and measure at "
             "least 0 (0 or 1: choose by prediction alone)");
+  EPL_CHECK(o.budget >= 0, "auto_plan: AutoPlanOptions::budget = ", o.budget, " bytes; give the bytes a rank may use, or 0 for no limit");
   if (!cfg.get(keys::auto_parallel) || cfg.source(keys::num_stages) != Config::Source::kDefault) return cfg;
   const std::int64_t rows = detail::check_sample(ctx, sample, global_rows);
   Model counted = model;
