@@ -60,6 +60,14 @@ static_assert([] {
          footprint.in_flight.parameters == 80 * kM && footprint.in_flight.gradients == 120 * kM &&
          priced.bytes.total() == footprint.total();
 }());
+// an EMA of the weights is one value more an element, priced by static_price as by static_search
+// (4 bytes x 40 M elements on one rank)
+static_assert(plan::static_price<Four, Policies<Ema>>({.ranks = 1}, {.rows = 8}, {.data = 1}).bytes.state.device() ==
+              plan::static_price<Four>({.ranks = 1}, {.rows = 8}, {.data = 1}).bytes.state.device() + 40 * kM * 4);
+static_assert(plan::static_price<Four, Policies<Ema>>({.ranks = 1}, {.rows = 8}, {.data = 1}).bytes.state.device() ==
+              plan::static_search<Four, Policies<Ema>>({.ranks = 1}, {.rows = 8}, {.micro_batches = {1, 0, 0, 0, 0}, .recompute = false})
+                  .best()
+                  .bytes.state.device());
 // 40 M multiply-adds a token, 128 tokens, forward and backward (3x), at 1e12 a second
 static_assert(one.best().seconds > 3 * 40e6 * 128 / 1e12 * 0.999999 && one.best().seconds < 3 * 40e6 * 128 / 1e12 * 1.000001);
 
@@ -449,7 +457,8 @@ TEST_CASE("the run-time and compile-time searches: one candidate loop and one fo
                        doctest::Contains("refuses ZeRO 2 and 3"), Error);
   CHECK_THROWS_WITH_AS(plan::static_price<Uneven>({.ranks = 2}, batch, {.data = 1, .pipeline = 2, .micro_batches = 3, .schedule = il,
                                                                        .virtual_stages = 2}),
-                       doctest::Contains("does not divide"), Error);
+                       doctest::Contains("does not divide into 1 data-parallel replicas x 3 micro-batches (the combination's micro_batches)"),
+                       Error);
   CHECK_THROWS_WITH_AS(plan::static_price<Uneven>(four, batch, {.data = 1, .pipeline = 4, .micro_batches = 4, .schedule = il,
                                                                  .virtual_stages = 2}),
                        doctest::Contains("fewer units"), Error);

@@ -223,6 +223,13 @@ inline void one_replica_has_nothing_to_shard_over__add_ranks_or_split_the_model(
   does_not_fit("the training state is the largest part and there is one replica, so ZeRO has nothing to shard it over: use more "
                "ranks (replicas), or split the model (epl::Split, epl::Pipeline)", need, budget);
 }
+// `micro` says where the micro-batch count came from (Budget::micro_batches, or a combination's).
+inline void batch_does_not_divide__use_a_multiple_of_replicas_times_micro_batches(const char* who, std::int64_t rows, std::int64_t data,
+                                                                                   std::int64_t micro_batches, const char* micro) {
+  EPL_FAIL(who, ": a global batch of ", rows, " rows (Budget::rows) does not divide into ", data, " data-parallel replicas x ",
+           micro_batches, " micro-batches (", micro, "); give a batch that is a multiple of ", data * micro_batches,
+           " or a micro-batch count that divides ", rows / data == 0 ? 1 : rows / data, " rows a replica");
+}
 inline void world_size_does_not_hold_a_replica__use_a_multiple(const char* who, std::int64_t ranks, std::int64_t replica) {
   EPL_FAIL(who, ": a cluster of ", ranks, " ranks cannot hold replicas of ", replica, " ranks (pipeline stages x split "
            "degree); use a multiple of ", replica);
@@ -253,7 +260,7 @@ constexpr void check_budget(const Budget& b, const char* who) {
   if (b.micro_batches < 1) budget_is_not_valid(who, "Budget::micro_batches must be at least 1");
   if (b.tokens_per_row < 1 || b.tokens_per_row > kMostCounted)
     budget_is_not_valid(who, "Budget::tokens_per_row must be from 1 to 2^50");
-  if (b.optimizer_slots < 0 || b.optimizer_slots > 64)
+  if (b.optimizer_slots < 0 || b.optimizer_slots > kMostStateSlots)
     budget_is_not_valid(who, "Budget::optimizer_slots (the optimizer's state slots an element) must be from 0 to 64");
   if (b.max_splits < 0 || b.max_splits > policy::home::Communication::kMostSplits)
     budget_is_not_valid(who, "Budget::max_splits (communication.max_splits) must be from 1 to 2^20, or 0 for the key's default");
@@ -284,8 +291,8 @@ constexpr StaticFootprint footprint_under(const Cluster& cluster, const Budget& 
   if (cluster.ranks % (p * t) != 0) world_size_does_not_hold_a_replica__use_a_multiple("plan::fits", cluster.ranks, p * t);
   const int data = cluster.ranks / (p * t);
   if (budget.rows % (static_cast<std::int64_t>(data) * budget.micro_batches) != 0)
-    budget_is_not_valid("plan::fits", "the global batch (Budget::rows) must divide into the data-parallel ranks (cluster ranks "
-                                      "over pipeline stages x split degree) times Budget::micro_batches");
+    batch_does_not_divide__use_a_multiple_of_replicas_times_micro_batches("plan::fits", budget.rows, data, budget.micro_batches,
+                                                                          "Budget::micro_batches");
   // the busiest stage: the one whose footprint is largest
   const std::int64_t micro_rows = budget.rows / data / budget.micro_batches;
   StaticFootprint most;

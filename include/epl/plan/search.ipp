@@ -24,7 +24,13 @@ EPL_LINKED SearchResult search_units(const Profile& prof, const Cluster& cluster
             ", ...> parts; use a multiple of ", t, " ranks");
   EPL_CHECK(cluster.ranks >= 1, "plan::search: a cluster of ", cluster.ranks, " ranks; it needs at least 1");
   EPL_CHECK(rows >= 1, "plan::search: a global batch of ", rows, " rows; it needs at least 1");
-  EPL_CHECK(slots >= 0, "plan::search: ", slots, " optimizer state slots per element; give the optimizer's kStateSlots (0 or more)");
+  {  // the keys' own range, said once before the combinations (each one's checks would refuse it)
+    const std::int64_t splits = o.base.policies.max_splits, most = policy::home::Communication::kMostSplits;
+    EPL_CHECK(splits >= 1 && splits <= most, "plan::search: SearchOptions::base.policies.max_splits (communication.max_splits) = ",
+              splits, " must be from 1 to ", most, " (the gradient buckets, and ZeRO's blocks, a rank's parameters are cut into)");
+  }
+  EPL_CHECK(slots >= 0 && slots <= kMostStateSlots, "plan::search: ", slots, " optimizer state slots per element; give the "
+            "optimizer's kStateSlots (0 to ", kMostStateSlots, ")");
   EPL_CHECK(!o.micro_batches.empty() && std::all_of(o.micro_batches.begin(), o.micro_batches.end(),
                                                     [](int m) { return m >= 1 && m <= kMostMicroBatches; }),
             "plan::search: SearchOptions::micro_batches must list one or more counts from 1 to 65536");

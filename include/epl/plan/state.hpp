@@ -106,6 +106,10 @@ struct ZeroBlocks {
   }
 };
 
+/// \brief The most state values an element an optimizer and the policies may keep, as the
+/// planners take them (`slots`, Budget::optimizer_slots): more is a mistake, not an optimizer.
+inline constexpr int kMostStateSlots = 64;
+
 /// \brief What ZeRO holds on the device during a step beyond the state between steps: stage 3's
 /// gathered blocks (the running layer's and the next one's gather), stages 2 and 3's gradient
 /// blocks (the running layer's and the two before them still reducing), with their staging slices

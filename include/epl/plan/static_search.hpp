@@ -364,7 +364,8 @@ constexpr StaticSearch<K> static_search(const Cluster& cluster, const Budget& bu
 /// \brief One combination of Model priced as static_search prices it, fitting the budget or not
 /// (its bytes say): a published layout, or the plan a configuration names, against the search's
 /// best. The combination must be one the search would try; usable in a constant expression.
-template <class Model>
+/// Policy's compiled policies add their state as static_search's do (epl::Ema's copy).
+template <class Model, class Policy = Policies<>>
 constexpr StaticPlan static_price(const Cluster& cluster, const Budget& budget, const Combination& c, int buckets = 5) {
   constexpr const char* who = "plan::static_price";
   detail::check_static<Model>(cluster, budget, {.buckets = buckets}, who);
@@ -378,7 +379,8 @@ constexpr StaticPlan static_price(const Cluster& cluster, const Budget& budget, 
     refuse("the combination's data-parallel degree x pipeline stages x the model's split degree is not the cluster's ranks");
   if (Pricer::declared && c.pipeline != Pricer::declared) refuse("the model declares its pipeline stages (epl::Pipeline): give that many");
   if (budget.rows % (static_cast<std::int64_t>(c.data) * c.micro_batches) != 0)
-    refuse("the global batch (Budget::rows) does not divide into the data-parallel degree x micro-batches");
+    detail::batch_does_not_divide__use_a_multiple_of_replicas_times_micro_batches(who, budget.rows, c.data, c.micro_batches,
+                                                                                  "the combination's micro_batches");
   if (!strategy::is_schedule(c.schedule))
     refuse("the combination has no schedule: give &strategy::kDefaultSchedule or one of strategy::kSchedules");
   if (c.pipeline == 1 && c.schedule != &strategy::kDefaultSchedule)
@@ -394,7 +396,9 @@ constexpr StaticPlan static_price(const Cluster& cluster, const Budget& budget, 
   }
   if (c.policies.amp)
     refuse("the compile-time model prices f32 GEMMs only: give policies.amp = false (state the bf16 rate in Cluster::macs_per_second)");
-  Pricer pricer(cluster, budget, buckets);
+  Budget kept = budget;
+  kept.optimizer_slots += policy::state_slots(policy::compiled<Policy>(false));  // as static_search's
+  Pricer pricer(cluster, kept, buckets);
   return pricer.price(c);
 }
 
