@@ -263,7 +263,7 @@ TEST_CASE("cost: predicted activation peaks are the allocator's, with recompute 
         peak[static_cast<std::size_t>(c.rank())] = memory_stats(id).peak_of(MemoryCategory::kActivations) - before;
       });
       const std::int64_t measured = *std::max_element(peak.begin(), peak.end());
-      // within 1% (the loss's few bytes a row); leaving the received gradient out was 17% under
+      // within 1% (the loss's few bytes a row); priced without the received gradient, the step peaked 17% over
       CHECK(static_cast<double>(measured) == doctest::Approx(static_cast<double>(e.activations)).epsilon(0.01));
     }
 }
@@ -388,7 +388,12 @@ TEST_CASE("cost: plan::fits at run time names the largest part, the policy that 
                        doctest::Contains("plan::fits: Budget::micro_batches must be at least 1"), Error);
   CHECK_THROWS_WITH_AS((plan::fits<Big>({.ranks = 8}, {.bytes = kGiB, .rows = 12, .micro_batches = 1})),
                        doctest::Contains("plan::fits: a global batch of 12 rows (Budget::rows) does not divide into 8 data-parallel "
-                                         "replicas x 1 micro-batches (Budget::micro_batches); give a batch that is a multiple of 8"),
+                                         "replicas x 1 micro-batch (Budget::micro_batches); give a batch that is a multiple of 8"),
+                       Error);
+  // where the replicas divide the batch, a micro-batch count that divides a replica's rows is the other way
+  CHECK_THROWS_WITH_AS((plan::fits<Big>({.ranks = 8}, {.bytes = kGiB, .rows = 16, .micro_batches = 3})),
+                       doctest::Contains("give a batch that is a multiple of 24, or a micro-batch count that divides the 2 rows a replica "
+                                         "gets"),
                        Error);
   // one replica: ZeRO has nothing to shard over, so it is not the advice
   CHECK_THROWS_WITH_AS((plan::fits<Big>({.ranks = 1}, {.bytes = 4 * kGiB, .rows = 8})),
@@ -860,7 +865,7 @@ TEST_CASE("cost: on uneven devices the estimate gives the slow rank its share an
   CHECK_THROWS_WITH_AS((plan::search<gpt::Gpt, All>(model, prof, cluster, rows, 2, {.micro_batches = {5, 7}})),
                        doctest::Contains("times SearchOptions::micro_batches' counts (5, 7); use a batch"), Error);
   CHECK_THROWS_WITH_AS((plan::search<gpt::Gpt, All>(model, prof, cluster, rows, 2, {.micro_batches = {5, 7}})),
-                       doctest::Contains("or list a count that divides a rank's rows (1 always does)"), Error);
+                       doctest::Contains("times one of the counts (the counts hold no 1: add it to try one micro-batch a step)"), Error);
   // the search prices it too: its dp2 plan is the uneven estimate
   const auto found = plan::search<gpt::Gpt, All>(model, prof, cluster, rows, 2, {.pipelines = false, .recompute = false, .base = slow});
   bool seen = false;

@@ -457,7 +457,7 @@ TEST_CASE("the run-time and compile-time searches: one candidate loop and one fo
                        doctest::Contains("refuses ZeRO 2 and 3"), Error);
   CHECK_THROWS_WITH_AS(plan::static_price<Uneven>({.ranks = 2}, batch, {.data = 1, .pipeline = 2, .micro_batches = 3, .schedule = il,
                                                                        .virtual_stages = 2}),
-                       doctest::Contains("does not divide into 1 data-parallel replicas x 3 micro-batches (the combination's micro_batches)"),
+                       doctest::Contains("does not divide into 1 data-parallel replica x 3 micro-batches (the combination's micro_batches)"),
                        Error);
   CHECK_THROWS_WITH_AS(plan::static_price<Uneven>(four, batch, {.data = 1, .pipeline = 4, .micro_batches = 4, .schedule = il,
                                                                  .virtual_stages = 2}),

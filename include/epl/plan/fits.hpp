@@ -226,9 +226,11 @@ inline void one_replica_has_nothing_to_shard_over__add_ranks_or_split_the_model(
 // `micro` says where the micro-batch count came from (Budget::micro_batches, or a combination's).
 inline void batch_does_not_divide__use_a_multiple_of_replicas_times_micro_batches(const char* who, std::int64_t rows, std::int64_t data,
                                                                                    std::int64_t micro_batches, const char* micro) {
-  EPL_FAIL(who, ": a global batch of ", rows, " rows (Budget::rows) does not divide into ", data, " data-parallel replicas x ",
-           micro_batches, " micro-batches (", micro, "); give a batch that is a multiple of ", data * micro_batches,
-           " or a micro-batch count that divides ", rows / data == 0 ? 1 : rows / data, " rows a replica");
+  EPL_FAIL(who, ": a global batch of ", rows, rows == 1 ? " row" : " rows", " (Budget::rows) does not divide into ", data,
+           data == 1 ? " data-parallel replica" : " data-parallel replicas", " x ", micro_batches,
+           micro_batches == 1 ? " micro-batch" : " micro-batches", " (", micro, "); give a batch that is a multiple of ", data * micro_batches,
+           rows % data == 0 ? ", or a micro-batch count that divides the " + std::to_string(rows / data) + " rows a replica gets"
+                            : std::string());
 }
 inline void world_size_does_not_hold_a_replica__use_a_multiple(const char* who, std::int64_t ranks, std::int64_t replica) {
   EPL_FAIL(who, ": a cluster of ", ranks, " ranks cannot hold replicas of ", replica, " ranks (pipeline stages x split "

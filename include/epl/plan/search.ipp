@@ -24,11 +24,9 @@ EPL_LINKED SearchResult search_units(const Profile& prof, const Cluster& cluster
             ", ...> parts; use a multiple of ", t, " ranks");
   EPL_CHECK(cluster.ranks >= 1, "plan::search: a cluster of ", cluster.ranks, " ranks; it needs at least 1");
   EPL_CHECK(rows >= 1, "plan::search: a global batch of ", rows, " rows; it needs at least 1");
-  {  // the keys' own range, said once before the combinations (each one's checks would refuse it)
-    const std::int64_t splits = o.base.policies.max_splits, most = policy::home::Communication::kMostSplits;
-    EPL_CHECK(splits >= 1 && splits <= most, "plan::search: SearchOptions::base.policies.max_splits (communication.max_splits) = ",
-              splits, " must be from 1 to ", most, " (the gradient buckets, and ZeRO's blocks, a rank's parameters are cut into)");
-  }
+  // the key's own range, said once before the combinations (each one's checks would refuse it)
+  policy::home::Communication::check_splits(o.base.policies.max_splits,
+                                            "plan::search: SearchOptions::base.policies.max_splits (communication.max_splits)");
   EPL_CHECK(slots >= 0 && slots <= kMostStateSlots, "plan::search: ", slots, " optimizer state slots per element; give the "
             "optimizer's kStateSlots (0 to ", kMostStateSlots, ")");
   EPL_CHECK(!o.micro_batches.empty() && std::all_of(o.micro_batches.begin(), o.micro_batches.end(),
@@ -92,8 +90,10 @@ EPL_LINKED SearchResult search_units(const Profile& prof, const Cluster& cluster
                                   : std::string(),
             "; use a batch that is a multiple of a data-parallel degree (the ranks over the split degree and the pipeline stages, "
             "1 with as many stages as that allows)",
-            prof.row_multiple > 1 ? " times " + std::to_string(prof.row_multiple) : std::string(),
-            " times one of the counts, or list a count that divides a rank's rows (1 always does)");
+            prof.row_multiple > 1 ? " times " + std::to_string(prof.row_multiple) : std::string(), " times one of the counts",
+            std::find(o.micro_batches.begin(), o.micro_batches.end(), 1) == o.micro_batches.end()
+                ? " (the counts hold no 1: add it to try one micro-batch a step)"
+                : std::string());
   EPL_CHECK(r.refused < r.tried, "plan::search: the plan's checks refused every one of the ", r.tried, " combinations; the first: ",
             first_refusal);
   EPL_CHECK(!r.plans.empty(), "no plan of the model fits ", budget, " bytes per rank on ", cluster.ranks, " ranks (", r.tried,

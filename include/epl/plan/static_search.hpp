@@ -316,7 +316,7 @@ constexpr StaticSearch<K> search_costed(const Cluster& cluster, const Budget& bu
   const std::int64_t limit = detail::limit_of(cluster, budget);
   StaticSearch<K> r;
   Budget kept = budget;
-  kept.optimizer_slots += policy::state_slots(c);  // the policies' state (an EMA's copy), sharded as the optimizer's
+  kept.optimizer_slots = slots_of<Policy>(budget);  // the policies' state (an EMA's copy), sharded as the optimizer's
   Pricer pricer(cluster, kept, o.buckets);
   policy::Choice most = policy::reach(c);
   most.recompute = o.recompute;
@@ -397,7 +397,7 @@ constexpr StaticPlan static_price(const Cluster& cluster, const Budget& budget, 
   if (c.policies.amp)
     refuse("the compile-time model prices f32 GEMMs only: give policies.amp = false (state the bf16 rate in Cluster::macs_per_second)");
   Budget kept = budget;
-  kept.optimizer_slots += policy::state_slots(policy::compiled<Policy>(false));  // as static_search's
+  kept.optimizer_slots = detail::slots_of<Policy>(budget);  // with the policies' state, as static_search's
   Pricer pricer(cluster, kept, buckets);
   return pricer.price(c);
 }

@@ -69,12 +69,16 @@ struct Communication {
     bool clip_after_reduce = true;  ///< clip the reduced gradient (else each replica's, EPL's per-replica clipping)
   };
 
+  /// \brief communication.max_splits given by a program (policy::Keys: a planner's
+  /// PlanOptions::policies), which the key table has not checked (a stranger's 0 divided by zero).
+  /// `where` names where it was given.
+  static void check_splits(std::int64_t max_splits, const char* where = "communication.max_splits") {
+    EPL_CHECK(max_splits >= 1 && max_splits <= kMostSplits, where, " = ", max_splits, " must be from 1 to ", kMostSplits,
+              " (the gradient buckets, and ZeRO's blocks, a rank's parameters are cut into)");
+  }
   template <class K, class C, class S>
   static void decide(const K& k, const C&, const Facts&, S& s) {
-    // the key table checks a configuration's value; a program's policy::Keys (a planner's
-    // PlanOptions::policies) reach here unchecked (a stranger's 0 divided by zero)
-    EPL_CHECK(k.max_splits >= 1 && k.max_splits <= kMostSplits, "communication.max_splits = ", k.max_splits, " must be from 1 to ",
-              kMostSplits, " (the gradient buckets, and ZeRO's blocks, a rank's parameters are cut into)");
+    check_splits(k.max_splits);
     s.max_splits = static_cast<int>(k.max_splits);
     s.fp16 = k.fp16;
     s.fp16_scale = static_cast<double>(k.fp16_scale);
