@@ -1,5 +1,6 @@
 // epl::precompiled: what every training program would otherwise compile for itself, compiled
-// once — the CPU device's operations and kernels (device::Cpu, device::CpuF64), the type-erased
+// once — the CPU device's operations and kernels (device::Cpu, device::CpuF64: a source of their
+// own, precompiled_device.cpp, which a parallel build compiles beside this one), the type-erased
 // models of the host communication backends (a world of one, thread ranks; MPI processes in
 // precompiled_mpi.cpp), and what stands on the file layer, Boost.CRC and fcntl: the checkpoint
 // serializer, export_safetensors and the run's tracer. A program linked with this library (the target defines EPL_PRECOMPILED for it) declares them
@@ -40,10 +41,6 @@ extern const int link_epl_precompiled_or_drop_EPL_PRECOMPILED = 1;  // what core
   return true;
 }();
 }  // namespace detail
-namespace device {
-template class BasicCpu<float>;
-template class BasicCpu<float, double>;
-}  // namespace device
 namespace comm {
 template class detail::CommunicatorModel<SoloCommunicator, true>;
 template class detail::CommunicatorModel<SoloCommunicator, false>;

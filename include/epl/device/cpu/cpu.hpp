@@ -278,8 +278,9 @@ using CpuF64 = BasicCpu<float, double>;
 
 // The operations' definitions and the kernels under them (Eigen, epl's SGEMM): compiled into every
 // program that uses the device, or, in a program linked with epl::precompiled (EPL_PRECOMPILED),
-// once in that library for device::Cpu and device::CpuF64 (docs/architecture.md).
-#if defined(EPL_PRECOMPILED) && !defined(EPL_PRECOMPILED_SOURCE)
+// once in that library for device::Cpu and device::CpuF64, by its source of their own
+// (src/precompiled_device.cpp: EPL_PRECOMPILED_DEVICE_SOURCE; docs/architecture.md).
+#if defined(EPL_PRECOMPILED) && !defined(EPL_PRECOMPILED_DEVICE_SOURCE)
 namespace epl {
 inline namespace v0 {
 namespace device {
