@@ -152,10 +152,40 @@ constexpr ZeroBlocks zero_blocks_of(std::int64_t parameters, int max_splits) {
 constexpr int max_splits_of(const Budget& b, int otherwise = static_cast<int>(policy::home::Communication::kDefaultSplits)) {
   return b.max_splits > 0 ? b.max_splits : otherwise;
 }
+// What a rank's chunks add to their units' own activations at their ends (bytes per row): the
+// input a chunk after the model's first receives and keeps (its first unit saves it), the output a
+// chunk before the model's last sends on (the next rank's to keep, not this one's), and the most
+// one of them sends (whose gradient comes back from the next rank and is held while its backward
+// runs).
+struct StageEnds {
+  std::int64_t received = 0, sent = 0, boundary = 0;
+  // adds the chunk of units [first, end) of the model's `units`
+  template <class Units>
+  constexpr void add(const Units& units, std::size_t first, std::size_t end) {
+    if (first >= end) return;
+    if (first > 0) received += units[first - 1].cost.output_bytes;
+    if (end < units.size()) {
+      sent += units[end - 1].cost.output_bytes;
+      boundary = units[end - 1].cost.output_bytes > boundary ? units[end - 1].cost.output_bytes : boundary;
+    }
+  }
+};
+// A rank's compile-time activation peak: each of `flight` micro-batches in flight keeps `kept` (its
+// units' own, per row) with its chunks' ends, and over them one backward allocates the most one
+// unit's does (`transient`: its input's gradient; a recomputed unit's forward again too) and holds
+// the gradient of what its chunk sent on; micro-batches of `rows` rows. The run-time planner walks
+// the schedule's actions over the same terms (plan::estimate); this rule takes the busiest rank's
+// micro-batches in flight for every rank (a bound where later ranks hold fewer).
+constexpr std::int64_t activation_peak_bytes(std::int64_t kept, const StageEnds& ends, std::int64_t transient, double flight,
+                                             std::int64_t rows) {
+  const std::int64_t held = kept + ends.received - ends.sent;
+  return static_cast<std::int64_t>(static_cast<double>(held * rows) * flight) + (transient + ends.boundary) * rows;
+}
 struct StaticSums {
   std::int64_t parameters = 0;        // elements this rank holds (its stage's, its tensor part)
   std::int64_t activation_bytes = 0;  // per row, this rank's stage
   std::int64_t backward_bytes = 0;    // the most a unit's backward allocates a while, per row
+  StageEnds ends;                     // what it receives and sends on
   ZeroBlocks blocks;                  // ZeRO's blocks of its arena
 };
 // Each of a Pipeline's declared stages' sums (the whole model's when it declares none), each unit's
@@ -181,6 +211,7 @@ constexpr auto static_sums(int max_splits) {
   for (std::size_t s = 0; s < per.size(); ++s) {  // each stage one chunk
     per[s].blocks = zero_blocks_of(per[s].parameters, max_splits);
     add_blocks(per[s].blocks, units, first[s], end[s]);
+    per[s].ends.add(units, first[s], end[s]);
   }
   return per;
 }
@@ -275,9 +306,11 @@ constexpr std::int64_t limit_of(const Cluster& c, const Budget& b) {
 
 /// \brief One rank's bytes for Model with Policy on `cluster`, from the layers' static costs:
 /// ZeRO's and offload's compiled stage shard the state over the data-parallel ranks (the ranks
-/// over pipeline stages x split degree); activations are the busiest stage's per row, times the
-/// rows of a micro-batch, times the micro-batches a first stage of 1F1B keeps in flight, plus the
-/// most one unit's backward allocates for a while (strategy::Cost::backward_bytes).
+/// over pipeline stages x split degree); activations are the busiest stage's per row (with the
+/// input it receives, without the output it sends on), times the rows of a
+/// micro-batch, times the micro-batches a first stage of 1F1B keeps in flight, plus the most one
+/// unit's backward allocates for a while (strategy::Cost::backward_bytes) and the gradient of the
+/// output it sent on.
 template <class Model, class Policy = Policies<>>
 constexpr StaticFootprint static_footprint(const Cluster& cluster, const Budget& budget);
 
@@ -300,10 +333,12 @@ constexpr StaticFootprint footprint_under(const Cluster& cluster, const Budget& 
   StaticFootprint most;
   for (const auto& sums : static_sums<Model>(max_splits)) {
     check_countable(static_cast<double>(sums.parameters) * 4.0 * (2 + slots));
-    check_countable(static_cast<double>(sums.activation_bytes + sums.backward_bytes) * static_cast<double>(budget.rows));
+    check_countable(static_cast<double>(sums.activation_bytes + sums.backward_bytes + sums.ends.received + sums.ends.boundary) *
+                    static_cast<double>(budget.rows));
     StaticFootprint f;
     f.state = state_bytes(sums.parameters, data, zero, offload, slots);
-    f.activations = (sums.activation_bytes * (p == 1 ? 1 : std::min(budget.micro_batches, p)) + sums.backward_bytes) * micro_rows;
+    f.activations = activation_peak_bytes(sums.activation_bytes, sums.ends, sums.backward_bytes, p == 1 ? 1 : std::min(budget.micro_batches, p),
+                                          micro_rows);
     f.in_flight = in_flight_bytes(sums.blocks, data, zero, offload, budget.micro_batches);
     if (f.total() > most.total()) most = f;
   }

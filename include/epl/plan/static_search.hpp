@@ -113,6 +113,7 @@ struct StageSums {
   std::int64_t chunk_tensor_bytes = 0;
   int chunk_collectives = 0;
   std::size_t chunk_units = 0;
+  StageEnds ends;     // what its chunks receive and send on
   ZeroBlocks blocks;  // ZeRO's blocks of the rank's arena
 };
 
@@ -156,17 +157,17 @@ class StaticPricer {
     StepCost cost;
     for (int s = 0; s < p; ++s) {
       const auto& sum = rank_[static_cast<std::size_t>(s)];
-      check_countable(static_cast<double>(sum.activation_bytes + sum.kept_recomputed + sum.backward_bytes) * static_cast<double>(budget_.rows) *
+      check_countable(static_cast<double>(sum.activation_bytes + sum.kept_recomputed + sum.backward_bytes + sum.ends.received + sum.ends.boundary) *
+                      static_cast<double>(budget_.rows) *
                       static_cast<double>(m));
       StaticFootprint f;
       f.state = state_bytes(sum.parameters, k.data, k.policies.zero, k.policies.offload, budget_.optimizer_slots);
       f.in_flight = in_flight_bytes(sum.blocks, k.data, k.policies.zero, k.policies.offload, m);
-      // what each micro-batch in flight keeps, a recomputed unit's activations once during its backward,
+      // what each micro-batch in flight keeps (with its chunks' ends), a recomputed unit's activations once during its backward,
       // and the most one unit's backward allocates over them
       const bool recompute = k.policies.recompute;
       const std::int64_t kept = recompute ? sum.kept_recomputed : sum.activation_bytes;
-      f.activations = static_cast<std::int64_t>(static_cast<double>(kept * micro_rows) * flight) +
-                      ((recompute ? sum.largest : 0) + sum.backward_bytes) * micro_rows;
+      f.activations = activation_peak_bytes(kept, sum.ends, (recompute ? sum.largest : 0) + sum.backward_bytes, flight, micro_rows);
       if (f.total() > plan.bytes.total()) plan.bytes = f;
       // the slowest chunk's micro-batch: forward, backward twice its work, and under recompute the
       // forward of the segments gradient_checkpoint.type = "auto" recomputes again
@@ -265,6 +266,7 @@ class StaticPricer {
       // what a chunk sends on: its last unit's output (the model's own output goes to the loss, not a link)
       const auto& last = units[cut[static_cast<std::size_t>(ch + 1)] - 1].cost;
       if (ch + 1 < chunks) sum.output_bytes = last.output_bytes > sum.output_bytes ? last.output_bytes : sum.output_bytes;
+      sum.ends.add(units, first, end);
     }
     for (int s = 0; s < p; ++s) {  // what the state bytes multiply stays within 64 bits
       auto& sum = rank_[static_cast<std::size_t>(s)];
