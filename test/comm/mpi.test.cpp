@@ -14,6 +14,8 @@
 #include "reference.hpp"
 
 using namespace epl;
+
+namespace test_comm_mpi {
 using comm::Buffer;
 using comm::ReduceOp;
 using test::expected;
@@ -284,3 +286,4 @@ TEST_CASE("mpi: a device's lane is refused, naming the backends that move device
                        doctest::Contains("a buffer in device memory passed to a communicator of host memory"), Error);
 }
 }
+}  // namespace test_comm_mpi

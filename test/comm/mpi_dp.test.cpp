@@ -5,6 +5,8 @@
 #include "epl/comm/mpi/mpi.hpp"
 
 using namespace epl;
+
+namespace test_comm_mpi_dp {
 extern epl::comm::MpiCommunicator* g_world;
 
 
@@ -67,3 +69,4 @@ TEST_CASE("mpi: ZeRO stages 1, 2 and 3 over MPI processes equal the same run wit
   }
 }
 }
+}  // namespace test_comm_mpi_dp

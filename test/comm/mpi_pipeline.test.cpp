@@ -10,6 +10,8 @@
 #include "epl/comm/mpi/mpi.hpp"
 
 using namespace epl;
+
+namespace test_comm_mpi_pipeline {
 extern epl::comm::MpiCommunicator* g_world;
 
 namespace {
@@ -67,3 +69,4 @@ TEST_CASE("mpi: a pipeline over MPI processes equals one device, every schedule,
   }
 }
 }
+}  // namespace test_comm_mpi_pipeline

@@ -9,6 +9,8 @@
 #include "epl/comm/mpi/mpi.hpp"
 
 using namespace epl;
+
+namespace test_comm_mpi_split {
 extern epl::comm::MpiCommunicator* g_world;
 
 namespace {
@@ -143,3 +145,4 @@ TEST_CASE("mpi: a colocated backbone and split classifier over MPI processes equ
   }
 }
 }
+}  // namespace test_comm_mpi_split

@@ -9,6 +9,8 @@
 
 using namespace epl;
 
+namespace test_cuda_cuda {
+
 static_assert(device_math<device::Cuda>);
 
 namespace {
@@ -546,3 +548,4 @@ TEST_CASE("cuda lane: a reduction of 3 and of 20 sources, in place, sum, max and
   CHECK(g.id().str() == "cuda:0/3");
 }
 }
+}  // namespace test_cuda_cuda

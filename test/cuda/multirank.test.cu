@@ -12,6 +12,8 @@
 
 using namespace epl;
 
+namespace test_cuda_multirank {
+
 TEST_SUITE("cuda") {
 TEST_CASE("cuda thread ranks sharing one GPU: every strategy and policy on 2 and 4 ranks equals one GPU and the CPU") {
   // f32: the GPU sums in other orders than the CPU (1e-4, as the one-GPU tests); AMP: bf16 GEMMs
@@ -66,3 +68,4 @@ TEST_CASE("cuda thread ranks: each rank's memory on an account of its own; the l
   }
 }
 }
+}  // namespace test_cuda_multirank

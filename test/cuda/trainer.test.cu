@@ -7,6 +7,8 @@
 #include "train_helpers.hpp"
 
 using namespace epl;
+
+namespace test_cuda_trainer {
 using test::Run;
 using test::rel;
 using test::shape;
@@ -71,3 +73,4 @@ TEST_CASE("cuda trainer: a token id past the vocabulary is an error naming it, n
   CHECK_THROWS_WITH_AS(t.step(b), doctest::Contains("id 500 outside [0, 96)"), Error);
 }
 }
+}  // namespace test_cuda_trainer

@@ -7,6 +7,8 @@
 using namespace epl;
 namespace nn = epl::nn;
 
+namespace test_nn_composition {
+
 namespace {
 struct Recorder {  // records call order, passes data through
   std::vector<std::string>* log;
@@ -355,3 +357,4 @@ TEST_CASE("dropout: identity in evaluation; masks by step and by global sample p
   CHECK_THROWS_WITH_AS(unnumbered.forward(ctx, x), doctest::Contains("a random stream that was never numbered"), Error);
 }
 }
+}  // namespace test_nn_composition

@@ -10,6 +10,8 @@
 using namespace epl;
 namespace nn = epl::nn;
 
+namespace test_nn_golden {
+
 namespace {
 struct TinyGpt {  // examples/gpt's block between embeddings and head, as in the PyTorch script
   nn::Embedding tok;
@@ -81,3 +83,4 @@ TEST_CASE("a tiny GPT matches PyTorch: loss, logits and all gradients") {
   });
 }
 }
+}  // namespace test_nn_golden

@@ -5,6 +5,8 @@
 using namespace epl;
 namespace nn = epl::nn;
 
+namespace test_nn_gradcheck {
+
 namespace {
 template <class L>
 void expect_gradients(L layer, const Tensor& x, double tolerance = 1e-6) {
@@ -241,3 +243,4 @@ TEST_CASE("gradcheck fails a gradient or a loss that is not finite, and refuses 
   CHECK_THROWS_WITH_AS(testing::gradcheck(m, test::random<double>({0, 3}, 1)), doctest::Contains("the input [0, 3] has no elements"), Error);
 }
 }
+}  // namespace test_nn_gradcheck

@@ -3,6 +3,8 @@
 #include "../helpers.hpp"
 
 using namespace epl;
+
+namespace test_nn_tree {
 using nn::NodeKind;
 
 namespace {
@@ -126,3 +128,4 @@ TEST_CASE("tree: a leaf's own parameters are those outside its sub-layers") {
   CHECK(own == 2);
 }
 }
+}  // namespace test_nn_tree

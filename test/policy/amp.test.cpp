@@ -9,6 +9,8 @@
 
 using namespace epl;
 
+namespace test_policy_amp {
+
 namespace {
 gpt::Shape tiny() { return {.vocab = 32, .context = 8, .layers = 2, .heads = 2, .dim = 16}; }
 
@@ -306,3 +308,4 @@ TEST_CASE("amp: a program built without it, a key without amp.level, and per-rep
   CHECK(fixed.find("lower amp.loss_scale or set it to \"dynamic\"") != std::string::npos);
 }
 }
+}  // namespace test_policy_amp

@@ -16,6 +16,8 @@
 using namespace epl;
 namespace fs = std::filesystem;
 
+namespace test_policy_ema {
+
 namespace {
 using Plain = Policies<Zero<3>>;
 using Averaged = Policies<Zero<3>, Ema>;
@@ -263,3 +265,4 @@ TEST_CASE("ema: bad input is named with its fix") {
   });
 }
 }
+}  // namespace test_policy_ema

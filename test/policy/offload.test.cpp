@@ -8,6 +8,8 @@
 
 using namespace epl;
 
+namespace test_policy_offload {
+
 namespace {
 using Offloading = Policies<Zero<3>, Offload<offload::V0>>;
 gpt::Shape tiny() { return {.vocab = 32, .context = 8, .layers = 2, .heads = 2, .dim = 16}; }
@@ -145,3 +147,4 @@ TEST_CASE("offload: a program built without it, and a ZeRO stage below 3, are na
   CHECK(off.zero_stage() == 3);
 }
 }
+}  // namespace test_policy_offload

@@ -7,6 +7,8 @@
 
 using namespace epl;
 
+namespace test_policy_recompute {
+
 namespace {
 using gpt::RecomputedGpt;
 RecomputedGpt make(const gpt::Shape& s) { return gpt::make_recomputed_gpt(s); }
@@ -285,3 +287,4 @@ TEST_CASE("checkpoint: collection without a boundary, bad checkpoint keys, and a
   }
 }
 }
+}  // namespace test_policy_recompute

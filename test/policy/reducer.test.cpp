@@ -8,6 +8,8 @@
 
 using namespace epl;
 
+namespace test_policy_reducer {
+
 namespace {
 // A "model" of parameters with the given sizes, whose gradients the test fills by hand.
 struct Params {
@@ -126,3 +128,4 @@ TEST_CASE("reducer: finishing with gradients never marked ready is an error nami
   }, {.report = false}), doctest::Contains("gradient bucket 1 has 0 of 1 gradients ready"), Error);
 }
 }
+}  // namespace test_policy_reducer

@@ -12,6 +12,8 @@
 
 using namespace epl;
 
+namespace test_policy_zero {
+
 namespace {
 gpt::Shape tiny() { return {.vocab = 32, .context = 8, .layers = 2, .heads = 2, .dim = 16}; }
 constexpr int kSteps = 4;
@@ -453,3 +455,4 @@ TEST_CASE("zero: under stage 3 a parameter read outside a step without gather_pa
   CHECK(replicas.find("check_replicas compares the replicas' whole parameters, which ZeRO stage 3 never holds") != std::string::npos);
 }
 }
+}  // namespace test_policy_zero

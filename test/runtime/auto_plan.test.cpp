@@ -16,6 +16,8 @@
 
 using namespace epl;
 
+namespace test_runtime_auto_plan {
+
 namespace {
 gpt::Shape tiny() { return {.vocab = 32, .context = 8, .layers = 2, .heads = 2, .dim = 16}; }
 using All = Policies<Zero<3>>;
@@ -488,3 +490,4 @@ TEST_CASE("activation peaks: ZB-H1's B and W passes inside a transformer block a
   check_peaks(wanted, peaks, 0.10);
 }
 }
+}  // namespace test_runtime_auto_plan

@@ -23,6 +23,8 @@
 using namespace epl;
 namespace fs = std::filesystem;
 
+namespace test_runtime_checkpoint {
+
 namespace {
 gpt::Shape tiny(std::int64_t dim = 16) { return {.vocab = 32, .context = 8, .layers = 2, .heads = 2, .dim = dim}; }
 // examples/gpt's model with dropout after the embedding.
@@ -1032,3 +1034,4 @@ TEST_CASE("checkpoint: a tensor is rebuilt from split and ZeRO pieces, and a gap
                        doctest::Contains("holds element 2 of tensor w in two pieces (they overlap)"), Error);
 }
 }
+}  // namespace test_runtime_checkpoint

@@ -13,6 +13,8 @@
 
 using namespace epl;
 
+namespace test_runtime_config {
+
 TEST_SUITE("cpu") {
 TEST_CASE("defaults are EPL's") {
   Config c;
@@ -408,3 +410,4 @@ TEST_CASE("a configuration key declared twice (two policy homes' config_keys) is
   CHECK_THROWS_WITH_AS(detail::check_unique_keys(keys), doctest::Contains("configuration key ema.decay is declared twice"), Error);
 }
 }
+}  // namespace test_runtime_config

@@ -10,6 +10,8 @@
 
 using namespace epl;
 
+namespace test_runtime_data {
+
 TEST_SUITE("cpu") {
 // Text is bytes: every one of the 256 byte values is an id in [0, 256), and a GPT with a
 // vocabulary of 256 trains on them (bytes >= 128 once became negative ids through a signed char).
@@ -259,3 +261,4 @@ TEST_CASE("ids in memory outside their vocabulary, and a string literal's termin
 }
 
 }
+}  // namespace test_runtime_data

@@ -9,6 +9,8 @@
 
 using namespace epl;
 
+namespace test_runtime_deprecated {
+
 TEST_SUITE("cpu") {
 TEST_CASE("deprecated names are the renamed types, and a model written with them trains") {
   static_assert(std::is_same_v<Checkpoint<nn::Linear>, Recompute<nn::Linear>>);
@@ -29,3 +31,4 @@ TEST_CASE("deprecated names are the renamed types, and a model written with them
   CHECK(t.step(b) < first);
 }
 }
+}  // namespace test_runtime_deprecated

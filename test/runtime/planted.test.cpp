@@ -25,6 +25,8 @@
 using namespace epl;
 namespace fs = std::filesystem;
 
+namespace test_runtime_planted {
+
 namespace {
 struct Net {
   nn::Linear fc1;
@@ -378,3 +380,4 @@ TEST_CASE("checkpoint.dir that cannot be listed is an error naming it, never a f
   CHECK(WEXITSTATUS(status) == 0);
 }
 }
+}  // namespace test_runtime_planted

@@ -16,6 +16,8 @@
 using namespace epl;
 namespace fs = std::filesystem;
 
+namespace test_runtime_safetensors {
+
 namespace {
 gpt::Shape tiny() { return {.vocab = 32, .context = 8, .layers = 2, .heads = 2, .dim = 16}; }
 using T = Trainer<gpt::Gpt, optim::AdamW, Policies<Zero<3>>>;
@@ -391,3 +393,4 @@ TEST_CASE("names: a model whose parameters a checkpoint cannot tell apart is ref
   CHECK_THROWS_WITH_AS(build("w", "x y"), doctest::Contains("which holds whitespace or an '@'"), Error);
 }
 }
+}  // namespace test_runtime_safetensors

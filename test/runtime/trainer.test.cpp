@@ -10,6 +10,8 @@
 
 using namespace epl;
 
+namespace test_runtime_trainer {
+
 namespace {
 gpt::Shape tiny() { return {.vocab = 32, .context = 8, .layers = 2, .heads = 2, .dim = 16}; }
 struct Run {
@@ -375,3 +377,4 @@ TEST_CASE("a key that would have no effect is an error at the first step, naming
                        Error);
 }
 }
+}  // namespace test_runtime_trainer

@@ -5,6 +5,8 @@
 
 using namespace epl;
 
+namespace test_strategy_mesh {
+
 TEST_SUITE("cpu") {
 TEST_CASE("mesh: 8 ranks as pipeline 2 x data 2 x tensor 2, tensor groups on neighbouring ranks") {
   comm::run_threads(8, [&](comm::ThreadCommunicator& c) {
@@ -57,3 +59,4 @@ TEST_CASE("mesh: a world size that cannot hold the replicas names both numbers")
   }, {.report = false}), doctest::Contains("world size 6 cannot hold model replicas of 4 devices each (pipeline 2 x tensor 2)"), Error);
 }
 }
+}  // namespace test_strategy_mesh

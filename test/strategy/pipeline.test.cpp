@@ -12,6 +12,8 @@
 
 using namespace epl;
 
+namespace test_strategy_pipeline {
+
 namespace {
 gpt::Shape shape() { return {.vocab = 32, .context = 8, .layers = 4, .heads = 2, .dim = 16}; }
 constexpr int kSteps = 5;
@@ -295,3 +297,4 @@ TEST_CASE("pipeline: evaluate returns the one-device loss on every rank") {
   }
 }
 }
+}  // namespace test_strategy_pipeline

@@ -10,6 +10,8 @@
 
 using namespace epl;
 
+namespace test_strategy_replicate {
+
 namespace {
 gpt::Shape tiny() { return {.vocab = 32, .context = 8, .layers = 2, .heads = 2, .dim = 16}; }
 struct Run {
@@ -249,3 +251,4 @@ TEST_CASE("replicate: replicas start from rank 0's copy of the parameters") {
   });
 }
 }
+}  // namespace test_strategy_replicate

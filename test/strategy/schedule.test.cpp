@@ -7,6 +7,8 @@
 
 using namespace epl;
 
+namespace test_strategy_schedule {
+
 namespace {
 // Runs every rank's list on ideal stages: F takes 1, B 2 (1 when the list splits off W, which
 // takes 1), each action starting when its rank is free and what it needs is done (the forward of
@@ -174,3 +176,4 @@ TEST_CASE("with_communication: receives before, sends after, none between chunks
   CHECK(strategy::describe(zb) == "recvF0.1 F0.1 B0.1 sendB0.1 recvF1.1 F1.1 B1.1 sendB1.1 W0.1 W1.1");
 }
 }
+}  // namespace test_strategy_schedule

@@ -10,6 +10,8 @@
 using namespace epl;
 using namespace epl::test::split;
 
+namespace test_strategy_sequence_parallel {
+
 namespace {
 Config sequence_config(std::int64_t micro) {
   Config c = config(micro);
@@ -279,3 +281,4 @@ TEST_CASE("sequence parallel: a sequence that does not divide, colocation and a 
         Batch{test::random({4, 4}, 3), test::ids({4}, 8, 4)}, "(on separate ranks, EPL's placement): the Split's input is");
 }
 }
+}  // namespace test_strategy_sequence_parallel

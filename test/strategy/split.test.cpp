@@ -12,6 +12,8 @@ using namespace epl;
 
 using namespace epl::test::split;
 
+namespace test_strategy_split {
+
 TEST_SUITE("cpu") {
 TEST_CASE("split: the GPT's embedding, blocks and head split 2 and 4 ways equal one device, with accumulation") {
   for (std::int64_t micro : {1, 2}) {
@@ -426,3 +428,4 @@ TEST_CASE("moe: dropped tokens are counted, the all_to_all moves each routed tok
   });
 }
 }
+}  // namespace test_strategy_split

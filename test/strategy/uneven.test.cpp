@@ -8,6 +8,8 @@
 
 using namespace epl;
 
+namespace test_strategy_uneven {
+
 namespace {
 gpt::Shape tiny() { return {.vocab = 32, .context = 8, .layers = 2, .heads = 2, .dim = 16}; }
 constexpr int kSteps = 3;
@@ -125,3 +127,4 @@ TEST_CASE("uneven: measured speeds give a share to every rank and train as one d
   for (const auto& r : runs) CHECK(test::max_rel_diff(r.losses, ref.losses) <= 1e-5);
 }
 }
+}  // namespace test_strategy_uneven
