@@ -15,13 +15,13 @@
 
 using namespace epl;
 
+extern epl::comm::MpiCommunicator* g_world;  // owned by mpi_main.cpp
+
 namespace test_comm_mpi {
 using comm::Buffer;
 using comm::ReduceOp;
 using test::expected;
 using test::value;
-
-extern epl::comm::MpiCommunicator* g_world;  // owned by mpi_main.cpp
 
 namespace {
 comm::MpiCommunicator& world() { return *g_world; }

@@ -6,9 +6,9 @@
 
 using namespace epl;
 
-namespace test_comm_mpi_dp {
 extern epl::comm::MpiCommunicator* g_world;
 
+namespace test_comm_mpi_dp {
 
 TEST_SUITE("mpi") {
 TEST_CASE("mpi: Replicate over MPI processes equals one device, with accumulation and fp16") {

@@ -11,8 +11,9 @@
 
 using namespace epl;
 
-namespace test_comm_mpi_pipeline {
 extern epl::comm::MpiCommunicator* g_world;
+
+namespace test_comm_mpi_pipeline {
 
 namespace {
 struct Run {

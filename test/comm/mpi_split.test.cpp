@@ -10,8 +10,9 @@
 
 using namespace epl;
 
-namespace test_comm_mpi_split {
 extern epl::comm::MpiCommunicator* g_world;
+
+namespace test_comm_mpi_split {
 
 namespace {
 const gpt::Shape kShape{.vocab = 32, .context = 8, .layers = 2, .heads = 4, .dim = 16};
