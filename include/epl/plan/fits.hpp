@@ -12,6 +12,7 @@
 #include <array>
 #include <cstdint>
 #include <type_traits>
+#include <vector>
 
 #include "epl/core/error.hpp"
 #include "epl/plan/cost.hpp"
@@ -141,9 +142,20 @@ constexpr auto static_units() {
 // added in backward order (the last first), each unit whole, as one chunk: the arena closes a block at
 // a chunk's end. `max_splits` is communication.max_splits.
 template <std::size_t N>
-constexpr void add_blocks(ZeroBlocks& blocks, const std::array<StaticUnit, N>& units, std::size_t first, std::size_t end) {
-  for (std::size_t i = end; i-- > first;) blocks.add(units[i].cost.parameters);
+constexpr void add_blocks(ZeroBlocks& blocks, const std::array<StaticUnit, N>& units, std::size_t first, std::size_t end,
+                          std::vector<std::int64_t>* closed = nullptr) {
+  // each block it closes, in order, when `closed` is given
+  const auto record = [&](std::int64_t before) {
+    if (closed != nullptr && blocks.count > before) closed->push_back(blocks.recent[0]);
+  };
+  for (std::size_t i = end; i-- > first;) {
+    const std::int64_t before = blocks.count;
+    blocks.add(units[i].cost.parameters);
+    record(before);
+  }
+  const std::int64_t before = blocks.count;
   blocks.close();
+  record(before);
 }
 constexpr ZeroBlocks zero_blocks_of(std::int64_t parameters, int max_splits) {
   return ZeroBlocks{.block_elements = (parameters + max_splits - 1) / max_splits};

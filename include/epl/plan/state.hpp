@@ -142,13 +142,14 @@ constexpr InFlightBytes in_flight_bytes(const ZeroBlocks& blocks, int shards, in
 /// a pass): the most `k` (the running layer's blocks and the two still reducing) consecutive
 /// blocks the passes reduce one after another. A block's reduction is staged (a slice of its
 /// shard's size more) under `offload`, and when its chunk's pass is not the step's first (it adds
-/// to the shard). The run-time planner prices every plan so; ZeroBlocks::window, the compile-time
-/// planner's, gives the same for one chunk and a pass a micro-batch while k is at most its kMost
-/// (8). Interleaved's passes run a chunk's backward for several micro-batches in a row. Each
+/// to the shard). The run-time planner prices every plan so, the compile-time planner a schedule of
+/// several chunks a rank (a constant expression); for one chunk and a pass a micro-batch
+/// ZeroBlocks::window gives the same while k is at most its kMost (8). Interleaved's passes run a
+/// chunk's backward for several micro-batches in a row. Each
 /// chunk's blocks enter as its first and last k where it has more than 2k (a window inside it is
 /// its most k consecutive blocks), so the walk is short whatever communication.max_splits cuts.
-inline std::int64_t gradient_blocks_in_flight(const std::vector<std::vector<std::int64_t>>& chunk_blocks, const std::vector<std::size_t>& visits,
-                                              int k, int shards, bool offload) {
+constexpr std::int64_t gradient_blocks_in_flight(const std::vector<std::vector<std::int64_t>>& chunk_blocks,
+                                                 const std::vector<std::size_t>& visits, int k, int shards, bool offload) {
   if (k < 1) return 0;
   const auto kk = static_cast<std::size_t>(k);
   const auto staged = [&](std::int64_t elements, bool yes) { return elements + (shards > 0 && yes ? elements / shards : 0); };

@@ -137,16 +137,37 @@ class ZeroBubble {
 /// Needs m to be a multiple of p.
 class Interleaved {
  public:
-  Interleaved(int micro_batches, int virtual_stages) : m_(micro_batches), v_(virtual_stages) {
+  constexpr Interleaved(int micro_batches, int virtual_stages) : m_(micro_batches), v_(virtual_stages) {
     EPL_CHECK(micro_batches >= 1, "pipeline.num_micro_batch = ", micro_batches, " must be at least 1");
     EPL_CHECK(virtual_stages >= 2, "the interleaved schedule needs at least 2 model chunks per rank "
               "(pipeline.num_virtual_stages = ", virtual_stages, "); with 1 it is 1F1B (PreferBackward)");
   }
-  [[nodiscard]] int micro_batches() const noexcept { return m_; }
-  [[nodiscard]] int virtual_stages() const noexcept { return v_; }
+  [[nodiscard]] constexpr int micro_batches() const noexcept { return m_; }
+  [[nodiscard]] constexpr int virtual_stages() const noexcept { return v_; }
   /// \param stage the rank's place on the pipeline axis (0 .. ranks - 1)
   /// \param ranks the ranks on the pipeline axis (p); chunk c of the model runs on rank c % p
-  [[nodiscard]] EPL_LINKED std::vector<Action> actions(int stage, int ranks) const;
+  /// A constant expression, as the compile-time planner walks it (the order a rank's chunks'
+  /// gradient blocks are reduced in).
+  [[nodiscard]] constexpr std::vector<Action> actions(int stage, int ranks) const {
+    const int p = ranks, v = v_;
+    EPL_CHECK(p >= 1 && stage >= 0 && stage < p, "stage ", stage, " of a pipeline of ", p, " ranks");
+    EPL_CHECK(m_ % p == 0, "the interleaved schedule needs pipeline.num_micro_batch (", m_, ") to be a multiple of the ", p,
+              " pipeline ranks");
+    const int total = m_ * v;
+    // the i-th forward (or backward) of this rank: micro-batch and chunk, Megatron's order
+    auto micro = [&](int i) { return (i / (p * v)) * p + i % p; };
+    auto chunk_f = [&](int i) { return ((i / p) % v) * p + stage; };
+    auto chunk_b = [&](int i) { return (v - 1 - (i / p) % v) * p + stage; };
+    const int warmup = std::min(total, (p - stage - 1) * 2 + (v - 1) * p);
+    std::vector<Action> a;
+    for (int i = 0; i < warmup; ++i) a.push_back({Action::Kind::kForward, micro(i), chunk_f(i)});
+    for (int i = 0; i < total - warmup; ++i) {
+      a.push_back({Action::Kind::kForward, micro(warmup + i), chunk_f(warmup + i)});
+      a.push_back({Action::Kind::kBackward, micro(i), chunk_b(i)});
+    }
+    for (int i = total - warmup; i < total; ++i) a.push_back({Action::Kind::kBackward, micro(i), chunk_b(i)});
+    return a;
+  }
 
  private:
   int m_, v_;

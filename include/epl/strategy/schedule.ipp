@@ -51,27 +51,6 @@ EPL_LINKED std::vector<Action> ZeroBubble::actions(int stage, int stages) const 
   return a;
 }
 
-EPL_LINKED std::vector<Action> Interleaved::actions(int stage, int ranks) const {
-  const int p = ranks, v = v_;
-  EPL_CHECK(p >= 1 && stage >= 0 && stage < p, "stage ", stage, " of a pipeline of ", p, " ranks");
-  EPL_CHECK(m_ % p == 0, "the interleaved schedule needs pipeline.num_micro_batch (", m_, ") to be a multiple of the ",
-            p, " pipeline ranks");
-  const int total = m_ * v;
-  // the i-th forward (or backward) of this rank: micro-batch and chunk, Megatron's order
-  auto micro = [&](int i) { return (i / (p * v)) * p + i % p; };
-  auto chunk_f = [&](int i) { return ((i / p) % v) * p + stage; };
-  auto chunk_b = [&](int i) { return (v - 1 - (i / p) % v) * p + stage; };
-  const int warmup = std::min(total, (p - stage - 1) * 2 + (v - 1) * p);
-  std::vector<Action> a;
-  for (int i = 0; i < warmup; ++i) a.push_back({Action::Kind::kForward, micro(i), chunk_f(i)});
-  for (int i = 0; i < total - warmup; ++i) {
-    a.push_back({Action::Kind::kForward, micro(warmup + i), chunk_f(warmup + i)});
-    a.push_back({Action::Kind::kBackward, micro(i), chunk_b(i)});
-  }
-  for (int i = total - warmup; i < total; ++i) a.push_back({Action::Kind::kBackward, micro(i), chunk_b(i)});
-  return a;
-}
-
 EPL_LINKED std::string describe(const std::vector<Action>& actions) {
   bool chunks = false;
   for (const auto& a : actions) chunks |= a.chunk != 0;
