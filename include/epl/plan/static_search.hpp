@@ -106,6 +106,7 @@ struct StageSums {
   double macs = 0;  // per token, this rank's part
   std::int64_t parameters = 0, activation_bytes = 0, kept_recomputed = 0, largest = 0, output_bytes = 0, tensor_bytes = 0;
   std::int64_t backward_bytes = 0;  // the most one unit's backward allocates for a while, per row
+  std::int64_t weight_bytes = 0;    // what its units' B passes leave for W, per row
   int collectives = 0;
   // the rank's slowest chunk (an Interleaved rank holds v): its multiply-adds a token, its split
   // group's traffic; and the most units any of its chunks holds (recompute needs 2 to cut one)
@@ -158,7 +159,8 @@ class StaticPricer {
     StepCost cost;
     for (int s = 0; s < p; ++s) {
       const auto& sum = rank_[static_cast<std::size_t>(s)];
-      check_countable(static_cast<double>(sum.activation_bytes + sum.kept_recomputed + sum.backward_bytes + sum.ends.received + sum.ends.boundary) *
+      check_countable(static_cast<double>(sum.activation_bytes + sum.kept_recomputed + sum.backward_bytes + sum.weight_bytes + sum.ends.received +
+                                          sum.ends.boundary) *
                       static_cast<double>(budget_.rows) *
                       static_cast<double>(m));
       StaticFootprint f;
@@ -169,7 +171,8 @@ class StaticPricer {
       // and the most one unit's backward allocates over them
       const bool recompute = k.policies.recompute;
       const std::int64_t kept = recompute ? sum.kept_recomputed : sum.activation_bytes;
-      f.activations = activation_peak_bytes(kept, sum.ends, (recompute ? sum.largest : 0) + sum.backward_bytes, flight, micro_rows);
+      f.activations = activation_peak_bytes(kept, sum.ends, (recompute ? sum.largest : 0) + sum.backward_bytes, flight, micro_rows,
+                                            k.schedule->splits_backward && p > 1 ? sum.weight_bytes : 0);
       if (f.total() > plan.bytes.total()) plan.bytes = f;
       // the slowest chunk's micro-batch: forward, backward twice its work, and under recompute the
       // forward of the segments gradient_checkpoint.type = "auto" recomputes again
@@ -272,6 +275,7 @@ class StaticPricer {
         sum.kept_recomputed += u.output_bytes;  // a recomputed unit keeps its boundary
         sum.largest = u.activation_bytes > sum.largest ? u.activation_bytes : sum.largest;
         sum.backward_bytes = u.backward_bytes > sum.backward_bytes ? u.backward_bytes : sum.backward_bytes;
+        sum.weight_bytes += u.weight_bytes;
         if (units[i].split) {
           sum.tensor_bytes += u.tensor_bytes;
           sum.collectives += u.tensor_collectives;
@@ -481,6 +485,8 @@ Profile static_profile(const Model& model, const Cluster& cluster, std::int64_t 
     u.activation_bytes = c.activation_bytes;
     u.output_bytes = c.output_bytes;
     u.backward_bytes = c.backward_bytes;
+    u.weight_bytes = c.weight_bytes;
+    u.split_backward_bytes = c.backward_bytes;  // B allocates its input's gradient, as a whole backward
     u.forward_seconds = c.macs_per_token * tokens / cluster.macs_per_second;
     u.backward_seconds = 2 * u.forward_seconds;
   }

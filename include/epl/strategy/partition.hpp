@@ -124,6 +124,10 @@ struct Cost {
   /// its input, for the sized layers here): a rank's compile-time activation peak is what its
   /// stage keeps plus the largest of these (0: not stated).
   std::int64_t backward_bytes = 0;
+  /// Bytes per row its backward's first half (B) leaves for its weight half (W) under a schedule
+  /// that splits them (ZeroBubble): the saved input and the output's gradient its weight gradient
+  /// is made from (0: not stated, or no weights).
+  std::int64_t weight_bytes = 0;
 };
 
 /// \brief Specialise with `static constexpr double value` (multiply-adds per token) or
@@ -134,14 +138,16 @@ struct static_cost;
 
 /// nn::SizedLinear's costs from its sizes: In x Out multiply-adds a token, its weight and bias,
 /// the output it keeps a row (f32; its input is the layer before's), that output's bytes sent on,
-/// and its input's gradient, which its backward allocates.
+/// its input's gradient, which its backward allocates, and its input and its output's gradient,
+/// which a split backward's B pass leaves for W.
 template <std::int64_t In, std::int64_t Out, bool Bias, std::int64_t T>
 struct static_cost<nn::SizedLinear<In, Out, Bias, T>> {
   static constexpr Cost value{.macs_per_token = static_cast<double>(In) * static_cast<double>(Out),
                               .parameters = In * Out + (Bias ? Out : 0),
                               .activation_bytes = 4 * Out * T,
                               .output_bytes = 4 * Out * T,
-                              .backward_bytes = 4 * In * T};
+                              .backward_bytes = 4 * In * T,
+                              .weight_bytes = 4 * (In + Out) * T};
 };
 
 /// A sized pointwise layer's: no parameters, a multiply-add an element, the output it keeps, its
@@ -188,7 +194,8 @@ template <class L>
 concept has_static_cost = has_own_static_cost<L> || detail::summable<L>();
 
 /// \brief L's static cost as a Cost (a plain number is its multiply-adds); a Residual's or a
-/// Recompute's, its parts' summed (its output the last part's).
+/// Recompute's, its parts' summed (its output the last part's, its backward's allocation the
+/// largest part's).
 template <class L>
   requires has_static_cost<L>
 constexpr Cost static_cost_of();
@@ -200,7 +207,9 @@ constexpr Cost summed(nn::type_list<C...>) {
   Cost total;
   ((total.macs_per_token += part_cost<C>().macs_per_token, total.parameters += part_cost<C>().parameters,
     total.activation_bytes += part_cost<C>().activation_bytes, total.output_bytes = part_cost<C>().output_bytes,
-    total.tensor_bytes += part_cost<C>().tensor_bytes, total.tensor_collectives += part_cost<C>().tensor_collectives),
+    total.tensor_bytes += part_cost<C>().tensor_bytes, total.tensor_collectives += part_cost<C>().tensor_collectives,
+    total.backward_bytes = part_cost<C>().backward_bytes > total.backward_bytes ? part_cost<C>().backward_bytes : total.backward_bytes,
+    total.weight_bytes += part_cost<C>().weight_bytes),
    ...);
   return total;
 }
