@@ -550,7 +550,8 @@ TEST_CASE("the run-time and compile-time searches: one candidate loop and one fo
   const auto* zb = strategy::find_schedule("ZeroBubble");
   const auto* il = strategy::find_schedule("Interleaved");
   CHECK(plan::static_price<Uneven>(four, batch, {.data = 4}).seconds > 0);
-  CHECK_THROWS_WITH_AS(plan::static_price<Uneven>(four, batch, {.data = 2}), doctest::Contains("is not the cluster's ranks"), Error);
+  CHECK_THROWS_WITH_AS(plan::static_price<Uneven>(four, batch, {.data = 2}),
+                       doctest::Contains("(2 x 1 x 1 = 2) is not the cluster's 4 ranks: give degrees whose product is 4"), Error);
   // a combination with its policy axes set (policies.zero, .offload, .recompute, .amp)
   auto with = [](plan::Combination c, auto set) {
     set(c.policies);
@@ -567,7 +568,13 @@ TEST_CASE("the run-time and compile-time searches: one candidate loop and one fo
                        Error);
   CHECK_THROWS_WITH_AS(plan::static_price<Uneven>(four, batch, {.data = 1, .pipeline = 4, .micro_batches = 4, .schedule = il,
                                                                  .virtual_stages = 2}),
-                       doctest::Contains("fewer units"), Error);
+                       doctest::Contains("the model has 5 units, fewer than the combination's 8 chunks (4 pipeline stages x 2 virtual stages)"),
+                       Error);
+  // recompute where a rank's chunk is one unit: nothing to cut, as the Trainer refuses (a stranger's finding: it was priced)
+  CHECK_THROWS_WITH_AS(plan::static_price<Uneven>(four, batch, with({.data = 1, .pipeline = 4, .micro_batches = 4,
+                                                                     .schedule = strategy::find_schedule("PreferBackward")},
+                                                                    [](auto& p) { p.recompute = true; })),
+                       doctest::Contains("policies.recompute needs a chunk of two units or more on every rank"), Error);
   CHECK_THROWS_WITH_AS(plan::static_price<Uneven>({.ranks = 1}, batch, with({.data = 1}, [](auto& p) { p.zero = 1; })),
                        doctest::Contains("with one, give policies.zero = 0"), Error);
   // one replica offloads through stage 3: its device holds none of the state the host holds

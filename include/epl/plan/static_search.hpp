@@ -119,6 +119,15 @@ struct StageSums {
   ZeroBlocks blocks;  // ZeRO's blocks of the rank's arena
 };
 
+[[noreturn]] inline void combination_is_not_the_cluster_s_ranks(const char* who, int data, int pipeline, int tensor, int ranks) {
+  EPL_FAIL(who, ": the combination's data-parallel degree x pipeline stages x the model's split degree (", data, " x ", pipeline, " x ",
+           tensor, " = ", static_cast<std::int64_t>(data) * pipeline * tensor, ") is not the cluster's ", ranks,
+           " ranks: give degrees whose product is ", ranks);
+}
+[[noreturn]] inline void model_has_fewer_units_than_chunks(const char* who, std::int64_t units, int pipeline, int virtual_stages) {
+  EPL_FAIL(who, ": the model has ", units, " units, fewer than the combination's ", static_cast<std::int64_t>(pipeline) * virtual_stages,
+           " chunks (", pipeline, " pipeline stages x ", virtual_stages, " virtual stages): give at most ", units, " chunks");
+}
 [[noreturn]] inline void nothing_to_try__check_the_batch_and_micro_batches(int ranks, std::int64_t rows) {
   EPL_FAIL("plan::static_search: no combination to try on ", ranks, " ranks: a global batch of ", rows, " rows divides into none of "
            "the data-parallel degrees x micro-batch counts (StaticSearchOptions::micro_batches and micro_batch_rows; 0 entries are "
@@ -402,7 +411,7 @@ constexpr StaticPlan static_price(const Cluster& cluster, const Budget& budget, 
   if (c.data < 1 || c.pipeline < 1 || c.micro_batches < 1 || c.micro_batches > detail::kMostMicroBatches)
     refuse("the combination's data-parallel degree, pipeline stages and micro-batches must be at least 1 (micro-batches at most 65536)");
   if (static_cast<std::int64_t>(c.data) * c.pipeline * t != cluster.ranks)
-    refuse("the combination's data-parallel degree x pipeline stages x the model's split degree is not the cluster's ranks");
+    detail::combination_is_not_the_cluster_s_ranks(who, c.data, c.pipeline, t, cluster.ranks);
   if (Pricer::declared && c.pipeline != Pricer::declared) refuse("the model declares its pipeline stages (epl::Pipeline): give that many");
   if (budget.rows % (static_cast<std::int64_t>(c.data) * c.micro_batches) != 0)
     detail::batch_does_not_divide__use_a_multiple_of_replicas_times_micro_batches(who, budget.rows, c.data, c.micro_batches,
@@ -415,7 +424,8 @@ constexpr StaticPlan static_price(const Cluster& cluster, const Budget& budget, 
     refuse("virtual_stages must be 2 for a schedule of virtual stages (Interleaved) on more than one stage, else 1");
   if (c.virtual_stages > 1 && (Pricer::declared || c.micro_batches % c.pipeline != 0))
     refuse("Interleaved needs an undeclared pipeline and micro-batches a multiple of the pipeline stages");
-  if (static_cast<std::size_t>(c.pipeline * c.virtual_stages) > Pricer::n) refuse("the model has fewer units than the combination's chunks");
+  if (static_cast<std::size_t>(c.pipeline * c.virtual_stages) > Pricer::n)
+    detail::model_has_fewer_units_than_chunks(who, static_cast<std::int64_t>(Pricer::n), c.pipeline, c.virtual_stages);
   if (const auto r = policy::refusal(c.policies, {.data = c.data, .pipeline = c.pipeline, .splits_backward = c.schedule->splits_backward})) {
     if (std::is_constant_evaluated()) r.fail(r.why);  // the diagnostic names the reason's function
     refuse(r.why);
@@ -425,7 +435,11 @@ constexpr StaticPlan static_price(const Cluster& cluster, const Budget& budget, 
   Budget kept = budget;
   kept.optimizer_slots = detail::slots_of<Policy>(budget);  // with the policies' state, as static_search's
   Pricer pricer(cluster, kept, buckets);
-  return pricer.price(c);
+  const StaticPlan plan = pricer.price(c);
+  if (plan.refused)  // as the Trainer refuses gradient_checkpoint.type = "auto" there, and the search never keeps it
+    refuse("policies.recompute needs a chunk of two units or more on every rank (a chunk of one unit has nothing to cut): give "
+           "policies.recompute = false, or fewer pipeline stages");
+  return plan;
 }
 
 /// \brief The cluster whose GEMM rate (Cluster::macs_per_second, the one efficiency figure the
