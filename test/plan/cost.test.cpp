@@ -354,7 +354,12 @@ TEST_CASE("cost: plan::fits at run time names the largest part, the policy that 
   CHECK_THROWS_WITH_AS((plan::fits<Big>({.ranks = 8}, {.bytes = 15'000'000'000, .rows = 8})),
                        doctest::Contains("optimizer state is the largest part: add epl::Zero<1>"), Error);
   CHECK_THROWS_WITH_AS((plan::fits<Big>({.ranks = 8}, {.bytes = 15'000'000'000, .rows = 8})),
-                       doctest::Contains("16001000000 bytes, 1001000000 more than its budget of 15000000000"), Error);
+                       doctest::Contains("16001000000 bytes, 1001000000 more than its budget of 15000000000 (the smaller of "
+                                         "Budget::bytes and Cluster::bytes_per_rank)"), Error);
+  // a cluster's smaller memory is the budget, and the message says where it may have come from (a stranger's finding)
+  CHECK_THROWS_WITH_AS((plan::fits<Big>({.ranks = 8, .bytes_per_rank = 15'000'000'000}, {.bytes = 17 * kGiB, .rows = 8})),
+                       doctest::Contains("more than its budget of 15000000000 (the smaller of Budget::bytes and Cluster::bytes_per_rank)"),
+                       Error);
   CHECK_THROWS_WITH_AS((plan::fits<Hundred, Policies<Zero<1>>>({.ranks = 8}, {.bytes = 8 * kGiB, .rows = 8, .max_splits = 100})),
                        doctest::Contains("gradients are the largest part: add epl::Zero<2>"), Error);
   // advice is given only where following it helps: Big's one parameter is one block, which stage 2

@@ -238,7 +238,8 @@ constexpr auto static_sums(int max_splits) {
 // What does not fit, named so a compile error says it (these are not constexpr: calling one
 // ends constant evaluation at its name); at run time each throws the message.
 [[noreturn]] inline void does_not_fit(const char* what, std::int64_t need, std::int64_t budget) {
-  EPL_FAIL("the model does not fit: a rank needs ", need, " bytes, ", need - budget, " more than its budget of ", budget, "; ", what);
+  EPL_FAIL("the model does not fit: a rank needs ", need, " bytes, ", need - budget, " more than its budget of ", budget,
+           " (the smaller of Budget::bytes and Cluster::bytes_per_rank); ", what);
 }
 inline void optimizer_state_is_largest__add_epl_Zero_1(std::int64_t need, std::int64_t budget) {
   does_not_fit("the optimizer state is the largest part: add epl::Zero<1> (zero.level=v0) to shard it over the replicas", need, budget);
