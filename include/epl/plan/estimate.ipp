@@ -4,6 +4,7 @@
 /// priced from the chunks its plan cuts. Included by that header in a header-only program, or
 /// compiled once into epl::precompiled (core/linked.hpp).
 #include "epl/plan/estimate.hpp"
+#include "epl/plan/pieces.hpp"
 
 namespace epl {
 inline namespace v0 {
@@ -141,7 +142,6 @@ EPL_LINKED Estimate estimate_cut(const Plan& plan, const Profile& prof, const Ca
       struct Piece {
         std::vector<Part> units;
         bool recomputed = false;
-        std::int64_t input = 0;  // bytes per row of the piece's input (what a recomputed piece keeps)
       };
       std::vector<Part> parts;
       for (const auto& u : units) {  // the profile must be this model's: each unit as large
@@ -152,33 +152,27 @@ EPL_LINKED Estimate estimate_cut(const Plan& plan, const Profile& prof, const Ca
         parts.push_back({&up, params > 0 ? static_cast<double>(local) / static_cast<double>(params) : 1.0, u.traffic});
       }
       std::vector<Piece> pieces;
-      // a piece's input per row: the unit before's output; a chunk's first, what it receives from the
-      // chunk before (the first chunk's is the batch, the caller's)
-      auto input_of = [&](std::size_t u) -> std::int64_t {
-        if (u > 0) return prof.unit(units[u - 1].name).output_bytes;
-        for (std::size_t i = 1; id > 0 && !units.empty() && i < prof.units.size(); ++i)
-          if (prof.units[i].name == units[0].name) return prof.units[i - 1].output_bytes;
-        return 0;
-      };
+      // what the chunk receives from the chunk before, per row (the first chunk's input is the batch, the caller's)
+      std::int64_t received = 0;
+      for (std::size_t i = 1; id > 0 && !units.empty() && i < prof.units.size(); ++i)
+        if (prof.units[i].name == units[0].name) received = prof.units[i - 1].output_bytes;
       if (chunk.segments.empty()) {
-        for (std::size_t u = 0; u < units.size(); ++u) pieces.push_back({{parts[u]}, false, input_of(u)});
+        for (std::size_t u = 0; u < units.size(); ++u) pieces.push_back({{parts[u]}, false});
       } else {
         for (const auto& seg : chunk.segments) {
-          Piece piece{{}, seg.recompute, input_of(seg.begin)};
+          Piece piece{{}, seg.recompute};
           for (std::size_t u = seg.begin; u < seg.end; ++u) piece.units.push_back(parts[u]);
           pieces.push_back(std::move(piece));
         }
       }
-      if (last) pieces.push_back({{Part{&prof.units.back()}}, false, 0});
+      if (last) pieces.push_back({{Part{&prof.units.back()}}, false});
       else if (!units.empty()) sends = std::max(sends, prof.unit(units.back().name).output_bytes);
-      std::int64_t k = 0;  // kept from forward to backward
       double sec = 0, macs = 0, talk = 0;
       std::int64_t talked = 0;
       for (const auto& piece : pieces)
         for (const auto& part : piece.units) {
           const auto* up = part.profile;
           const double again = piece.recomputed ? 2 : 1;
-          k += piece.recomputed ? 0 : up->activation_bytes;
           sec += (up->forward_seconds * again + up->backward_seconds) * static_cast<double>(micro_rows) +
                  up->fixed_seconds * (piece.recomputed ? 1.5 : 1.0);
           macs += part.macs * up->macs_per_token * (1 + again + 1);
@@ -188,57 +182,19 @@ EPL_LINKED Estimate estimate_cut(const Plan& plan, const Profile& prof, const Ca
             talk += cluster.tensor.all_reduces(plan.tensor, part.traffic.collectives, static_cast<double>(bytes));
           }
         }
-      // A recomputed piece keeps its input. So does a piece after a recomputed one, and a chunk's first
-      // piece after the first chunk: its first unit saves its input (as a Linear does), which the
-      // profile counts as the unit before's output, a unit not kept here (recomputed, or another
-      // rank's). Both are counted as that piece's input.
-      auto keeps_input = [&](std::size_t i) { return pieces[i].recomputed || (i > 0 && pieces[i - 1].recomputed) || (i == 0 && id > 0); };
-      for (std::size_t i = 0; i < pieces.size(); ++i) k += keeps_input(i) ? pieces[i].input : 0;
-      // and the output a chunk sends on is the next rank's to keep, not this one's (the profile
-      // charged it to the unit that made it, kept while the unit after it held it)
-      if (!last && !pieces.empty() && !pieces.back().recomputed && !units.empty()) k -= prof.unit(units.back().name).output_bytes;
-      // Backward, piece by piece from the last: each unit's backward over what the ones after it
-      // freed; under a split schedule also over what their B passes left for W (`carried`).
-      std::int64_t above = 0, above_split = 0, freed = 0, carried = 0;
-      for (std::size_t i = pieces.size(); i-- > 0;) {
-        const auto it = pieces.begin() + static_cast<std::ptrdiff_t>(i);
-        std::int64_t back = 0, inner = 0, inner_split = 0;
-        for (const auto& part : it->units) back += part.profile->activation_bytes;
-        if (!it->recomputed) {
-          std::int64_t inner_freed = 0;
-          for (auto u = it->units.rbegin(); u != it->units.rend(); ++u) {
-            inner = std::max(inner, u->profile->backward_bytes - inner_freed);
-            inner_split = std::max(inner_split, u->profile->split_backward_bytes - inner_freed + carried);
-            inner_freed += u->profile->activation_bytes;
-            carried += u->profile->weight_bytes;
-          }
-        } else {
-          // A recomputed piece's forward runs again while the gradient of its output, received from
-          // the piece after, waits: it peaks at all its units' activations and that gradient. Its
-          // output is dropped at once (the piece after holds its own), then each unit's backward
-          // runs over what the units up to it saved and the gradient. A chunk's last piece before
-          // the last chunk receives the gradient from the next rank: the boundary below counts it.
-          // (Priced without the gradient, a stranger's model of Linears and GELUs measured 17% over.)
-          const std::int64_t output = it->units.back().profile->output_bytes;
-          const std::int64_t received = !last && i + 1 == pieces.size() ? 0 : output;
-          inner = back + received;
-          inner_split = back + received + carried;
-          std::int64_t upto = back;
-          for (auto u = it->units.rbegin(); u != it->units.rend(); ++u) {
-            const std::int64_t held_for = u == it->units.rbegin() ? received - output : 0;  // the gradient for the dropped output
-            inner = std::max(inner, upto + held_for + u->profile->backward_bytes);
-            inner_split = std::max(inner_split, upto + held_for + u->profile->split_backward_bytes + carried);
-            upto -= u->profile->activation_bytes;
-            carried += u->profile->weight_bytes;
-          }
+      // what it holds, walked piece by piece (the rule the compile-time planner shares)
+      std::vector<detail::UnitBytes> bytes;
+      std::vector<detail::Piece> spans;
+      for (const auto& piece : pieces) {
+        const std::size_t begin = bytes.size();
+        for (const auto& part : piece.units) {
+          const auto* up = part.profile;
+          bytes.push_back({up->activation_bytes, up->output_bytes, up->backward_bytes, up->split_backward_bytes, up->weight_bytes});
         }
-        above = std::max(above, inner - freed);
-        above_split = std::max(above_split, inner_split - freed);
-        freed += (it->recomputed ? 0 : back) + (keeps_input(i) ? it->input : 0);
+        spans.push_back({begin, bytes.size(), piece.recomputed});
       }
-      // a chunk before the last sends its output on, and its backward starts from the gradient of
-      // that output, received from the next rank and held until the backward ends
-      const std::int64_t boundary = last || units.empty() ? 0 : prof.unit(units.back().name).output_bytes;
+      const auto walked = detail::walk_pieces(bytes, spans, received, last, last);
+      const std::int64_t k = walked.kept, boundary = walked.boundary;
       const auto at = static_cast<std::size_t>(id);
       // a micro-batch's bytes, refused past 64 TiB: the peak sums up to 65536 micro-batches of them
       auto of_micro_batch = [&](std::int64_t per_row) {
@@ -250,9 +206,9 @@ EPL_LINKED Estimate estimate_cut(const Plan& plan, const Profile& prof, const Ca
       };
       held.kept[at] = of_micro_batch(k);
       held.sent[at] = of_micro_batch(boundary);
-      held.transient[at] = of_micro_batch(above + boundary);
-      held.split_transient[at] = of_micro_batch(above_split + boundary);
-      held.weight[at] = of_micro_batch(carried);
+      held.transient[at] = of_micro_batch(walked.transient + boundary);
+      held.split_transient[at] = of_micro_batch(walked.split_transient + boundary);
+      held.weight[at] = of_micro_batch(walked.weight);
       slowest_chunk = std::max(slowest_chunk, sec * lane.slowest);
       slowest_talk = std::max(slowest_talk, talk);  // the links do not scale with the speed
       work += sec * c.micro_batches * lane.busy * plan.tensor;

@@ -192,13 +192,18 @@ struct StageEnds {
 // run-time planner walks the schedule's actions over the same terms (plan::estimate); this rule
 // takes the busiest rank's micro-batches in flight for every rank (a bound where later ranks hold
 // fewer).
-constexpr std::int64_t activation_peak_bytes(std::int64_t kept, const StageEnds& ends, std::int64_t transient, double flight,
-                                             std::int64_t rows, std::int64_t weight = 0) {
-  const std::int64_t held = kept + ends.received - ends.sent;
-  if (weight == 0) return static_cast<std::int64_t>(static_cast<double>(held * rows) * flight) + (transient + ends.boundary) * rows;
+// `held` is what a micro-batch holds, its chunks' ends included, and `boundary` the gradient of the
+// most one sends on.
+constexpr std::int64_t activation_peak_of_held(std::int64_t held, std::int64_t transient, std::int64_t boundary, double flight,
+                                               std::int64_t rows, std::int64_t weight = 0) {
+  if (weight == 0) return static_cast<std::int64_t>(static_cast<double>(held * rows) * flight) + (transient + boundary) * rows;
   const std::int64_t waiting = held > weight ? held : weight;  // a micro-batch before its B, or between B and W
   const double others = flight > 1 ? flight - 1 : 0;
-  return static_cast<std::int64_t>(static_cast<double>(waiting * rows) * others) + (held + weight + transient + ends.boundary) * rows;
+  return static_cast<std::int64_t>(static_cast<double>(waiting * rows) * others) + (held + weight + transient + boundary) * rows;
+}
+constexpr std::int64_t activation_peak_bytes(std::int64_t kept, const StageEnds& ends, std::int64_t transient, double flight,
+                                             std::int64_t rows, std::int64_t weight = 0) {
+  return activation_peak_of_held(kept + ends.received - ends.sent, transient, ends.boundary, flight, rows, weight);
 }
 struct StaticSums {
   std::int64_t parameters = 0;        // elements this rank holds (its stage's, its tensor part)

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "epl/plan/fits.hpp"
+#include "epl/plan/pieces.hpp"
 #include "epl/plan/price.hpp"
 #include "epl/reflect/type_name.hpp"
 
@@ -104,7 +105,12 @@ namespace detail {
 // What one stage of a cut adds up to.
 struct StageSums {
   double macs = 0;  // per token, this rank's part
-  std::int64_t parameters = 0, activation_bytes = 0, kept_recomputed = 0, largest = 0, output_bytes = 0, tensor_bytes = 0;
+  std::int64_t parameters = 0, activation_bytes = 0, output_bytes = 0, tensor_bytes = 0;
+  // under gradient_checkpoint.type = "auto": what its chunks keep a micro-batch (their ends
+  // included) and the most one's backward allocates over that (walk_pieces over the segments)
+  std::int64_t recomputed_held = 0, recomputed_transient = 0;
+  // the same by unit, for a model with split units that hold parameters (see split_recompute)
+  std::int64_t kept_recomputed = 0, largest = 0;
   std::int64_t backward_bytes = 0;  // the most one unit's backward allocates for a while, per row
   std::int64_t weight_bytes = 0;    // what its units' B passes leave for W, per row
   int collectives = 0;
@@ -168,7 +174,7 @@ class StaticPricer {
     StepCost cost;
     for (int s = 0; s < p; ++s) {
       const auto& sum = rank_[static_cast<std::size_t>(s)];
-      check_countable(static_cast<double>(sum.activation_bytes + sum.kept_recomputed + sum.backward_bytes + sum.weight_bytes + sum.ends.received +
+      check_countable(static_cast<double>(sum.activation_bytes + sum.recomputed_held + sum.recomputed_transient + sum.backward_bytes + sum.weight_bytes + sum.ends.received +
                                           sum.ends.boundary) *
                       static_cast<double>(budget_.rows) *
                       static_cast<double>(m));
@@ -176,12 +182,14 @@ class StaticPricer {
       f.state = state_bytes(sum.parameters, k.data, k.policies.zero, k.policies.offload, budget_.optimizer_slots);
       f.in_flight = in_flight_bytes(sum.blocks, k.data, k.policies.zero, k.policies.offload, m);
       if (k.policies.zero >= 2 && k.schedule->virtual_stages && v > 1) f.in_flight.gradients = chunk_ordered_gradients(k, s, sum.blocks);
-      // what each micro-batch in flight keeps (with its chunks' ends), a recomputed unit's activations once during its backward,
-      // and the most one unit's backward allocates over them
+      // what each micro-batch in flight keeps (with its chunks' ends), and the most one unit's
+      // backward allocates over them; under recompute, its segments' as plan::estimate walks them
       const bool recompute = k.policies.recompute;
-      const std::int64_t kept = recompute ? sum.kept_recomputed : sum.activation_bytes;
-      f.activations = activation_peak_bytes(kept, sum.ends, (recompute ? sum.largest : 0) + sum.backward_bytes, flight, micro_rows,
-                                            k.schedule->splits_backward && p > 1 ? sum.weight_bytes : 0);
+      const std::int64_t weight = k.schedule->splits_backward && p > 1 ? sum.weight_bytes : 0;
+      f.activations =
+          !recompute        ? activation_peak_bytes(sum.activation_bytes, sum.ends, sum.backward_bytes, flight, micro_rows, weight)
+          : split_recompute ? activation_peak_bytes(sum.kept_recomputed, sum.ends, sum.largest + sum.backward_bytes, flight, micro_rows, weight)
+                            : activation_peak_of_held(sum.recomputed_held, sum.recomputed_transient, sum.ends.boundary, flight, micro_rows, weight);
       if (f.total() > plan.bytes.total()) plan.bytes = f;
       // the slowest chunk's micro-batch: forward, backward twice its work, and under recompute the
       // forward of the segments gradient_checkpoint.type = "auto" recomputes again
@@ -210,13 +218,32 @@ class StaticPricer {
     return plan;
   }
 
+  // A model with split units that hold parameters (Megatron's layers, the published runs' twins):
+  // the Trainer's gradient_checkpoint.type = "auto" does not recompute such a unit (its forward
+  // would run its group's collectives again), while Megatron recomputes every layer. Its recompute
+  // is priced as Megatron's: each unit's output kept and one unit's activations again during its
+  // backward, every unit's multiply-adds again but the model's last segment's. Every other model is
+  // priced as the Trainer runs it: its segments walked as plan::estimate walks them.
+  static constexpr bool split_recompute = [] {
+    for (const auto& u : units)
+      if (u.split && u.cost.parameters > 0) return true;
+    return false;
+  }();
+  // The loss's bytes a row, as plan::profile measures a cross-entropy's: none kept, and its backward
+  // allocates the gradient of the model's output (B, one model of 10 units, priced 3.3% under without it)
+  static constexpr UnitBytes loss_bytes() {
+    const std::int64_t out = n > 0 ? units[n - 1].cost.output_bytes : 0;
+    return {0, 0, out, out, 0};
+  }
+
  private:
-  // The multiply-adds a token gradient_checkpoint.type = "auto" runs again in the chunk of units
-  // [first, end), as strategy::Chunk::choose_segments cuts it: round(sqrt(n)) segments (2 to n) of
-  // balanced cost, each recomputed but the model's last (`last`); a chunk of one unit none.
-  static constexpr double recomputed_macs(std::size_t first, std::size_t end, bool last) {
+  // The pieces gradient_checkpoint.type = "auto" cuts the chunk of units [first, end) into, as
+  // strategy::Chunk::choose_segments does: round(sqrt(n)) segments (2 to n) of balanced cost, each
+  // recomputed but the model's last (`last`), a split unit with parameters a piece of its own, not
+  // recomputed; a chunk of one unit is one piece, not recomputed. Indices are the chunk's.
+  static constexpr std::vector<Piece> auto_pieces(std::size_t first, std::size_t end, bool last) {
     const std::size_t count = end - first;
-    if (count < 2) return 0;
+    if (count < 2) return {Piece{0, count, false}};
     std::size_t k = 1;
     while (4 * k * k + 4 * k + 1 <= 4 * count) ++k;  // the nearest integer to sqrt(count)
     k = k < 2 ? 2 : k > count ? count : k;
@@ -224,11 +251,22 @@ class StaticPricer {
     std::array<std::size_t, n + 1> cut{};
     for (std::size_t i = 0; i < count; ++i) costs[i] = units[first + i].cost.macs_per_token;
     strategy::detail::balanced_cut(costs.data(), count, k, cut.data());
-    double again = 0;
-    for (std::size_t seg = 0; seg < k; ++seg)
-      if (!(last && seg + 1 == k))
-        for (std::size_t i = cut[seg]; i < cut[seg + 1]; ++i) again += costs[i];
-    return again;
+    const auto recomputable = [&](std::size_t i) { return split_recompute || !(units[first + i].split && units[first + i].cost.parameters > 0); };
+    std::vector<Piece> pieces;
+    for (std::size_t seg = 0; seg < k; ++seg) {
+      if (last && seg + 1 == k) {
+        pieces.push_back({cut[seg], cut[seg + 1], false});
+        break;
+      }
+      for (std::size_t i = cut[seg]; i < cut[seg + 1];) {
+        std::size_t j = i;
+        while (j < cut[seg + 1] && recomputable(j)) ++j;
+        if (j == i) ++j;  // a unit it cannot recompute
+        pieces.push_back({i, j, recomputable(i)});
+        i = j;
+      }
+    }
+    return pieces;
   }
 
   // The gradient blocks in flight of rank s under a schedule of several chunks a rank, in the
@@ -259,9 +297,11 @@ class StaticPricer {
         while (at < n && units[at].stage == s) ++at;
       }
       cut[static_cast<std::size_t>(p)] = n;
-    } else {  // a balanced cut of the units' multiply-adds into p v chunks
+    } else {  // a balanced cut of the units' multiply-adds into p v chunks, the Trainer's (strategy::unit_cost: a
+              // layer's static multiply-adds, 0 for one without): with 1 for 0, a stranger's chunks were
+              // cut elsewhere than the run's, and GPipe's priced at 0.54 of its peak
       std::array<double, n> costs{};
-      for (std::size_t i = 0; i < n; ++i) costs[i] = units[i].cost.macs_per_token > 0 ? units[i].cost.macs_per_token : 1.0;
+      for (std::size_t i = 0; i < n; ++i) costs[i] = units[i].cost.macs_per_token;
       strategy::detail::balanced_cut(costs.data(), n, static_cast<std::size_t>(chunks), cut.data());
     }
     rank_ = {};
@@ -281,24 +321,42 @@ class StaticPricer {
         sum.macs += u.macs_per_token;
         sum.parameters += u.parameters;
         sum.activation_bytes += u.activation_bytes;
-        sum.kept_recomputed += u.output_bytes;  // a recomputed unit keeps its boundary
-        sum.largest = u.activation_bytes > sum.largest ? u.activation_bytes : sum.largest;
         sum.backward_bytes = u.backward_bytes > sum.backward_bytes ? u.backward_bytes : sum.backward_bytes;
         sum.weight_bytes += u.weight_bytes;
+        sum.kept_recomputed += u.output_bytes;
+        sum.largest = u.activation_bytes > sum.largest ? u.activation_bytes : sum.largest;
         if (units[i].split) {
           sum.tensor_bytes += u.tensor_bytes;
           sum.collectives += u.tensor_collectives;
         }
       }
       sum.chunk_macs = macs > sum.chunk_macs ? macs : sum.chunk_macs;
-      const double again = 3 * macs + recomputed_macs(first, end, ch + 1 == chunks);
+      // under recompute: the chunk's pieces walked as plan::estimate walks them, and the
+      // multiply-adds its recomputed pieces run again
+      const bool last = ch + 1 == chunks;
+      auto pieces = auto_pieces(first, end, last);
+      std::vector<UnitBytes> unit_bytes;
+      for (std::size_t i = first; i < end; ++i) {
+        const auto& u = units[i].cost;  // B allocates its input's gradient, as a whole backward
+        unit_bytes.push_back({u.activation_bytes, u.output_bytes, u.backward_bytes, u.backward_bytes, u.weight_bytes});
+      }
+      if (last) {  // the loss, as the probe measures it: its backward allocates the gradient of the model's output
+        unit_bytes.push_back(loss_bytes());
+        pieces.push_back({end - first, end - first + 1, false});
+      }
+      const auto walked = walk_pieces(unit_bytes, pieces, first > 0 ? units[first - 1].cost.output_bytes : 0, last, last);
+      sum.recomputed_held += walked.kept;
+      sum.recomputed_transient = walked.transient > sum.recomputed_transient ? walked.transient : sum.recomputed_transient;
+      double again = 3 * macs;
+      for (const auto& piece : pieces)
+        for (std::size_t i = piece.begin; piece.recomputed && i < piece.end; ++i) again += units[first + i].cost.macs_per_token;
       sum.chunk_recompute_macs = again > sum.chunk_recompute_macs ? again : sum.chunk_recompute_macs;
       sum.chunk_tensor_bytes = bytes > sum.chunk_tensor_bytes ? bytes : sum.chunk_tensor_bytes;
       sum.chunk_collectives = collectives > sum.chunk_collectives ? collectives : sum.chunk_collectives;
       sum.chunk_units = end - first > sum.chunk_units ? end - first : sum.chunk_units;
       // what a chunk sends on: its last unit's output (the model's own output goes to the loss, not a link)
-      const auto& last = units[cut[static_cast<std::size_t>(ch + 1)] - 1].cost;
-      if (ch + 1 < chunks) sum.output_bytes = last.output_bytes > sum.output_bytes ? last.output_bytes : sum.output_bytes;
+      const std::int64_t sent = units[end - 1].cost.output_bytes;
+      if (!last) sum.output_bytes = sent > sum.output_bytes ? sent : sum.output_bytes;
       sum.ends.add(units, first, end);
     }
     for (int s = 0; s < p; ++s) {  // what the state bytes multiply stays within 64 bits
@@ -504,7 +562,8 @@ Profile static_profile(const Model& model, const Cluster& cluster, std::int64_t 
     u.forward_seconds = c.macs_per_token * tokens / cluster.macs_per_second;
     u.backward_seconds = 2 * u.forward_seconds;
   }
-  p.units.back().name = "loss";
+  p.units.back().name = "loss";  // its backward allocates the gradient of the model's output, as a cross-entropy's does
+  p.units.back().backward_bytes = p.units.back().split_backward_bytes = detail::StaticPricer<Model>::loss_bytes().backward;
   return p;
 }
 
