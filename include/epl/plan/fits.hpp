@@ -16,6 +16,7 @@
 
 #include "epl/core/error.hpp"
 #include "epl/plan/cost.hpp"
+#include "epl/plan/pieces.hpp"
 #include "epl/strategy/partition.hpp"
 
 namespace epl {
@@ -205,9 +206,32 @@ constexpr std::int64_t activation_peak_bytes(std::int64_t kept, const StageEnds&
                                              std::int64_t rows, std::int64_t weight = 0) {
   return activation_peak_of_held(kept + ends.received - ends.sent, transient, ends.boundary, flight, rows, weight);
 }
+// What the chunk of units [first, end) of `units` holds a micro-batch, per row, walked in `pieces`
+// (the chunk's indices; none: each unit a piece of its own) as plan::estimate walks a profile's
+// units: a unit's B pass allocates its input's gradient, as its whole backward does, and the model's
+// last chunk ends with the loss, which keeps nothing and whose backward allocates the gradient of
+// the model's output (what plan::profile measures of a cross-entropy).
+template <std::size_t N>
+constexpr PieceBytes chunk_bytes(const std::array<StaticUnit, N>& units, std::size_t first, std::size_t end, std::vector<Piece> pieces = {}) {
+  std::vector<UnitBytes> bytes;
+  for (std::size_t i = first; i < end; ++i) {
+    const auto& c = units[i].cost;
+    bytes.push_back({c.activation_bytes, c.output_bytes, c.backward_bytes, c.backward_bytes, c.weight_bytes});
+  }
+  if (pieces.empty())
+    for (std::size_t i = 0; i < bytes.size(); ++i) pieces.push_back({i, i + 1, false});
+  const bool last = end == N;
+  if (last && N > 0) {
+    const std::int64_t gradient = units[N - 1].cost.output_bytes;
+    bytes.push_back({0, 0, gradient, gradient, 0});
+    pieces.push_back({end - first, end - first + 1, false});
+  }
+  return walk_pieces(bytes, pieces, first > 0 ? units[first - 1].cost.output_bytes : 0, last, last);
+}
 struct StaticSums {
   std::int64_t parameters = 0;        // elements this rank holds (its stage's, its tensor part)
   std::int64_t activation_bytes = 0;  // per row, this rank's stage
+  PieceBytes held;                    // what its stage holds a micro-batch (chunk_bytes)
   std::int64_t backward_bytes = 0;    // the most a unit's backward allocates a while, per row
   StageEnds ends;                     // what it receives and sends on
   ZeroBlocks blocks;                  // ZeRO's blocks of its arena
@@ -236,6 +260,7 @@ constexpr auto static_sums(int max_splits) {
     per[s].blocks = zero_blocks_of(per[s].parameters, max_splits);
     add_blocks(per[s].blocks, units, first[s], end[s]);
     per[s].ends.add(units, first[s], end[s]);
+    per[s].held = chunk_bytes(units, first[s], end[s]);
   }
   return per;
 }
@@ -362,8 +387,8 @@ constexpr StaticFootprint footprint_under(const Cluster& cluster, const Budget& 
                     static_cast<double>(budget.rows));
     StaticFootprint f;
     f.state = state_bytes(sums.parameters, data, zero, offload, slots);
-    f.activations = activation_peak_bytes(sums.activation_bytes, sums.ends, sums.backward_bytes, p == 1 ? 1 : std::min(budget.micro_batches, p),
-                                          micro_rows);
+    f.activations = activation_peak_of_held(sums.held.kept, sums.held.transient, sums.ends.boundary, p == 1 ? 1 : std::min(budget.micro_batches, p),
+                                            micro_rows);
     f.in_flight = in_flight_bytes(sums.blocks, data, zero, offload, budget.micro_batches);
     if (f.total() > most.total()) most = f;
   }

@@ -106,10 +106,11 @@ namespace detail {
 struct StageSums {
   double macs = 0;  // per token, this rank's part
   std::int64_t parameters = 0, activation_bytes = 0, output_bytes = 0, tensor_bytes = 0;
-  // under gradient_checkpoint.type = "auto": what its chunks keep a micro-batch (their ends
-  // included) and the most one's backward allocates over that (walk_pieces over the segments)
-  std::int64_t recomputed_held = 0, recomputed_transient = 0;
-  // the same by unit, for a model with split units that hold parameters (see split_recompute)
+  // what its chunks hold a micro-batch (their ends included) and the most one's backward allocates
+  // over that (chunk_bytes: each unit a piece), and the same under gradient_checkpoint.type = "auto"
+  // (its segments the pieces)
+  std::int64_t held = 0, transient = 0, recomputed_held = 0, recomputed_transient = 0;
+  // under recompute by unit, for a model with split units that hold parameters (see split_recompute)
   std::int64_t kept_recomputed = 0, largest = 0;
   std::int64_t backward_bytes = 0;  // the most one unit's backward allocates for a while, per row
   std::int64_t weight_bytes = 0;    // what its units' B passes leave for W, per row
@@ -187,7 +188,7 @@ class StaticPricer {
       const bool recompute = k.policies.recompute;
       const std::int64_t weight = k.schedule->splits_backward && p > 1 ? sum.weight_bytes : 0;
       f.activations =
-          !recompute        ? activation_peak_bytes(sum.activation_bytes, sum.ends, sum.backward_bytes, flight, micro_rows, weight)
+          !recompute        ? activation_peak_of_held(sum.held, sum.transient, sum.ends.boundary, flight, micro_rows, weight)
           : split_recompute ? activation_peak_bytes(sum.kept_recomputed, sum.ends, sum.largest + sum.backward_bytes, flight, micro_rows, weight)
                             : activation_peak_of_held(sum.recomputed_held, sum.recomputed_transient, sum.ends.boundary, flight, micro_rows, weight);
       if (f.total() > plan.bytes.total()) plan.bytes = f;
@@ -229,12 +230,6 @@ class StaticPricer {
       if (u.split && u.cost.parameters > 0) return true;
     return false;
   }();
-  // The loss's bytes a row, as plan::profile measures a cross-entropy's: none kept, and its backward
-  // allocates the gradient of the model's output (B, one model of 10 units, priced 3.3% under without it)
-  static constexpr UnitBytes loss_bytes() {
-    const std::int64_t out = n > 0 ? units[n - 1].cost.output_bytes : 0;
-    return {0, 0, out, out, 0};
-  }
 
  private:
   // The pieces gradient_checkpoint.type = "auto" cuts the chunk of units [first, end) into, as
@@ -334,19 +329,13 @@ class StaticPricer {
       // under recompute: the chunk's pieces walked as plan::estimate walks them, and the
       // multiply-adds its recomputed pieces run again
       const bool last = ch + 1 == chunks;
-      auto pieces = auto_pieces(first, end, last);
-      std::vector<UnitBytes> unit_bytes;
-      for (std::size_t i = first; i < end; ++i) {
-        const auto& u = units[i].cost;  // B allocates its input's gradient, as a whole backward
-        unit_bytes.push_back({u.activation_bytes, u.output_bytes, u.backward_bytes, u.backward_bytes, u.weight_bytes});
-      }
-      if (last) {  // the loss, as the probe measures it: its backward allocates the gradient of the model's output
-        unit_bytes.push_back(loss_bytes());
-        pieces.push_back({end - first, end - first + 1, false});
-      }
-      const auto walked = walk_pieces(unit_bytes, pieces, first > 0 ? units[first - 1].cost.output_bytes : 0, last, last);
+      const auto pieces = auto_pieces(first, end, last);
+      const auto walked = chunk_bytes(units, first, end, pieces);
       sum.recomputed_held += walked.kept;
       sum.recomputed_transient = walked.transient > sum.recomputed_transient ? walked.transient : sum.recomputed_transient;
+      const auto plain = chunk_bytes(units, first, end);
+      sum.held += plain.kept;
+      sum.transient = plain.transient > sum.transient ? plain.transient : sum.transient;
       double again = 3 * macs;
       for (const auto& piece : pieces)
         for (std::size_t i = piece.begin; piece.recomputed && i < piece.end; ++i) again += units[first + i].cost.macs_per_token;
@@ -563,7 +552,7 @@ Profile static_profile(const Model& model, const Cluster& cluster, std::int64_t 
     u.backward_seconds = 2 * u.forward_seconds;
   }
   p.units.back().name = "loss";  // its backward allocates the gradient of the model's output, as a cross-entropy's does
-  p.units.back().backward_bytes = p.units.back().split_backward_bytes = detail::StaticPricer<Model>::loss_bytes().backward;
+  p.units.back().backward_bytes = p.units.back().split_backward_bytes = costs.empty() ? 0 : costs.back().cost.output_bytes;
   return p;
 }
 
