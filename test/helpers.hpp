@@ -76,6 +76,15 @@ inline data::TokenDataset token_corpus(std::size_t n) {
   for (std::size_t i = 0; i < t.size(); ++i) t[i] = static_cast<std::int32_t>((i * i + 3 * i) % 29);
   return data::TokenDataset::from_tokens(t, 32);
 }
+/// The peak bytes of `category` on device `id` while `run()` runs (a step), over what it held
+/// before: what a planner's prediction for that category is checked against.
+template <class Run>
+std::int64_t peak_during(DeviceId id, MemoryCategory category, Run&& run) {
+  const std::int64_t before = memory_stats(id).current_of(category);
+  memory_account(id).reset_peaks();
+  run();
+  return memory_stats(id).peak_of(category) - before;
+}
 /// Every f32 parameter value of a model, in visiting order.
 template <class M>
 std::vector<double> flat_params(M& m) {

@@ -256,11 +256,7 @@ TEST_CASE("cost: predicted activation peaks are the allocator's, with recompute 
         Trainer<LinearsAndGelus, optim::AdamW> t(ctx, cfg, LinearsAndGelus{}, optim::AdamW({}));
         const Batch b{x, y};
         t.step(b);
-        const auto id = ctx.cpu().id();
-        const std::int64_t before = memory_stats(id).current_of(MemoryCategory::kActivations);
-        memory_account(id).reset_peaks();
-        t.step(b);
-        peak[static_cast<std::size_t>(c.rank())] = memory_stats(id).peak_of(MemoryCategory::kActivations) - before;
+        peak[static_cast<std::size_t>(c.rank())] = test::peak_during(ctx.cpu().id(), MemoryCategory::kActivations, [&] { t.step(b); });
       });
       const std::int64_t measured = *std::max_element(peak.begin(), peak.end());
       // within 1% (the loss's few bytes a row); priced without the received gradient, the step peaked 17% over

@@ -296,11 +296,7 @@ TEST_CASE("nn::SizedLinear: the model plans at compile time with no twin, is its
   for (int s = 0; s < 3; ++s) CHECK(a.step({x, y}) == b.step({x, y}));
   CHECK(test::flat_params(a.model()) == test::flat_params(b.model()));
   // the compile-time activations are the allocator's peak in a step of 8 rows
-  const auto id = test::cpu().id();
-  const std::int64_t before = memory_stats(id).current_of(MemoryCategory::kActivations);
-  memory_account(id).reset_peaks();
-  (void)a.step({x, y});
-  CHECK(memory_stats(id).peak_of(MemoryCategory::kActivations) - before ==
+  CHECK(test::peak_during(test::cpu().id(), MemoryCategory::kActivations, [&] { (void)a.step({x, y}); }) ==
         plan::static_footprint<SizedNet>({.ranks = 1}, {.rows = 8}).activations);
 }
 
@@ -372,11 +368,7 @@ TEST_CASE("static_price: a pipeline's compile-time activations are its busiest r
       Context ctx(comm, 520 + comm.rank());  // each rank's own device (its memory accounted apart)
       Trainer<SizedStages, optim::AdamW> t(ctx, cfg, SizedStages{}, optim::AdamW({}));
       t.step({x, y});
-      const auto id = ctx.cpu().id();
-      const std::int64_t before = memory_stats(id).current_of(MemoryCategory::kActivations);
-      memory_account(id).reset_peaks();
-      t.step({x, y});
-      peak[static_cast<std::size_t>(comm.rank())] = memory_stats(id).peak_of(MemoryCategory::kActivations) - before;
+      peak[static_cast<std::size_t>(comm.rank())] = test::peak_during(ctx.cpu().id(), MemoryCategory::kActivations, [&] { t.step({x, y}); });
     });
     CAPTURE(peak[0]);
     CAPTURE(peak[1]);
@@ -426,11 +418,7 @@ TEST_CASE("static_price: recompute's activations are the step's peak, walked pie
   CHECK(cfg.peek<std::string>("gradient_checkpoint.type") == "auto");
   Trainer<Widths, optim::AdamW> t(test::cpu(), cfg, Widths{}, optim::AdamW({}));
   t.step({x, y});
-  const auto id = test::cpu().id();
-  const std::int64_t before = memory_stats(id).current_of(MemoryCategory::kActivations);
-  memory_account(id).reset_peaks();
-  t.step({x, y});
-  const std::int64_t measured = memory_stats(id).peak_of(MemoryCategory::kActivations) - before;
+  const std::int64_t measured = test::peak_during(test::cpu().id(), MemoryCategory::kActivations, [&] { t.step({x, y}); });
   CHECK(measured == 15'680);
   CHECK(priced.bytes.activations == measured);
   // the run-time planner over the same costs walks the same pieces
@@ -480,11 +468,7 @@ TEST_CASE("plan::estimate and static_price: the gradients a backward holds, on o
       Context ctx(comm, 560 + comm.rank());
       Trainer<Narrow, optim::AdamW> t(ctx, cfg, Narrow{}, optim::AdamW({}));
       t.step({x, y});
-      const auto id = ctx.cpu().id();
-      const std::int64_t before = memory_stats(id).current_of(MemoryCategory::kActivations);
-      memory_account(id).reset_peaks();
-      t.step({x, y});
-      peak[static_cast<std::size_t>(comm.rank())] = memory_stats(id).peak_of(MemoryCategory::kActivations) - before;
+      peak[static_cast<std::size_t>(comm.rank())] = test::peak_during(ctx.cpu().id(), MemoryCategory::kActivations, [&] { t.step({x, y}); });
     });
     const std::int64_t measured = *std::max_element(peak.begin(), peak.end());
     CHECK(measured == run.second);
@@ -541,11 +525,7 @@ TEST_CASE("static_price: ZeRO-2's gradient blocks under Interleaved follow the s
     const Batch b{x.slice(shard.first_of(kRows), shard.first_of(kRows) + shard.rows_of(kRows)),
                   y.slice(shard.first_of(kRows), shard.first_of(kRows) + shard.rows_of(kRows))};
     t.step(b);
-    const auto id = ctx.cpu().id();
-    const std::int64_t before = memory_stats(id).current_of(MemoryCategory::kGradients);
-    memory_account(id).reset_peaks();
-    t.step(b);
-    gradients[static_cast<std::size_t>(comm.rank())] = memory_stats(id).peak_of(MemoryCategory::kGradients) - before;
+    gradients[static_cast<std::size_t>(comm.rank())] = test::peak_during(ctx.cpu().id(), MemoryCategory::kGradients, [&] { t.step(b); });
   });
   const std::int64_t measured = *std::max_element(gradients.begin(), gradients.end());
   CAPTURE(measured);

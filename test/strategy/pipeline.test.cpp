@@ -162,10 +162,8 @@ TEST_CASE("pipeline memory: stage 0's activation peak grows with m under GPipe, 
       auto ds = test::token_corpus(4000);
       data::WindowLoader loader(ds, 8, 2 * m, 17, t.data_shard());  // 2 rows a micro-batch, whatever m is
       (void)t.step(loader.next(ctx.cpu()));
-      memory_account(ctx.cpu().id()).reset_peaks();
-      const auto before = memory_stats(ctx.cpu().id()).current_of(MemoryCategory::kActivations);
-      (void)t.step(loader.next(ctx.cpu()));
-      if (c.rank() == 0) result = memory_stats(ctx.cpu().id()).peak_of(MemoryCategory::kActivations) - before;
+      const std::int64_t peak = test::peak_during(ctx.cpu().id(), MemoryCategory::kActivations, [&] { (void)t.step(loader.next(ctx.cpu())); });
+      if (c.rank() == 0) result = peak;
     });
     return result;
   };

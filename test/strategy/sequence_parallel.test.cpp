@@ -148,10 +148,8 @@ TEST_CASE("sequence parallel: each rank holds 1/N of the regions' activations, f
         Trainer<decltype(model), optim::SGD> t(ctx, cfg, std::move(model), optim::SGD({}));
         const Batch b{test::random({rows, dim}, 5), test::ids({rows}, 8, 6)};
         (void)t.step(b);
-        memory_account(ctx.cpu().id()).reset_peaks();
-        const auto before = memory_stats(ctx.cpu().id()).current_of(MemoryCategory::kActivations);
-        (void)t.step(b);
-        if (c.rank() == 0) result = memory_stats(ctx.cpu().id()).peak_of(MemoryCategory::kActivations) - before;
+        const std::int64_t peak = test::peak_during(ctx.cpu().id(), MemoryCategory::kActivations, [&] { (void)t.step(b); });
+        if (c.rank() == 0) result = peak;
       };
       if (n == 2) measure(Net2{Split<2, nn::Repeat<Region>>(std::move(body)), nn::Linear(dim, 8)});
       else measure(Net4{Split<4, nn::Repeat<Region>>(std::move(body)), nn::Linear(dim, 8)});
