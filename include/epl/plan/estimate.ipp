@@ -11,36 +11,6 @@ inline namespace v0 {
 namespace plan {
 
 namespace detail {
-// What chunk c of a pipeline rank holds for one micro-batch (bytes): `kept` from its forward to
-// its backward; `sent`, its output, from the end of its forward until it is sent (the action after);
-// `transient`, more while its backward runs (the output's gradient it received included). Under a
-// schedule that splits backward into B and W: `split_transient` more while B runs, and `weight`,
-// what B leaves for W (the saved inputs and output gradients the weight gradients are made of).
-struct ChunkBytes {
-  std::vector<std::int64_t> kept, sent, transient, split_transient, weight;
-  explicit ChunkBytes(std::size_t n) : kept(n), sent(n), transient(n), split_transient(n), weight(n) {}
-};
-
-// The peak activation bytes of a pipeline rank running `actions` on chunks that hold `b`.
-inline std::int64_t activation_peak(const std::vector<strategy::Action>& actions, const ChunkBytes& b) {
-  const bool split = strategy::splits_backward(actions);
-  std::int64_t live = 0, peak = 0;
-  for (const auto& a : actions) {
-    const auto c = static_cast<std::size_t>(a.chunk);
-    if (a.kind == strategy::Action::Kind::kForward) {
-      live += b.kept[c];
-      peak = std::max(peak, live + b.sent[c]);
-    } else if (a.kind == strategy::Action::Kind::kBackward) {
-      peak = std::max(peak, live + (split ? b.split_transient[c] : b.transient[c]));
-      live += (split ? b.weight[c] : 0) - b.kept[c];
-    } else if (a.kind == strategy::Action::Kind::kWeight) {
-      live -= b.weight[c];
-    }
-    peak = std::max(peak, live);
-  }
-  return std::max(peak, live);
-}
-
 // A pipeline stage's time over the probe's, on uneven devices (cluster.rank_speeds): `slowest`
 // the most over its replicas of the replica's share of the rows (as the Trainer shares them)
 // over its slowest rank's speed relative to the fastest rank's (which runs at Cluster::speed),

@@ -1,10 +1,15 @@
 #pragma once
 /// \file
-/// \brief What one micro-batch's chunk holds, walked piece by piece: the one rule both planners
-/// price a chunk's activations with (plan::estimate over a measured or static profile,
-/// plan::static_search and plan::static_price over the layers' static costs).
+/// \brief What one micro-batch's chunk holds, walked piece by piece, and a pipeline rank's peak,
+/// walked through its schedule's actions: the one rule both planners price activations with
+/// (plan::estimate over a measured or static profile, plan::static_search and plan::static_price
+/// over the layers' static costs).
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <vector>
+
+#include "epl/strategy/schedule.hpp"
 
 namespace epl {
 inline namespace v0 {
@@ -120,6 +125,40 @@ constexpr PieceBytes walk_pieces(const Units& units, const Pieces& pieces, std::
     freed = freed_split - (loss && i <= top ? model_gradient : 0);
   }
   return b;
+}
+
+// What chunk c of a pipeline rank holds for one micro-batch (bytes): `kept` from its forward to
+// its backward; `sent`, its output, from the end of its forward until it is sent (the action after);
+// `transient`, more while its backward runs (the output's gradient it received included). Under a
+// schedule that splits backward into B and W: `split_transient` more while B runs, and `weight`,
+// what B leaves for W (the saved inputs and output gradients the weight gradients are made of).
+struct ChunkBytes {
+  std::vector<std::int64_t> kept, sent, transient, split_transient, weight;
+  // (n, 0), not (n): clang 14 does not value-initialise a vector in a constant expression
+  constexpr explicit ChunkBytes(std::size_t n) : kept(n, 0), sent(n, 0), transient(n, 0), split_transient(n, 0), weight(n, 0) {}
+};
+
+// The peak activation bytes of a pipeline rank running `actions` on chunks that hold `b`: the one
+// walk of a schedule both planners take (plan::estimate over a profile's chunks, the compile-time
+// planner over the static costs').
+constexpr std::int64_t activation_peak(const std::vector<strategy::Action>& actions, const ChunkBytes& b) {
+  bool split = false;  // a schedule that splits backward into B and W
+  for (const auto& a : actions) split = split || a.kind == strategy::Action::Kind::kWeight;
+  std::int64_t live = 0, peak = 0;
+  for (const auto& a : actions) {
+    const auto c = static_cast<std::size_t>(a.chunk);
+    if (a.kind == strategy::Action::Kind::kForward) {
+      live += b.kept[c];
+      peak = std::max(peak, live + b.sent[c]);
+    } else if (a.kind == strategy::Action::Kind::kBackward) {
+      peak = std::max(peak, live + (split ? b.split_transient[c] : b.transient[c]));
+      live += (split ? b.weight[c] : 0) - b.kept[c];
+    } else if (a.kind == strategy::Action::Kind::kWeight) {
+      live -= b.weight[c];
+    }
+    peak = std::max(peak, live);
+  }
+  return std::max(peak, live);
 }
 
 }  // namespace detail

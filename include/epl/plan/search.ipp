@@ -103,7 +103,9 @@ EPL_LINKED SearchResult search_units(const Profile& prof, const Cluster& cluster
                            smallest->biggest() + ": add ranks or memory, or the policy that shrinks it (epl::Zero<k>, "
                            "epl::Offload, gradient_checkpoint)"
                      : std::string());
-  std::stable_sort(r.plans.begin(), r.plans.end(), [](const Estimate& a, const Estimate& b) { return a.seconds < b.seconds; });
+  std::stable_sort(r.plans.begin(), r.plans.end(), [](const Estimate& a, const Estimate& b) {
+    return a.seconds < b.seconds || (a.seconds == b.seconds && a.device_bytes() < b.device_bytes());  // as fast: the smaller first
+  });
   r.spread = std::max(prof.spread, o.amp_profile ? o.amp_profile->spread : 0.0);
   return r;
 }
@@ -143,7 +145,9 @@ EPL_LINKED SearchResult merge(std::vector<SearchResult> results) {
     for (auto& e : r.plans) all.plans.push_back(std::move(e));
   }
   EPL_CHECK(!all.plans.empty(), "plan::merge: none of the ", results.size(), " searches found a plan");
-  std::stable_sort(all.plans.begin(), all.plans.end(), [](const Estimate& a, const Estimate& b) { return a.seconds < b.seconds; });
+  std::stable_sort(all.plans.begin(), all.plans.end(), [](const Estimate& a, const Estimate& b) {
+    return a.seconds < b.seconds || (a.seconds == b.seconds && a.device_bytes() < b.device_bytes());  // as fast: the smaller first
+  });
   return all;
 }
 

@@ -52,7 +52,8 @@ struct StaticPlan {
   }
 };
 
-/// \brief What static_search found: the K fastest fitting plans, fastest first.
+/// \brief What static_search found: the K fastest fitting plans, fastest first (as fast: the
+/// smaller first).
 template <std::size_t K>
 struct StaticSearch {
   std::array<StaticPlan, K> plans{};
@@ -61,11 +62,15 @@ struct StaticSearch {
   int refused = 0;                ///< tried, but refused as plan::make would (recompute with no chunk of 2 units to cut)
   StaticPlan smallest_over{};     ///< the smallest of those over the budget
   [[nodiscard]] constexpr const StaticPlan& best() const { return plans[0]; }
+  /// \brief Whether a comes before b: faster, or as fast and smaller (as plan::search ranks).
+  static constexpr bool before(const StaticPlan& a, const StaticPlan& b) {
+    return a.seconds < b.seconds || (a.seconds == b.seconds && a.bytes.total() < b.bytes.total());
+  }
   /// \brief Keeps p when it is among the K fastest.
   constexpr void offer(const StaticPlan& p) {
     int at = count < static_cast<int>(K) ? count : static_cast<int>(K) - 1;
-    if (count == static_cast<int>(K) && !(p.seconds < plans[K - 1].seconds)) return;
-    while (at > 0 && p.seconds < plans[static_cast<std::size_t>(at - 1)].seconds) {
+    if (count == static_cast<int>(K) && !before(p, plans[K - 1])) return;
+    while (at > 0 && before(p, plans[static_cast<std::size_t>(at - 1)])) {
       plans[static_cast<std::size_t>(at)] = plans[static_cast<std::size_t>(at - 1)];
       --at;
     }
@@ -106,12 +111,6 @@ namespace detail {
 struct StageSums {
   double macs = 0;  // per token, this rank's part
   std::int64_t parameters = 0, activation_bytes = 0, output_bytes = 0, tensor_bytes = 0;
-  // what its chunks hold a micro-batch (their ends included) and the most one's backward allocates
-  // over that (chunk_bytes: each unit a piece), and the same under gradient_checkpoint.type = "auto"
-  // (its segments the pieces)
-  std::int64_t held = 0, transient = 0, recomputed_held = 0, recomputed_transient = 0;
-  // under recompute by unit, for a model with split units that hold parameters (see split_recompute)
-  std::int64_t kept_recomputed = 0, largest = 0;
   std::int64_t backward_bytes = 0;  // the most one unit's backward allocates for a while, per row
   std::int64_t weight_bytes = 0;    // what its units' B passes leave for W, per row
   int collectives = 0;
@@ -170,12 +169,11 @@ class StaticPricer {
     const std::int64_t micro_rows = budget_.rows / k.data / m;
     StaticPlan plan{.data = k.data, .tensor = t, .pipeline = p, .micro_batches = m, .schedule = k.schedule, .virtual_stages = v,
                     .policies = k.policies};
-    const double flight = p == 1 ? 1.0 : k.schedule->in_flight(m, v, p);
     const double tokens = static_cast<double>(budget_.tokens_per_row * micro_rows);
     StepCost cost;
     for (int s = 0; s < p; ++s) {
       const auto& sum = rank_[static_cast<std::size_t>(s)];
-      check_countable(static_cast<double>(sum.activation_bytes + sum.recomputed_held + sum.recomputed_transient + sum.backward_bytes + sum.weight_bytes + sum.ends.received +
+      check_countable(static_cast<double>(sum.activation_bytes + sum.backward_bytes + sum.weight_bytes + sum.ends.received +
                                           sum.ends.boundary) *
                       static_cast<double>(budget_.rows) *
                       static_cast<double>(m));
@@ -183,14 +181,9 @@ class StaticPricer {
       f.state = state_bytes(sum.parameters, k.data, k.policies.zero, k.policies.offload, budget_.optimizer_slots);
       f.in_flight = in_flight_bytes(sum.blocks, k.data, k.policies.zero, k.policies.offload, m);
       if (k.policies.zero >= 2 && k.schedule->virtual_stages && v > 1) f.in_flight.gradients = chunk_ordered_gradients(k, s, sum.blocks);
-      // what each micro-batch in flight keeps (with its chunks' ends), and the most one unit's
-      // backward allocates over them; under recompute, its segments' as plan::estimate walks them
+      // the rank's schedule walked over what its chunks hold a micro-batch, as plan::estimate walks it
       const bool recompute = k.policies.recompute;
-      const std::int64_t weight = k.schedule->splits_backward && p > 1 ? sum.weight_bytes : 0;
-      f.activations =
-          !recompute        ? activation_peak_of_held(sum.held, sum.transient, sum.ends.boundary, flight, micro_rows, weight)
-          : split_recompute ? activation_peak_bytes(sum.kept_recomputed, sum.ends, sum.largest + sum.backward_bytes, flight, micro_rows, weight)
-                            : activation_peak_of_held(sum.recomputed_held, sum.recomputed_transient, sum.ends.boundary, flight, micro_rows, weight);
+      f.activations = peak_per_row(k, recompute)[static_cast<std::size_t>(s)] * micro_rows;
       if (f.total() > plan.bytes.total()) plan.bytes = f;
       // the slowest chunk's micro-batch: forward, backward twice its work, and under recompute the
       // forward of the segments gradient_checkpoint.type = "auto" recomputes again
@@ -232,6 +225,54 @@ class StaticPricer {
   }();
 
  private:
+  // Each rank's activation peak a row of a micro-batch (a peak is linear in the rows: every byte
+  // a chunk holds is so many a row) under k's schedule, m and recompute over the current cut: its
+  // actions walked over what its chunks hold (plan::detail::activation_peak, the run-time
+  // planner's walk). Kept for the combinations that differ only in the replicas and the policies
+  // that hold no activations (MT-NLG's search, 216 combinations of 35 ranks: 35 ms walking each, 19 ms so, at -O2).
+  constexpr const std::vector<std::int64_t>& peak_per_row(const Combination& k, bool recompute) {
+    const int p = cut_p_, v = cut_v_, m = k.micro_batches;
+    const strategy::ScheduleEntry* schedule = p == 1 ? &strategy::kDefaultSchedule : k.schedule;  // one stage: F and B by turns
+    for (const auto& e : peaks_)
+      if (e.micro_batches == m && e.schedule == schedule && e.recompute == recompute) return e.per_rank;
+    PeakEntry e{.micro_batches = m, .schedule = schedule, .recompute = recompute};
+    const auto& bytes = recompute ? recomputed_ : plain_;
+    for (int s = 0; s < p; ++s) {
+      if (!schedule->virtual_stages && !schedule->splits_backward) {
+        // GPipe and 1F1B, one chunk a rank: their walk in closed form (clang's step limit for a
+        // constant expression stopped a search that walked each action list). The rank holds f
+        // micro-batches when its last warm-up forward ends or its first backward begins: what the
+        // first rank of a pipeline of p - s ranks holds (ScheduleEntry::in_flight; m under GPipe).
+        const PieceBytes& w = bytes[static_cast<std::size_t>(s)];
+        const auto f = static_cast<std::int64_t>(schedule->in_flight(m, 1, p - s));
+        const std::int64_t during = w.boundary > w.transient + w.boundary ? w.boundary : w.transient + w.boundary;
+        e.per_rank.push_back(f * w.kept + (during > 0 ? during : 0));
+        continue;
+      }
+      if (!schedule->virtual_stages) {
+        // ZB-H1: a bound, the first rank's micro-batches in flight for every rank, each waiting
+        // with the larger of what it keeps and what its B left for W (walking its action lists,
+        // a search passed clang's step limit for a constant expression)
+        const PieceBytes& w = bytes[static_cast<std::size_t>(s)];
+        e.per_rank.push_back(activation_peak_of_held(w.kept, w.transient, w.boundary, schedule->in_flight(m, v, p), 1, w.weight));
+        continue;
+      }
+      ChunkBytes held(static_cast<std::size_t>(p * v));
+      for (int ch = s; ch < p * v; ch += p) {
+        const auto c = static_cast<std::size_t>(ch);
+        const PieceBytes& w = bytes[c];
+        held.kept[c] = w.kept;
+        held.sent[c] = w.boundary;
+        held.transient[c] = w.transient + w.boundary;
+        held.split_transient[c] = w.split_transient + w.boundary;
+        held.weight[c] = w.weight;
+      }
+      const auto actions = schedule->actions(m, v, s, p);
+      e.per_rank.push_back(activation_peak(actions, held));
+    }
+    peaks_.push_back(std::move(e));
+    return peaks_.back().per_rank;
+  }
   // The pieces gradient_checkpoint.type = "auto" cuts the chunk of units [first, end) into, as
   // strategy::Chunk::choose_segments does: round(sqrt(n)) segments (2 to n) of balanced cost, each
   // recomputed but the model's last (`last`), a split unit with parameters a piece of its own, not
@@ -300,6 +341,7 @@ class StaticPricer {
       strategy::detail::balanced_cut(costs.data(), n, static_cast<std::size_t>(chunks), cut.data());
     }
     rank_ = {};
+    peaks_.clear();
     for (int ch = 0; ch < chunks; ++ch) {
       auto& sum = rank_[static_cast<std::size_t>(ch % p)];
       double macs = 0;
@@ -318,8 +360,6 @@ class StaticPricer {
         sum.activation_bytes += u.activation_bytes;
         sum.backward_bytes = u.backward_bytes > sum.backward_bytes ? u.backward_bytes : sum.backward_bytes;
         sum.weight_bytes += u.weight_bytes;
-        sum.kept_recomputed += u.output_bytes;
-        sum.largest = u.activation_bytes > sum.largest ? u.activation_bytes : sum.largest;
         if (units[i].split) {
           sum.tensor_bytes += u.tensor_bytes;
           sum.collectives += u.tensor_collectives;
@@ -330,12 +370,22 @@ class StaticPricer {
       // multiply-adds its recomputed pieces run again
       const bool last = ch + 1 == chunks;
       const auto pieces = auto_pieces(first, end, last);
-      const auto walked = chunk_bytes(units, first, end, pieces);
-      sum.recomputed_held += walked.kept;
-      sum.recomputed_transient = walked.transient > sum.recomputed_transient ? walked.transient : sum.recomputed_transient;
-      const auto plain = chunk_bytes(units, first, end);
-      sum.held += plain.kept;
-      sum.transient = plain.transient > sum.transient ? plain.transient : sum.transient;
+      const auto c = static_cast<std::size_t>(ch);
+      plain_[c] = chunk_bytes(units, first, end);
+      if (!split_recompute) {
+        recomputed_[c] = chunk_bytes(units, first, end, pieces);
+      } else {  // Megatron's: each unit's output kept, one unit's activations again during its backward
+        PieceBytes& r = recomputed_[c];
+        r = plain_[c];
+        r.kept = (first > 0 ? units[first - 1].cost.output_bytes : 0) - r.boundary;
+        std::int64_t largest = 0, backward = 0;
+        for (std::size_t i = first; i < end; ++i) {
+          r.kept += units[i].cost.output_bytes;
+          largest = units[i].cost.activation_bytes > largest ? units[i].cost.activation_bytes : largest;
+          backward = units[i].cost.backward_bytes > backward ? units[i].cost.backward_bytes : backward;
+        }
+        r.transient = r.split_transient = largest + backward;
+      }
       double again = 3 * macs;
       for (const auto& piece : pieces)
         for (std::size_t i = piece.begin; piece.recomputed && i < piece.end; ++i) again += units[first + i].cost.macs_per_token;
@@ -365,6 +415,14 @@ class StaticPricer {
   int buckets_ = 1;
   std::array<std::size_t, n + 1> cut_{};
   std::array<StageSums, n> rank_{};
+  std::array<PieceBytes, n> plain_{}, recomputed_{};  // what each chunk holds a micro-batch, per row, without and with recompute
+  struct PeakEntry {
+    int micro_batches = 0;
+    const strategy::ScheduleEntry* schedule = nullptr;
+    bool recompute = false;
+    std::vector<std::int64_t> per_rank;
+  };
+  std::vector<PeakEntry> peaks_;  // peak_per_row's, for the current cut
   int cut_p_ = 0, cut_v_ = 0;
 };
 

@@ -82,16 +82,20 @@ static_assert(schedule<Accumulate>);
 /// 0 holds all M micro-batches' activations at its peak.
 class GPipe {
  public:
-  explicit GPipe(int micro_batches) : m_(micro_batches) {
+  constexpr explicit GPipe(int micro_batches) : m_(micro_batches) {
     EPL_CHECK(micro_batches >= 1, "pipeline.num_micro_batch = ", micro_batches, " must be at least 1");
   }
-  [[nodiscard]] int micro_batches() const noexcept { return m_; }
-  [[nodiscard]] EPL_LINKED std::vector<Action> actions(int stage, int stages) const;
+  [[nodiscard]] constexpr int micro_batches() const noexcept { return m_; }
+  /// A constant expression, as every schedule's: the compile-time planner walks it.
+  [[nodiscard]] constexpr std::vector<Action> actions(int stage, int stages) const {
+    EPL_CHECK(stages >= 1 && stage >= 0 && stage < stages, "stage ", stage, " of a pipeline of ", stages, " stages");
+    std::vector<Action> a;
+    for (int m = 0; m < m_; ++m) a.push_back({Action::Kind::kForward, m, stage});
+    for (int m = 0; m < m_; ++m) a.push_back({Action::Kind::kBackward, m, stage});
+    return a;
+  }
 
  private:
-  static void check_stage(int stage, int stages) {
-    EPL_CHECK(stages >= 1 && stage >= 0 && stage < stages, "stage ", stage, " of a pipeline of ", stages, " stages");
-  }
   int m_;
 };
 
@@ -100,11 +104,22 @@ class GPipe {
 /// on stage 0, whatever M is. Same bubble as GPipe: (p - 1) / (m + p - 1).
 class OneFOneB {
  public:
-  explicit OneFOneB(int micro_batches) : m_(micro_batches) {
+  constexpr explicit OneFOneB(int micro_batches) : m_(micro_batches) {
     EPL_CHECK(micro_batches >= 1, "pipeline.num_micro_batch = ", micro_batches, " must be at least 1");
   }
-  [[nodiscard]] int micro_batches() const noexcept { return m_; }
-  [[nodiscard]] EPL_LINKED std::vector<Action> actions(int stage, int stages) const;
+  [[nodiscard]] constexpr int micro_batches() const noexcept { return m_; }
+  [[nodiscard]] constexpr std::vector<Action> actions(int stage, int stages) const {
+    EPL_CHECK(stages >= 1 && stage >= 0 && stage < stages, "stage ", stage, " of a pipeline of ", stages, " stages");
+    const int warmup = std::min(stages - stage - 1, m_);
+    std::vector<Action> a;
+    for (int m = 0; m < warmup; ++m) a.push_back({Action::Kind::kForward, m, stage});
+    for (int i = 0; i < m_ - warmup; ++i) {
+      a.push_back({Action::Kind::kForward, warmup + i, stage});
+      a.push_back({Action::Kind::kBackward, i, stage});
+    }
+    for (int m = m_ - warmup; m < m_; ++m) a.push_back({Action::Kind::kBackward, m, stage});
+    return a;
+  }
 
  private:
   int m_;
@@ -121,11 +136,21 @@ class OneFOneB {
 /// stage 0 does (1F1B's later stages hold fewer).
 class ZeroBubble {
  public:
-  explicit ZeroBubble(int micro_batches) : m_(micro_batches) {
+  constexpr explicit ZeroBubble(int micro_batches) : m_(micro_batches) {
     EPL_CHECK(micro_batches >= 1, "pipeline.num_micro_batch = ", micro_batches, " must be at least 1");
   }
-  [[nodiscard]] int micro_batches() const noexcept { return m_; }
-  [[nodiscard]] EPL_LINKED std::vector<Action> actions(int stage, int stages) const;
+  [[nodiscard]] constexpr int micro_batches() const noexcept { return m_; }
+  [[nodiscard]] constexpr std::vector<Action> actions(int stage, int stages) const {
+    std::vector<Action> a;
+    int weights = 0;  // W passes placed: micro-batches [0, weights)
+    const auto one_f_one_b = OneFOneB(m_).actions(stage, stages);  // named: g++ 12 frees a range-for's temporary twice in a constant expression
+    for (const auto& x : one_f_one_b) {
+      a.push_back(x);
+      if (x.kind == Action::Kind::kBackward && x.micro_batch >= stage) a.push_back({Action::Kind::kWeight, weights++, stage});
+    }
+    while (weights < m_) a.push_back({Action::Kind::kWeight, weights++, stage});
+    return a;
+  }
 
  private:
   int m_;

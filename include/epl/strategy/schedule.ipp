@@ -19,38 +19,6 @@ EPL_LINKED std::vector<Action> Accumulate::actions(int stage, int stages) const 
   return a;
 }
 
-EPL_LINKED std::vector<Action> GPipe::actions(int stage, int stages) const {
-  check_stage(stage, stages);
-  std::vector<Action> a;
-  for (int m = 0; m < m_; ++m) a.push_back({Action::Kind::kForward, m, stage});
-  for (int m = 0; m < m_; ++m) a.push_back({Action::Kind::kBackward, m, stage});
-  return a;
-}
-
-EPL_LINKED std::vector<Action> OneFOneB::actions(int stage, int stages) const {
-  EPL_CHECK(stages >= 1 && stage >= 0 && stage < stages, "stage ", stage, " of a pipeline of ", stages, " stages");
-  const int warmup = std::min(stages - stage - 1, m_);
-  std::vector<Action> a;
-  for (int m = 0; m < warmup; ++m) a.push_back({Action::Kind::kForward, m, stage});
-  for (int i = 0; i < m_ - warmup; ++i) {
-    a.push_back({Action::Kind::kForward, warmup + i, stage});
-    a.push_back({Action::Kind::kBackward, i, stage});
-  }
-  for (int m = m_ - warmup; m < m_; ++m) a.push_back({Action::Kind::kBackward, m, stage});
-  return a;
-}
-
-EPL_LINKED std::vector<Action> ZeroBubble::actions(int stage, int stages) const {
-  std::vector<Action> a;
-  int weights = 0;  // W passes placed: micro-batches [0, weights)
-  for (const auto& x : OneFOneB(m_).actions(stage, stages)) {
-    a.push_back(x);
-    if (x.kind == Action::Kind::kBackward && x.micro_batch >= stage) a.push_back({Action::Kind::kWeight, weights++, stage});
-  }
-  while (weights < m_) a.push_back({Action::Kind::kWeight, weights++, stage});
-  return a;
-}
-
 EPL_LINKED std::string describe(const std::vector<Action>& actions) {
   bool chunks = false;
   for (const auto& a : actions) chunks |= a.chunk != 0;
