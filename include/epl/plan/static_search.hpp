@@ -229,7 +229,7 @@ class StaticPricer {
   // a chunk holds is so many a row) under k's schedule, m and recompute over the current cut: its
   // actions walked over what its chunks hold (plan::detail::activation_peak, the run-time
   // planner's walk). Kept for the combinations that differ only in the replicas and the policies
-  // that hold no activations (MT-NLG's search, 216 combinations of 35 ranks: 35 ms walking each, 19 ms so, at -O2).
+  // that hold no activations.
   constexpr const std::vector<std::int64_t>& peak_per_row(const Combination& k, bool recompute) {
     const int p = cut_p_, v = cut_v_, m = k.micro_batches;
     const strategy::ScheduleEntry* schedule = p == 1 ? &strategy::kDefaultSchedule : k.schedule;  // one stage: F and B by turns
