@@ -436,7 +436,7 @@ TEST_CASE("cost: a declared pipeline is planned at run time, one stage a rank or
   plan::Candidate below_zero{.data = 2, .pipeline = 2};
   below_zero.policies.zero = -1;
   CHECK_THROWS_WITH_AS((plan::estimate<gpt::TwoStageGpt, All>(model, prof, below_zero, {.ranks = 4}, 16, 2)),
-                       doctest::Contains("ZeRO stage must be 0 to 3"), Error);
+                       doctest::Contains("policies.zero = -1 is not a ZeRO stage; give 0, 1, 2 or 3"), Error);
   plan::PlanOptions crawl;
   crawl.rank_speeds = {1, 1e-300, 1, 1};
   CHECK_THROWS_WITH_AS((plan::estimate<gpt::TwoStageGpt, All>(model, prof, {.data = 2, .pipeline = 2}, {.ranks = 4}, 16, 2, crawl)),
@@ -688,7 +688,19 @@ TEST_CASE("cost: search returns only plans the plan accepts, fastest first, and 
                                                                                                            "element; give the optimizer's kStateSlots (0 to 64)"),
                        Error);
   CHECK_THROWS_WITH_AS(((void)plan::estimate<gpt::Gpt, All>(model, prof, {.data = 4}, cluster, 16, 1000)),
-                       doctest::Contains("the optimizer's state slots (1000) from 0 to 64"), Error);
+                       doctest::Contains("the optimizer's state slots an element are 1000; give 0 (SGD) to 64"), Error);
+  // each of estimate's conditions says which failed, with its value (a stranger met one message for four)
+  const auto est = [&](plan::Candidate c, std::int64_t rows = 16) {
+    return [&model, &prof, &cluster, c, rows] { (void)plan::estimate<gpt::Gpt, All>(model, prof, c, cluster, rows, 2); };
+  };
+  plan::Candidate zero5{.data = 4};
+  zero5.policies.zero = 5;
+  CHECK_THROWS_WITH_AS(est(zero5)(), doctest::Contains("policies.zero = 5 is not a ZeRO stage; give 0, 1, 2 or 3"), Error);
+  CHECK_THROWS_WITH_AS(est({.data = 2, .pipeline = 2, .virtual_stages = 0})(), doctest::Contains("virtual_stages = 0; give 1, or 2"), Error);
+  CHECK_THROWS_WITH_AS(est({.data = 4, .micro_batches = 70000})(), doctest::Contains("70000 micro-batches; give at most 65536"), Error);
+  CHECK_THROWS_WITH_AS(est({.data = 4}, std::int64_t{1} << 51)(), doctest::Contains("rows; give at most 2^50"), Error);
+  CHECK_THROWS_WITH_AS(est({.data = 4}, 0)(), doctest::Contains("a global batch of 0 rows; give 1 or more"), Error);
+  CHECK_THROWS_WITH_AS(est({.data = 4, .micro_batches = 0})(), doctest::Contains("micro_batches = 0; each must be 1 or more"), Error);
   REQUIRE(!r.plans.empty());
   CHECK(r.refused > 0);  // too few units for 4 stages with Interleaved's 2 each, recompute of a stage of one unit...
   for (std::size_t i = 0; i < r.plans.size(); ++i) {

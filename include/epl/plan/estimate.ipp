@@ -47,13 +47,20 @@ inline std::vector<Lane> stage_lanes(const Plan& plan, const std::vector<double>
 namespace detail {
 EPL_LINKED void check_estimate(const Profile& prof, const Candidate& c, const Cluster& cluster, std::int64_t rows, int slots, int tensor) {
   check_cluster(cluster, "plan::estimate");
-  EPL_CHECK(c.policies.zero >= 0 && c.policies.zero <= 3 && c.virtual_stages >= 1 && c.micro_batches <= kMostMicroBatches && rows <= (std::int64_t{1} << 50),
-            "plan::estimate: candidate ", c.str(), ": its ZeRO stage must be 0 to 3, its virtual stages 1 or more, its micro-batches ",
-            "at most 65536, and the batch at most 2^50 rows");
+  // each condition on its own, so the message names the one that failed and its value
+  EPL_CHECK(c.policies.zero >= 0 && c.policies.zero <= 3, "plan::estimate: candidate ", c.str(), ": policies.zero = ", c.policies.zero,
+            " is not a ZeRO stage; give 0, 1, 2 or 3");
+  EPL_CHECK(c.virtual_stages >= 1, "plan::estimate: candidate ", c.str(), ": virtual_stages = ", c.virtual_stages,
+            "; give 1, or 2 for a schedule of virtual stages (Interleaved)");
+  EPL_CHECK(c.micro_batches <= kMostMicroBatches, "plan::estimate: candidate ", c.str(), ": ", c.micro_batches,
+            " micro-batches; give at most ", kMostMicroBatches);
+  EPL_CHECK(rows <= (std::int64_t{1} << 50), "plan::estimate: a global batch of ", rows, " rows; give at most 2^50");
   EPL_CHECK(!prof.units.empty(), "plan::estimate: the profile is empty; measure one with plan::profile");
-  EPL_CHECK(cluster.ranks >= 1 && rows >= 1 && slots >= 0 && slots <= kMostStateSlots && c.data >= 1 && c.pipeline >= 1 && c.micro_batches >= 1,
-            "plan::estimate: the cluster's ranks (", cluster.ranks, "), the batch's rows (", rows, "), the candidate's degrees and "
-            "micro-batches must be at least 1, and the optimizer's state slots (", slots, ") from 0 to ", kMostStateSlots);
+  EPL_CHECK(rows >= 1, "plan::estimate: a global batch of ", rows, " rows; give 1 or more");
+  EPL_CHECK(c.data >= 1 && c.pipeline >= 1 && c.micro_batches >= 1, "plan::estimate: candidate ", c.str(), " has data = ", c.data,
+            ", pipeline = ", c.pipeline, ", micro_batches = ", c.micro_batches, "; each must be 1 or more");
+  EPL_CHECK(slots >= 0 && slots <= kMostStateSlots, "plan::estimate: the optimizer's state slots an element are ", slots,
+            "; give 0 (SGD) to ", kMostStateSlots, " (AdamW keeps 2)");
   EPL_CHECK(c.data * c.pipeline * tensor == cluster.ranks, "candidate ", c.str(), " uses ", c.data * c.pipeline * tensor,
             " ranks, but the cluster has ", cluster.ranks,
             c.tensor != tensor ? " (its split degree is the model type's epl::Split, " + std::to_string(tensor) + ", not the candidate's " +

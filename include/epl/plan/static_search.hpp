@@ -235,7 +235,7 @@ class StaticPricer {
     const strategy::ScheduleEntry* schedule = p == 1 ? &strategy::kDefaultSchedule : k.schedule;  // one stage: F and B by turns
     for (const auto& e : peaks_)
       if (e.micro_batches == m && e.schedule == schedule && e.recompute == recompute) return e.per_rank;
-    PeakEntry e{.micro_batches = m, .schedule = schedule, .recompute = recompute};
+    PeakEntry e{.micro_batches = m, .schedule = schedule, .recompute = recompute, .per_rank = {}};
     const auto& bytes = recompute ? recomputed_ : plain_;
     for (int s = 0; s < p; ++s) {
       if (!schedule->virtual_stages && !schedule->splits_backward) {
