@@ -11,7 +11,7 @@
 //   bench_gemm [--threads=N]
 //   bench_gemm --parts   where one thread's GEMM spends its time (#39): the build's f32 register
 //                        kernel alone, its panels resident in L1, against the FMA peak; then per
-//                        shape and format (f32; bf16 where AVX512-BF16 is compiled) the shares of
+//                        shape and format (f32; bf16 where AVX512-BF16 is compiled; AMX where it runs) the shares of
 //                        packing B, packing A and the kernels (sgemm::Parts)
 //   bench_gemm --attention [--threads=N] [--amp]   one gpt-mini attention layer's six GEMMs, dense
 //                        against skipping the causal triangle (device::Triangle); then the layer's
@@ -120,6 +120,12 @@ int parts() {
 #if EPL_SGEMM_BF16
   std::printf(", ");
   parts_of<epl::detail::cpu::sgemm::BF16>("bf16 (avx512-bf16)", Peak::kDpbf16);
+#endif
+#if EPL_SGEMM_AMX
+  if (epl::detail::cpu::bf16_kernel_runs(K::kAmx)) {
+    std::printf(", ");
+    parts_of<epl::detail::cpu::sgemm::Amx<>>("bf16 (amx)", Peak::kAmx);
+  }
 #endif
   std::printf("]}\n");
   return 0;

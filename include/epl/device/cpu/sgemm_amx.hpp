@@ -138,6 +138,7 @@ struct Amx {
   static constexpr int kMR = 32, kNR = 32;
   static constexpr std::int64_t kPerStep = 32, kLanes = 16, kKC = 512, kMC = 256, kNC = 1024;
   static constexpr std::int64_t kTile = 256;  // lanes in one tile: 16 rows of 64 bytes
+  static constexpr bool kRowsFirst = true;     // sgemm::kRowsFirst: op(A)'s panel stays in L1
 
   /// The tiles are configured for one GEMM on this thread, and released after it (so a thread
   /// that stops multiplying does not carry 8 KiB of tile state through every context switch).
