@@ -87,7 +87,8 @@ TEST_CASE("bf16 kernels: AMX where it runs, else VDPBF16PS only where it measure
   const auto& choice = detail::cpu::bf16_choice();
   MESSAGE("this CPU: ", std::string(device::name(choice.kernel)), " (FMA ", choice.fma_gflops, " GFLOP/s, VDPBF16PS ", choice.dpbf16_gflops, ")");
   // a CPU whose AMX this process was refused is a failure to see, not a kernel quietly not run
-  INFO("Linux refused AMX's tile state: ", std::string(std::strerror(detail::cpu::isa().amx_refused)));
+  const std::string refused = std::strerror(detail::cpu::isa().amx_refused);  // INFO reads it at a failure, by reference
+  INFO("Linux refused AMX's tile state: ", refused);
   CHECK(detail::cpu::isa().amx_refused == 0);
   if (detail::cpu::bf16_kernel_runs(CpuBf16Kernel::kAmx)) {
     CHECK(choice.kernel == CpuBf16Kernel::kAmx);
