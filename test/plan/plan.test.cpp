@@ -96,8 +96,13 @@ TEST_CASE("schedules: pipeline.strategy's choices are the registered schedules, 
   CHECK(strategy::describe(strategy::schedule_named("PreferBackward").actions(2, 1, 1, 2)) == "F0.1 B0.1 F1.1 B1.1");  // stage 1 runs chunk 1
   CHECK(strategy::describe(strategy::schedule_named("ZeroBubble").actions(2, 1, 1, 2)) == "F0.1 B0.1 F1.1 B1.1 W0.1 W1.1");
   CHECK_THROWS_WITH_AS(strategy::schedule_named("ZB-V"),
-                       doctest::Contains("pipeline.strategy = \"ZB-V\" is not a schedule; choose one of PreferBackward, "
-                                         "PreferForward, Interleaved, ZeroBubble"), Error);
+                       doctest::Contains("pipeline.strategy = \"ZB-V\" is not a schedule; choose one of PreferBackward (or 1F1B,"), Error);
+  CHECK_THROWS_WITH_AS(strategy::schedule_named("ZB-V"), doctest::Contains("), ZeroBubble (or ZB-H1,"), Error);
+  // the names pipeline.strategy takes name the schedule everywhere (a Candidate's too: stranger 37 gave "1F1B")
+  CHECK(strategy::schedule_named("1F1B").name == "PreferBackward");
+  CHECK(strategy::schedule_named("GPipe").name == "PreferForward");
+  static_assert(strategy::find_schedule("ZB-H1") == strategy::find_schedule("ZeroBubble") && strategy::find_schedule("zero-bubble"));
+  static_assert(strategy::find_schedule("") == nullptr && strategy::find_schedule("1F") == nullptr);
 }
 
 TEST_CASE("plan: the policies a run uses, decided from the compiled ones and the keys") {

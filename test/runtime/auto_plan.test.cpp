@@ -233,6 +233,14 @@ TEST_CASE("auto_plan: ranks given different samples, and a cached profile of ano
   for (const auto& e : rows_errors)
     CHECK(e.find("auto_plan: the ranks were given different global batches (global_rows from " + std::to_string(kBatch) + " to " +
                  std::to_string(kBatch + 4) + ")") != std::string::npos);
+  // no rows: named as auto_plan's global_rows, not as the search's batch (stranger 37)
+  comm::run_threads(1, [&](comm::ThreadCommunicator& c) {
+    Context ctx(c, 431);
+    auto ds = test::token_corpus(4000);
+    data::WindowLoader probe(ds, 8, 4, 99);
+    const auto no_rows = [&] { (void)auto_plan<gpt::Gpt, optim::AdamW, All>(ctx, cfg, gpt::make_gpt(tiny()), probe.next(ctx.cpu()), 0, {.print = false}); };
+    CHECK_THROWS_WITH_AS(no_rows(), doctest::Contains("auto_plan: global_rows = 0; give the rows the run trains a step"), Error);
+  });
   // a cache whose profile no longer describes the model (a unit renamed): the error names the file
   const auto file = std::filesystem::temp_directory_path() / ("epl_auto_plan_cache_" + std::to_string(::getpid()));
   std::filesystem::remove(file);
@@ -376,8 +384,39 @@ TEST_CASE("auto_plan: the planner's keys the user gave hold; auto.auto_parallel 
     ruled_out = e.what();
   }
   CHECK(ruled_out.find("agrees with the keys given: zero.level=\"v2\" (they take ") != std::string::npos);
-  CHECK(ruled_out.find("which may be the ones asked for: ") != std::string::npos);
+  CHECK(ruled_out.find("for a reason that names a value given: ") != std::string::npos);
   CHECK(ruled_out.find("communication.fp16 with ZeRO stage 3 (zero.level = \"v2\") is not supported") != std::string::npos);
+  // each value alone is taken by some plan, the two together by none: the combination is named, with
+  // what the plans that take the first take for the other, and no refusal of a value nobody gave
+  // (stranger 37: both values were listed as taken, beside "pipeline.strategy = PreferBackward is given")
+  Config both;
+  both.set(keys::auto_parallel, true);
+  both.set("pipeline.strategy", "ZeroBubble");
+  both.set("zero.level", "3");
+  const auto refusal = [&](int ranks) {
+    try {
+      (void)planned_runs(ranks, both, 1);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  // on 2 ranks the plans of no pipeline are refused for the schedule given, named as given
+  const std::string two = refusal(2);
+  CAPTURE(two);
+  CHECK(two.find("zero.level=\"v2\" (they take \"\")") != std::string::npos);  // a pipeline of 2 on 2 ranks has one replica
+  CHECK(two.find("for a reason that names a value given: pipeline.strategy = ZeroBubble is given, but this run has no pipeline") !=
+        std::string::npos);
+  CHECK(two.find("PreferBackward (1F1B) is given") == std::string::npos);
+  // on 4 ranks dp2 pp2 takes each, ZeroBubble with ZeRO 0 or 1 and ZeRO 3 under the other schedules
+  const std::string together = refusal(4);
+  CAPTURE(together);
+  CHECK(together.find("each value alone is taken by some plan, but none takes ") != std::string::npos);
+  CHECK(together.find("zero.level=\"v2\"") != std::string::npos);
+  CHECK(together.find("pipeline.strategy=\"ZeroBubble\"") != std::string::npos);
+  CHECK(together.find(" together (the plans with ") != std::string::npos);
+  CHECK(together.find("(they take") == std::string::npos);
+  CHECK(together.find("PreferBackward (1F1B) is given") == std::string::npos);
   Config unplanned;
   unplanned.set(keys::auto_parallel, true);
   const auto build = [](const Config& c) {

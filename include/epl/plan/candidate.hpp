@@ -69,7 +69,7 @@ struct Candidate {
     base.micro_batches = micro_batches;
     base.stages = pipeline;
     base.stages_given = true;  // an epl::Pipeline type on one rank too: what was priced is what runs
-    base.schedule = schedule;
+    if (pipeline > 1 || !base.schedule_given) base.schedule = schedule;  // a run's given one stays, for a plan of no pipeline to name
     base.virtual_stages = virtual_stages;
     const auto* e = strategy::find_schedule(schedule);
     base.virtual_stages_given = pipeline > 1 && e && e->virtual_stages;

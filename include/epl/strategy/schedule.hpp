@@ -271,8 +271,16 @@ constexpr bool is_schedule(const ScheduleEntry* s) {
 
 /// \brief The schedule named `name` (pipeline.strategy's value); null when none is.
 constexpr const ScheduleEntry* find_schedule(std::string_view name) {
-  for (const auto& e : kSchedules)
+  for (const auto& e : kSchedules) {
     if (e.name == name) return &e;
+    for (std::string_view rest = e.aliases; !rest.empty();) {  // the aliases pipeline.strategy takes (a stranger gave "1F1B")
+      const auto comma = rest.find(',');
+      std::string_view alias = rest.substr(0, comma);
+      while (alias.starts_with(' ')) alias.remove_prefix(1);
+      if (!alias.empty() && alias == name) return &e;
+      rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
+    }
+  }
   return nullptr;
 }
 

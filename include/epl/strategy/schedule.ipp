@@ -66,7 +66,8 @@ EPL_LINKED std::vector<Action> with_communication(const std::vector<Action>& com
 EPL_LINKED const ScheduleEntry& schedule_named(std::string_view name) {
   if (const auto* e = find_schedule(name)) return *e;
   std::string names;
-  for (const auto& e : kSchedules) names += (names.empty() ? "" : ", ") + std::string(e.name);
+  for (const auto& e : kSchedules)
+    names += (names.empty() ? "" : ", ") + std::string(e.name) + (e.aliases.empty() ? "" : " (or " + std::string(e.aliases) + ")");
   EPL_FAIL("pipeline.strategy = \"", name, "\" is not a schedule; choose one of ", names);
 }
 }  // namespace strategy

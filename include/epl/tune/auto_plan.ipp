@@ -87,6 +87,8 @@ EPL_LINKED std::int64_t check_sample(Context& ctx, const Batch& sample, std::int
     EPL_CHECK(low == high, "auto_plan: the ranks were given different global batches (global_rows from ", low, " to ", high,
               "); give every rank the batch the run trains a step");
   }
+  // named here, not as the search's "global batch" (stranger 37)
+  EPL_CHECK(global_rows >= 1, "auto_plan: global_rows = ", global_rows, "; give the rows the run trains a step, over all ranks (1 or more)");
   // the probe: at most 4 rows of the sample
   EPL_CHECK(sample.inputs.defined() && sample.inputs.rank() > 0 && sample.inputs.dim(0) >= 2, "auto_plan: the sample batch has ",
             sample.inputs.defined() && sample.inputs.rank() > 0 ? sample.inputs.dim(0) : 0, " row",
@@ -149,17 +151,28 @@ EPL_LINKED plan::SearchResult held_to_given(plan::SearchResult found, const Conf
     one.set_text(key, text);
     return one.value_text(key);
   };
-  std::vector<std::string> held;  // the given keys some plan sets, as key=value
-  std::map<std::string, std::vector<std::string>> taken;  // the values the plans that fit give each of them
+  using Values = std::vector<std::string>;
+  const auto add = [](Values& values, const std::string& v) {
+    if (std::find(values.begin(), values.end(), v) == values.end()) values.push_back(v);
+  };
+  const auto listed = [](const Values& values) {
+    std::string s;
+    for (const auto& v : values) s += (s.empty() ? "" : ", ") + v;
+    return s;
+  };
+  std::vector<std::pair<std::string, std::string>> held;  // the given keys some plan sets, and their given values
+  std::map<std::string, Values> taken;                   // the values the plans that fit give each of them
+  std::vector<std::map<std::string, std::string>> sets;  // each plan's values of the given keys
   const auto keep = [&](const plan::Estimate& e) {
     bool agrees = true;
+    auto& set = sets.emplace_back();
     for (const auto& [key, text] : e.candidate.keys()) {
       const auto mine = given(key);
       if (!mine || key == keys::auto_parallel.name) continue;  // what asked for the planner, not a constraint on it
-      const std::string shown = key + "=" + *mine, value = same(key, text);
-      if (std::find(held.begin(), held.end(), shown) == held.end()) held.push_back(shown);
-      auto& values = taken[key];
-      if (std::find(values.begin(), values.end(), value) == values.end()) values.push_back(value);
+      const std::string value = same(key, text);
+      if (std::find(held.begin(), held.end(), std::pair{key, *mine}) == held.end()) held.emplace_back(key, *mine);
+      add(taken[key], value);
+      set[key] = value;
       agrees = agrees && value == *mine;
     }
     return agrees;
@@ -168,16 +181,36 @@ EPL_LINKED plan::SearchResult held_to_given(plan::SearchResult found, const Conf
   std::vector<plan::Estimate> kept;
   for (auto& e : found.plans)
     if (keep(e)) kept.push_back(std::move(e));
-  std::string keys;  // each given key, and what the plans that fit take for it (the search's range: micro-batches 1-8, the compiled ZeRO)
-  for (const auto& k : held) {
-    const std::string key = k.substr(0, k.find('='));
-    std::string values;
-    for (const auto& v : taken[key]) values += (values.empty() ? "" : ", ") + v;
-    keys += (keys.empty() ? "" : "; ") + k + " (they take " + values + ")";
+  // each given value no plan that fits takes, and what they take for its key (the search's range:
+  // micro-batches 1-8, the compiled ZeRO); where each is taken alone, the combination no plan takes
+  std::string keys;
+  for (const auto& [key, mine] : held)
+    if (std::find(taken[key].begin(), taken[key].end(), mine) == taken[key].end())
+      keys += (keys.empty() ? "" : "; ") + key + "=" + mine + " (they take " + listed(taken[key]) + ")";
+  if (keys.empty() && held.size() > 1) {
+    const auto& [first, first_value] = held.front();
+    std::string all, with;
+    for (const auto& [key, mine] : held) all += (all.empty() ? "" : " with ") + key + "=" + mine;
+    for (std::size_t i = 1; i < held.size(); ++i) {
+      Values values;  // what the plans that take the first key's value take for this one
+      for (const auto& set : sets)
+        if (auto f = set.find(first); f != set.end() && f->second == first_value)
+          if (auto k = set.find(held[i].first); k != set.end()) add(values, k->second);
+      with += (with.empty() ? "" : ", ") + held[i].first + " " + (values.empty() ? "unset" : listed(values));
+    }
+    keys = "each value alone is taken by some plan, but none takes " + all + " together (the plans with " + first + "=" +
+           first_value + " take " + with + ")";
   }
-  // the plans the checks refused may be the ones the keys ask for: a key of the run's rules them out
+  // the plans the checks refused may be the ones the keys ask for: a reason that names a given value
   std::string refused;
-  for (const auto& why : found.refusals) refused += (refused.empty() ? "" : "; ") + why;
+  for (const auto& why : found.refusals)
+    for (const auto& [key, mine] : held) {
+      const std::string bare = mine.size() > 1 && mine.front() == '"' ? mine.substr(1, mine.size() - 2) : mine;
+      if (why.find(key) != std::string::npos && !bare.empty() && why.find(bare) != std::string::npos) {
+        refused += (refused.empty() ? "" : "; ") + why;
+        break;
+      }
+    }
   EPL_CHECK(!kept.empty(), "auto.auto_parallel: none of the ", before, " plans that fit agrees with the keys given: ", keys,
             "; give a value they take, leave the key unset for the planner to choose it, or give pipeline.num_stages to lay "
             "the run out by hand",
@@ -185,7 +218,7 @@ EPL_LINKED plan::SearchResult held_to_given(plan::SearchResult found, const Conf
                                     "the keys may ask for one of them)"
                               : std::string(),
             refused.empty() ? std::string()
-                            : " (the plan's checks refused " + std::to_string(found.refused) + " more, which may be the ones asked for: " +
+                            : " (the plan's checks refused " + std::to_string(found.refused) + " more, for a reason that names a value given: " +
                                   refused + ")");
   found.plans = std::move(kept);
   return found;
