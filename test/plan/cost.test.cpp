@@ -470,26 +470,44 @@ TEST_CASE("cost: a profile file with impossible figures, or cut short, is refuse
     std::ofstream out(file, std::ios::trunc);
     out << t;
   };
+  // a changed text given a check line of its own, to reach the checks on its figures
+  auto resealed = [](const std::string& t) { return plan::detail::sealed(t.substr(0, t.rfind('\n', t.size() - 2) + 1)); };
   // a unit's forward time made negative
   auto bad = text;
   const auto unit = bad.find("model.0.0 ");
   REQUIRE(unit != std::string::npos);
   const auto line_end = bad.find('\n', unit);
   bad.replace(unit, line_end - unit, "model.0.0 0 1 -5 -7 -1 -1 -1 -1 -1 -1");
-  write(bad);
+  write(bad);  // as an edit leaves it: the check line refuses it
+  CHECK_THROWS_WITH_AS((void)plan::load_profile(file, "k"), doctest::Contains("is truncated, edited or damaged (its last line does not check"),
+                       Error);
+  write(resealed(bad));  // and with a check line made for it: the figures are refused
   CHECK_THROWS_WITH_AS((void)plan::load_profile(file, "k"), doctest::Contains("impossible figures for unit model.0.0"), Error);
-  write("epl-profile 6\n");
+  write(plan::detail::sealed("epl-profile 7\n"));
   CHECK_THROWS_WITH_AS((void)plan::load_profile(file, "k"), doctest::Contains("no key line"), Error);
-  // cut short inside its last figure (1e-07 read as 1e-0), or a line more: the end marker is missing
+  write("epl-profile 7\n");
+  CHECK_THROWS_WITH_AS((void)plan::load_profile(file, "k"), doctest::Contains("is truncated, edited or damaged"), Error);
+  // cut short inside its check line or its last figure, a line more, one digit changed (stranger 37's
+  // edit, which loaded): each fails the check line
   write(text.substr(0, text.size() - 6));
+  CHECK_THROWS_WITH_AS((void)plan::load_profile(file, "k"), doctest::Contains("is truncated, edited or damaged"), Error);
+  const auto last_line = text.rfind('\n', text.size() - 2) + 1;
+  write(text.substr(0, last_line - 3) + "\n" + text.substr(last_line));
+  CHECK_THROWS_WITH_AS((void)plan::load_profile(file, "k"), doctest::Contains("is truncated, edited or damaged"), Error);
+  write(text.substr(0, last_line) + "loss 0 0 0 0 0 0 0 0 0 0 0\n" + text.substr(last_line));
+  CHECK_THROWS_WITH_AS((void)plan::load_profile(file, "k"), doctest::Contains("is truncated, edited or damaged"), Error);
+  write(resealed(text.substr(0, last_line) + "loss 0 0 0 0 0 0 0 0 0 0 0\n" + text.substr(last_line)));  // a line more, sealed
   CHECK_THROWS_WITH_AS((void)plan::load_profile(file, "k"), doctest::Contains("truncated or corrupt"), Error);
-  write(text.substr(0, text.size() - 4) + "loss 0 0 0 0 0 0 0 0 0 0 0\nend\n");
-  CHECK_THROWS_WITH_AS((void)plan::load_profile(file, "k"), doctest::Contains("truncated or corrupt"), Error);
+  auto one_digit = text;
+  const auto digit = one_digit.find_first_of("123456789", one_digit.find("model.0.0 ") + 10);
+  one_digit[digit] = one_digit[digit] == '9' ? '8' : static_cast<char>(one_digit[digit] + 1);
+  write(one_digit);
+  CHECK_THROWS_WITH_AS((void)plan::load_profile(file, "k"), doctest::Contains("is truncated, edited or damaged"), Error);
   // bytes a row no measurement gives (they would overflow the estimate's sums)
   auto overflowing = text;
   const auto unit_at = overflowing.find("model.0.0 ");
   overflowing.replace(unit_at, overflowing.find('\n', unit_at) - unit_at, "model.0.0 0 1 9000000000000000000 0 0 0 0 0 0 0");
-  write(overflowing);
+  write(resealed(overflowing));
   CHECK_THROWS_WITH_AS((void)plan::load_profile(file, "k"), doctest::Contains("bytes a row over"), Error);
   // a version this epl does not read, and a key that is not one line
   write("epl-profile 99\nk\n");
@@ -499,7 +517,7 @@ TEST_CASE("cost: a profile file with impossible figures, or cut short, is refuse
   auto huge = text;
   const auto at = huge.find("model.0.0 ");
   huge.replace(at, huge.find('\n', at) - at, "model.0.0 0 1 0 0 0 0 0 1e300 0 0");
-  write(huge);
+  write(resealed(huge));
   CHECK_THROWS_WITH_AS((void)plan::load_profile(file, "k"), doctest::Contains("a time over 10000 s"), Error);
   CHECK_THROWS_WITH_AS((void)plan::load_profile(dir, "k"), doctest::Contains("is a folder"), Error);
   CHECK_THROWS_WITH_AS((void)plan::load_cluster(dir, "k", {}), doctest::Contains("is a folder"), Error);
@@ -515,6 +533,23 @@ TEST_CASE("cost: a profile file with impossible figures, or cut short, is refuse
   CHECK(!plan::load_profile(file, "k").has_value());
   write("epl-profile 5\nk\n2 8 32 1 1 0 1\nloss 0 0 0 0 0 0 0 0 0 0 0\nend\n");  // no row multiple
   CHECK(!plan::load_profile(file, "k").has_value());
+  write("epl-profile 6\nk\n2 8 32 1 1 0 1 1 1\nloss 0 0 0 0 0 0 0 0 0 0 0\nend\n");  // no check line
+  CHECK(!plan::load_profile(file, "k").has_value());
+  // a cluster's file: sealed too, an older one measured again
+  plan::save_cluster({.ranks = 2, .speed = 0.5}, file, "c");
+  REQUIRE(plan::load_cluster(file, "c", {}).has_value());
+  CHECK(plan::load_cluster(file, "c", {})->speed == 0.5);
+  std::string cluster_text;
+  {
+    std::ifstream in(file);
+    cluster_text.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  auto cluster_edit = cluster_text;
+  cluster_edit[cluster_edit.find("0.5")] = '1';
+  write(cluster_edit);
+  CHECK_THROWS_WITH_AS((void)plan::load_cluster(file, "c", {}), doctest::Contains("is truncated, edited or damaged"), Error);
+  write("epl-cluster 2\nc\n1 1e-05 1e+10 1e-05 1e+10 1e-05 1e+10\n");
+  CHECK(!plan::load_cluster(file, "c", {}).has_value());
   // a spread that cannot be is refused
   const auto counts = text.find('\n', text.find('\n') + 1) + 1;  // the line after the key
   const auto counts_end = text.find('\n', counts);
@@ -528,7 +563,7 @@ TEST_CASE("cost: a profile file with impossible figures, or cut short, is refuse
     t.replace(counts, counts_end - counts, std::to_string(rows) + " " + std::to_string(tokens) + " " + std::to_string(bytes) + " " +
                                                std::to_string(tensor) + " " + std::to_string(repeats) + " " + spread_is + " " +
                                                std::to_string(multiple_is) + " " + std::to_string(units));
-    return t;
+    return resealed(t);
   };
   write(counts_with("0", multiple));
   CHECK(plan::load_profile(file, "k").has_value());  // the line rebuilt as it was: read

@@ -1,15 +1,18 @@
 #pragma once
 /// \file
 /// \brief What the planner's calibration files (a profile, a cluster's speed and links) share:
-/// opening one, and showing a first line that is not one.
+/// opening one, showing a first line that is not one, and the check line that seals its text.
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <optional>
 #include <string>
 
 #include "epl/core/error.hpp"
+#include "epl/core/hash.hpp"
 
 namespace epl {
 inline namespace v0 {
@@ -41,6 +44,25 @@ inline std::optional<std::ifstream> open_calibration(const std::filesystem::path
   std::ifstream f(path);
   EPL_CHECK(static_cast<bool>(f), "the planner's calibration file ", path, " cannot be read; check its permissions or delete it");
   return f;
+}
+// A calibration file's whole text, read from an opened one.
+inline std::string read_all(std::ifstream& f) { return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()}; }
+// `body` (whole lines) with its check line: "end" and the FNV-1a hash of everything before it. A
+// file whose digits were edited or damaged then fails to load, where its figures, still numbers,
+// would have been read (a stranger changed one digit of a profile and auto_plan used it).
+inline std::string sealed(const std::string& body) {
+  char end[32];
+  std::snprintf(end, sizeof end, "end %016llx\n", static_cast<unsigned long long>(epl::detail::hash_text(epl::detail::kFnvBasis, body)));
+  return body + end;
+}
+// The text before `text`'s check line, when the line's hash is that text's; an error naming the
+// file otherwise (cut short, edited, or damaged).
+inline std::string unsealed(const std::string& text, const std::filesystem::path& path) {
+  const std::size_t last = text.size() >= 2 ? text.rfind('\n', text.size() - 2) : std::string::npos;
+  const std::string body = last == std::string::npos ? std::string() : text.substr(0, last + 1);
+  EPL_CHECK(last != std::string::npos && sealed(body) == text, "the planner's calibration file ", path,
+            " is truncated, edited or damaged (its last line does not check its contents); delete it to measure again");
+  return body;
 }
 // The most a unit's time may be, in seconds per row or per call, in a calibration file: past it the
 // file is not a measurement.

@@ -103,9 +103,9 @@ constexpr Cluster dgx_a100(int servers, double efficiency = 1.0) {
 inline void save_cluster(const Cluster& c, const std::filesystem::path& path, const std::string& key) {
   std::ostringstream f;
   f.precision(17);
-  f << "epl-cluster 2\n" << key << '\n' << c.speed << ' ' << c.data.alpha << ' ' << c.data.beta << ' ' << c.pipeline.alpha << ' '
+  f << "epl-cluster 3\n" << key << '\n' << c.speed << ' ' << c.data.alpha << ' ' << c.data.beta << ' ' << c.pipeline.alpha << ' '
     << c.pipeline.beta << ' ' << c.tensor.alpha << ' ' << c.tensor.beta << '\n';
-  files::write_file(path, f.str(), "planner's calibration file");
+  files::write_file(path, detail::sealed(f.str()), "planner's calibration file");
 }
 
 /// \brief `base` with the speed and links save_cluster wrote under `key`; nullopt when there is no
@@ -113,17 +113,20 @@ inline void save_cluster(const Cluster& c, const std::filesystem::path& path, co
 inline std::optional<Cluster> load_cluster(const std::filesystem::path& path, const std::string& key, Cluster base) {
   auto opened = detail::open_calibration(path);
   if (!opened) return std::nullopt;
-  auto& f = *opened;
-  std::string magic, saved;
+  const std::string text = detail::read_all(*opened);
+  std::istringstream f(text);
+  std::string magic, saved, more;
   std::getline(f, magic);
-  EPL_CHECK(magic == "epl-cluster 1" || magic == "epl-cluster 2", "the planner's calibration file ", path, " is not one (",
-            detail::first_line(magic), "); delete it to measure again");
+  EPL_CHECK(magic == "epl-cluster 1" || magic == "epl-cluster 2" || magic == "epl-cluster 3", "the planner's calibration file ", path,
+            " is not one (", detail::first_line(magic), "); delete it to measure again");
+  if (magic != "epl-cluster 3") return std::nullopt;  // an older one (one link measured; no check line): measure again
+  f.str(detail::unsealed(text, path));
+  f.clear();
+  std::getline(f, magic);
   std::getline(f, saved);
   if (saved != key) return std::nullopt;
-  f >> base.speed >> base.data.alpha >> base.data.beta >> base.pipeline.alpha >> base.pipeline.beta;
-  if (magic == "epl-cluster 2") f >> base.tensor.alpha >> base.tensor.beta;
-  else base.tensor = base.data;  // version 1 measured one link: the world's all-reduce
-  EPL_CHECK(!f.fail() && base.speed > 0 && base.data.beta > 0 && base.pipeline.beta > 0 && base.tensor.beta > 0,
+  f >> base.speed >> base.data.alpha >> base.data.beta >> base.pipeline.alpha >> base.pipeline.beta >> base.tensor.alpha >> base.tensor.beta;
+  EPL_CHECK(!f.fail() && !(f >> more) && base.speed > 0 && base.data.beta > 0 && base.pipeline.beta > 0 && base.tensor.beta > 0,
             "the planner's calibration file ", path, " is truncated or corrupt; delete it to measure again");
   return base;
 }

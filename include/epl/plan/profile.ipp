@@ -13,31 +13,35 @@ EPL_LINKED void save_profile(const Profile& p, const std::filesystem::path& path
             "\" holds a line break; a profile's key is one line (its file could never be read back)");
   std::ostringstream f;
   f.precision(17);
-  f << "epl-profile 6\n" << key << "\n" << p.rows << ' ' << p.tokens_per_row << ' ' << p.input_bytes << ' ' << p.tensor << ' ' << p.repeats
+  f << "epl-profile 7\n" << key << "\n" << p.rows << ' ' << p.tokens_per_row << ' ' << p.input_bytes << ' ' << p.tensor << ' ' << p.repeats
     << ' ' << p.spread << ' ' << p.row_multiple << ' ' << p.units.size() << '\n';
   for (const auto& u : p.units)
     f << u.name << ' ' << u.parameters << ' ' << u.macs_per_token << ' ' << u.activation_bytes << ' ' << u.output_bytes << ' '
       << u.backward_bytes << ' ' << u.weight_bytes << ' ' << u.split_backward_bytes << ' ' << u.forward_seconds << ' '
       << u.backward_seconds << ' ' << u.fixed_seconds << '\n';
-  f << "end\n";  // a file cut short anywhere, even inside the last figure, lacks it
-  files::write_file(path, f.str(), "planner's calibration file");  // whole or not at all: a reader sees the old or the new
+  // sealed: a file cut short anywhere, even inside the last figure, or edited, fails its check line
+  files::write_file(path, detail::sealed(f.str()), "planner's calibration file");  // whole or not at all: a reader sees the old or the new
 }
 
 EPL_LINKED std::optional<Profile> load_profile(const std::filesystem::path& path, const std::string& key) {
   auto opened = detail::open_calibration(path);
   if (!opened) return std::nullopt;
-  auto& f = *opened;
+  const std::string text = detail::read_all(*opened);
+  std::istringstream f(text);
   std::string magic, saved;
   std::getline(f, magic);
   EPL_CHECK(magic.rfind("epl-profile ", 0) == 0, "the planner's calibration file ", path, " is not one (",
             detail::first_line(magic), "); delete it to measure again");
-  EPL_CHECK(magic == "epl-profile 6" || magic == "epl-profile 5" || magic == "epl-profile 4" || magic == "epl-profile 3" ||
-                magic == "epl-profile 2",
+  EPL_CHECK(magic == "epl-profile 7" || magic == "epl-profile 6" || magic == "epl-profile 5" || magic == "epl-profile 4" ||
+                magic == "epl-profile 3" || magic == "epl-profile 2",
             "the planner's calibration file ", path, " was written by another version of epl (\"", detail::shown(magic),
-            "\"; this one reads \"epl-profile 6\"); delete it to measure again");
+            "\"; this one reads \"epl-profile 7\"); delete it to measure again");
   // an older probe's (split layers measured whole; no spread; no weight-pass bytes; no row
-  // multiple): measure again
-  if (magic != "epl-profile 6") return std::nullopt;
+  // multiple; no check line): measure again
+  if (magic != "epl-profile 7") return std::nullopt;
+  f.str(detail::unsealed(text, path));
+  f.clear();
+  std::getline(f, magic);
   EPL_CHECK(static_cast<bool>(std::getline(f, saved)), "the planner's calibration file ", path,
             " is truncated or corrupt (no key line); delete it to measure again");
   if (saved != key) return std::nullopt;
@@ -51,9 +55,8 @@ EPL_LINKED std::optional<Profile> load_profile(const std::filesystem::path& path
   for (auto& u : p.units)
     f >> u.name >> u.parameters >> u.macs_per_token >> u.activation_bytes >> u.output_bytes >> u.backward_bytes >> u.weight_bytes >>
         u.split_backward_bytes >> u.forward_seconds >> u.backward_seconds >> u.fixed_seconds;
-  std::string end, more;
-  f >> end;
-  EPL_CHECK(!f.fail() && end == "end" && !(f >> more) && p.rows >= 1 && p.tokens_per_row >= 1 && p.input_bytes >= 0,
+  std::string more;
+  EPL_CHECK(!f.fail() && !(f >> more) && p.rows >= 1 && p.tokens_per_row >= 1 && p.input_bytes >= 0,
             "the planner's calibration file ", path, " is truncated or corrupt; delete it to measure again");
   for (const auto& u : p.units) {
     auto bytes = [](std::int64_t b, bool may_be_negative) {

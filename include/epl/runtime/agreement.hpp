@@ -15,6 +15,7 @@
 #include "epl/comm/any_communicator.hpp"
 #include "epl/config/config.hpp"
 #include "epl/config/run_options.hpp"
+#include "epl/core/hash.hpp"
 #include "epl/nn/layer.hpp"
 #include "epl/reflect/type_name.hpp"
 #include "epl/core/linked.hpp"
@@ -45,19 +46,6 @@ class RunFacts {
   std::vector<std::string> shown_;
   std::vector<bool> number_;
 };
-
-namespace detail {
-inline std::uint64_t hash_bytes(std::uint64_t h, const void* data, std::size_t n) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  for (std::size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;  // FNV-1a
-  return h;
-}
-inline std::uint64_t hash_text(std::uint64_t h, std::string_view s) { return hash_bytes(h, s.data(), s.size()); }
-template <class T>
-std::uint64_t hash_value(std::uint64_t h, const T& v) {
-  return hash_bytes(h, &v, sizeof v);
-}
-}  // namespace detail
 
 /// \brief Facts about a model: its parameter count, its structure (every node's path and type,
 /// every parameter's shape) and each layer's hyper-parameters (its options(), as
