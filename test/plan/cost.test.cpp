@@ -437,6 +437,19 @@ TEST_CASE("cost: a declared pipeline is planned at run time, one stage a rank or
   below_zero.policies.zero = -1;
   CHECK_THROWS_WITH_AS((plan::estimate<gpt::TwoStageGpt, All>(model, prof, below_zero, {.ranks = 4}, 16, 2)),
                        doctest::Contains("policies.zero = -1 is not a ZeRO stage; give 0, 1, 2 or 3"), Error);
+  // what the searches never try, refused as static_price refuses it (stranger 37: estimate priced
+  // ZeRO 1 on one replica, static_price refused it), and what the Trainer refuses too
+  plan::Candidate one_replica{.data = 1, .pipeline = 2};
+  one_replica.policies.zero = 1;
+  CHECK_THROWS_WITH_AS((plan::estimate<gpt::TwoStageGpt, All>(model, prof, one_replica, {.ranks = 2}, 16, 2)),
+                       doctest::Contains("dp1 pp2 m1 1F1B zero1: ZeRO shards over the data-parallel ranks: with one, give policies.zero = 0"),
+                       Error);
+  plan::Candidate bubble_zero2{.data = 2, .pipeline = 2, .schedule = "ZeroBubble"};
+  bubble_zero2.policies.zero = 2;
+  CHECK_THROWS_WITH_AS((plan::estimate<gpt::TwoStageGpt, All>(model, prof, bubble_zero2, {.ranks = 4}, 16, 2)),
+                       doctest::Contains("refuses ZeRO 2 and 3"), Error);
+  bubble_zero2.policies.zero = 1;
+  CHECK_NOTHROW((void)plan::estimate<gpt::TwoStageGpt, All>(model, prof, bubble_zero2, {.ranks = 4}, 16, 2));
   plan::PlanOptions crawl;
   crawl.rank_speeds = {1, 1e-300, 1, 1};
   CHECK_THROWS_WITH_AS((plan::estimate<gpt::TwoStageGpt, All>(model, prof, {.data = 2, .pipeline = 2}, {.ranks = 4}, 16, 2, crawl)),

@@ -68,6 +68,12 @@ EPL_LINKED void check_estimate(const Profile& prof, const Candidate& c, const Cl
                                : std::string());
   EPL_CHECK(rows % (c.data * c.micro_batches) == 0, "candidate ", c.str(), ": a global batch of ", rows, rows == 1 ? " row" : " rows", " does not divide into ",
             c.data, " replicas x ", c.micro_batches, " micro-batches");
+  // what the searches never try, refused here as static_price refuses it: the two layers price the
+  // same combinations (stranger 37 priced ZeRO 1 on one replica here, which static_price refused)
+  const auto* schedule = strategy::find_schedule(c.schedule);
+  if (const auto r = policy::refusal(c.policies, {.data = c.data, .pipeline = c.pipeline,
+                                                  .splits_backward = c.pipeline > 1 && schedule && schedule->splits_backward}))
+    EPL_FAIL("plan::estimate: candidate ", c.str(), ": ", r.why);
 }
 
 EPL_LINKED Estimate estimate_cut(const Plan& plan, const Profile& prof, const Candidate& c, const Cluster& cluster, std::int64_t rows,
