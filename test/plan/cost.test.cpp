@@ -433,6 +433,15 @@ TEST_CASE("cost: a declared pipeline is planned at run time, one stage a rank or
                        doctest::Contains("speed must be from"), Error);
   CHECK_THROWS_WITH_AS((plan::search<gpt::TwoStageGpt, All>(model, plan::Profile{}, {.ranks = 4}, 16, 2)),
                        doctest::Contains("the profile is empty"), Error);
+  // each profile's GEMMs as its plans run them: the f32 one first, AMP's as amp_profile (stranger 37
+  // gave the f32 one as both, and the AMP plans were priced with f32 GEMMs)
+  plan::Profile as_amp = prof;
+  as_amp.matmul = DType::kBF16;
+  CHECK_THROWS_WITH_AS((plan::search<gpt::TwoStageGpt, All>(model, as_amp, {.ranks = 4}, 16, 2)),
+                       doctest::Contains("the profile was measured with bf16 GEMMs; give the f32 one"), Error);
+  CHECK_THROWS_WITH_AS((plan::search<gpt::TwoStageGpt, All>(model, prof, {.ranks = 4}, 16, 2, {.amp_profile = &prof})),
+                       doctest::Contains("SearchOptions::amp_profile was measured with f32 GEMMs"), Error);
+  CHECK_NOTHROW((void)plan::search<gpt::TwoStageGpt, All>(model, prof, {.ranks = 4}, 16, 2, {.amp_profile = &as_amp}));
   plan::Candidate below_zero{.data = 2, .pipeline = 2};
   below_zero.policies.zero = -1;
   CHECK_THROWS_WITH_AS((plan::estimate<gpt::TwoStageGpt, All>(model, prof, below_zero, {.ranks = 4}, 16, 2)),
@@ -567,17 +576,18 @@ TEST_CASE("cost: a profile file with impossible figures, or cut short, is refuse
   const auto counts = text.find('\n', text.find('\n') + 1) + 1;  // the line after the key
   const auto counts_end = text.find('\n', counts);
   std::istringstream fields(text.substr(counts, counts_end - counts));
-  std::int64_t rows = 0, tokens = 0, bytes = 0, tensor = 0, repeats = 0, multiple = 0, units = 0;
+  std::int64_t rows = 0, tokens = 0, bytes = 0, tensor = 0, repeats = 0, multiple = 0, units = 0, matmul = -1;
   double spread = 0;
-  fields >> rows >> tokens >> bytes >> tensor >> repeats >> spread >> multiple >> units;
+  fields >> rows >> tokens >> bytes >> tensor >> repeats >> spread >> multiple >> units >> matmul;
   REQUIRE(fields);
   auto counts_with = [&](const std::string& spread_is, std::int64_t multiple_is) {
     auto t = text;
     t.replace(counts, counts_end - counts, std::to_string(rows) + " " + std::to_string(tokens) + " " + std::to_string(bytes) + " " +
                                                std::to_string(tensor) + " " + std::to_string(repeats) + " " + spread_is + " " +
-                                               std::to_string(multiple_is) + " " + std::to_string(units));
+                                               std::to_string(multiple_is) + " " + std::to_string(units) + " " + std::to_string(matmul));
     return resealed(t);
   };
+  CHECK(matmul == static_cast<int>(DType::kF32));  // the GEMMs' operand type it was measured with
   write(counts_with("0", multiple));
   CHECK(plan::load_profile(file, "k").has_value());  // the line rebuilt as it was: read
   write(counts_with("-0.5", multiple));

@@ -74,6 +74,9 @@ struct Profile {
   /// is one token: 2 rows for 2 ranks; a row of [rows, 8, dim] is 8: any rows). The searches offer
   /// no plan whose micro-batches break it.
   std::int64_t row_multiple = 1;
+  /// The GEMMs' operand type it was measured with (plan::profile's `matmul`): f32, or AMP's bf16 or
+  /// f16 for SearchOptions::amp_profile, which plan::search checks (a stranger passed the f32 one).
+  DType matmul = DType::kF32;
   [[nodiscard]] std::int64_t parameters() const {
     std::int64_t n = 0;
     for (const auto& u : units) n += u.parameters;
@@ -350,6 +353,7 @@ Profile profile(const Model& model, const D& d, const Tensor& inputs, const Tens
     if (vocab_parallel) loss.parallelize(nn::SplitPart{0, parts});
   try {
     Profile p = detail::profile_units<Pass>(units, loss, d, group, parts, inputs, targets, repeats, matmul);
+    p.matmul = matmul;
     if constexpr (parts > 1) {
       detail::RowMultiple walk{.rows = p.rows};
       nn::visit_nodes(copy, walk);

@@ -14,7 +14,7 @@ EPL_LINKED void save_profile(const Profile& p, const std::filesystem::path& path
   std::ostringstream f;
   f.precision(17);
   f << "epl-profile 7\n" << key << "\n" << p.rows << ' ' << p.tokens_per_row << ' ' << p.input_bytes << ' ' << p.tensor << ' ' << p.repeats
-    << ' ' << p.spread << ' ' << p.row_multiple << ' ' << p.units.size() << '\n';
+    << ' ' << p.spread << ' ' << p.row_multiple << ' ' << p.units.size() << ' ' << static_cast<int>(p.matmul) << '\n';
   for (const auto& u : p.units)
     f << u.name << ' ' << u.parameters << ' ' << u.macs_per_token << ' ' << u.activation_bytes << ' ' << u.output_bytes << ' '
       << u.backward_bytes << ' ' << u.weight_bytes << ' ' << u.split_backward_bytes << ' ' << u.forward_seconds << ' '
@@ -47,9 +47,12 @@ EPL_LINKED std::optional<Profile> load_profile(const std::filesystem::path& path
   if (saved != key) return std::nullopt;
   Profile p;
   std::size_t n = 0;
-  f >> p.rows >> p.tokens_per_row >> p.input_bytes >> p.tensor >> p.repeats >> p.spread >> p.row_multiple >> n;
+  int matmul = -1;
+  f >> p.rows >> p.tokens_per_row >> p.input_bytes >> p.tensor >> p.repeats >> p.spread >> p.row_multiple >> n >> matmul;
+  p.matmul = static_cast<DType>(matmul);
   EPL_CHECK(f.good() && n > 0 && n < (1u << 24) && p.tensor >= 1 && p.repeats >= 1 && p.spread >= 0 && std::isfinite(p.spread) &&
-                p.row_multiple >= 1 && p.row_multiple <= p.tensor,
+                p.row_multiple >= 1 && p.row_multiple <= p.tensor &&
+                (p.matmul == DType::kF32 || p.matmul == DType::kBF16 || p.matmul == DType::kF16),
             "the planner's calibration file ", path, " is truncated or corrupt; delete it to measure again");
   p.units.resize(n);
   for (auto& u : p.units)

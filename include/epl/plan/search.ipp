@@ -39,6 +39,11 @@ EPL_LINKED SearchResult search_units(const Profile& prof, const Cluster& cluster
             " ranks; give one per rank");
   EPL_CHECK(o.budget >= 0 && cluster.bytes_per_rank > 0, "plan::search: a budget of ", o.budget, " bytes and ", cluster.bytes_per_rank,
             " bytes per rank; give positive byte counts (a budget of 0: the cluster's)");
+  // each profile's GEMMs as the plans it prices run them (a stranger gave the f32 profile as the AMP one)
+  EPL_CHECK(prof.matmul == DType::kF32, "plan::search: the profile was measured with ", name_of(prof.matmul),
+            " GEMMs; give the f32 one (plan::profile's default) first, and the AMP one as SearchOptions::amp_profile");
+  EPL_CHECK(!o.amp_profile || o.amp_profile->matmul != DType::kF32, "plan::search: SearchOptions::amp_profile was measured with f32 "
+            "GEMMs; measure it with AMP's (plan::profile(..., matmul = DType::kBF16 or kF16, as the compiled epl::Amp))");
   const std::size_t unit_count = units.size();  // a cut into more chunks than units is not tried (plan::make refuses it)
   // the profile must be this model's: as many units (and the loss), each as large
   EPL_CHECK(prof.units.size() == units.size() + 1, "the profile was measured on another model: it has ", prof.units.size() - 1,
