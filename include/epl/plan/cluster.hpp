@@ -111,18 +111,14 @@ inline void save_cluster(const Cluster& c, const std::filesystem::path& path, co
 /// \brief `base` with the speed and links save_cluster wrote under `key`; nullopt when there is no
 /// file or it was measured for another key. A file that is not one is an error naming it.
 inline std::optional<Cluster> load_cluster(const std::filesystem::path& path, const std::string& key, Cluster base) {
-  auto opened = detail::open_calibration(path);
-  if (!opened) return std::nullopt;
-  const std::string text = detail::read_all(*opened);
-  std::istringstream f(text);
-  std::string magic, saved, more;
-  std::getline(f, magic);
+  const auto text = detail::read_calibration(path);
+  if (!text) return std::nullopt;
+  const std::string magic = detail::version_line(*text);
   EPL_CHECK(magic == "epl-cluster 1" || magic == "epl-cluster 2" || magic == "epl-cluster 3", "the planner's calibration file ", path,
             " is not one (", detail::first_line(magic), "); delete it to measure again");
   if (magic != "epl-cluster 3") return std::nullopt;  // an older one (one link measured; no check line): measure again
-  f.str(detail::unsealed(text, path));
-  f.clear();
-  std::getline(f, magic);
+  auto f = detail::sealed_lines(*text, path);
+  std::string saved, more;
   std::getline(f, saved);
   if (saved != key) return std::nullopt;
   f >> base.speed >> base.data.alpha >> base.data.beta >> base.pipeline.alpha >> base.pipeline.beta >> base.tensor.alpha >> base.tensor.beta;

@@ -24,12 +24,9 @@ EPL_LINKED void save_profile(const Profile& p, const std::filesystem::path& path
 }
 
 EPL_LINKED std::optional<Profile> load_profile(const std::filesystem::path& path, const std::string& key) {
-  auto opened = detail::open_calibration(path);
-  if (!opened) return std::nullopt;
-  const std::string text = detail::read_all(*opened);
-  std::istringstream f(text);
-  std::string magic, saved;
-  std::getline(f, magic);
+  const auto text = detail::read_calibration(path);
+  if (!text) return std::nullopt;
+  const std::string magic = detail::version_line(*text);
   EPL_CHECK(magic.rfind("epl-profile ", 0) == 0, "the planner's calibration file ", path, " is not one (",
             detail::first_line(magic), "); delete it to measure again");
   EPL_CHECK(magic == "epl-profile 7" || magic == "epl-profile 6" || magic == "epl-profile 5" || magic == "epl-profile 4" ||
@@ -39,9 +36,8 @@ EPL_LINKED std::optional<Profile> load_profile(const std::filesystem::path& path
   // an older probe's (split layers measured whole; no spread; no weight-pass bytes; no row
   // multiple; no check line): measure again
   if (magic != "epl-profile 7") return std::nullopt;
-  f.str(detail::unsealed(text, path));
-  f.clear();
-  std::getline(f, magic);
+  auto f = detail::sealed_lines(*text, path);
+  std::string saved;
   EPL_CHECK(static_cast<bool>(std::getline(f, saved)), "the planner's calibration file ", path,
             " is truncated or corrupt (no key line); delete it to measure again");
   if (saved != key) return std::nullopt;
