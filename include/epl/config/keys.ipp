@@ -19,11 +19,10 @@ EPL_LINKED std::vector<std::string_view> schedule_names() {
 EPL_LINKED std::vector<std::pair<std::string_view, std::string_view>> schedule_aliases() {
   std::vector<std::pair<std::string_view, std::string_view>> out;
   for (const auto& e : strategy::kSchedules)
-    for (std::string_view rest = e.aliases; !rest.empty();) {
-      const auto comma = rest.find(',');
-      out.emplace_back(rest.substr(0, comma), e.name);
-      rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
-    }
+    strategy::any_alias(e, [&](std::string_view alias) {
+      out.emplace_back(alias, e.name);
+      return false;  // every one
+    });
   return out;
 }
 

@@ -269,18 +269,23 @@ constexpr bool is_schedule(const ScheduleEntry* s) {
   return false;
 }
 
-/// \brief The schedule named `name` (pipeline.strategy's value); null when none is.
-constexpr const ScheduleEntry* find_schedule(std::string_view name) {
-  for (const auto& e : kSchedules) {
-    if (e.name == name) return &e;
-    for (std::string_view rest = e.aliases; !rest.empty();) {  // the aliases pipeline.strategy takes (a stranger gave "1F1B")
-      const auto comma = rest.find(',');
-      std::string_view alias = rest.substr(0, comma);
-      while (alias.starts_with(' ')) alias.remove_prefix(1);
-      if (!alias.empty() && alias == name) return &e;
-      rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
-    }
+/// \brief fn(alias) for each of a schedule's other names (ScheduleEntry::aliases, comma-separated);
+/// stops at the first for which fn returns true, and says whether one did.
+template <class Fn>
+constexpr bool any_alias(const ScheduleEntry& e, Fn&& fn) {
+  for (std::string_view rest = e.aliases; !rest.empty();) {
+    const auto comma = rest.find(',');
+    if (fn(rest.substr(0, comma))) return true;
+    rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
   }
+  return false;
+}
+
+/// \brief The schedule named `name` (pipeline.strategy's value, or one of its aliases: a stranger
+/// gave a Candidate "1F1B"); null when none is.
+constexpr const ScheduleEntry* find_schedule(std::string_view name) {
+  for (const auto& e : kSchedules)
+    if (e.name == name || any_alias(e, [&](std::string_view alias) { return alias == name; })) return &e;
   return nullptr;
 }
 

@@ -161,7 +161,6 @@ EPL_LINKED plan::SearchResult held_to_given(plan::SearchResult found, const Conf
     return s;
   };
   std::vector<std::pair<std::string, std::string>> held;  // the given keys some plan sets, and their given values
-  std::map<std::string, Values> taken;                   // the values the plans that fit give each of them
   std::vector<std::map<std::string, std::string>> sets;  // each plan's values of the given keys
   const auto keep = [&](const plan::Estimate& e) {
     bool agrees = true;
@@ -171,11 +170,20 @@ EPL_LINKED plan::SearchResult held_to_given(plan::SearchResult found, const Conf
       if (!mine || key == keys::auto_parallel.name) continue;  // what asked for the planner, not a constraint on it
       const std::string value = same(key, text);
       if (std::find(held.begin(), held.end(), std::pair{key, *mine}) == held.end()) held.emplace_back(key, *mine);
-      add(taken[key], value);
       set[key] = value;
       agrees = agrees && value == *mine;
     }
     return agrees;
+  };
+  // the values the plans that fit give `key`, of those whose `given` key has the value given (all: none)
+  const auto taken = [&](const std::string& key, const std::pair<std::string, std::string>* given_value = nullptr) {
+    Values values;
+    for (const auto& set : sets) {
+      if (given_value)
+        if (auto g = set.find(given_value->first); g == set.end() || g->second != given_value->second) continue;
+      if (auto k = set.find(key); k != set.end()) add(values, k->second);
+    }
+    return values;
   };
   const std::size_t before = found.plans.size();
   std::vector<plan::Estimate> kept;
@@ -185,17 +193,14 @@ EPL_LINKED plan::SearchResult held_to_given(plan::SearchResult found, const Conf
   // micro-batches 1-8, the compiled ZeRO); where each is taken alone, the combination no plan takes
   std::string keys;
   for (const auto& [key, mine] : held)
-    if (std::find(taken[key].begin(), taken[key].end(), mine) == taken[key].end())
-      keys += (keys.empty() ? "" : "; ") + key + "=" + mine + " (they take " + listed(taken[key]) + ")";
+    if (const Values values = taken(key); std::find(values.begin(), values.end(), mine) == values.end())
+      keys += (keys.empty() ? "" : "; ") + key + "=" + mine + " (they take " + listed(values) + ")";
   if (keys.empty() && held.size() > 1) {
     const auto& [first, first_value] = held.front();
     std::string all, with;
     for (const auto& [key, mine] : held) all += (all.empty() ? "" : " with ") + key + "=" + mine;
     for (std::size_t i = 1; i < held.size(); ++i) {
-      Values values;  // what the plans that take the first key's value take for this one
-      for (const auto& set : sets)
-        if (auto f = set.find(first); f != set.end() && f->second == first_value)
-          if (auto k = set.find(held[i].first); k != set.end()) add(values, k->second);
+      const Values values = taken(held[i].first, &held.front());  // what the plans that take the first key's value take for this one
       with += (with.empty() ? "" : ", ") + held[i].first + " " + (values.empty() ? "unset" : listed(values));
     }
     keys = "each value alone is taken by some plan, but none takes " + all + " together (the plans with " + first + "=" +
