@@ -66,16 +66,13 @@ Sweep sweep(epl::Context& ctx, Make make, const epl::Batch& sample, Batches batc
   epl::Config cfg;
   cfg.set(epl::keys::auto_parallel, true);
   epl::plan::Candidate chosen;
+  epl::plan::SearchResult found;  // every plan auto_plan priced, with its prediction (this rank's probe and cluster)
   epl::AutoPlanOptions mine = o;
   mine.chosen = &chosen;
+  mine.found = &found;
   (void)epl::auto_plan<Model, epl::optim::AdamW, Policy>(ctx, cfg, make(), sample, rows, mine);
-  // every plan the search finds (the list does not depend on the probe's times without a budget)
-  const Model model = make();
-  const auto prof = epl::plan::profile(model, ctx.cpu(), sample.inputs.slice(0, std::min<std::int64_t>(sample.inputs.dim(0), 4)),
-                                       sample.targets.slice(0, std::min<std::int64_t>(sample.targets.dim(0), 4)), 1);
-  // the same list on every rank: rank 0's order does not matter, only the set, so sort by name
-  auto found = epl::plan::search<Model, Policy>(model, prof, epl::plan::Cluster{.ranks = ctx.size()}, rows,
-                                                epl::optim::AdamW::kStateSlots);
+  // the same list on every rank (the set does not depend on the probe's times without a budget;
+  // each rank's order does), so sort by name
   std::sort(found.plans.begin(), found.plans.end(), [](const auto& a, const auto& b) { return a.candidate.str() < b.candidate.str(); });
   const auto measured = epl::bench::combinations<Model, epl::optim::AdamW, Policy>(
       ctx, epl::Config{}, found.plans, make, epl::optim::AdamW({.lr = 1e-3}), batches,

@@ -69,17 +69,28 @@ TEST_CASE("auto_plan: the top plans are measured in alternating rounds and the f
   Config cfg;
   cfg.set(keys::auto_parallel, true);
   std::vector<std::string> logs(2), chosen(2);
+  std::vector<plan::Candidate> picked(2);
+  std::vector<plan::SearchResult> found(2);
   comm::run_threads(2, [&](comm::ThreadCommunicator& c) {
     Context ctx(c, 420 + c.rank());
     auto ds = test::token_corpus(4000);
     data::WindowLoader probe(ds, 8, 4, 99);
+    const auto r = static_cast<std::size_t>(c.rank());
     const Config planned = auto_plan<gpt::Gpt, optim::AdamW, All>(
         ctx, cfg, gpt::make_gpt(tiny()), probe.next(ctx.cpu()), kBatch,
-        {.repeats = 2, .measure = 3, .rounds = 2, .steps = 1, .print = false, .log = &logs[static_cast<std::size_t>(c.rank())]});
+        {.repeats = 2, .measure = 3, .rounds = 2, .steps = 1, .print = false, .log = &logs[r], .chosen = &picked[r], .found = &found[r]});
     for (const char* k : {"pipeline.num_stages", "pipeline.num_micro_batch", "zero.level", "gradient_checkpoint.type", "amp.level"})
-      chosen[static_cast<std::size_t>(c.rank())] += std::string(k) + "=" + planned.value_text(k) + " ";
+      chosen[r] += std::string(k) + "=" + planned.value_text(k) + " ";
   });
   CHECK(chosen[0] == chosen[1]);
+  // AutoPlanOptions::found: every plan priced, fastest predicted first, the chosen among them
+  for (std::size_t r = 0; r < 2; ++r) {
+    REQUIRE(found[r].plans.size() >= 3);
+    CHECK(std::is_sorted(found[r].plans.begin(), found[r].plans.end(), [](const auto& a, const auto& b) { return a.seconds < b.seconds; }));
+    CHECK(std::count_if(found[r].plans.begin(), found[r].plans.end(), [&](const auto& e) { return e.candidate.str() == picked[r].str(); }) == 1);
+  }
+  CHECK(picked[0].str() == picked[1].str());
+  CHECK(logs[0].find("  " + found[0].plans[0].candidate.str() + " ") != std::string::npos);  // the first predicted is measured
   CHECK(logs[1].empty());  // rank 0 gives the account
   const std::string& log = logs[0];
   CAPTURE(log);

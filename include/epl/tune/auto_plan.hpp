@@ -53,6 +53,10 @@ struct AutoPlanOptions {
   bool print = true;                ///< rank 0 prints the top plans, and predicted against measured
   std::string* log = nullptr;       ///< where rank 0's account of the choice also goes (what it prints)
   plan::Candidate* chosen = nullptr; ///< where the chosen plan goes (every rank); left as it was when auto_plan does not plan
+  /// Where every plan the search priced goes, fastest predicted first: this rank's predictions, on
+  /// the cluster auto_plan priced them on (its measured all-reduce, the cores the ranks share), with
+  /// the plans the given keys rule out left out; left as it was when auto_plan does not plan.
+  plan::SearchResult* found = nullptr;
 };
 
 namespace detail {
@@ -132,6 +136,7 @@ Config auto_plan(Context& ctx, const Config& cfg, const Model& model, const Batc
                ", written for this model type and sample shape: if the model changed otherwise, delete the file to measure again)");
     }
   }(), cfg);
+  if (o.found) *o.found = found;
   // rank 0's top plans, on every rank (each rank probed for itself: their rankings may differ).
   // They are measured when the optimizer can stand in for the run's (built from its default options).
   constexpr bool stand_in = detail::has_stand_in<Optimizer>;
