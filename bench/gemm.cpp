@@ -64,7 +64,7 @@ double kernel_gflops(std::int64_t steps) {
   float* bp = b.data() + (64 - reinterpret_cast<std::uintptr_t>(b.data()) % 64) / 4 % 16;  // the kernel loads B aligned
   const long calls = 12'800'000 / steps;
   const auto t0 = std::chrono::steady_clock::now();
-  for (long i = 0; i < calls; ++i) F::kernel<float>(steps, a.data(), bp, c.data(), F::kNR, F::kMR, F::kNR, 1.f, i > 0);
+  for (long i = 0; i < calls; ++i) F::kernel<float>(steps, a.data(), bp, c.data(), F::kNR, F::kMR, F::kNR, 1.f, i > 0 ? epl::detail::cpu::sgemm::Store::kAdd : epl::detail::cpu::sgemm::Store::kOverwrite);
   return 2.0 * F::kMR * F::kNR * static_cast<double>(steps * calls) / seconds_since(t0) / 1e9;
 }
 // Per shape, the shares of one thread's GEMM in the format Fmt that packing B, packing A and the

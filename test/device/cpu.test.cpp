@@ -67,6 +67,20 @@ TEST_CASE("gemm: f32 shapes that end inside every block of the packed kernel, be
       }
 }
 
+// A product of one k block whose C is at least sgemm::kStreamBytes writes C with non-temporal
+// stores where the kernel has them (AVX-512), and plain stores on rows not 64-byte aligned.
+TEST_CASE("gemm: a large C of one k block, streamed past the caches, aligned rows and not, beta 0 and 2") {
+  detail::cpu::set_threads(1);
+  for (const std::int64_t n : {1040, 1041})  // rows 64-byte aligned; then not
+    for (double beta : {0.0, 2.0}) {
+      CAPTURE(n);
+      CAPTURE(beta);
+      REQUIRE(1031 * n * 4 >= detail::cpu::sgemm::kStreamBytes);
+      check_gemm<float>(false, true, 1031, n, 64, beta);
+      check_gemm<float>(true, false, 1031, n, 64, beta);
+    }
+}
+
 // A build (epl::precompiled's, with EPL_NATIVE's -march=native) run on a CPU without its
 // instruction sets says which it lacks before main, instead of stopping on an illegal instruction.
 TEST_CASE("isa: what a build needs that the CPU lacks is named; this build runs here; the f32 kernel is named") {

@@ -22,6 +22,13 @@ namespace sgemm {
 /// Lanes every packed block has past its end, for a format's whole-vector stores (sgemm_avx2.hpp).
 inline constexpr std::int64_t kSlack = 16;
 
+/// Orders the non-temporal stores before it with every store after it (SFENCE).
+inline void store_fence() {
+#if defined(__SSE__)
+  __builtin_ia32_sfence();
+#endif
+}
+
 /// Per-thread packing buffers, grown on demand and reused, from detail::host_bytes (huge pages
 /// for a block of op(B)). Every format packs 4-byte lanes (a float, or a pair of bf16), counted
 /// in `want` lanes.
@@ -67,6 +74,17 @@ inline void for_each_panel(std::int64_t mc, std::int64_t nc, Kernel&& kernel) {
   }
 }
 
+/// How a kernel call writes its block of C: over it, added to it (a later k block, or beta 1), or
+/// over it with non-temporal stores, which write whole cache lines to memory without first reading
+/// them for ownership. The driver streams C when its one k block is all a GEMM multiplies (C is not
+/// read again) and C is at least kStreamBytes, too large to stay in a core's cache. On Sapphire
+/// Rapids, one thread, that took gpt-mini's lm head from 76-81% to 85-87% of the FMA peak and its
+/// qkv product from 79-87% to 86-90% (bench_gemm --parts); streaming a C that a later k block reads
+/// back measured 3-6% slower (#39). Only the AVX-512 register tiles stream; AMX's tiles and the AVX2
+/// kernel write kStream as kOverwrite (AMX measured slower with them; AVX2 is unmeasured).
+enum class Store { kOverwrite, kAdd, kStream };
+inline constexpr std::int64_t kStreamBytes = std::int64_t{4} << 20;
+
 /// Seconds a GEMM spent in each part, added up when gemm() is given one (bench_gemm --parts).
 struct Parts {
   double pack_b = 0, pack_a = 0, kernels = 0;
@@ -104,11 +122,14 @@ inline void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t 
   Lane* bp = Workspace::grow<Lane>(ws.b, ws.b_size, static_cast<std::size_t>((nc_max + kNR - 1) / kNR * kNR * steps_max * kLanes + kSlack));
   Lane* ap = Workspace::grow<Lane>(ws.a, ws.a_size, static_cast<std::size_t>((mc_max + kMR - 1) / kMR * kMR * steps_max * kLanes + kSlack));
   [[maybe_unused]] typename Fmt::Session session;
+  bool streamed = false;
   for (std::int64_t jc = 0; jc < n; jc += kNC) {
     const std::int64_t nc = std::min(kNC, n - jc);
     for (std::int64_t pc = 0; pc < k; pc += kKC) {
       const std::int64_t kc = std::min(kKC, k - pc), steps = (kc + kPer - 1) / kPer;
-      const bool accumulate = pc > 0 || beta != 0.f;  // the first k block overwrites C when beta == 0
+      // the first k block overwrites C when beta == 0; streamed when it is the only one and C is large
+      const Store store = pc > 0 || beta != 0.f ? Store::kAdd : k <= kKC && m * n * 4 >= kStreamBytes ? Store::kStream : Store::kOverwrite;
+      streamed = streamed || store == Store::kStream;
       Clock::time_point since = parts ? Clock::now() : Clock::time_point{};
       Fmt::pack_b(tb, b, ldb, pc, kc, jc, nc, bp);
       mark(&Parts::pack_b, since);
@@ -119,12 +140,13 @@ inline void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t 
         for_each_panel<Fmt>(mc, nc, [&](std::int64_t ir, std::int64_t jr) {
           Fmt::kernel(steps, ap + ir * steps * kLanes, bp + jr * steps * kLanes, c + (ic + ir) * ldc + jc + jr, ldc,
                       static_cast<int>(std::min<std::int64_t>(kMR, mc - ir)), static_cast<int>(std::min<std::int64_t>(kNR, nc - jr)),
-                      alpha, accumulate);
+                      alpha, store);
         });
         mark(&Parts::kernels, since);
       }
     }
   }
+  if (streamed) store_fence();  // non-temporal stores are weakly ordered: done before C is read elsewhere
 }
 
 /// Rows [r0, r1) of a product's C, over op(A)'s columns and op(B)'s rows [k0, k1), into C's
@@ -182,7 +204,7 @@ inline void gemm_row_blocks(bool ta, bool tb, std::int64_t n, std::int64_t k, fl
     for_each_panel<Fmt>(mc, r.n1, [&](std::int64_t ir, std::int64_t jr) {
       Fmt::kernel(steps, ap + ir * steps * kLanes, b_from + jr * steps_all * kLanes, c + (r.r0 + ir) * ldc + jr, ldc,
                   static_cast<int>(std::min<std::int64_t>(kMR, mc - ir)), static_cast<int>(std::min<std::int64_t>(kNR, r.n1 - jr)),
-                  alpha, beta != 0.f);
+                  alpha, beta != 0.f ? Store::kAdd : Store::kOverwrite);
     });
   }
 }

@@ -175,7 +175,8 @@ struct Amx {
   // C[0:mr, 0:nr] (= or +=) alpha * Apanel * Bpanel over `steps` steps. A whole block with alpha 1
   // goes between C and the tiles directly; any other through a block on the stack.
   static void kernel(std::int64_t steps, const Lane* a, const Lane* b, float* c, std::int64_t ldc, int mr, int nr, float alpha,
-                     bool accumulate) {
+                     Store store) {
+    const bool accumulate = store == Store::kAdd;  // kStream: written as kOverwrite
     const bool direct = mr == kMR && nr == kNR && alpha == 1.f;
     const std::int64_t stride = ldc * 4;
     if (direct && accumulate) {

@@ -154,7 +154,8 @@ struct F32 {
   // C[0:mr, 0:nr] (= or +=) alpha * Apanel * Bpanel over `steps` steps.
   template <class L>
   static void kernel(std::int64_t steps, const L* __restrict a, const L* __restrict b, float* c, std::int64_t ldc, int mr, int nr,
-                     float alpha, bool accumulate) {
+                     float alpha, Store store) {
+    const bool accumulate = store == Store::kAdd;  // kStream: written as kOverwrite
     __m256 acc[kMR][2];
 #pragma GCC unroll 6
     for (int i = 0; i < kMR; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();

@@ -136,10 +136,12 @@ struct RegisterTile {
   static constexpr std::int64_t kLanes = 1;  // lanes a row of A (a column of B) fills per step
   struct Session {};                         // nothing to set up around a GEMM's kernels
 
-  // C[0:mr, 0:nr] (= or +=) alpha * Apanel * Bpanel over `steps` steps of the format.
+  // C[0:mr, 0:nr] (=, += or = streamed past the caches: Store) alpha * Apanel * Bpanel over `steps`
+  // steps of the format.
   template <class Lane>
   static void kernel(std::int64_t steps, const Lane* __restrict a, const Lane* __restrict b, float* c, std::int64_t ldc, int mr,
-                     int nr, float alpha, bool accumulate) {
+                     int nr, float alpha, Store store) {
+    const bool accumulate = store == Store::kAdd;
     __m512 acc[kMR][2];
 #pragma GCC unroll 14
     for (int i = 0; i < kMR; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
@@ -149,9 +151,10 @@ struct RegisterTile {
       b += kNR;
     };
     // The tile of C is usually a cache miss (rows ldc apart, in memory): fetch it for writing
-    // one row a step while the first steps run, so it arrives before the stores.
+    // one row a step while the first steps run, so it arrives before the stores (unless it is
+    // streamed: then its lines are written whole, never read).
     std::int64_t p = 0;
-    for (; p < steps && p < mr; ++p) {
+    for (; store != Store::kStream && p < steps && p < mr; ++p) {
       _mm_prefetch(reinterpret_cast<const char*>(c + p * ldc), _MM_HINT_ET0);
       _mm_prefetch(reinterpret_cast<const char*>(c + p * ldc + nr - 1), _MM_HINT_ET0);
       step();
@@ -167,8 +170,13 @@ struct RegisterTile {
           r0 = _mm512_add_ps(r0, _mm512_loadu_ps(row));
           r1 = _mm512_add_ps(r1, _mm512_loadu_ps(row + 16));
         }
-        _mm512_storeu_ps(row, r0);
-        _mm512_storeu_ps(row + 16, r1);
+        if (store == Store::kStream && reinterpret_cast<std::uintptr_t>(row) % 64 == 0) {  // two whole lines
+          _mm512_stream_ps(row, r0);
+          _mm512_stream_ps(row + 16, r1);
+        } else {
+          _mm512_storeu_ps(row, r0);
+          _mm512_storeu_ps(row + 16, r1);
+        }
       }
       return;
     }
