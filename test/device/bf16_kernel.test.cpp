@@ -16,13 +16,17 @@ using test::check_gemm;
 namespace {
 // Shapes that end inside every block of every kernel: the register kernels' 14 x 32 tiles, 504
 // rows and 384 (768) k; AMX's 32 x 32 blocks and their 16-row halves (9, 16, 18 past a whole 32),
-// 256 rows, 512 k, 1024 columns.
+// 256 rows, 512 k, 1024 columns; and a C large enough to be streamed (sgemm::Store::kStream).
 void check_shapes(bool ta, bool tb, const test::Multiply& multiply = {}) {
   check_gemm<float>(ta, tb, 521, 70, 1601, 0.0, DType::kBF16, multiply);
   check_gemm<float>(ta, tb, 48, 50, 33, 2.0, DType::kBF16, multiply);
   check_gemm<float>(ta, tb, 64, 64, 96, 1.0, DType::kBF16, multiply, 1.0);  // whole blocks, alpha 1: C through the tiles
   check_gemm<float>(ta, tb, 33, 2100, 40, 0.0, DType::kBF16, multiply, 1.0);  // past AMX's blocks of 1024 columns and AVX-512's of 2048
   check_gemm<float>(ta, tb, 1, 1, 1, 2.0, DType::kBF16, multiply);
+  // one k block and C of sgemm::kStreamBytes or more (on one thread): C streamed past the caches,
+  // rows 64-byte aligned (alpha 1) and not
+  check_gemm<float>(ta, tb, 1031, 1040, 32, 0.0, DType::kBF16, multiply, 1.0);
+  check_gemm<float>(ta, tb, 1031, 1041, 32, 0.0, DType::kBF16, multiply);
 }
 
 // Forces a kernel for this scope.

@@ -80,8 +80,10 @@ inline void for_each_panel(std::int64_t mc, std::int64_t nc, Kernel&& kernel) {
 /// read again) and C is at least kStreamBytes, too large to stay in a core's cache. On Sapphire
 /// Rapids, one thread, that took gpt-mini's lm head from 76-81% to 85-87% of the FMA peak and its
 /// qkv product from 79-87% to 86-90% (bench_gemm --parts); streaming a C that a later k block reads
-/// back measured 3-6% slower (#39). Only the AVX-512 register tiles stream; AMX's tiles and the AVX2
-/// kernel write kStream as kOverwrite (AMX measured slower with them; AVX2 is unmeasured).
+/// back measured 3-6% slower (#39). Only the AVX-512 register tiles stream. AMX's tiles write
+/// kStream as kOverwrite: streamed through a block on the stack, its lm head ran 10% faster alone
+/// but gpt-mini's AMP steps no faster (the next op then reads C from memory); the AVX2 kernel too
+/// (unmeasured on its CPUs).
 enum class Store { kOverwrite, kAdd, kStream };
 inline constexpr std::int64_t kStreamBytes = std::int64_t{4} << 20;
 
