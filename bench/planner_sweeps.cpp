@@ -9,7 +9,7 @@
 // timed again head to head in --confirm alternating rounds, and compared round by round: the
 // median over rounds of the chosen plan's step over the fastest's (bench::Measured::relative), so
 // that load which changes from round to round cancels (the medians in ms are printed beside it).
-//   bench_planner_sweeps [--model=mlp|gpt] [--sweeps=10] [--ranks=4] [--measure=3] [--rounds=3] [--steps=3] [--confirm=5]
+//   bench_planner_sweeps [--model=mlp|gpt] [--sweeps=10] [--ranks=4] [--measure=5] [--rounds=6] [--steps=1] [--confirm=20]
 //                        [--verbose=true] [--json=FILE]
 #include <epl/epl.hpp>
 #include <epl/plan/search.hpp>
@@ -132,7 +132,9 @@ int main(int argc, char** argv) try {
   const epl::Flag<std::int64_t> steps{"steps", kDefaults.steps, "timed steps a plan a round", {.min = 1, .max = 100}};
   const epl::Flag<std::string> json{"json", "planner_sweeps.json", "where the results go"};
   const epl::Flag<bool> verbose{"verbose", false, "print auto_plan's account of each choice"};
-  const epl::Flag<std::int64_t> confirm{"confirm", 5, "alternating rounds of the chosen plan against the sweep's fastest", {.min = 1, .max = 100}};
+  // 20: one pair of a GPT's plans, checked ten times, ranged 0.83-1.20 in 5 rounds and 0.87-1.12 in 20
+  // (docs/planner.md); a round of this model's plans takes milliseconds
+  const epl::Flag<std::int64_t> confirm{"confirm", 20, "alternating rounds of the chosen plan against the sweep's fastest", {.min = 1, .max = 100}};
   auto cfg = epl::Config::from_args(argc, argv, model_flag, sweeps, ranks, measure, rounds, steps, json, verbose, confirm);
   if (cfg.help_requested()) {
     std::fputs(cfg.usage("bench_planner_sweeps", "The planner's choice against the fastest measured plan, sweep after sweep.").c_str(),
