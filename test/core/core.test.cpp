@@ -18,6 +18,9 @@ TEST_CASE("shape: extents, rows, errors") {
   CHECK(s.rank() == 3);
   CHECK(s.numel() == 24);
   CHECK(s.rows() == 6);
+  CHECK(Shape{3, 0}.rows() == 3);  // rows of no columns are still rows (a stranger's [3, 0] was reported as [0, 0])
+  CHECK(Shape{0, 4}.rows() == 0);
+  CHECK(Shape{5}.rows() == 1);
   CHECK(s.back() == 4);
   CHECK(s[-1] == 4);
   CHECK(s.with_back(5) == Shape{2, 3, 5});

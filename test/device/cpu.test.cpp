@@ -67,6 +67,32 @@ TEST_CASE("gemm: f32 shapes that end inside every block of the packed kernel, be
       }
 }
 
+// `inputs` is the type the operands are rounded to: an id type is refused, not taken for f32.
+TEST_CASE("gemm: inputs of an id type is named, with what to give") {
+  const auto& cpu = test::cpu();
+  const Tensor a = cpu.zeros({4, 3}, DType::kF32), b = cpu.zeros({3, 5}, DType::kF32), c = cpu.zeros({4, 5}, DType::kF32);
+  for (const DType t : {DType::kI32, DType::kI64}) {
+    CHECK_THROWS_WITH_AS(cpu.gemm(a, false, b, false, c, 1, 0, t), doctest::Contains("is not a type to round the operands to; give bf16 or f16"),
+                         Error);
+    CHECK_THROWS_WITH_AS(cpu.gemm_batched(a.view({1, 4, 3}), false, b.view({1, 3, 5}), false, c.view({1, 4, 5}), 1, 0, t),
+                         doctest::Contains("gemm_batched: inputs = "), Error);
+  }
+  for (const DType t : {DType::kF32, DType::kF64, DType::kBF16, DType::kF16}) CHECK_NOTHROW(cpu.gemm(a, false, b, false, c, 1, 0, t));
+}
+
+// An empty inner dimension (op(a) [m, 0]) is BLAS's: c = beta c (a stranger's [3, 0] by [0, 5] was
+// refused, its a reported as [0, 0]).
+TEST_CASE("gemm: op(a) of no columns gives beta c, for each transpose and dtype") {
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      CAPTURE(ta);
+      CAPTURE(tb);
+      check_gemm<float>(ta, tb, 3, 5, 0, 2.0);
+      check_gemm<float>(ta, tb, 3, 5, 0, 0.0);
+      check_gemm<double>(ta, tb, 40, 70, 0, 2.0);
+    }
+}
+
 // A product of one k block whose C is at least sgemm::kStreamBytes writes C with non-temporal
 // stores where the kernel has them (AVX-512), and plain stores on rows not 64-byte aligned.
 TEST_CASE("gemm: a large C of one k block, streamed past the caches, aligned rows and not, beta 0 and 2") {

@@ -345,6 +345,15 @@ TEST_CASE("auto_plan: a budget nothing fits says by how much; without the key no
   Config cfg;
   cfg.set(keys::auto_parallel, true);
   CHECK_THROWS_WITH_AS(planned_runs(1, cfg, 1, 1000), doctest::Contains("no plan of the model fits 1000 bytes per rank"), Error);
+  // the policies it names are those the program did not compile: Zero<3> was tried (a stranger was told to add it)
+  std::string advice;
+  try {
+    (void)planned_runs(1, cfg, 1, 1000);
+  } catch (const Error& e) {
+    advice = e.what();
+  }
+  CHECK(advice.find(": add ranks or memory, or a policy that shrinks it (epl::Offload)") != std::string::npos);
+  CHECK(advice.find("epl::Zero<k>") == std::string::npos);
   Config plain;
   plain.set("pipeline.num_micro_batch", 2);
   comm::run_threads(1, [&](comm::ThreadCommunicator& c) {
@@ -369,6 +378,23 @@ TEST_CASE("auto_plan: the planner's keys the user gave hold; auto.auto_parallel 
     CHECK(run.second.find("pipeline.num_micro_batch=2 ") != std::string::npos);
     CHECK(run.second.find("zero.level=\"v1\" ") != std::string::npos);
   }
+  // the plans held out are counted, in the account and in AutoPlanOptions::found (a stranger's
+  // "30 fit" of 160 tried, 12 refused: the 118 others were not named)
+  comm::run_threads(2, [&](comm::ThreadCommunicator& c) {
+    Context ctx(c, 412 + c.rank());
+    auto ds = test::token_corpus(4000);
+    data::WindowLoader probe(ds, 8, 4, 99);
+    std::string log;
+    plan::SearchResult found;
+    (void)auto_plan<gpt::Gpt, optim::AdamW, All>(ctx, given, gpt::make_gpt(tiny()), probe.next(ctx.cpu()), kBatch,
+                                                  {.repeats = 1, .measure = 1, .print = false, .log = &log, .found = &found});
+    CHECK(found.held_out > 0);
+    CHECK(static_cast<int>(found.plans.size()) + found.held_out + found.too_big + found.refused == found.tried);
+    for (const auto& e : found.plans) CHECK(e.candidate.micro_batches == 2);
+    if (c.rank() == 0)
+      CHECK(log.find(std::to_string(found.plans.size()) + " fit, " + std::to_string(found.held_out) +
+                     " more fit but take other values of the keys given") != std::string::npos);
+  });
   Config none = given;
   none.set("pipeline.num_micro_batch", 3);  // no plan runs 3 micro-batches of a batch of 8
   // each key named with the values the plans that fit take for it (a stranger's finding: 16 micro-batches, past the search's 8)

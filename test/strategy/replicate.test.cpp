@@ -193,7 +193,7 @@ TEST_CASE("replicate: ranks that differ in a hyper-parameter, the seed, the lear
   CHECK_THROWS_WITH_AS(run([](int r, gpt::Shape&, double&, TrainerOptions& o, Config&) { o.seed = 3 + r; }),
                        doctest::Contains("disagree on TrainerOptions::seed: 4 on rank 1, 3 on rank 0"), Error);
   CHECK_THROWS_WITH_AS(run([](int r, gpt::Shape&, double& lr, TrainerOptions&, Config&) { lr = r == 0 ? 0.05 : 0.1; }),
-                       doctest::Contains("disagree on field 0 of the optimizer's options"), Error);
+                       doctest::Contains("disagree on lr of the optimizer's options"), Error);
   CHECK_THROWS_WITH_AS(run([](int r, gpt::Shape&, double&, TrainerOptions&, Config& c) { c.set(keys::num_micro_batch, 1 + r); }),
                        doctest::Contains("disagree on config key pipeline.num_micro_batch"), Error);
   // a text that differs past its 64th character (compared cut, these two agreed)

@@ -280,8 +280,9 @@ EPL_LINKED std::string bound_text(double b) {
 EPL_LINKED std::string range_text(const ConfigKey& k, std::string_view text, const char* type_range) {
   const bool low = std::isfinite(k.min), high = std::isfinite(k.max);
   if (text.find("e-") != std::string_view::npos || text.find("E-") != std::string_view::npos) return type_range;  // underflow
-  if (low && high) return "it must be from " + bound_text(k.min) + " to " + bound_text(k.max);
-  if (text.starts_with('-') ? low : high) return (low ? "it must be at least " : "it must be at most ") + bound_text(low ? k.min : k.max);
+  const std::string top = (k.below_max ? "below " : "") + bound_text(k.max);
+  if (low && high) return "it must be from " + bound_text(k.min) + " to " + top;
+  if (text.starts_with('-') ? low : high) return low ? "it must be at least " + bound_text(k.min) : (k.below_max ? "it must be " : "it must be at most ") + top;
   return type_range;
 }
 }  // namespace detail
@@ -290,6 +291,7 @@ EPL_LINKED void Config::check_value(const ConfigKey& k, const ConfigValue& v) {
   auto range = [&](double x, const std::string& shown) {
     EPL_CHECK(x >= k.min, what(k), " = ", shown, " is out of range; it must be at least ", detail::bound_text(k.min));
     EPL_CHECK(x <= k.max, what(k), " = ", shown, " is out of range; it must be at most ", detail::bound_text(k.max));
+    EPL_CHECK(!k.below_max || x < k.max, what(k), " = ", shown, " is out of range; it must be below ", detail::bound_text(k.max));
   };
   if (auto* i = std::get_if<std::int64_t>(&v)) range(static_cast<double>(*i), std::to_string(*i));
   if (auto* d = std::get_if<double>(&v)) {

@@ -34,6 +34,7 @@ struct ConfigKey {
   /// Strings: other names accepted for a choice, {alias, choice} (what Megatron and DeepSpeed users
   /// type: zero.level=3 for v2); the key then holds the choice.
   std::vector<std::pair<std::string_view, std::string_view>> aliases = {};
+  bool below_max = false;  ///< numbers: max itself is out of range (ema.decay: 0 to below 1)
 };
 
 /// \brief A typed handle on a key: `cfg.get(keys::max_splits)` is a std::int64_t, and reading a

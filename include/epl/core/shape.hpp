@@ -43,7 +43,11 @@ class Shape {
     return n;
   }
   /// \brief The product of all extents but the last: the row count of the 2-D view.
-  [[nodiscard]] std::int64_t rows() const noexcept { return rank_ == 0 ? 1 : numel() / (back() ? back() : 1); }
+  [[nodiscard]] std::int64_t rows() const noexcept {
+    std::int64_t n = 1;
+    for (int i = 0; i + 1 < rank_; ++i) n *= dims_[i];
+    return n;
+  }
   [[nodiscard]] std::int64_t back() const noexcept { return rank_ == 0 ? 1 : dims_[rank_ - 1]; }
   /// \brief The same shape with its last extent replaced.
   [[nodiscard]] Shape with_back(std::int64_t d) const {

@@ -46,6 +46,15 @@ inline void rows_by_index(const Tensor& table, const Tensor& index, const Tensor
   same_dtype(table, rows, what);
 }
 
+/// A GEMM's `inputs`: the type its operands are rounded to before they are multiplied (bf16 or f16:
+/// mixed precision, what ctx.matmul() gives), or f32 / f64 for none. An id type there was taken
+/// for none, silently (a stranger's kI32).
+inline void gemm_inputs(DType inputs, const char* op) {
+  EPL_CHECK(inputs == DType::kF32 || inputs == DType::kF64 || inputs == DType::kBF16 || inputs == DType::kF16, op, ": inputs = ",
+            name_of(inputs), " is not a type to round the operands to; give bf16 or f16 for mixed precision (ctx.matmul() gives "
+            "the run's), or f32 for none");
+}
+
 /// The sizes of c = op(a) op(b) on the 2-D views [rows, last], checked.
 struct GemmDims {
   std::int64_t m, n, k;

@@ -39,6 +39,9 @@ struct SearchOptions {
 struct SearchResult {
   std::vector<Estimate> plans;
   int tried = 0, refused = 0, too_big = 0;
+  /// Plans that fit but take other values of planner keys the run gave (auto_plan holds the run to
+  /// them and leaves these out of `plans`); 0 from plan::search.
+  int held_out = 0;
   /// What the plan's checks said of the combinations they refused, each reason once (at most 8):
   /// a key the program gives may rule out a policy (communication.fp16 every ZeRO 2 and 3 plan).
   std::vector<std::string> refusals;

@@ -105,8 +105,16 @@ EPL_LINKED SearchResult search_units(const Profile& prof, const Cluster& cluster
             " tried, ", r.refused, " refused by the plan's checks)",
             smallest ? "; the smallest, " + smallest->candidate.str() + ", needs " + std::to_string(smallest->device_bytes()) +
                            " bytes, " + std::to_string(smallest->device_bytes() - budget) + " more, its largest part the " +
-                           smallest->biggest() + ": add ranks or memory, or the policy that shrinks it (epl::Zero<k>, "
-                           "epl::Offload, gradient_checkpoint)"
+                           smallest->biggest() + ": add ranks or memory" + [&] {
+                             // the policies that shrink it which the program did not compile (those it did were tried)
+                             std::string more;
+                             const auto add = [&](const char* p) { more += (more.empty() ? "" : ", ") + std::string(p); };
+                             if (most.zero < 3) add(most.zero == 0 ? "epl::Zero<k>" : "a higher epl::Zero<k> stage");
+                             if (!most.offload) add("epl::Offload");
+                             if (!most.recompute) add("gradient checkpointing");
+                             return more.empty() ? std::string(" (every policy that shrinks it was tried: ZeRO 3, offload, recompute)")
+                                                 : ", or a policy that shrinks it (" + more + ")";
+                           }()
                      : std::string());
   std::stable_sort(r.plans.begin(), r.plans.end(), [](const Estimate& a, const Estimate& b) {
     return a.seconds < b.seconds || (a.seconds == b.seconds && a.device_bytes() < b.device_bytes());  // as fast: the smaller first
@@ -170,8 +178,9 @@ EPL_LINKED std::string report(const SearchResult& r, std::size_t n, bool measure
                   mib(e.in_flight.total()), mib(e.device_bytes()), 1e3 * e.seconds, 100 * e.bubble);
     out += line;
   }
-  std::snprintf(line, sizeof line, "(%d combinations tried: %zu fit, %d over the budget, %d refused by the plan's checks)\n", r.tried,
-                r.plans.size(), r.too_big, r.refused);
+  const std::string held = r.held_out > 0 ? ", " + std::to_string(r.held_out) + " more fit but take other values of the keys given" : "";
+  std::snprintf(line, sizeof line, "(%d combinations tried: %zu fit%s, %d over the budget, %d refused by the plan's checks)\n", r.tried,
+                r.plans.size(), held.c_str(), r.too_big, r.refused);
   out += line;
   if (!r.ranked()) {
     std::snprintf(line, sizeof line, "the probe's runs disagreed by %.1f%%, more than the %.1f%% between the first two plans: the probe cannot rank them; %s\n",

@@ -87,15 +87,17 @@ EPL_LINKED void add_config_facts(RunFacts& facts, const Config& cfg);
 template <class O>
 void add_optimizer_facts(RunFacts& facts, const O& opt) {
   facts.add_hash("the optimizer", detail::hash_text(1469598103934665603ull, reflect::type_name<O>()), std::string(reflect::type_name<O>()));
-  int i = 0;
-  if constexpr (reflect::is_reflectable_v<std::remove_cvref_t<decltype(opt.options())>>)
-    reflect::for_each_field_const(opt.options(), [&](const auto& f) {
+  using Options = std::remove_cvref_t<decltype(opt.options())>;
+  if constexpr (reflect::is_reflectable_v<Options>) {
+    const Options options = opt.options();
+    reflect::for_each_field(options, [&](const auto& f, auto index) {
       using F = std::remove_cvref_t<decltype(f)>;
-      if constexpr (std::is_arithmetic_v<F>)
-        facts.add_number("field " + std::to_string(i) + " of the optimizer's options (" + std::string(reflect::type_name<O>()) + "::Options)",
+      if constexpr (std::is_arithmetic_v<F>)  // named as declared (lr), where a stranger read "field 0"
+        facts.add_number(std::string(reflect::field_name_v<Options, decltype(index)::value>) + " of the optimizer's options (" +
+                             std::string(reflect::type_name<O>()) + "::Options)",
                          static_cast<double>(f));
-      ++i;
     });
+  }
 }
 
 /// \brief All-gathers every rank's facts over group and fails, naming the first fact on which a

@@ -54,8 +54,9 @@ struct AutoPlanOptions {
   std::string* log = nullptr;       ///< where rank 0's account of the choice also goes (what it prints)
   plan::Candidate* chosen = nullptr; ///< where the chosen plan goes (every rank); left as it was when auto_plan does not plan
   /// Where every plan the search priced goes, fastest predicted first: this rank's predictions, on
-  /// the cluster auto_plan priced them on (its measured all-reduce, the cores the ranks share), with
-  /// the plans the given keys rule out left out; left as it was when auto_plan does not plan.
+  /// the cluster auto_plan priced them on (its measured all-reduce, the cores the ranks share). The
+  /// plans that take other values of planner keys the run gave are left out (SearchResult::held_out
+  /// counts them). Left as it was when auto_plan does not plan.
   plan::SearchResult* found = nullptr;
 };
 

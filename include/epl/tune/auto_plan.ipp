@@ -225,6 +225,7 @@ EPL_LINKED plan::SearchResult held_to_given(plan::SearchResult found, const Conf
             refused.empty() ? std::string()
                             : " (the plan's checks refused " + std::to_string(found.refused) + " more, for a reason that names a value given: " +
                                   refused + ")");
+  found.held_out += static_cast<int>(before - kept.size());
   found.plans = std::move(kept);
   return found;
 }

@@ -67,6 +67,7 @@ template <class... Compute>
 void BasicCpu<Compute...>::gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& c,
     double alpha, double beta, DType inputs) const {
   const auto g = detail::gemm_dims(a, ta, b, tb, c);
+  detail::gemm_inputs(inputs, "gemm");
   const bool in_kernel = rounds_in_kernel(a, inputs);
   const Tensor ra = in_kernel ? a : rounded(a, inputs), rb = in_kernel ? b : rounded(b, inputs);
   const DType kernel_inputs = in_kernel ? inputs : DType::kF32;
@@ -80,6 +81,7 @@ template <class... Compute>
 void BasicCpu<Compute...>::gemm_batched(const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& c,
     double alpha, double beta, DType inputs, Triangle tri) const {
   const auto g = detail::gemm_batched_dims(a, ta, b, tb, c);
+  detail::gemm_inputs(inputs, "gemm_batched");
   detail::triangle_fits(g, tri);
   const bool in_kernel = rounds_in_kernel(a, inputs);
   const Tensor ra = in_kernel ? a : rounded(a, inputs), rb = in_kernel ? b : rounded(b, inputs);

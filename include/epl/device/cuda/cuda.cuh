@@ -724,6 +724,7 @@ class Cuda {
                     std::int64_t sc, DType inputs, const Tensor* bias = nullptr) const {
     EPL_CHECK(a.dtype() == b.dtype() && a.dtype() == c.dtype(), "gemm: dtypes ", name_of(a.dtype()), ", ", name_of(b.dtype()),
               ", ", name_of(c.dtype()), " differ");
+    detail::gemm_inputs(inputs, "gemm");
     const bool low = inputs == DType::kBF16 || inputs == DType::kF16;
     EPL_CHECK(!low || a.dtype() == DType::kF32, "gemm: rounding ", name_of(a.dtype()), " operands to ", name_of(inputs),
               " (AMP) is done for f32 only on CUDA; train in f32 (TrainerOptions::dtype) or turn AMP off (amp.level = \"\")");

@@ -131,7 +131,8 @@ struct Ema {
   static std::vector<ConfigKey> config_keys() {
     return {{"ema.decay", 0.999, {}, 0, 1, true,
              "with epl::Ema in the program's policies: after each update the average of the weights moves to decay avg + "
-             "(1 - decay) w; 0 keeps no average (epl)"}};
+             "(1 - decay) w; 0 keeps no average (epl)",
+             false, {}, /*below_max=*/true}};
   }
   struct Compiled {
     bool ema = false;  ///< the program compiled epl::Ema
