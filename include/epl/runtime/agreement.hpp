@@ -54,7 +54,7 @@ namespace detail {
 // add_model_facts' visitor: a type of its own, not a lambda of each model's, so that every layer
 // type's walk is compiled once whatever model holds it.
 struct ModelFacts {
-  std::uint64_t structure = 1469598103934665603ull;
+  std::uint64_t structure = detail::kFnvBasis;
   std::int64_t parameters = 0;
   std::vector<std::pair<std::string, std::string>> options;
   template <class N>
@@ -86,7 +86,7 @@ EPL_LINKED void add_config_facts(RunFacts& facts, const Config& cfg);
 /// \brief Facts about an optimizer: its type and each field of its options.
 template <class O>
 void add_optimizer_facts(RunFacts& facts, const O& opt) {
-  facts.add_hash("the optimizer", detail::hash_text(1469598103934665603ull, reflect::type_name<O>()), std::string(reflect::type_name<O>()));
+  facts.add_hash("the optimizer", detail::hash_text(detail::kFnvBasis, reflect::type_name<O>()), std::string(reflect::type_name<O>()));
   using Options = std::remove_cvref_t<decltype(opt.options())>;
   if constexpr (reflect::is_reflectable_v<Options>) {
     const Options options = opt.options();

@@ -12,7 +12,7 @@ EPL_LINKED void detail::add_model_facts(RunFacts& facts, const ModelFacts& found
   facts.add_hash("the model's structure (layer types and parameter shapes)", found.structure, "a different model");
   for (const auto& [path, text] : found.options)
     facts.add_hash("the hyper-parameters of layer " + (path.empty() ? std::string("(the model)") : path),
-                   hash_text(1469598103934665603ull, text), text.empty() ? "(none)" : text);
+                   hash_text(kFnvBasis, text), text.empty() ? "(none)" : text);
 }
 
 EPL_LINKED void add_config_facts(RunFacts& facts, const Config& cfg) {
@@ -21,7 +21,7 @@ EPL_LINKED void add_config_facts(RunFacts& facts, const Config& cfg) {
     // program's epl::Zero<k>), and "" prints alike either way
     const bool given = cfg.source(k.name) != Config::Source::kDefault;
     const std::string v = cfg.value_text(k.name), shown = cfg.value_shown(k.name);  // compared whole, shown cut and escaped
-    facts.add("config key " + std::string(k.name), detail::hash_text(given ? 1469598103934665603ull : 1099511628211ull, v),
+    facts.add("config key " + std::string(k.name), detail::hash_text(given ? detail::kFnvBasis : 1099511628211ull, v),
               given ? shown + " given" : "not given, default " + shown);
   }
 }

@@ -100,7 +100,7 @@ EPL_LINKED std::int64_t check_sample(Context& ctx, const Batch& sample, std::int
             " input rows but ", detail::rows_of(sample.targets), " target rows; give one target row an input row");
   detail::check_batch_memory(sample.inputs, sample.targets, ctx.cpu().id());
   {  // the measured plans train on the sample, and a pipeline's stages check they read the same rows
-    std::uint64_t h = 1469598103934665603ull;
+    std::uint64_t h = kFnvBasis;
     for (const Tensor* t : {&sample.inputs, &sample.targets}) h = detail::hash_bytes(h, t->raw(), t->bytes());
     const auto [low, high] = over_ranks(world, std::bit_cast<std::int64_t>(h));
     EPL_CHECK(low == high, "auto_plan: the ranks were given different sample batches; give every rank the same rows (the "

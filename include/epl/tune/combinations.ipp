@@ -61,7 +61,7 @@ EPL_LINKED std::vector<Measured> measure_plans(Context& ctx, const std::vector<p
     std::string listed;
     for (const auto& e : plans) listed += e.candidate.str() + " for " + std::to_string(e.rows) + " rows; ";
     facts.add_number("the number of plans", static_cast<double>(plans.size()));
-    facts.add_hash("the plans", epl::detail::hash_text(1469598103934665603ull, listed), listed);
+    facts.add_hash("the plans", epl::detail::hash_text(epl::detail::kFnvBasis, listed), listed);
     check_agreement(world, facts, "bench::combinations: the",
                     "give every rank the same plans in the same order (rank 0's, broadcast, as auto_plan does)");
   }
