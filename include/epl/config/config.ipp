@@ -290,8 +290,8 @@ EPL_LINKED std::string range_text(const ConfigKey& k, std::string_view text, con
 EPL_LINKED void Config::check_value(const ConfigKey& k, const ConfigValue& v) {
   auto range = [&](double x, const std::string& shown) {
     EPL_CHECK(x >= k.min, what(k), " = ", shown, " is out of range; it must be at least ", detail::bound_text(k.min));
-    EPL_CHECK(x <= k.max, what(k), " = ", shown, " is out of range; it must be at most ", detail::bound_text(k.max));
-    EPL_CHECK(!k.below_max || x < k.max, what(k), " = ", shown, " is out of range; it must be below ", detail::bound_text(k.max));
+    EPL_CHECK(k.below_max ? x < k.max : x <= k.max, what(k), " = ", shown, " is out of range; it must be ",
+              k.below_max ? "below " : "at most ", detail::bound_text(k.max));
   };
   if (auto* i = std::get_if<std::int64_t>(&v)) range(static_cast<double>(*i), std::to_string(*i));
   if (auto* d = std::get_if<double>(&v)) {
