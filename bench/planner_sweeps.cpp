@@ -9,7 +9,7 @@
 // timed again head to head in --confirm alternating rounds, and compared round by round: the
 // median over rounds of the chosen plan's step over the fastest's (bench::Measured::relative), so
 // that load which changes from round to round cancels (the medians in ms are printed beside it).
-//   bench_planner_sweeps [--model=mlp|gpt] [--sweeps=10] [--ranks=4] [--measure=5] [--rounds=6] [--steps=1] [--confirm=20]
+//   bench_planner_sweeps [--model=mlp|gpt] [--sweeps=10] [--ranks=4] [--measure=5] [--rounds=6] [--max_rounds=20] [--steps=1] [--confirm=20]
 //                        [--verbose=true] [--json=FILE]
 #include <epl/epl.hpp>
 #include <epl/plan/search.hpp>
@@ -129,13 +129,14 @@ int main(int argc, char** argv) try {
   const epl::AutoPlanOptions kDefaults{};
   const epl::Flag<std::int64_t> measure{"measure", kDefaults.measure, "the top plans auto_plan measures before choosing (1: prediction alone)", {.min = 1, .max = 64}};
   const epl::Flag<std::int64_t> rounds{"rounds", kDefaults.rounds, "alternating rounds of each measurement", {.min = 1, .max = 100}};
+  const epl::Flag<std::int64_t> max_rounds{"max_rounds", kDefaults.max_rounds, "auto_plan's race of the close plans: up to this many rounds in all (0: none)", {.min = 0, .max = 100}};
   const epl::Flag<std::int64_t> steps{"steps", kDefaults.steps, "timed steps a plan a round", {.min = 1, .max = 100}};
   const epl::Flag<std::string> json{"json", "planner_sweeps.json", "where the results go"};
   const epl::Flag<bool> verbose{"verbose", false, "print auto_plan's account of each choice"};
   // 20: one pair of a GPT's plans, checked ten times, ranged 0.83-1.20 in 5 rounds and 0.87-1.12 in 20
   // (docs/planner.md); a round of this model's plans takes milliseconds
   const epl::Flag<std::int64_t> confirm{"confirm", 20, "alternating rounds of the chosen plan against the sweep's fastest", {.min = 1, .max = 100}};
-  auto cfg = epl::Config::from_args(argc, argv, model_flag, sweeps, ranks, measure, rounds, steps, json, verbose, confirm);
+  auto cfg = epl::Config::from_args(argc, argv, model_flag, sweeps, ranks, measure, rounds, max_rounds, steps, json, verbose, confirm);
   if (cfg.help_requested()) {
     std::fputs(cfg.usage("bench_planner_sweeps", "The planner's choice against the fastest measured plan, sweep after sweep.").c_str(),
                stdout);
@@ -144,7 +145,7 @@ int main(int argc, char** argv) try {
   const std::string which = cfg.get(model_flag);
   EPL_CHECK(which == "mlp" || which == "gpt", "--model=", which, ": give mlp or gpt");
   const epl::AutoPlanOptions o{.repeats = 5, .measure = static_cast<int>(cfg.get(measure)), .rounds = static_cast<int>(cfg.get(rounds)),
-                               .steps = static_cast<int>(cfg.get(steps)), .print = cfg.get(verbose)};
+                               .max_rounds = static_cast<int>(cfg.get(max_rounds)), .steps = static_cast<int>(cfg.get(steps)), .print = cfg.get(verbose)};
   const gpt::Shape shape{.vocab = 64, .context = 32, .layers = 2, .heads = 2, .dim = 64};
   std::vector<std::int32_t> tokens(1 << 16);
   for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<std::int32_t>(epl::uniform01(7, i) * shape.vocab);
@@ -182,16 +183,17 @@ int main(int argc, char** argv) try {
     }
   }, {.ranks = static_cast<int>(cfg.get(ranks)), .threads_per_rank = 1});
   if (rc != 0) return rc;
-  std::printf("bench_planner_sweeps: %s on %lld thread ranks of %s; auto_plan measures its top %lld, %lld rounds of %lld steps\n",
+  std::printf("bench_planner_sweeps: %s on %lld thread ranks of %s; auto_plan measures its top %lld, %lld rounds of %lld steps, the close "
+              "ones raced up to %lld\n",
               which.c_str(), static_cast<long long>(cfg.get(ranks)), bench::cpu_name().c_str(), static_cast<long long>(cfg.get(measure)),
-              static_cast<long long>(cfg.get(rounds)), static_cast<long long>(cfg.get(steps)));
+              static_cast<long long>(cfg.get(rounds)), static_cast<long long>(cfg.get(steps)), static_cast<long long>(cfg.get(max_rounds)));
   std::printf("(the chosen plan and the sweep's fastest timed again head to head in %d alternating rounds: their median steps, and\n"
               " the ratio of the two round by round, the median over rounds)\n", confirm_rounds);
   std::printf("%5s  %-30s %9s  %-30s %9s %7s %9s\n", "sweep", "chosen", "ms", "fastest measured", "ms", "ratio", "predicted");
   int within = 0, bad_pipelines = 0;
   std::ostringstream out;
   out << "{\"bench\": \"planner_sweeps\", \"model\": \"" << which << "\", \"cpu\": \"" << bench::cpu_name() << "\", \"ranks\": "
-      << cfg.get(ranks) << ", \"measure\": " << cfg.get(measure) << ", \"sweeps\": [";
+      << cfg.get(ranks) << ", \"measure\": " << cfg.get(measure) << ", \"max_rounds\": " << cfg.get(max_rounds) << ", \"sweeps\": [";
   for (std::size_t i = 0; i < results.size(); ++i) {
     const auto& s = results[i];
     within += s.ratio() <= 1.10;

@@ -212,6 +212,77 @@ TEST_CASE("bench::relative_steps: plans compared round by round, so load that co
   CHECK(calm == burst);
 }
 
+TEST_CASE("bench::race_steps: a race's rounds are compared with the plans that ran every round") {
+  // three plans, room for four rounds: C (twice as slow) left the race after two
+  const std::vector<std::int64_t> ns = {1000, 1000, 1000, 1000,   // A
+                                        1100, 1100, 1100, 1100,   // B
+                                        2000, 2000, -1,   -1};    // C
+  const auto r = bench::race_steps(ns, 3, 4, 4);
+  REQUIRE(r.size() == 3);
+  CHECK(r[0] == doctest::Approx(1000.0 / 1100.0));  // each round's typical: the median of A and B (the upper)
+  CHECK(r[1] == doctest::Approx(1.0));
+  CHECK(r[2] == doctest::Approx(2000.0 / 1100.0));  // its two rounds, against A and B's
+  // the first two rounds alone: C's median is the typical one
+  const auto two = bench::race_steps(ns, 3, 4, 2);
+  CHECK(two[1] == doctest::Approx(1.0));
+  CHECK(two[2] == doctest::Approx(2000.0 / 1100.0));
+  // no race: the same as relative_steps
+  const std::vector<std::int64_t> full = {1000, 2000, 1100, 2200, 3000, 3000};
+  CHECK(bench::race_steps(full, 3, 2, 2) == bench::relative_steps(full, 3, 2));
+  CHECK_THROWS_WITH_AS((void)bench::race_steps(ns, 3, 4, 5), doctest::Contains("12 timings are not 3 plans x 4 rounds, of which 5 ran"), Error);
+  CHECK_THROWS_WITH_AS((void)bench::race_steps({1000, -1, -1, 1000}, 2, 2, 2), doctest::Contains("no plan was timed in every one of the 2 rounds"), Error);
+  CHECK_THROWS_WITH_AS((void)bench::race_steps({1000, 1000, -1, -1}, 2, 2, 2), doctest::Contains("plan 1 was timed in none of the 2 rounds"), Error);
+}
+
+TEST_CASE("bench::combinations: close plans race on after the first rounds, a clear loser leaves, and the ranks agree on both") {
+  // Trials that take a set time a step: rank 1 sees the third plan 20 times as slow, rank 0 sees
+  // every plan alike. The race is decided on the slowest rank's timings, so both ranks drop it
+  // together (one rank racing it on alone would leave the other waiting in a barrier).
+  struct Spin final : bench::detail::Trial {
+    std::chrono::microseconds step_time;
+    explicit Spin(std::chrono::microseconds t) : step_time(t) {}
+    Batch next() override { return {}; }
+    double step(const Batch&) override {
+      const auto until = std::chrono::steady_clock::now() + step_time;
+      while (std::chrono::steady_clock::now() < until) {}
+      return 1.0;
+    }
+    [[nodiscard]] data::Shard shard() const override { return {}; }
+  };
+  auto race = [](int max_rounds) {
+    std::vector<std::vector<bench::Measured>> out(2);
+    comm::run_threads(2, [&](comm::ThreadCommunicator& c) {
+      Context ctx(c, 7);
+      std::vector<plan::Estimate> plans(3);
+      for (int i = 0; i < 3; ++i) plans[static_cast<std::size_t>(i)].candidate = {.data = 2, .micro_batches = 1 << i};
+      const bool slow_rank = c.rank() == 1;
+      out[static_cast<std::size_t>(c.rank())] = bench::detail::measure_plans(
+          ctx, plans, 1, {.warmup = 1, .steps = 1, .rounds = 3, .max_rounds = max_rounds, .race_band = 5.0},
+          [&](const Config& cfg) -> std::unique_ptr<bench::detail::Trial> {
+            const bool third = cfg.get(keys::num_micro_batch) == 4;
+            return std::make_unique<Spin>(std::chrono::microseconds(third && slow_rank ? 20000 : 1000));
+          },
+          Config{});
+    });
+    return out;
+  };
+  auto rounds = [](const std::vector<bench::Measured>& m) {
+    std::vector<int> r;
+    for (const auto& p : m) r.push_back(p.rounds);
+    return r;
+  };
+  // 3 plans x 3 rounds, then the two close ones race: 2 plan-rounds a round, at most 9 in all
+  const auto raced = race(20);
+  for (const auto& m : raced) {
+    CHECK(rounds(m) == std::vector<int>{7, 7, 3});
+    CHECK(m[2].relative > 5 * m[0].relative);
+    CHECK(bench::fastest(m) < 2);
+  }
+  CHECK(rounds(race(5)[0]) == std::vector<int>{5, 5, 3});   // max_rounds caps the race
+  CHECK(rounds(race(0)[1]) == std::vector<int>{3, 3, 3});   // no race
+  CHECK(rounds(race(3)[0]) == std::vector<int>{3, 3, 3});   // max_rounds no more than rounds: none either
+}
+
 TEST_CASE("auto_plan: ranks given different samples, and a cached profile of another model, are named with their fix") {
   Config cfg;
   cfg.set(keys::auto_parallel, true);

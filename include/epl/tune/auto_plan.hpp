@@ -49,6 +49,10 @@ struct AutoPlanOptions {
   /// are compared round by round (bench::Measured::relative), so more rounds of fewer steps
   /// compare them under more kinds of load for the same steps.
   int rounds = 6;
+  /// Then the plans within 15% of the fastest (race_band) race on (bench::CombinationOptions::max_rounds), the
+  /// others out, up to this many rounds in all and at most as many plan-rounds again: two plans a
+  /// few percent apart are told apart over ~20 rounds, not 6, on a busy machine. 0: no race.
+  int max_rounds = 20;
   int steps = 1;                    ///< timed steps of a plan a round, after one untimed
   bool print = true;                ///< rank 0 prints the top plans, and predicted against measured
   std::string* log = nullptr;       ///< where rank 0's account of the choice also goes (what it prints)
@@ -99,9 +103,10 @@ EPL_LINKED plan::Link measure_all_reduce(comm::Communicator& world);
 template <class Model, optim::optimizer Optimizer, class Policy = Policies<>, class Loss = nn::SoftmaxCrossEntropy>
 Config auto_plan(Context& ctx, const Config& cfg, const Model& model, const Batch& sample, std::int64_t global_rows,
                  AutoPlanOptions o = {}) {
-  EPL_CHECK(o.repeats >= 1 && o.measure >= 0 && o.rounds >= 1 && o.steps >= 1, "auto_plan: repeats = ", o.repeats, ", measure = ",
-            o.measure, ", rounds = ", o.rounds, ", steps = ", o.steps, "; repeats, rounds and steps must be at least 1 and measure at "
-            "least 0 (0 or 1: choose by prediction alone)");
+  EPL_CHECK(o.repeats >= 1 && o.measure >= 0 && o.rounds >= 1 && o.max_rounds >= 0 && o.steps >= 1, "auto_plan: repeats = ", o.repeats,
+            ", measure = ", o.measure, ", rounds = ", o.rounds, ", max_rounds = ", o.max_rounds, ", steps = ", o.steps,
+            "; repeats, rounds and steps must be at least 1, and measure and max_rounds at least 0 (measure 0 or 1: choose by "
+            "prediction alone; max_rounds 0: no race)");
   EPL_CHECK(o.budget >= 0, "auto_plan: AutoPlanOptions::budget = ", o.budget, " bytes; give the bytes a rank may use, or 0 for no limit");
   if (!cfg.get(keys::auto_parallel) || cfg.source(keys::num_stages) != Config::Source::kDefault) return cfg;
   const std::int64_t rows = detail::check_sample(ctx, sample, global_rows);
@@ -154,7 +159,7 @@ Config auto_plan(Context& ctx, const Config& cfg, const Model& model, const Batc
     measured = bench::combinations<Model, Optimizer, Policy>(
         ctx, trial, plans, [&] { return model; }, detail::stand_in<Optimizer>(),
         [&](const data::Shard& shard) { return [b = detail::tiled(ctx.cpu(), sample, shard.rows_of(global_rows))] { return b; }; },
-        {.warmup = 1, .steps = o.steps, .rounds = o.rounds});
+        {.warmup = 1, .steps = o.steps, .rounds = o.rounds, .max_rounds = o.max_rounds});
   }
   return detail::chosen(ctx, cfg, found, plans, measured, stand_in, o);
 }

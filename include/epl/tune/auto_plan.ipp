@@ -248,13 +248,18 @@ EPL_LINKED Config chosen(Context& ctx, const Config& cfg, const plan::SearchResu
                                 " measured (the fastest predicted of each layout, then of each shape)";
     if (ctx.rank() == 0) {
       std::string table = "measured before choosing (" + std::to_string(o.rounds) + " rounds of " + std::to_string(o.steps) +
-                          (o.steps == 1 ? " step" : " steps") + ", alternating; the slowest rank's median step, and its round's step over the round's median "
-                          "plan's, the median over rounds: what ranks them):\n";
+                          (o.steps == 1 ? " step" : " steps") + ", alternating" +
+                          (o.max_rounds > o.rounds ? ", then the plans within " + std::to_string(std::lround(100 * bench::CombinationOptions{}.race_band)) +
+                                                         "% of the fastest raced on, up to " + std::to_string(o.max_rounds) + " rounds"
+                                                   : std::string()) +
+                          "; the slowest rank's median step, and its round's step over the round's median plan's, the median over rounds: what "
+                          "ranks them):\n";
       char line[512];
       for (std::size_t i = 0; i < plans.size(); ++i) {
-        std::snprintf(line, sizeof line, "  %-34s predicted %9.3f ms  measured %9.3f ms  x%.3f  (spread %3.0f%%)%s\n",
+        std::snprintf(line, sizeof line, "  %-34s predicted %9.3f ms  measured %9.3f ms  x%.3f  (spread %3.0f%%, %2d rounds)%s\n",
                       plans[i].candidate.str().c_str(), 1e3 * plans[i].seconds, 1e3 * measured[i].seconds, measured[i].rank_key() /
-                      (measured[i].relative > 0 ? 1.0 : measured[first].seconds), 100 * measured[i].spread(), i == chosen ? "  <- chosen" : "");
+                      (measured[i].relative > 0 ? 1.0 : measured[first].seconds), 100 * measured[i].spread(), measured[i].rounds,
+                      i == chosen ? "  <- chosen" : "");
         table += line;
       }
       account = table;

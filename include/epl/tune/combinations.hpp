@@ -37,6 +37,7 @@ struct Measured {
   /// round slows every plan of it alike and cancels here, where it moves `seconds`. 0: one round.
   double relative = 0;
   double loss = 0;               ///< the last step's
+  int rounds = 0;                ///< the rounds it was timed in (fewer than the others': it fell out of a race)
   /// How far its timed steps disagreed: the median over the fastest, less 1.
   [[nodiscard]] double spread() const noexcept { return fastest > 0 ? seconds / fastest - 1 : 0; }
   /// What plans are ranked by: `relative` when measured in rounds, else the median step.
@@ -50,6 +51,13 @@ struct CombinationOptions {
   /// Rounds over the plans, in turn (A B C A B C ...): a burst of load on the machine then falls
   /// on every plan alike instead of on whichever ran during it.
   int rounds = 1;
+  /// A race after `rounds`: while more than one plan stands within `race_band` of the fastest
+  /// (Measured::relative), those race on, round by round, the others out, until one is left, the
+  /// rounds reach max_rounds, or the race has timed as many plan-rounds as the first `rounds` did
+  /// (plans x rounds: it at most doubles the measurement). Close plans are then compared over more
+  /// rounds and clear losers over fewer. 0 (or at most `rounds`): no race.
+  int max_rounds = 0;
+  double race_band = 0.15;
   TrainerOptions trainer = {};
 };
 
@@ -71,6 +79,13 @@ EPL_LINKED std::vector<Measured> measure_plans(Context& ctx, const std::vector<p
 /// step of every round (round_ns[plan * rounds + round]), the median over rounds of its step over
 /// its round's median plan's.
 EPL_LINKED std::vector<double> relative_steps(const std::vector<std::int64_t>& round_ns, std::size_t plans, std::size_t rounds);
+
+/// \brief relative_steps over a race (CombinationOptions::max_rounds): round_ns[plan * stride +
+/// round] for the first `rounds` rounds, negative where a plan had left the race; each round's
+/// typical step is the median of the plans timed in every round (all of them when none left), and
+/// a plan's figure the median over the rounds it ran of its step over its round's typical.
+EPL_LINKED std::vector<double> race_steps(const std::vector<std::int64_t>& round_ns, std::size_t plans, std::size_t stride,
+                                          std::size_t rounds);
 
 /// \brief Trains Model (made by make()) with a copy of `optimizer` under each of `plans` in turn,
 /// from cfg with the plan's keys set, and measures it; with o.rounds > 1 it goes round the plans

@@ -21,31 +21,49 @@ inline double median_of(std::vector<double> v) {
 }
 }  // namespace detail
 
+EPL_LINKED std::vector<double> race_steps(const std::vector<std::int64_t>& round_ns, std::size_t plans, std::size_t stride,
+                                          std::size_t rounds) {
+  EPL_CHECK(plans > 0 && rounds > 0 && rounds <= stride && round_ns.size() == plans * stride, "bench::race_steps: ", round_ns.size(),
+            " timings are not ", plans, " plans x ", stride, " rounds, of which ", rounds, " ran");
+  std::vector<char> every(plans, 1);  // the plans timed in every round: each round's typical plan is theirs
+  for (std::size_t i = 0; i < plans; ++i)
+    for (std::size_t r = 0; r < rounds; ++r) every[i] = every[i] && round_ns[i * stride + r] >= 0;
+  EPL_CHECK(std::find(every.begin(), every.end(), 1) != every.end(), "bench::race_steps: no plan was timed in every one of the ",
+            rounds, " rounds; a race keeps at least its fastest plan");
+  std::vector<double> typical(rounds), out(plans);
+  for (std::size_t r = 0; r < rounds; ++r) {
+    std::vector<double> all;
+    for (std::size_t i = 0; i < plans; ++i)
+      if (every[i]) all.push_back(static_cast<double>(round_ns[i * stride + r]));
+    typical[r] = std::max(1.0, detail::median_of(all));
+  }
+  for (std::size_t i = 0; i < plans; ++i) {
+    std::vector<double> ratios;
+    for (std::size_t r = 0; r < rounds; ++r)
+      if (round_ns[i * stride + r] >= 0) ratios.push_back(static_cast<double>(round_ns[i * stride + r]) / typical[r]);
+    EPL_CHECK(!ratios.empty(), "bench::race_steps: plan ", i, " was timed in none of the ", rounds, " rounds; every plan runs the first");
+    out[i] = detail::median_of(ratios);
+  }
+  return out;
+}
+
 EPL_LINKED std::vector<double> relative_steps(const std::vector<std::int64_t>& round_ns, std::size_t plans, std::size_t rounds) {
   EPL_CHECK(plans > 0 && rounds > 0 && round_ns.size() == plans * rounds, "bench::relative_steps: ", round_ns.size(),
             " timings are not ", plans, " plans x ", rounds, " rounds");
   for (const auto ns : round_ns)
     EPL_CHECK(ns >= 0, "bench::relative_steps: a step of ", ns, " ns; a timing cannot be negative");
-  std::vector<double> typical(rounds), out(plans);
-  for (std::size_t r = 0; r < rounds; ++r) {
-    std::vector<double> all;
-    for (std::size_t i = 0; i < plans; ++i) all.push_back(static_cast<double>(round_ns[i * rounds + r]));
-    typical[r] = std::max(1.0, detail::median_of(all));
-  }
-  for (std::size_t i = 0; i < plans; ++i) {
-    std::vector<double> ratios;
-    for (std::size_t r = 0; r < rounds; ++r) ratios.push_back(static_cast<double>(round_ns[i * rounds + r]) / typical[r]);
-    out[i] = detail::median_of(ratios);
-  }
-  return out;
+  return race_steps(round_ns, plans, rounds, rounds);
 }
 
 namespace detail {
 EPL_LINKED std::vector<Measured> measure_plans(Context& ctx, const std::vector<plan::Estimate>& plans, int tensor,
                                                const CombinationOptions& o,
                                                const std::function<std::unique_ptr<Trial>(const Config&)>& start, const Config& cfg) {
-  EPL_CHECK(o.steps >= 1 && o.warmup >= 0 && o.rounds >= 1, "bench::combinations: steps = ", o.steps, " must be at least 1, warmup = ",
-            o.warmup, " at least 0 and rounds = ", o.rounds, " at least 1");
+  EPL_CHECK(o.steps >= 1 && o.warmup >= 0 && o.rounds >= 1 && o.max_rounds >= 0, "bench::combinations: steps = ", o.steps,
+            " must be at least 1, warmup = ", o.warmup, " at least 0, rounds = ", o.rounds, " at least 1 and max_rounds = ", o.max_rounds,
+            " at least 0 (0: no race)");
+  EPL_CHECK(o.race_band > 0 && o.race_band < 10, "bench::combinations: race_band = ", o.race_band, "; give the share behind the "
+            "fastest at which a plan leaves the race, above 0 (e.g. 0.15)");
   auto& world = ctx.world();
   const DeviceId id = ctx.cpu().id(), host{DeviceKind::kHost, id.index};
   for (const auto& e : plans) {
@@ -67,15 +85,32 @@ EPL_LINKED std::vector<Measured> measure_plans(Context& ctx, const std::vector<p
   }
   std::vector<Measured> out(plans.size());
   std::vector<std::vector<double>> secs(plans.size());
-  // each plan's median step of each round, in ns: [plan][round]
-  std::vector<std::int64_t> round_ns(plans.size() * static_cast<std::size_t>(o.rounds));
-  for (int round = 0; round < o.rounds; ++round)
-    for (std::size_t i = 0; i < plans.size(); ++i) {
+  // each plan's median step of each round, in ns, the slowest rank's: [plan * most + round] (-1: out of the race)
+  const std::size_t n = plans.size(), most = static_cast<std::size_t>(std::max(o.rounds, o.max_rounds));
+  std::vector<std::int64_t> round_ns(n * most, -1);
+  std::vector<char> racing(n, 1);
+  const std::size_t budget = n * static_cast<std::size_t>(o.rounds);  // the race's plan-rounds: at most the first rounds'
+  std::size_t raced = 0, rounds = 0;
+  for (; rounds < most && n > 0; ++rounds) {
+    if (rounds >= static_cast<std::size_t>(o.rounds)) {  // the race: every rank decides from the same (agreed) timings
+      const auto relative = race_steps(round_ns, n, most, rounds);
+      double best = 0;
+      for (std::size_t i = 0; i < n; ++i)
+        if (racing[i] && (best == 0 || relative[i] < best)) best = relative[i];
+      for (std::size_t i = 0; i < n; ++i) racing[i] = racing[i] && relative[i] <= best * (1 + o.race_band);
+      const auto left = static_cast<std::size_t>(std::count(racing.begin(), racing.end(), 1));
+      if (left < 2 || raced + left > budget) break;
+      raced += left;
+    }
+    std::vector<std::int64_t> column(n, -1);
+    for (std::size_t i = 0; i < n; ++i) {
+      if (!racing[i]) continue;
       const auto& e = plans[i];
       Config c = cfg;
       for (const auto& [key, value] : e.candidate.keys()) c.set_text(key, value);
       Measured& m = out[i];
       m.predicted = e;
+      ++m.rounds;
       const auto trial = start(c);
       std::vector<double> this_round;
       for (int s = 0; s < o.warmup + o.steps; ++s) {
@@ -97,12 +132,16 @@ EPL_LINKED std::vector<Measured> measure_plans(Context& ctx, const std::vector<p
         this_round.push_back(secs[i].back());
         m.activations = std::max(m.activations, memory_stats(id).peak_of(MemoryCategory::kActivations) - before);
       }
-      round_ns[i * static_cast<std::size_t>(o.rounds) + static_cast<std::size_t>(round)] = static_cast<std::int64_t>(detail::median_of(this_round) * 1e9);
+      column[i] = static_cast<std::int64_t>(detail::median_of(this_round) * 1e9);
       const auto d = memory_stats(id), h = memory_stats(host);
       m.state = {d.current_of(MemoryCategory::kParameters), d.current_of(MemoryCategory::kGradients),
                  d.current_of(MemoryCategory::kOptimizerState), h.current_of(MemoryCategory::kParameters),
                  h.current_of(MemoryCategory::kGradients), h.current_of(MemoryCategory::kOptimizerState)};
     }
+    world.all_reduce(comm::Buffer(column.data(), static_cast<std::int64_t>(n), DType::kI64),
+                     comm::Buffer(column.data(), static_cast<std::int64_t>(n), DType::kI64), comm::ReduceOp::kMax);
+    for (std::size_t i = 0; i < n; ++i) round_ns[i * most + rounds] = column[i];
+  }
   for (std::size_t i = 0; i < plans.size(); ++i) {
     Measured& m = out[i];
     std::sort(secs[i].begin(), secs[i].end());
@@ -116,11 +155,9 @@ EPL_LINKED std::vector<Measured> measure_plans(Context& ctx, const std::vector<p
     m.seconds = static_cast<double>(v[7]) * 1e-9;
     m.fastest = static_cast<double>(v[8]) * 1e-9;
   }
-  if (o.rounds > 1 && !plans.empty()) {
-    world.all_reduce(comm::Buffer(round_ns.data(), static_cast<std::int64_t>(round_ns.size()), DType::kI64),
-                     comm::Buffer(round_ns.data(), static_cast<std::int64_t>(round_ns.size()), DType::kI64), comm::ReduceOp::kMax);
-    const auto relative = relative_steps(round_ns, plans.size(), static_cast<std::size_t>(o.rounds));
-    for (std::size_t i = 0; i < plans.size(); ++i) out[i].relative = relative[i];
+  if (rounds > 1) {
+    const auto relative = race_steps(round_ns, n, most, rounds);
+    for (std::size_t i = 0; i < n; ++i) out[i].relative = relative[i];
   }
   return out;
 }
