@@ -9,7 +9,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <filesystem>
+#include <limits>
 #include <fstream>
 #include <iterator>
 #include <sstream>
@@ -203,8 +206,10 @@ TEST_CASE("bench::relative_steps: plans compared round by round, so load that co
                                         1100, 2200, 1100};  // B
   const auto r = bench::relative_steps(ns, 2, 3);
   REQUIRE(r.size() == 2);
-  CHECK(r[0] == doctest::Approx(1000.0 / 1100.0));  // each round's median of two plans is the slower's
-  CHECK(r[1] == doctest::Approx(1.0));
+  // each round's typical step is the geometric mean of the two: A stands at sqrt(1000 / 1100) of
+  // it in the two rounds of like load, B at sqrt(1100 / 1000)
+  CHECK(r[0] == doctest::Approx(std::sqrt(1000.0 / 1100.0)));
+  CHECK(r[1] == doctest::Approx(std::sqrt(1100.0 / 1000.0)));
   CHECK(r[0] < r[1]);
   // a burst over a whole round scales every plan of it alike, and changes nothing
   const auto calm = bench::relative_steps({1000, 1000, 1000, 1100, 1100, 1100}, 2, 3);
@@ -219,19 +224,53 @@ TEST_CASE("bench::race_steps: a race's rounds are compared with the plans that r
                                         2000, 2000, -1,   -1};    // C
   const auto r = bench::race_steps(ns, 3, 4, 4);
   REQUIRE(r.size() == 3);
-  CHECK(r[0] == doctest::Approx(1000.0 / 1100.0));  // each round's typical: the median of A and B (the upper)
-  CHECK(r[1] == doctest::Approx(1.0));
-  CHECK(r[2] == doctest::Approx(2000.0 / 1100.0));  // its two rounds, against A and B's
-  // the first two rounds alone: C's median is the typical one
+  const double typical = std::sqrt(1000.0 * 1100.0);  // each round's: the geometric mean of A and B, who ran every round
+  CHECK(r[0] == doctest::Approx(1000.0 / typical));
+  CHECK(r[1] == doctest::Approx(1100.0 / typical));
+  CHECK(r[2] == doctest::Approx(2000.0 / typical));  // its two rounds, against A and B's
+  // the first two rounds alone: all three ran both
   const auto two = bench::race_steps(ns, 3, 4, 2);
-  CHECK(two[1] == doctest::Approx(1.0));
-  CHECK(two[2] == doctest::Approx(2000.0 / 1100.0));
+  CHECK(two[1] == doctest::Approx(1100.0 / std::cbrt(1000.0 * 1100.0 * 2000.0)));
+  CHECK(two[2] == doctest::Approx(2000.0 / std::cbrt(1000.0 * 1100.0 * 2000.0)));
+  // three plans a round, none exactly the typical one: no ties at 1
+  const auto three = bench::race_steps({1000, 1000, 1050, 1050, 1100, 1100}, 3, 2, 2);
+  CHECK(three[0] < three[1]);
+  CHECK(three[1] < three[2]);
+  CHECK(three[1] != doctest::Approx(1.0).epsilon(1e-9));
   // no race: the same as relative_steps
   const std::vector<std::int64_t> full = {1000, 2000, 1100, 2200, 3000, 3000};
   CHECK(bench::race_steps(full, 3, 2, 2) == bench::relative_steps(full, 3, 2));
-  CHECK_THROWS_WITH_AS((void)bench::race_steps(ns, 3, 4, 5), doctest::Contains("12 timings are not 3 plans x 4 rounds, of which 5 ran"), Error);
-  CHECK_THROWS_WITH_AS((void)bench::race_steps({1000, -1, -1, 1000}, 2, 2, 2), doctest::Contains("no plan was timed in every one of the 2 rounds"), Error);
-  CHECK_THROWS_WITH_AS((void)bench::race_steps({1000, 1000, -1, -1}, 2, 2, 2), doctest::Contains("plan 1 was timed in none of the 2 rounds"), Error);
+  // malformed: each names what is wrong (found by a stranger: a plan that came back was counted;
+  // a stride past size_t's range wrapped the size check; the messages named the wrong figure)
+  CHECK_THROWS_WITH_AS((void)bench::race_steps(ns, 3, 4, 5), doctest::Contains("5 rounds ran of a stride of 4"), Error);
+  CHECK_THROWS_WITH_AS((void)bench::race_steps(ns, 3, 4, 0), doctest::Contains("0 rounds ran of a stride of 4"), Error);
+  CHECK_THROWS_WITH_AS((void)bench::race_steps(ns, 0, 4, 4), doctest::Contains("plans = 0"), Error);
+  CHECK_THROWS_WITH_AS((void)bench::race_steps(ns, 2, 4, 4), doctest::Contains("12 timings are not 2 plans x 4 rounds (the stride)"), Error);
+  CHECK_THROWS_WITH_AS((void)bench::race_steps({100, 110}, 2, (std::size_t{1} << 63) + 1, 1), doctest::Contains("2 timings are not 2 plans"), Error);
+  CHECK_THROWS_WITH_AS((void)bench::relative_steps({100, 110}, (std::size_t{1} << 63) + 1, 2), doctest::Contains("2 timings are not"), Error);
+  CHECK_THROWS_WITH_AS((void)bench::race_steps({100, -1, 100, 110, 110, 110}, 2, 3, 3),
+                       doctest::Contains("plan 0 is timed in round 2 after it left the race"), Error);
+  CHECK_THROWS_WITH_AS((void)bench::race_steps({-1, 100, 100, 110, 110, 110}, 2, 3, 3),
+                       doctest::Contains("plan 0 was not timed in the first round"), Error);
+  CHECK_THROWS_WITH_AS((void)bench::race_steps({1000, -1, 1000, -1}, 2, 2, 2), doctest::Contains("no plan was timed in every one of the 2 rounds"), Error);
+}
+
+TEST_CASE("bench::fastest and bench::choose pass over a plan that left a race") {
+  auto plan = [](int pipeline, double relative, int rounds) {
+    bench::Measured m;
+    m.predicted.candidate = {.data = 4 / pipeline, .pipeline = pipeline};
+    m.seconds = m.fastest = 1.0;
+    m.relative = relative;
+    m.rounds = rounds;
+    return m;
+  };
+  // found by a stranger: a plan cut after 7 rounds ranked fastest against the typical step of the
+  // two that raced on to 20
+  const std::vector<bench::Measured> raced = {plan(4, 0.979, 7), plan(4, 1.000, 20), plan(4, 0.981, 20), plan(1, 0.95, 6)};
+  CHECK(bench::fastest(raced) == 2);
+  CHECK(bench::choose(raced) == 2);  // the data-parallel plan left the race: no tie to fewer stages with it
+  // without a race every plan ran the same rounds, as before
+  CHECK(bench::fastest({plan(4, 1.0, 6), plan(1, 0.9, 6)}) == 1);
 }
 
 TEST_CASE("bench::combinations: close plans race on after the first rounds, a clear loser leaves, and the ranks agree on both") {
@@ -279,7 +318,32 @@ TEST_CASE("bench::combinations: close plans race on after the first rounds, a cl
     CHECK(bench::fastest(m) < 2);
   }
   CHECK(rounds(race(5)[0]) == std::vector<int>{5, 5, 3});   // max_rounds caps the race
+  // found by a stranger: room for max_rounds rounds was kept (1.6 GB at 10^7, std::bad_alloc past
+  // it); the budget bounds the rounds a race can run, and what is kept
+  CHECK(rounds(race(std::numeric_limits<int>::max())[1]) == std::vector<int>{7, 7, 3});
   CHECK(rounds(race(0)[1]) == std::vector<int>{3, 3, 3});   // no race
+  // found by a stranger: ranks given other options failed in a collective that named none of them
+  std::vector<std::string> errors(2);
+  comm::run_threads(2, [&](comm::ThreadCommunicator& c) {
+    Context ctx(c, 7);
+    std::vector<plan::Estimate> plans(2);
+    for (int i = 0; i < 2; ++i) plans[static_cast<std::size_t>(i)].candidate = {.data = 2, .micro_batches = 1 << i};
+    try {
+      (void)bench::detail::measure_plans(
+          ctx, plans, 1, {.warmup = 1, .steps = 1, .rounds = 2, .max_rounds = c.rank() == 0 ? 20 : 0},
+          [](const Config&) -> std::unique_ptr<bench::detail::Trial> { return std::make_unique<Spin>(std::chrono::microseconds(10)); },
+          Config{});
+    } catch (const Error& e) {
+      errors[static_cast<std::size_t>(c.rank())] = e.what();
+    }
+  });
+  for (const auto& e : errors) CHECK(e.find("disagree on CombinationOptions::max_rounds: 0 on rank 1, 20 on rank 0") != std::string::npos);
+  comm::run_threads(1, [&](comm::ThreadCommunicator& c) {
+    Context ctx(c, 7);
+    for (const double band : {0.0, 10.0, std::nan("")})
+      CHECK_THROWS_WITH_AS((void)bench::detail::measure_plans(ctx, {}, 1, {.max_rounds = 20, .race_band = band}, nullptr, Config{}),
+                           doctest::Contains("above 0 and below 10"), Error);
+  });
   CHECK(rounds(race(3)[0]) == std::vector<int>{3, 3, 3});   // max_rounds no more than rounds: none either
 }
 

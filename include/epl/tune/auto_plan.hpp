@@ -49,9 +49,10 @@ struct AutoPlanOptions {
   /// are compared round by round (bench::Measured::relative), so more rounds of fewer steps
   /// compare them under more kinds of load for the same steps.
   int rounds = 6;
-  /// Then the plans within 15% of the fastest (race_band) race on (bench::CombinationOptions::max_rounds), the
-  /// others out, up to this many rounds in all and at most as many plan-rounds again: two plans a
-  /// few percent apart are told apart over ~20 rounds, not 6, on a busy machine. 0: no race.
+  /// Then the plans within 15% of the leader, round by round, race on (bench::CombinationOptions::
+  /// max_rounds, race_band), the others out, up to this many rounds in all and at most as many
+  /// plan-rounds again: two plans a few percent apart are told apart over ~20 rounds, not 6, on a
+  /// busy machine. At most `rounds` (0 among them): no race.
   int max_rounds = 20;
   int steps = 1;                    ///< timed steps of a plan a round, after one untimed
   bool print = true;                ///< rank 0 prints the top plans, and predicted against measured

@@ -247,13 +247,16 @@ EPL_LINKED Config chosen(Context& ctx, const Config& cfg, const plan::SearchResu
                                 "% faster) for fewer pipeline stages within the measurement's noise, of " + std::to_string(k) +
                                 " measured (the fastest predicted of each layout, then of each shape)";
     if (ctx.rank() == 0) {
-      std::string table = "measured before choosing (" + std::to_string(o.rounds) + " rounds of " + std::to_string(o.steps) +
-                          (o.steps == 1 ? " step" : " steps") + ", alternating" +
-                          (o.max_rounds > o.rounds ? ", then the plans within " + std::to_string(std::lround(100 * bench::CombinationOptions{}.race_band)) +
-                                                         "% of the fastest raced on, up to " + std::to_string(o.max_rounds) + " rounds"
-                                                   : std::string()) +
-                          "; the slowest rank's median step, and its round's step over the round's median plan's, the median over rounds: what "
-                          "ranks them):\n";
+      int most = 0;
+      for (const auto& m : measured) most = std::max(most, m.rounds);
+      std::string table = "measured before choosing (" + std::to_string(o.rounds) + (o.rounds == 1 ? " round of " : " rounds of ") +
+                          std::to_string(o.steps) + (o.steps == 1 ? " step" : " steps") + ", alternating" +
+                          (most > o.rounds ? ", then the plans within " + std::to_string(std::lround(100 * bench::CombinationOptions{}.race_band)) +
+                                                 "% of the leader, round by round, raced on to " + std::to_string(most) +
+                                                 " rounds (a plan of fewer rounds left the race)"
+                                           : std::string()) +
+                          "; the slowest rank's median step, and its round's step over the round's typical (the geometric mean of the plans "
+                          "that ran every round), the median over rounds: what ranks them):\n";
       char line[512];
       for (std::size_t i = 0; i < plans.size(); ++i) {
         std::snprintf(line, sizeof line, "  %-34s predicted %9.3f ms  measured %9.3f ms  x%.3f  (spread %3.0f%%, %2d rounds)%s\n",

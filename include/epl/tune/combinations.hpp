@@ -33,11 +33,14 @@ struct Measured {
   double seconds = 0;            ///< the median step, the slowest rank's
   double fastest = 0;            ///< the fastest step, the slowest rank's
   /// Measured in several rounds: the median over rounds of its round's median step over the round's
-  /// typical plan's (the median of the plans'), the slowest rank's. A burst of load that lasts a
-  /// round slows every plan of it alike and cancels here, where it moves `seconds`. 0: one round.
+  /// typical step (the geometric mean of the plans' that ran every round), the slowest rank's. A
+  /// burst of load that lasts a round slows every plan of it alike and cancels here, where it moves
+  /// `seconds`. 0: one round.
   double relative = 0;
   double loss = 0;               ///< the last step's
-  int rounds = 0;                ///< the rounds it was timed in (fewer than the others': it fell out of a race)
+  /// The rounds it was timed in. Fewer than the most any plan ran: it left a race more than
+  /// race_band behind the leader, and bench::fastest and bench::choose pass it over.
+  int rounds = 0;
   /// How far its timed steps disagreed: the median over the fastest, less 1.
   [[nodiscard]] double spread() const noexcept { return fastest > 0 ? seconds / fastest - 1 : 0; }
   /// What plans are ranked by: `relative` when measured in rounds, else the median step.
@@ -51,13 +54,14 @@ struct CombinationOptions {
   /// Rounds over the plans, in turn (A B C A B C ...): a burst of load on the machine then falls
   /// on every plan alike instead of on whichever ran during it.
   int rounds = 1;
-  /// A race after `rounds`: while more than one plan stands within `race_band` of the fastest
-  /// (Measured::relative), those race on, round by round, the others out, until one is left, the
-  /// rounds reach max_rounds, or the race has timed as many plan-rounds as the first `rounds` did
-  /// (plans x rounds: it at most doubles the measurement). Close plans are then compared over more
-  /// rounds and clear losers over fewer. 0 (or at most `rounds`): no race.
+  /// A race after `rounds`: before each further round the leader is the plan of the best
+  /// Measured::relative so far, and a plan whose median step over the leader's, round by round, is
+  /// more than `race_band` behind leaves; the others race on until one is left, the rounds reach
+  /// max_rounds, or the race has timed as many plan-rounds as the first `rounds` did (plans x
+  /// rounds: it at most doubles the measurement). Close plans are then compared over more rounds
+  /// and clear losers over fewer. At most `rounds` (0 among them): no race.
   int max_rounds = 0;
-  double race_band = 0.15;
+  double race_band = 0.15;  ///< above 0 and below 10: 0.15 leaves a plan 15% behind the leader
   TrainerOptions trainer = {};
 };
 
@@ -77,13 +81,14 @@ EPL_LINKED std::vector<Measured> measure_plans(Context& ctx, const std::vector<p
 
 /// \brief Each plan's step relative to its rounds' (Measured::relative): from every plan's median
 /// step of every round (round_ns[plan * rounds + round]), the median over rounds of its step over
-/// its round's median plan's.
+/// its round's typical step, the geometric mean of the plans' steps that round.
 EPL_LINKED std::vector<double> relative_steps(const std::vector<std::int64_t>& round_ns, std::size_t plans, std::size_t rounds);
 
 /// \brief relative_steps over a race (CombinationOptions::max_rounds): round_ns[plan * stride +
-/// round] for the first `rounds` rounds, negative where a plan had left the race; each round's
-/// typical step is the median of the plans timed in every round (all of them when none left), and
-/// a plan's figure the median over the rounds it ran of its step over its round's typical.
+/// round] for the first `rounds` rounds, negative from the round a plan had left the race on (every
+/// plan runs the first round); each round's typical step is the geometric mean of the plans timed
+/// in every round (all of them when none left), and a plan's figure the median over the rounds it
+/// ran of its step over its round's typical.
 EPL_LINKED std::vector<double> race_steps(const std::vector<std::int64_t>& round_ns, std::size_t plans, std::size_t stride,
                                           std::size_t rounds);
 
@@ -111,14 +116,15 @@ std::vector<Measured> combinations(Context& ctx, const Config& cfg, const std::v
   }, cfg);
 }
 
-/// \brief The measured plan ranked fastest (Measured::rank_key; the first of equals); `measured`
-/// must not be empty.
+/// \brief The measured plan ranked fastest (Measured::rank_key; the first of equals) of those that
+/// ran the most rounds (a plan that left a race is not); `measured` must not be empty.
 EPL_LINKED std::size_t fastest(const std::vector<Measured>& measured);
 
 /// \brief The plan to run from measured ones: the fastest, unless a plan of fewer pipeline stages
 /// measured within the noise of it (its spread or the fastest's, from 5% to at most 10%): then the
 /// fewest stages among those, the fastest of them. A pipeline must win clearly to be chosen: within
-/// the noise it only adds a bubble's risk and a schedule's machinery; past 10% it has won.
+/// the noise it only adds a bubble's risk and a schedule's machinery; past 10% it has won. Plans
+/// that left a race are passed over.
 EPL_LINKED std::size_t choose(const std::vector<Measured>& measured);
 
 }  // namespace bench

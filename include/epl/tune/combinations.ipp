@@ -5,6 +5,7 @@
 /// in a header-only program, or compiled once into epl::precompiled (core/linked.hpp).
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -21,35 +22,54 @@ inline double median_of(std::vector<double> v) {
 }
 }  // namespace detail
 
+namespace detail {
+// round_ns holds plans x stride timings (no overflow in the product)
+inline bool holds(const std::vector<std::int64_t>& round_ns, std::size_t plans, std::size_t stride) {
+  return stride > 0 && round_ns.size() % stride == 0 && round_ns.size() / stride == plans;
+}
+}  // namespace detail
+
 EPL_LINKED std::vector<double> race_steps(const std::vector<std::int64_t>& round_ns, std::size_t plans, std::size_t stride,
                                           std::size_t rounds) {
-  EPL_CHECK(plans > 0 && rounds > 0 && rounds <= stride && round_ns.size() == plans * stride, "bench::race_steps: ", round_ns.size(),
-            " timings are not ", plans, " plans x ", stride, " rounds, of which ", rounds, " ran");
-  std::vector<char> every(plans, 1);  // the plans timed in every round: each round's typical plan is theirs
-  for (std::size_t i = 0; i < plans; ++i)
-    for (std::size_t r = 0; r < rounds; ++r) every[i] = every[i] && round_ns[i * stride + r] >= 0;
+  EPL_CHECK(plans > 0, "bench::race_steps: plans = 0; give the timings of one plan or more");
+  EPL_CHECK(rounds > 0 && rounds <= stride, "bench::race_steps: ", rounds, " rounds ran of a stride of ", stride,
+            "; the rounds that ran must be at least 1 and at most the stride (the rounds each plan's timings have room for)");
+  EPL_CHECK(detail::holds(round_ns, plans, stride), "bench::race_steps: ", round_ns.size(), " timings are not ", plans, " plans x ",
+            stride, " rounds (the stride)");
+  std::vector<char> every(plans, 1);  // the plans timed in every round: each round's typical step is theirs
+  for (std::size_t i = 0; i < plans; ++i) {
+    EPL_CHECK(round_ns[i * stride] >= 0, "bench::race_steps: plan ", i, " was not timed in the first round; every plan runs the "
+              "first rounds, and only leaving a race ends its timings");
+    for (std::size_t r = 1; r < rounds; ++r) {
+      if (round_ns[i * stride + r] < 0) every[i] = 0;
+      else EPL_CHECK(every[i], "bench::race_steps: plan ", i, " is timed in round ", r, " after it left the race; a plan that "
+                     "leaves does not come back (negative timings only at the end of its rounds)");
+    }
+  }
   EPL_CHECK(std::find(every.begin(), every.end(), 1) != every.end(), "bench::race_steps: no plan was timed in every one of the ",
             rounds, " rounds; a race keeps at least its fastest plan");
-  std::vector<double> typical(rounds), out(plans);
-  for (std::size_t r = 0; r < rounds; ++r) {
-    std::vector<double> all;
-    for (std::size_t i = 0; i < plans; ++i)
-      if (every[i]) all.push_back(static_cast<double>(round_ns[i * stride + r]));
-    typical[r] = std::max(1.0, detail::median_of(all));
-  }
+  // each round's typical step: the geometric mean of those plans' (load that scales a round's plans
+  // alike cancels; no plan is the typical one, so no two tie at exactly 1)
+  std::vector<double> typical(rounds, 0.0), out(plans);
+  std::size_t finishers = 0;
+  for (std::size_t i = 0; i < plans; ++i)
+    if (every[i]) {
+      ++finishers;
+      for (std::size_t r = 0; r < rounds; ++r) typical[r] += std::log(std::max<double>(1.0, static_cast<double>(round_ns[i * stride + r])));
+    }
+  for (auto& t : typical) t = std::exp(t / static_cast<double>(finishers));
   for (std::size_t i = 0; i < plans; ++i) {
     std::vector<double> ratios;
-    for (std::size_t r = 0; r < rounds; ++r)
-      if (round_ns[i * stride + r] >= 0) ratios.push_back(static_cast<double>(round_ns[i * stride + r]) / typical[r]);
-    EPL_CHECK(!ratios.empty(), "bench::race_steps: plan ", i, " was timed in none of the ", rounds, " rounds; every plan runs the first");
+    for (std::size_t r = 0; r < rounds && round_ns[i * stride + r] >= 0; ++r)
+      ratios.push_back(std::max<double>(1.0, static_cast<double>(round_ns[i * stride + r])) / typical[r]);
     out[i] = detail::median_of(ratios);
   }
   return out;
 }
 
 EPL_LINKED std::vector<double> relative_steps(const std::vector<std::int64_t>& round_ns, std::size_t plans, std::size_t rounds) {
-  EPL_CHECK(plans > 0 && rounds > 0 && round_ns.size() == plans * rounds, "bench::relative_steps: ", round_ns.size(),
-            " timings are not ", plans, " plans x ", rounds, " rounds");
+  EPL_CHECK(plans > 0 && rounds > 0 && detail::holds(round_ns, plans, rounds), "bench::relative_steps: ", round_ns.size(),
+            " timings are not ", plans, " plans x ", rounds, " rounds (each at least 1)");
   for (const auto ns : round_ns)
     EPL_CHECK(ns >= 0, "bench::relative_steps: a step of ", ns, " ns; a timing cannot be negative");
   return race_steps(round_ns, plans, rounds, rounds);
@@ -63,7 +83,7 @@ EPL_LINKED std::vector<Measured> measure_plans(Context& ctx, const std::vector<p
             " must be at least 1, warmup = ", o.warmup, " at least 0, rounds = ", o.rounds, " at least 1 and max_rounds = ", o.max_rounds,
             " at least 0 (0: no race)");
   EPL_CHECK(o.race_band > 0 && o.race_band < 10, "bench::combinations: race_band = ", o.race_band, "; give the share behind the "
-            "fastest at which a plan leaves the race, above 0 (e.g. 0.15)");
+            "leader at which a plan leaves the race, above 0 and below 10 (e.g. 0.15: 15% behind)");
   auto& world = ctx.world();
   const DeviceId id = ctx.cpu().id(), host{DeviceKind::kHost, id.index};
   for (const auto& e : plans) {
@@ -79,25 +99,40 @@ EPL_LINKED std::vector<Measured> measure_plans(Context& ctx, const std::vector<p
     std::string listed;
     for (const auto& e : plans) listed += e.candidate.str() + " for " + std::to_string(e.rows) + " rows; ";
     facts.add_number("the number of plans", static_cast<double>(plans.size()));
+    facts.add_number("CombinationOptions::warmup", o.warmup);
+    facts.add_number("CombinationOptions::steps", o.steps);
+    facts.add_number("CombinationOptions::rounds", o.rounds);
+    facts.add_number("CombinationOptions::max_rounds", o.max_rounds);
+    facts.add_number("CombinationOptions::race_band", o.race_band);
     facts.add_hash("the plans", epl::detail::hash_text(epl::detail::kFnvBasis, listed), listed);
     check_agreement(world, facts, "bench::combinations: the",
-                    "give every rank the same plans in the same order (rank 0's, broadcast, as auto_plan does)");
+                    "give every rank the same plans in the same order (rank 0's, broadcast, as auto_plan does) and the same options");
   }
   std::vector<Measured> out(plans.size());
   std::vector<std::vector<double>> secs(plans.size());
   // each plan's median step of each round, in ns, the slowest rank's: [plan * most + round] (-1: out of the race)
-  const std::size_t n = plans.size(), most = static_cast<std::size_t>(std::max(o.rounds, o.max_rounds));
+  const std::size_t n = plans.size(), first = static_cast<std::size_t>(o.rounds);
+  // the race's plan-rounds: at most the first rounds' (two plans or more a round, so at most half as many rounds again)
+  const std::size_t budget = n * first;
+  const std::size_t most = first + (o.max_rounds > o.rounds ? std::min(static_cast<std::size_t>(o.max_rounds - o.rounds), budget / 2) : 0);
   std::vector<std::int64_t> round_ns(n * most, -1);
   std::vector<char> racing(n, 1);
-  const std::size_t budget = n * static_cast<std::size_t>(o.rounds);  // the race's plan-rounds: at most the first rounds'
   std::size_t raced = 0, rounds = 0;
   for (; rounds < most && n > 0; ++rounds) {
-    if (rounds >= static_cast<std::size_t>(o.rounds)) {  // the race: every rank decides from the same (agreed) timings
+    if (rounds >= first) {  // the race: every rank decides from the same (agreed) timings
       const auto relative = race_steps(round_ns, n, most, rounds);
-      double best = 0;
+      std::size_t leader = n;
       for (std::size_t i = 0; i < n; ++i)
-        if (racing[i] && (best == 0 || relative[i] < best)) best = relative[i];
-      for (std::size_t i = 0; i < n; ++i) racing[i] = racing[i] && relative[i] <= best * (1 + o.race_band);
+        if (racing[i] && (leader == n || relative[i] < relative[leader])) leader = i;
+      // a plan leaves when, round by round against the leader, it is more than race_band behind
+      for (std::size_t i = 0; i < n; ++i) {
+        if (!racing[i] || i == leader) continue;
+        std::vector<double> behind;
+        for (std::size_t r = 0; r < rounds; ++r)
+          behind.push_back(static_cast<double>(std::max<std::int64_t>(1, round_ns[i * most + r])) /
+                           static_cast<double>(std::max<std::int64_t>(1, round_ns[leader * most + r])));
+        racing[i] = detail::median_of(behind) <= 1 + o.race_band;
+      }
       const auto left = static_cast<std::size_t>(std::count(racing.begin(), racing.end(), 1));
       if (left < 2 || raced + left > budget) break;
       raced += left;
@@ -163,11 +198,21 @@ EPL_LINKED std::vector<Measured> measure_plans(Context& ctx, const std::vector<p
 }
 }  // namespace detail
 
+namespace detail {
+// the rounds a race's finishers ran (every plan's, when there was no race)
+inline int most_rounds(const std::vector<Measured>& measured) {
+  int most = 0;
+  for (const auto& m : measured) most = std::max(most, m.rounds);
+  return most;
+}
+}  // namespace detail
+
 EPL_LINKED std::size_t fastest(const std::vector<Measured>& measured) {
   EPL_CHECK(!measured.empty(), "bench::fastest: no plan was measured");
-  std::size_t best = 0;
-  for (std::size_t i = 1; i < measured.size(); ++i)
-    if (measured[i].rank_key() < measured[best].rank_key()) best = i;
+  const int most = detail::most_rounds(measured);
+  std::size_t best = measured.size();
+  for (std::size_t i = 0; i < measured.size(); ++i)
+    if (measured[i].rounds == most && (best == measured.size() || measured[i].rank_key() < measured[best].rank_key())) best = i;
   return best;
 }
 
@@ -175,8 +220,10 @@ EPL_LINKED std::size_t choose(const std::vector<Measured>& measured) {
   EPL_CHECK(!measured.empty(), "bench::choose: no plan was measured");
   const std::size_t best = fastest(measured);
   std::size_t pick = best;
+  const int most = detail::most_rounds(measured);
   for (std::size_t i = 0; i < measured.size(); ++i) {
     const auto& m = measured[i];
+    if (m.rounds != most) continue;  // it left the race behind the leader
     const double noise = std::clamp(std::max(m.spread(), measured[best].spread()), 0.05, 0.10);
     if (m.rank_key() > measured[best].rank_key() * (1 + noise)) continue;
     const int stages = m.predicted.candidate.pipeline, now = measured[pick].predicted.candidate.pipeline;
