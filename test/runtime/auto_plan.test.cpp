@@ -256,21 +256,25 @@ TEST_CASE("bench::race_steps: a race's rounds are compared with the plans that r
 }
 
 TEST_CASE("bench::fastest and bench::choose pass over a plan that left a race") {
-  auto plan = [](int pipeline, double relative, int rounds) {
+  auto plan = [](int pipeline, double relative, int rounds, bool left) {
     bench::Measured m;
     m.predicted.candidate = {.data = 4 / pipeline, .pipeline = pipeline};
     m.seconds = m.fastest = 1.0;
     m.relative = relative;
     m.rounds = rounds;
+    m.left_race = left;
     return m;
   };
   // found by a stranger: a plan cut after 7 rounds ranked fastest against the typical step of the
-  // two that raced on to 20
-  const std::vector<bench::Measured> raced = {plan(4, 0.979, 7), plan(4, 1.000, 20), plan(4, 0.981, 20), plan(1, 0.95, 6)};
+  // two that raced on to 20; and (a second stranger) one cut at the race's last decision ran as
+  // many rounds as the leader, so the rounds alone cannot tell
+  const std::vector<bench::Measured> raced = {plan(4, 0.979, 7, true), plan(4, 1.000, 20, false), plan(4, 0.981, 20, false),
+                                              plan(1, 0.95, 6, true), plan(2, 0.90, 20, true)};
   CHECK(bench::fastest(raced) == 2);
   CHECK(bench::choose(raced) == 2);  // the data-parallel plan left the race: no tie to fewer stages with it
-  // without a race every plan ran the same rounds, as before
-  CHECK(bench::fastest({plan(4, 1.0, 6), plan(1, 0.9, 6)}) == 1);
+  // without a race no plan left, as before
+  CHECK(bench::fastest({plan(4, 1.0, 6, false), plan(1, 0.9, 6, false)}) == 1);
+  CHECK_THROWS_WITH_AS((void)bench::fastest({plan(4, 1.0, 6, true)}), doctest::Contains("every one of the 1 plans left the race"), Error);
 }
 
 TEST_CASE("bench::combinations: close plans race on after the first rounds, a clear loser leaves, and the ranks agree on both") {
@@ -314,6 +318,7 @@ TEST_CASE("bench::combinations: close plans race on after the first rounds, a cl
   const auto raced = race(20);
   for (const auto& m : raced) {
     CHECK(rounds(m) == std::vector<int>{7, 7, 3});
+    CHECK((!m[0].left_race && !m[1].left_race && m[2].left_race));
     CHECK(m[2].relative > 5 * m[0].relative);
     CHECK(bench::fastest(m) < 2);
   }
@@ -379,6 +384,22 @@ TEST_CASE("auto_plan: ranks given different samples, and a cached profile of ano
   for (const auto& e : rows_errors)
     CHECK(e.find("auto_plan: the ranks were given different global batches (global_rows from " + std::to_string(kBatch) + " to " +
                  std::to_string(kBatch + 4) + ")") != std::string::npos);
+  // other options on one rank: named as auto_plan's, not as bench::combinations' options or plans (stranger 35)
+  std::vector<std::string> option_errors(2);
+  comm::run_threads(2, [&](comm::ThreadCommunicator& c) {
+    Context ctx(c, 430 + c.rank());
+    auto ds = test::token_corpus(4000);
+    data::WindowLoader probe(ds, 8, 4, 99);
+    try {
+      (void)auto_plan<gpt::Gpt, optim::AdamW, All>(ctx, cfg, gpt::make_gpt(tiny()), probe.next(ctx.cpu()), kBatch,
+                                                   {.measure = c.rank() == 0 ? 5 : 1, .print = false});
+    } catch (const Error& e) {
+      option_errors[static_cast<std::size_t>(c.rank())] = e.what();
+    }
+  });
+  for (const auto& e : option_errors)
+    CHECK(e.find("auto_plan: the ranks 0 and 1 disagree on AutoPlanOptions::measure: 1 on rank 1, 5 on rank 0; give every rank the "
+                 "same AutoPlanOptions") != std::string::npos);
   // no rows: named as auto_plan's global_rows, not as the search's batch (stranger 37)
   comm::run_threads(1, [&](comm::ThreadCommunicator& c) {
     Context ctx(c, 431);

@@ -169,10 +169,13 @@ TEST_CASE("predict: the model's output, as a hand pass gives it, whose cross-ent
   // a pipeline's stages read the same rows (stage 0 the inputs; the output is the last stage's)
   Config piped;
   piped.set(keys::num_stages, 2).set(keys::auto_parallel, true);
+  // each stage other rows, read before the ranks start: both reading the one loader at once was a
+  // data race that could hand them the same rows (the check then did not throw, one ASan run in two)
+  const Tensor rows[2] = {loader.next(test::cpu()).inputs, loader.next(test::cpu()).inputs};
   CHECK_THROWS_WITH_AS(comm::run_threads(2, [&](comm::ThreadCommunicator& c) {
     Context ctx(c, 7);
     Trainer<gpt::Gpt, optim::SGD> u(ctx, piped, gpt::make_gpt(tiny()), optim::SGD({}));
-    (void)u.predict(loader.next(test::cpu()).inputs);  // each stage other rows
+    (void)u.predict(rows[c.rank()]);
   }, {.report = false}), doctest::Contains("in trainer.predict() after step 0 pipeline stage 1 got other inputs"), Error);
 }
 

@@ -70,10 +70,10 @@ namespace detail {
 // step's time does not depend on which rows it reads).
 EPL_LINKED Batch tiled(const device::Cpu& cpu, const Batch& sample, std::int64_t rows);
 // auto_plan's model-free steps (auto_plan.ipp), compiled once: the checks of its options and of
-// the sample (the same rows on every rank), which give the probe's rows; the cluster the plans are
+// the sample (the same options and rows on every rank), which give the probe's rows; the cluster the plans are
 // priced on (its all-reduce measured) and the run's other keys; rank 0's shortlist, agreed by
 // every rank; and the account of the choice, with the chosen plan's keys set in cfg.
-EPL_LINKED std::int64_t check_sample(Context& ctx, const Batch& sample, std::int64_t global_rows);
+EPL_LINKED std::int64_t check_sample(Context& ctx, const Batch& sample, std::int64_t global_rows, const AutoPlanOptions& o);
 EPL_LINKED plan::Cluster cluster_of(Context& ctx, const Config& cfg, const AutoPlanOptions& o, plan::PlanOptions& base);
 EPL_LINKED std::vector<plan::Estimate> agreed_shortlist(Context& ctx, const plan::SearchResult& found, std::size_t k, int tensor);
 // The plans of `found` that agree with every planner key the user gave in cfg (a schedule, the
@@ -110,7 +110,7 @@ Config auto_plan(Context& ctx, const Config& cfg, const Model& model, const Batc
             "prediction alone; max_rounds 0: no race)");
   EPL_CHECK(o.budget >= 0, "auto_plan: AutoPlanOptions::budget = ", o.budget, " bytes; give the bytes a rank may use, or 0 for no limit");
   if (!cfg.get(keys::auto_parallel) || cfg.source(keys::num_stages) != Config::Source::kDefault) return cfg;
-  const std::int64_t rows = detail::check_sample(ctx, sample, global_rows);
+  const std::int64_t rows = detail::check_sample(ctx, sample, global_rows, o);
   Model counted = model;
   const std::string key = std::string(reflect::type_name<Model>()) + " rows " + std::to_string(rows) + " of " +
                           sample.inputs.shape().str() + " " + std::to_string(nn::parameter_count(counted)) + " parameters";

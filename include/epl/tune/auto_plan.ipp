@@ -80,8 +80,18 @@ inline std::pair<std::int64_t, std::int64_t> over_ranks(comm::Communicator& worl
   return {low, high};
 }
 
-EPL_LINKED std::int64_t check_sample(Context& ctx, const Batch& sample, std::int64_t global_rows) {
+EPL_LINKED std::int64_t check_sample(Context& ctx, const Batch& sample, std::int64_t global_rows, const AutoPlanOptions& o) {
   auto& world = ctx.world();
+  {  // other options on one rank failed later inside bench::combinations, naming its options or plans (stranger 35)
+    RunFacts facts;
+    facts.add_number("AutoPlanOptions::budget", static_cast<double>(o.budget));
+    facts.add_number("AutoPlanOptions::repeats", o.repeats);
+    facts.add_number("AutoPlanOptions::measure", o.measure);
+    facts.add_number("AutoPlanOptions::rounds", o.rounds);
+    facts.add_number("AutoPlanOptions::max_rounds", o.max_rounds);
+    facts.add_number("AutoPlanOptions::steps", o.steps);
+    check_agreement(world, facts, "auto_plan: the", "give every rank the same AutoPlanOptions");
+  }
   {  // another global batch on one rank failed later as "bench::combinations: the ranks disagree on the plans" (a stranger's finding)
     const auto [low, high] = over_ranks(world, global_rows);
     EPL_CHECK(low == high, "auto_plan: the ranks were given different global batches (global_rows from ", low, " to ", high,
@@ -249,20 +259,22 @@ EPL_LINKED Config chosen(Context& ctx, const Config& cfg, const plan::SearchResu
     if (ctx.rank() == 0) {
       int most = 0;
       for (const auto& m : measured) most = std::max(most, m.rounds);
+      const bool in_rounds = measured[first].relative > 0;  // else one round: x is the step over the fastest's
       std::string table = "measured before choosing (" + std::to_string(o.rounds) + (o.rounds == 1 ? " round of " : " rounds of ") +
-                          std::to_string(o.steps) + (o.steps == 1 ? " step" : " steps") + ", alternating" +
+                          std::to_string(o.steps) + (o.steps == 1 ? " step" : " steps") + (o.rounds > 1 ? ", alternating" : "") +
                           (most > o.rounds ? ", then the plans within " + std::to_string(std::lround(100 * bench::CombinationOptions{}.race_band)) +
                                                  "% of the leader, round by round, raced on to " + std::to_string(most) +
-                                                 " rounds (a plan of fewer rounds left the race)"
+                                                 " rounds"
                                            : std::string()) +
-                          "; the slowest rank's median step, and its round's step over the round's typical (the geometric mean of the plans "
-                          "that ran every round), the median over rounds: what ranks them):\n";
+                          (in_rounds ? "; the slowest rank's median step, and its round's step over the round's typical (the geometric mean "
+                                       "of the plans that ran every round), the median over rounds: what ranks them):\n"
+                                     : "; the slowest rank's median step, and its step over the fastest's):\n");
       char line[512];
       for (std::size_t i = 0; i < plans.size(); ++i) {
-        std::snprintf(line, sizeof line, "  %-34s predicted %9.3f ms  measured %9.3f ms  x%.3f  (spread %3.0f%%, %2d rounds)%s\n",
+        std::snprintf(line, sizeof line, "  %-34s predicted %9.3f ms  measured %9.3f ms  x%.3f  (spread %3.0f%%, %2d round%s%s)%s\n",
                       plans[i].candidate.str().c_str(), 1e3 * plans[i].seconds, 1e3 * measured[i].seconds, measured[i].rank_key() /
                       (measured[i].relative > 0 ? 1.0 : measured[first].seconds), 100 * measured[i].spread(), measured[i].rounds,
-                      i == chosen ? "  <- chosen" : "");
+                      measured[i].rounds == 1 ? "" : "s", measured[i].left_race ? ", left the race" : "", i == chosen ? "  <- chosen" : "");
         table += line;
       }
       account = table;

@@ -38,9 +38,11 @@ struct Measured {
   /// `seconds`. 0: one round.
   double relative = 0;
   double loss = 0;               ///< the last step's
-  /// The rounds it was timed in. Fewer than the most any plan ran: it left a race more than
-  /// race_band behind the leader, and bench::fastest and bench::choose pass it over.
-  int rounds = 0;
+  int rounds = 0;                ///< the rounds it was timed in
+  /// It left a race (CombinationOptions::max_rounds) more than race_band behind the leader, round
+  /// by round: bench::fastest and bench::choose pass it over, whatever its `relative` against the
+  /// typical step of the plans that ran on.
+  bool left_race = false;
   /// How far its timed steps disagreed: the median over the fastest, less 1.
   [[nodiscard]] double spread() const noexcept { return fastest > 0 ? seconds / fastest - 1 : 0; }
   /// What plans are ranked by: `relative` when measured in rounds, else the median step.
@@ -117,7 +119,7 @@ std::vector<Measured> combinations(Context& ctx, const Config& cfg, const std::v
 }
 
 /// \brief The measured plan ranked fastest (Measured::rank_key; the first of equals) of those that
-/// ran the most rounds (a plan that left a race is not); `measured` must not be empty.
+/// did not leave a race (Measured::left_race); `measured` must not be empty.
 EPL_LINKED std::size_t fastest(const std::vector<Measured>& measured);
 
 /// \brief The plan to run from measured ones: the fastest, unless a plan of fewer pipeline stages

@@ -132,6 +132,7 @@ EPL_LINKED std::vector<Measured> measure_plans(Context& ctx, const std::vector<p
           behind.push_back(static_cast<double>(std::max<std::int64_t>(1, round_ns[i * most + r])) /
                            static_cast<double>(std::max<std::int64_t>(1, round_ns[leader * most + r])));
         racing[i] = detail::median_of(behind) <= 1 + o.race_band;
+        out[i].left_race = !racing[i];
       }
       const auto left = static_cast<std::size_t>(std::count(racing.begin(), racing.end(), 1));
       if (left < 2 || raced + left > budget) break;
@@ -198,21 +199,12 @@ EPL_LINKED std::vector<Measured> measure_plans(Context& ctx, const std::vector<p
 }
 }  // namespace detail
 
-namespace detail {
-// the rounds a race's finishers ran (every plan's, when there was no race)
-inline int most_rounds(const std::vector<Measured>& measured) {
-  int most = 0;
-  for (const auto& m : measured) most = std::max(most, m.rounds);
-  return most;
-}
-}  // namespace detail
-
 EPL_LINKED std::size_t fastest(const std::vector<Measured>& measured) {
   EPL_CHECK(!measured.empty(), "bench::fastest: no plan was measured");
-  const int most = detail::most_rounds(measured);
   std::size_t best = measured.size();
   for (std::size_t i = 0; i < measured.size(); ++i)
-    if (measured[i].rounds == most && (best == measured.size() || measured[i].rank_key() < measured[best].rank_key())) best = i;
+    if (!measured[i].left_race && (best == measured.size() || measured[i].rank_key() < measured[best].rank_key())) best = i;
+  EPL_CHECK(best < measured.size(), "bench::fastest: every one of the ", measured.size(), " plans left the race; a race keeps its leader");
   return best;
 }
 
@@ -220,10 +212,9 @@ EPL_LINKED std::size_t choose(const std::vector<Measured>& measured) {
   EPL_CHECK(!measured.empty(), "bench::choose: no plan was measured");
   const std::size_t best = fastest(measured);
   std::size_t pick = best;
-  const int most = detail::most_rounds(measured);
   for (std::size_t i = 0; i < measured.size(); ++i) {
     const auto& m = measured[i];
-    if (m.rounds != most) continue;  // it left the race behind the leader
+    if (m.left_race) continue;  // behind the leader, round by round
     const double noise = std::clamp(std::max(m.spread(), measured[best].spread()), 0.05, 0.10);
     if (m.rank_key() > measured[best].rank_key() * (1 + noise)) continue;
     const int stages = m.predicted.candidate.pipeline, now = measured[pick].predicted.candidate.pipeline;
